@@ -1,0 +1,123 @@
+"""
+The exceptions agent_fsm raises, and why each is separate.
+
+Model text never raises: a malformed proposal becomes an ``invalid``
+observation. What raises is a *programmer* error (a bad tool definition, a
+handler bug, resuming a run that is not paused) or a broken machine
+definition. The tree::
+
+    * AgentFSMError
+      + DefinitionError (also TypeError)      -- set-up: bad tool or machine definition
+        - ToolDefinitionError                 -- a ToolSpec's schema or name is unusable
+        - MachineDefinitionError              -- a MachineSpec is inconsistent
+      + RunError (also RuntimeError)          -- during a run
+        - HandlerError                        -- a tool handler raised an unexpected exception
+        - GateError                           -- a gate raised or returned something that is not a verdict
+        - InvalidTransition                   -- the machine had no edge to take (a definition bug)
+        - NotPaused (also ValueError)         -- resume() on a run that is not awaiting approval
+      + ProviderFailure (also OSError)        -- a model provider could not deliver a reply
+    * ToolError                               -- raised *by handlers* for an expected failure
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .state import RunState
+    from .tools import ToolCall
+
+
+class AgentFSMError(Exception):
+    """Root of every exception agent_fsm raises on its own behalf."""
+
+
+class DefinitionError(AgentFSMError, TypeError):
+    """Something was set up wrongly; raised before any run starts."""
+
+
+class ToolDefinitionError(DefinitionError):
+    """A tool's contract cannot be used (for example an invalid JSON Schema)."""
+
+
+class MachineDefinitionError(DefinitionError):
+    """A machine definition names unknown states, guards or callbacks."""
+
+
+class RunError(AgentFSMError, RuntimeError):
+    """A run could not continue because of a bug outside the model's control.
+
+    ``state`` is the run's state at the moment of failure, so nothing the run
+    did before the failure is lost.
+    """
+
+    def __init__(self, message: str, *, state: RunState | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.state = state
+
+
+class HandlerError(RunError):
+    """A tool handler raised an exception that is not an expected tool failure.
+
+    Expected failures (:class:`ToolError`, ``KeyError``, ``ValueError``,
+    ``TimeoutError``) become ``error`` observations. Anything else is a bug in
+    the handler; turning it into an observation would invite the model to
+    improvise around broken code, so it stops the run loudly. The original
+    exception is ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, state: RunState | None, call: ToolCall) -> None:
+        super().__init__(message, state=state)
+        self.call = call
+
+
+class GateError(RunError):
+    """A gate raised, or returned something that is neither a Verdict nor ``(bool, str)``."""
+
+
+class InvalidTransition(RunError):
+    """No edge of the machine could be taken from the current state.
+
+    This is a defect of the machine definition (a state without a fallback
+    edge), never of model text.
+    """
+
+    def __init__(self, message: str, *, state: RunState | None, machine_state: str, event: str) -> None:
+        super().__init__(message, state=state)
+        self.machine_state = machine_state
+        self.event = event
+
+
+class NotPaused(RunError, ValueError):
+    """``resume`` was called on a run that is not awaiting approval."""
+
+
+class ProviderFailure(AgentFSMError, OSError):
+    """A model provider could not deliver a reply.
+
+    It is an ``OSError`` so that the engine's single rule applies: any
+    ``OSError`` from a model ends the run in ``provider_error``. Adapters
+    raise it with a short ``kind`` (``timeout``, ``http``, ``transport``,
+    ``bad_response``, ``request_limit``) and, for HTTP failures, ``status``.
+    """
+
+    def __init__(self, message: str, *, kind: str = "transport", status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.status = status
+
+
+class ToolError(Exception):
+    """Raise from a tool handler for an expected, informative failure.
+
+    The run goes on: the failure becomes an ``error`` observation the model
+    can read. ``data``, when given, is the observation's content instead of
+    the message (it must be JSON data).
+    """
+
+    def __init__(self, message: str, *, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data

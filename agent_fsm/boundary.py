@@ -1,0 +1,95 @@
+"""
+The effect boundary: validation, then the gate, then the handler. Nothing else runs a tool.
+
+The run machine walks these steps as separate states (Proposing judges,
+Executing executes) so a pause for approval can fall between them; workflow
+patterns that own their control flow call :func:`attempt` for all three.
+Both go through the same two functions here, so there is one boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._exceptions import GateError, HandlerError, ToolError
+from .gates import Gate, as_verdict
+from .observe import Observation, to_json_data
+from .state import Judgement, RunState
+from .tools import Registry, ToolCall, validate_call
+
+__all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "execute", "judge"]
+
+EXPECTED_TOOL_ERRORS: tuple[type[BaseException], ...] = (ToolError, KeyError, ValueError, TimeoutError)
+"""Handler exceptions that become ``error`` observations; any other one is a bug and propagates."""
+
+_VERDICT_TO_JUDGEMENT = {"allow": "allow", "deny": "denied", "ask": "ask"}
+
+
+def judge(call: ToolCall, tools: Registry, gate: Gate, *, state: RunState | None = None) -> Judgement:
+    """
+    Decide about one proposal: ``invalid`` (contract broken), else the gate's verdict.
+
+    The gate is consulted only for a well-formed call, immediately before it
+    could run. ``state`` is attached to any :class:`GateError` raised.
+
+    Raises:
+        GateError: the gate raised, or returned something that is not a verdict.
+    """
+    reason = validate_call(call, tools)
+    if reason is not None:
+        return Judgement("invalid", reason)
+    try:
+        verdict = as_verdict(gate(call))
+    except GateError as exc:
+        exc.state = state
+        raise
+    except Exception as exc:
+        raise GateError(f"the gate raised {type(exc).__name__} on {call!r}: {exc}", state=state) from exc
+    return Judgement(_VERDICT_TO_JUDGEMENT[verdict.kind], verdict.reason)
+
+
+def _error_content(exc: BaseException) -> Any:
+    if isinstance(exc, ToolError):
+        return exc.message if exc.data is None else to_json_data(exc.data)
+    if len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]  # str(KeyError) would add quotes
+    return str(exc) or type(exc).__name__
+
+
+def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -> Observation:
+    """
+    Run a validated, allowed call's handler and observe what happened.
+
+    Expected failures (:data:`EXPECTED_TOOL_ERRORS`) become ``error``
+    observations; results are stored as JSON data.
+
+    Raises:
+        HandlerError: the handler raised anything else (a bug); ``state`` is attached.
+    """
+    try:
+        result = tools[call.name].handler(**call.arguments)  # type: ignore[arg-type]
+    except EXPECTED_TOOL_ERRORS as exc:
+        return Observation(call.call_id, False, "error", _error_content(exc))
+    except Exception as exc:
+        raise HandlerError(
+            f"handler of {call.name!r} raised {type(exc).__name__}: {exc} (a bug, not a tool failure;"
+            f" raise agent_fsm.ToolError for failures the model should see)",
+            state=state,
+            call=call,
+        ) from exc
+    return Observation(call.call_id, True, "result", to_json_data(result))
+
+
+def attempt(call: ToolCall, tools: Registry, gate: Gate) -> Observation:
+    """
+    Carry one proposal across the boundary, or refuse to: judge, then execute if allowed.
+
+    A verdict of ``ask`` is refused here (``denied``, with the gate's reason):
+    code that calls this directly has no pause to offer a human.
+    """
+    judgement = judge(call, tools, gate)
+    if judgement.kind == "allow":
+        return execute(call, tools)
+    kind = "invalid" if judgement.kind == "invalid" else "denied"
+    reason = judgement.reason if judgement.kind != "ask" else f"needs a human's approval: {judgement.reason}"
+    return Observation(call.call_id, False, kind, reason)

@@ -1,0 +1,41 @@
+"""
+The ``agent-fsm`` command line.
+
+Each command lives with the concept it serves and is registered here, so
+this file stays a table of contents. Exit codes: 0 success, 1 a failure
+reported in one line, 2 a usage error (from the CLI library).
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="agent-fsm",
+    help="Run tool-calling agents as an explicit finite-state machine: demos, specs, diagrams.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Run tool-calling agents as an explicit finite-state machine: demos, specs, diagrams."""
+
+
+@app.command()
+def demo() -> None:
+    """Run the support-desk demo: an over-reaching refund, denied by the gate, then corrected."""
+    from .demo import main
+
+    raise typer.Exit(main())
+
+
+def main() -> None:
+    """Entry point of the ``agent-fsm`` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

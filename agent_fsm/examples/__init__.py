@@ -1,0 +1,1 @@
+"""Small reference applications that run on the agent_fsm engine."""

@@ -1,0 +1,106 @@
+"""
+Gates: policy applied to the exact arguments immediately before an effect.
+
+A gate is any callable from a validated :class:`ToolCall` to a
+:class:`Verdict` (or a plain ``(allowed, reason)`` tuple). It decides whether
+*this* call may run *now*; it never sees the model's prose, only the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal, Union
+
+import attrs
+
+from ._exceptions import GateError
+from .tools import Registry, ToolCall
+
+__all__ = [
+    "Gate",
+    "Verdict",
+    "allow_all",
+    "ask_for_effects",
+    "as_verdict",
+    "deny_effects",
+]
+
+VerdictKind = Literal["allow", "deny", "ask"]
+
+
+@attrs.frozen
+class Verdict:
+    """
+    A gate's decision: ``allow``, ``deny`` (the reason goes back to the model),
+    or ``ask`` (the run pauses in ``awaiting_approval`` until a human decides).
+    """
+
+    kind: VerdictKind = attrs.field(validator=attrs.validators.in_(("allow", "deny", "ask")))
+    reason: str = ""
+
+    @classmethod
+    def allow(cls, reason: str = "allowed") -> Verdict:
+        return cls("allow", reason)
+
+    @classmethod
+    def deny(cls, reason: str) -> Verdict:
+        return cls("deny", reason)
+
+    @classmethod
+    def ask(cls, reason: str) -> Verdict:
+        return cls("ask", reason)
+
+
+Gate = Callable[[ToolCall], Union[Verdict, "tuple[bool, str]"]]
+
+
+def as_verdict(decision: object) -> Verdict:
+    """
+    Read a gate's return value as a Verdict.
+
+    Raises:
+        GateError: it is neither a Verdict nor an ``(allowed: bool, reason: str)`` tuple.
+            A gate that answers something else is a bug; guessing would be unsafe.
+    """
+    if isinstance(decision, Verdict):
+        return decision
+    if (
+        isinstance(decision, tuple)
+        and len(decision) == 2
+        and isinstance(decision[0], bool)
+        and isinstance(decision[1], str)
+    ):
+        return Verdict("allow" if decision[0] else "deny", decision[1])
+    raise GateError(f"a gate must return a Verdict or (bool, str); got {decision!r}")
+
+
+def allow_all(call: ToolCall) -> Verdict:
+    """Approve everything: the absence of policy, made explicit."""
+    return Verdict.allow("no policy configured")
+
+
+NO_GATE_REASON = "no gate authorised effects: {name} changes the world and this run has no gate allowing it"
+
+
+def deny_effects(tools: Registry) -> Gate:
+    """
+    The secure default used when ``gate=None``: reads run, effectful tools are refused.
+    """
+
+    def gate(call: ToolCall) -> Verdict:
+        if tools[call.name].effectful:
+            return Verdict.deny(NO_GATE_REASON.format(name=call.name))
+        return Verdict.allow("effect-free tool")
+
+    return gate
+
+
+def ask_for_effects(tools: Registry, reason: str = "needs a human's approval") -> Gate:
+    """Reads run; every effectful call pauses the run for a human's approval."""
+
+    def gate(call: ToolCall) -> Verdict:
+        if tools[call.name].effectful:
+            return Verdict.ask(f"{call.name} {reason}")
+        return Verdict.allow("effect-free tool")
+
+    return gate

@@ -1,0 +1,61 @@
+"""
+Run invariants: what every run must satisfy however the model behaved.
+
+They read only the run's own record and the environment's effect log, so
+checking them needs no re-running. "The model answered" and "the task
+succeeded" are different questions; these answer neither, only whether the
+run stayed inside the engine's rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .limits import Limits, Stop
+from .machine import RUN_MACHINE
+from .state import RunResult
+
+__all__ = ["check_run"]
+
+
+def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict[str, bool]:
+    """
+    Check a finished (or paused) run's mechanical invariants.
+
+    Returns:
+        ``effects_authorized``: every entry of the effect log equals the content
+        of some ``ok`` observation (no effect without an allowed, executed call);
+        ``observations_correlated``: every tool message answers a call id
+        proposed earlier in the transcript, and observations and tool messages
+        agree one to one; ``bounded``: turns, tool attempts and every prompt
+        sent stayed within ``limits``; ``typed_ending``: ``stop`` is a
+        :class:`Stop` and agrees with the machine state the run rests in.
+    """
+    state = result.state
+    results = [o.content for o in state.observations if o.ok]
+    proposed: set[str] = set()
+    correlated = True
+    tool_messages = 0
+    for message in state.messages:
+        for item in message.get("tool_calls") or ():
+            proposed.add(item.get("id"))
+        if message.get("role") == "tool":
+            tool_messages += 1
+            correlated = correlated and message.get("tool_call_id") in proposed
+    correlated = correlated and tool_messages == len(state.observations)
+    resting = RUN_MACHINE.state(state.machine_state).is_resting if state.machine_state in {
+        s.name for s in RUN_MACHINE.states
+    } else False
+    return {
+        "effects_authorized": all(any(effect == r for r in results) for effect in effects),
+        "observations_correlated": correlated,
+        "bounded": (
+            state.turns <= limits.max_turns
+            and (limits.max_tool_calls is None or state.tool_attempts <= limits.max_tool_calls)
+            and all(tokens <= limits.max_prompt_tokens for tokens in state.prompt_token_log)
+        ),
+        "typed_ending": isinstance(result.stop, Stop)
+        and resting
+        and RUN_MACHINE.stop_of(state.machine_state) is result.stop,
+    }

@@ -1,0 +1,55 @@
+"""
+Budgets and the typed ways a run can stop.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+from attrs import validators as v
+
+__all__ = ["Limits", "Stop"]
+
+
+class Stop(str, enum.Enum):
+    """
+    Why a run stopped. Callers branch on these, never on prose.
+
+    Every member except ``AWAITING_APPROVAL`` is absorbing: nothing moves the
+    run on. ``AWAITING_APPROVAL`` is a pause that :func:`agent_fsm.resume` ends.
+    """
+
+    ANSWERED = "answered"  # the model answered (and the answer check, if any, accepted it)
+    ANSWER_REJECTED = "answer_rejected"  # the model answered and the answer check refused it
+    STEP_LIMIT = "step_limit"  # max_turns model calls were spent
+    TOKEN_LIMIT = "token_limit"  # the next prompt would exceed max_prompt_tokens
+    NO_PROGRESS = "no_progress"  # the same rejected proposal came back repeated_denials times
+    TOOL_LIMIT = "tool_limit"  # max_tool_calls handler attempts were spent and another was proposed
+    AWAITING_APPROVAL = "awaiting_approval"  # the gate asked a human; resume() continues
+    PROVIDER_ERROR = "provider_error"  # the model could not be reached; no answer is made up
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_non_negative = [v.instance_of(int), v.ge(0)]
+
+
+@attrs.frozen
+class Limits:
+    """
+    Ceilings the engine enforces whatever the model wants.
+
+    Budgets are checked *before* admitting work: no model call once
+    ``max_turns`` calls were made or once the next prompt is estimated above
+    ``max_prompt_tokens``; no handler call once ``max_tool_calls`` attempts
+    (failed ones included) were made. ``repeated_denials`` is how many times
+    the identical rejected proposal may come back before the run ends
+    ``no_progress``.
+    """
+
+    max_turns: int = attrs.field(default=8, validator=_non_negative)
+    max_prompt_tokens: int = attrs.field(default=4000, validator=_non_negative)
+    repeated_denials: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+    max_tool_calls: int | None = attrs.field(default=None, validator=v.optional(_non_negative))

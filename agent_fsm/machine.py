@@ -1,0 +1,312 @@
+"""
+Machines as data: a declaration (:class:`MachineSpec`) and the run machine's table.
+
+A :class:`MachineSpec` is only a declaration: states, edges, budgets. It is
+immutable and checked when created. :func:`compile_machine` turns it, with a
+vocabulary of guard and effect functions, into a ``transitions.Machine``
+built once per process and shared by every run: each run is passed to the
+machine's events as the model, never attached to it. Diagrams, the static
+checker and the engine all read the same declaration.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+from transitions import Machine, State
+
+from ._exceptions import InvalidTransition, MachineDefinitionError
+from .limits import Stop
+
+__all__ = [
+    "RUN_MACHINE",
+    "CompiledMachine",
+    "Edge",
+    "MachineSpec",
+    "StateSpec",
+    "compile_machine",
+]
+
+StateKind = Literal["working", "absorbing", "paused"]
+
+
+@attrs.frozen
+class StateSpec:
+    """One state: its kind, what holds while a run is in it, and what happens on entry."""
+
+    name: str
+    kind: StateKind = attrs.field(validator=attrs.validators.in_(("working", "absorbing", "paused")))
+    doc: str = ""
+    on_enter: tuple[str, ...] = ()
+    stop: str | None = None  # the typed ending a run in this state reports
+
+    @property
+    def is_resting(self) -> bool:
+        """Absorbing or paused: the driver stops here."""
+        return self.kind != "working"
+
+
+@attrs.frozen
+class Edge:
+    """
+    One transition: ``source --event [guard]--> dest``.
+
+    Edges of one source and event are tried in table order and the first
+    whose guard holds is taken, so an unguarded edge is the fallback.
+    ``consumes`` names the budget this edge spends; the static checker
+    requires every cycle to pass through such an edge.
+    """
+
+    source: str
+    event: str
+    dest: str
+    guard: str | None = None
+    consumes: str | None = None
+    meaning: str = ""
+
+
+def _by_name(states: tuple[StateSpec, ...]) -> dict[str, StateSpec]:
+    return {s.name: s for s in states}
+
+
+@attrs.frozen
+class MachineSpec:
+    """
+    A machine declaration: states, edges, the initial state and named budgets.
+
+    Only consistency is checked here (names, budgets, one event per working
+    state); whether the machine terminates is :func:`agent_fsm.analysis.check_machine`'s
+    question, so a broken machine can still be declared and examined.
+
+    Raises:
+        MachineDefinitionError: every inconsistency found, listed at once
+            (duplicate or undeclared states, a working state with no edge or
+            several events, undeclared budgets, a resting state without a stop).
+    """
+
+    name: str
+    initial: str
+    states: tuple[StateSpec, ...]
+    edges: tuple[Edge, ...]
+    budgets: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+
+    def __attrs_post_init__(self) -> None:
+        problems: list[str] = []
+        names = [s.name for s in self.states]
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                problems.append(f"state {name!r} is declared twice")
+            seen.add(name)
+        if self.initial not in seen:
+            problems.append(f"initial state {self.initial!r} is not declared")
+        for edge in self.edges:
+            for end in (edge.source, edge.dest):
+                if end not in seen:
+                    problems.append(f"edge {edge.source} --{edge.event}--> {edge.dest} names undeclared state {end!r}")
+            if edge.consumes is not None and edge.consumes not in self.budgets:
+                problems.append(
+                    f"edge {edge.source} --{edge.event}--> {edge.dest} consumes undeclared budget {edge.consumes!r}"
+                    f" (declare it in budgets=)"
+                )
+        for state in self.states:
+            if state.kind == "working":
+                events = {e.event for e in self.edges if e.source == state.name}
+                if len(events) != 1:
+                    problems.append(
+                        f"working state {state.name!r} must leave by exactly one event, has {sorted(events) or 'none'}"
+                    )
+            if state.kind != "working" and state.stop is None:
+                problems.append(f"{state.kind} state {state.name!r} names no stop")
+        if problems:
+            raise MachineDefinitionError(f"machine {self.name!r} is inconsistent:\n  " + "\n  ".join(problems))
+
+    def state(self, name: str) -> StateSpec:
+        """The declared state called ``name``."""
+        return _by_name(self.states)[name]
+
+    def auto_event(self, name: str) -> str | None:
+        """The event the driver fires from working state ``name`` (``None`` for resting states)."""
+        if self.state(name).kind != "working":
+            return None
+        return next(e.event for e in self.edges if e.source == name)
+
+    def stop_of(self, name: str) -> Stop | None:
+        """The typed ending of state ``name``, or ``None`` while working."""
+        stop = self.state(name).stop
+        return None if stop is None else Stop(stop)
+
+    def names(self, *, guards: bool = True, effects: bool = True) -> set[str]:
+        """Every guard and effect name the declaration uses."""
+        found: set[str] = set()
+        if guards:
+            found |= {e.guard for e in self.edges if e.guard}
+        if effects:
+            found |= {name for s in self.states for name in s.on_enter}
+        return found
+
+
+Vocabulary = Mapping[str, Callable[[Any], Any]]
+
+
+class CompiledMachine:
+    """
+    A declaration bound to its guard and effect functions, as one shared ``transitions.Machine``.
+
+    Every run is a plain object with a ``machine_state`` attribute; it is
+    passed to each event as the model (and as the single argument guards and
+    effects receive), so no per-run machine or ``add_model`` is needed.
+    """
+
+    def __init__(self, spec: MachineSpec, vocabulary: Vocabulary) -> None:
+        missing = sorted(spec.names() - set(vocabulary))
+        if missing:
+            raise MachineDefinitionError(f"machine {spec.name!r}: no function given for {missing}")
+        self.spec = spec
+        states = [
+            State(
+                s.name,
+                on_enter=[vocabulary[n] for n in s.on_enter],
+                final=s.kind == "absorbing",
+            )
+            for s in spec.states
+        ]
+        transitions = [
+            {
+                "trigger": e.event,
+                "source": e.source,
+                "dest": e.dest,
+                "conditions": [vocabulary[e.guard]] if e.guard else [],
+            }
+            for e in spec.edges
+        ]
+        self.machine = Machine(
+            model=None,  # runs are never attached: each is passed to the event it triggers
+            states=states,
+            transitions=transitions,
+            initial=spec.initial,
+            auto_transitions=False,  # no implicit to_<state>() triggers: every move is an edge of the table
+            send_event=False,  # guards and effects receive the run itself, the only trigger argument
+            model_attribute="machine_state",
+            ignore_invalid_triggers=False,  # an event the state cannot take is a bug and raises
+            queued=False,  # shared by all runs; the driver is the only caller, effects never trigger
+        )
+        self._events = {name: self.machine.events[name] for name in {e.event for e in spec.edges}}
+        self._auto = {s.name: spec.auto_event(s.name) for s in spec.states}
+
+    def fire(self, run: Any, event: str) -> None:
+        """
+        Fire ``event`` for ``run``.
+
+        Raises:
+            InvalidTransition: no edge's guard held (a gap in the definition).
+        """
+        source = run.machine_state
+        if not self._events[event].trigger(run, run):
+            raise InvalidTransition(
+                f"machine {self.spec.name!r}: no edge for event {event!r} from {source!r} had a guard that held",
+                state=getattr(run, "state", None),
+                machine_state=source,
+                event=event,
+            )
+
+    def advance(self, run: Any) -> str:
+        """Fire the automatic event of each working state until the run rests; return that state."""
+        auto = self._auto
+        while (event := auto[run.machine_state]) is not None:
+            self.fire(run, event)
+        return run.machine_state
+
+
+@functools.lru_cache(maxsize=None)
+def _compile_cached(spec: MachineSpec, vocabulary_items: tuple[tuple[str, Any], ...]) -> CompiledMachine:
+    return CompiledMachine(spec, dict(vocabulary_items))
+
+
+def compile_machine(spec: MachineSpec, vocabulary: Vocabulary) -> CompiledMachine:
+    """Compile ``spec`` once per process (cached on the spec and the functions given)."""
+    return _compile_cached(spec, tuple(sorted(vocabulary.items())))
+
+
+# ---------------------------------------------------------------------------
+# The run machine. One row per edge, grouped by source state: read it as the
+# diagram. Guards are pure predicates over the run; effects are the on-enter
+# callbacks of states. Both are defined in agent_fsm.run.
+# ---------------------------------------------------------------------------
+
+RUN_MACHINE = MachineSpec(
+    name="run",
+    initial="Ready",
+    budgets={
+        "turns": "model calls, at most Limits.max_turns",
+        "pending_calls": "calls left in the current reply; only a new turn refills them",
+    },
+    states=(
+        StateSpec("Ready", "working", "Between turns; budgets are checked on leaving it."),
+        StateSpec(
+            "Proposing",
+            "working",
+            "The next proposal is taken (from the current reply, or by asking the model) and judged.",
+            on_enter=("take_proposal",),
+        ),
+        StateSpec(
+            "Executing",
+            "working",
+            "One validated, allowed call is crossing the effect boundary.",
+            on_enter=("execute_call",),
+        ),
+        StateSpec(
+            "Denied",
+            "working",
+            "A proposal was malformed, unknown or refused; its reason goes back to the model.",
+            on_enter=("record_rejection",),
+        ),
+        StateSpec(
+            "AwaitingApproval",
+            "paused",
+            "The gate asked for a human; resume() approves or rejects the blocked call.",
+            stop=Stop.AWAITING_APPROVAL.value,
+        ),
+        StateSpec("Answered", "absorbing", "The model answered.", on_enter=("record_answer",), stop="answered"),
+        StateSpec(
+            "AnswerRejected",
+            "absorbing",
+            "The model answered and the answer check refused it.",
+            on_enter=("record_answer",),
+            stop="answer_rejected",
+        ),
+        StateSpec("StepLimit", "absorbing", "max_turns model calls were made.", stop="step_limit"),
+        StateSpec("TokenLimit", "absorbing", "The next prompt would exceed max_prompt_tokens.", stop="token_limit"),
+        StateSpec("NoProgress", "absorbing", "The same rejected proposal kept coming back.", stop="no_progress"),
+        StateSpec("ToolLimit", "absorbing", "A call was proposed with the tool budget spent.", stop="tool_limit"),
+        StateSpec("ProviderError", "absorbing", "The model could not be reached.", stop="provider_error"),
+    ),
+    edges=(
+        Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
+        Edge("Ready", "next_turn", "TokenLimit", guard="prompt_over_budget", meaning="next prompt exceeds budget"),
+        Edge("Ready", "next_turn", "Proposing", consumes="turns", meaning="budget admits another model call"),
+        Edge("Proposing", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
+        Edge("Proposing", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
+        Edge("Proposing", "judge", "Answered", guard="reply_has_no_calls", meaning="plain assistant message"),
+        Edge("Proposing", "judge", "ToolLimit", guard="tool_budget_spent", meaning="no tool attempts left"),
+        Edge("Proposing", "judge", "Denied", guard="call_rejected", meaning="invalid, unknown or denied"),
+        Edge("Proposing", "judge", "AwaitingApproval", guard="approval_needed", meaning="gate asks a human"),
+        Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
+        Edge(
+            "Executing", "observe", "Proposing", guard="calls_pending", consumes="pending_calls",
+            meaning="next call of the same reply",
+        ),
+        Edge("Executing", "observe", "Ready", meaning="typed observation appended"),
+        Edge("Denied", "observe", "NoProgress", guard="denial_repeated", meaning="same proposal rejected again"),
+        Edge(
+            "Denied", "observe", "Proposing", guard="calls_pending", consumes="pending_calls",
+            meaning="next call of the same reply",
+        ),
+        Edge("Denied", "observe", "Ready", meaning="below repeat threshold"),
+        Edge("AwaitingApproval", "approve", "Executing", meaning="a human approved the call"),
+        Edge("AwaitingApproval", "reject", "Denied", meaning="a human rejected the call"),
+    ),
+)

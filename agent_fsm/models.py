@@ -1,0 +1,105 @@
+"""
+What the engine needs of a model, and the deterministic stand-in that speaks its wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from .wire import answer_message
+
+__all__ = ["Model", "ModelReply", "ScriptedModel"]
+
+
+@attrs.frozen
+class ModelReply:
+    """
+    An assistant message plus what the provider reported about the call.
+
+    A model may return this instead of a bare message so that the engine can
+    replace its token estimate with the provider's real ``prompt_tokens``.
+    """
+
+    message: Mapping[str, Any]
+    prompt_tokens: int | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """
+    Anything that proposes: transcript in, one assistant message out.
+
+    ``tools`` are the registry's OpenAI-compatible declarations. Raise any
+    ``OSError`` (for example :class:`agent_fsm.ProviderFailure`) when the model
+    cannot be reached; the run then ends ``provider_error``.
+    """
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any: ...
+
+
+DEFAULT_LAST_WORD = "I have nothing further to add."
+
+
+class ScriptedModel:
+    """
+    A model whose whole behaviour is a visible script.
+
+    ``turns`` are played in order. Before the next turn, if the latest
+    message is a tool message whose text contains a key of ``reactions``, the
+    paired message is returned instead (and no turn is consumed): that lets a
+    script respond to denials while staying deterministic. When the script is
+    spent it answers ``"I have nothing further to add."``.
+
+    The model keeps no hidden position: which turn comes next is read off the
+    transcript it is given, so a run saved, loaded elsewhere and resumed with a
+    fresh ``ScriptedModel`` of the same script continues exactly where it was.
+    """
+
+    def __init__(
+        self, turns: Sequence[Mapping[str, Any]], reactions: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
+        self.turns = [dict(t) for t in turns]
+        self.reactions = {k: dict(v) for k, v in (reactions or {}).items()}
+        # Incremental replay cache: the transcript last read, how far, its last
+        # message read, and the scripted turns counted so far. Holding the list
+        # itself (not its id) means a different transcript is never mistaken for it.
+        self._seen: tuple[Any, int, Any, int] = (None, 0, None, 0)
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel(turns={self.turns!r}, reactions={self.reactions!r})"
+
+    def _reaction_to(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
+        if message.get("role") != "tool":
+            return None
+        text = message.get("content")
+        if not isinstance(text, str):
+            return None
+        for needle, reply in self.reactions.items():
+            if needle in text:
+                return reply
+        return None
+
+    def _turns_used(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """How many scripted turns the transcript already holds (reactions excluded)."""
+        seen, read, last, used = self._seen
+        if seen is not messages or read > len(messages) or (read and messages[read - 1] is not last):
+            read, used = 0, 0
+        for index in range(max(read, 1), len(messages)):
+            if messages[index].get("role") == "assistant" and self._reaction_to(messages[index - 1]) is None:
+                used += 1
+        self._seen = (messages, len(messages), messages[-1] if messages else None, used)
+        return used
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """The next scripted message, a reaction, or the closing answer (the engine copies what it keeps)."""
+        if messages:
+            reaction = self._reaction_to(messages[-1])
+            if reaction is not None:
+                return reaction
+        used = self._turns_used(messages)
+        if used < len(self.turns):
+            return self.turns[used]
+        return answer_message(DEFAULT_LAST_WORD)

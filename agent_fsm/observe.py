@@ -1,0 +1,62 @@
+"""
+Observations (what happened when a call was attempted) and token accounting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+__all__ = ["Observation", "ObservationKind", "TokenEstimator", "estimate_tokens", "to_json_data"]
+
+ObservationKind = Literal["result", "invalid", "denied", "error"]
+_KINDS = ("result", "invalid", "denied", "error")
+
+
+def to_json_data(value: Any) -> Any:
+    """
+    ``value`` as plain JSON data (dicts, lists, str, numbers, bools, None).
+
+    Observations are stored as JSON data so that a saved run reads back
+    exactly as it was; anything JSON cannot hold is stored as its ``str``.
+    """
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return json.loads(json.dumps(value, default=str))
+
+
+@attrs.frozen
+class Observation:
+    """
+    The typed result of attempting one tool call, correlated by ``call_id``.
+
+    ``kind`` tells a denial (the gate refused) from an invalid proposal
+    (it broke the contract) from an error (the handler failed in an expected
+    way) from a result; a policy that only sees "failed" can only retry blindly.
+    """
+
+    call_id: str
+    ok: bool
+    kind: ObservationKind = attrs.field(validator=attrs.validators.in_(_KINDS))
+    content: Any
+
+    def wire_content(self) -> str:
+        """The text of the tool message that carries this observation to the model."""
+        return json.dumps({"ok": self.ok, "kind": self.kind, "content": self.content})
+
+
+TokenEstimator = Callable[[Mapping[str, Any]], int]
+"""Estimates the prompt tokens one wire message costs. Called once per message."""
+
+
+def estimate_tokens(message: Mapping[str, Any]) -> int:
+    """
+    Four characters of serialized JSON per token, rounded up.
+
+    Crude but monotone: the transcript, and so the price of the next turn,
+    only grows. Replace it with a real tokenizer through ``run(estimator=...)``.
+    """
+    return -(-len(json.dumps(message)) // 4)

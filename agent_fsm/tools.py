@@ -1,0 +1,183 @@
+"""
+Tool contracts: what a tool promises to accept, checked before anything runs.
+
+A proposal is *well formed* when it names a tool in the registry and its
+arguments satisfy that tool's JSON Schema. Whether it is *permitted* is a
+different question, answered later by the gate; keeping the two apart is what
+lets each be tested on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import jsonschema
+from jsonschema.validators import Draft202012Validator, extend
+
+from ._exceptions import ToolDefinitionError
+
+__all__ = [
+    "Registry",
+    "ToolCall",
+    "ToolSpec",
+    "function_declarations",
+    "validate_call",
+]
+
+_PY_TO_JSON: dict[type, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
+
+
+def _is_strict_integer(checker: Any, instance: Any) -> bool:
+    # JSON Schema calls 4999.0 an integer. A handler declared to take an int
+    # would then receive a float, so agent_fsm accepts only real integers.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+)
+
+
+def _shorthand_to_schema(shorthand: Mapping[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for arg, kind in shorthand.items():
+        if kind not in _PY_TO_JSON:
+            raise ToolDefinitionError(
+                f"argument {arg!r} has type {kind!r}; the shorthand schema accepts "
+                f"{sorted(t.__name__ for t in _PY_TO_JSON)} (use a JSON Schema for anything richer)"
+            )
+        properties[arg] = {"type": _PY_TO_JSON[kind]}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": sorted(properties),
+        "additionalProperties": False,
+    }
+
+
+def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(schema, Mapping):
+        raise ToolDefinitionError(f"schema must be a mapping, got {type(schema).__name__}")
+    if schema and all(isinstance(v, type) for v in schema.values()):
+        return _shorthand_to_schema(schema)
+    if not schema:
+        return _shorthand_to_schema({})
+    json_schema = dict(schema)
+    try:
+        _Validator.check_schema(json_schema)
+    except jsonschema.SchemaError as exc:
+        raise ToolDefinitionError(f"invalid JSON Schema: {exc.message}") from exc
+    if json_schema.get("type") != "object":
+        raise ToolDefinitionError(
+            f"a tool's schema must describe an object (\"type\": \"object\"), got {json_schema.get('type')!r}"
+        )
+    return json_schema
+
+
+@attrs.frozen
+class ToolSpec:
+    """
+    One tool the engine may execute on the model's behalf.
+
+    ``schema`` is the tool's public contract, advertised to the model and
+    enforced before the handler runs: either a ``{argument: python_type}``
+    shorthand (every argument required, no others allowed) or a JSON Schema
+    object. ``effectful`` marks tools that change the world; the secure
+    default gate refuses them.
+
+    Raises:
+        ToolDefinitionError: the schema is not usable.
+    """
+
+    description: str
+    schema: Mapping[str, Any]
+    handler: Callable[..., Any] = attrs.field(repr=False)
+    effectful: bool = False
+    json_schema: dict[str, Any] = attrs.field(init=False, repr=False, eq=False)
+    _validator: Any = attrs.field(init=False, repr=False, eq=False, alias="_validator")
+
+    def __attrs_post_init__(self) -> None:
+        if not callable(self.handler):
+            raise ToolDefinitionError(f"handler must be callable, got {self.handler!r}")
+        json_schema = _normalise_schema(self.schema)
+        object.__setattr__(self, "json_schema", json_schema)
+        object.__setattr__(self, "_validator", _Validator(json_schema))
+
+    def errors(self, arguments: Any) -> list[str]:
+        """Every way ``arguments`` breaks the contract, as readable lines (empty when valid)."""
+        found = []
+        for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
+            where = "/".join(str(p) for p in error.path)
+            found.append(f"{where}: {error.message}" if where else error.message)
+        return found
+
+    def declaration(self, name: str) -> dict[str, Any]:
+        """This tool as an OpenAI-compatible function declaration."""
+        return {
+            "type": "function",
+            "function": {"name": name, "description": self.description, "parameters": self.json_schema},
+        }
+
+
+Registry = Mapping[str, ToolSpec]
+"""A registry maps tool names to contracts. No other name is ever resolved."""
+
+
+@attrs.frozen
+class ToolCall:
+    """
+    A parsed proposal to run one tool. It carries no authority by itself.
+
+    ``arguments`` is ``None`` when the model's argument text did not parse
+    as a JSON object; ``raw_arguments`` keeps that text so a denial can quote
+    it and the no-progress detector can fingerprint it.
+    """
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: str | None = attrs.field(default=None, eq=False, repr=False)
+
+    def fingerprint(self) -> str:
+        """Tool name and canonical arguments: equal for proposals that mean the same."""
+        if self.arguments is None:
+            return f"{self.name}:<unparsed>{self.raw_arguments}"
+        return f"{self.name}:{json.dumps(self.arguments, sort_keys=True, separators=(',', ':'))}"
+
+
+def validate_call(call: ToolCall, tools: Registry) -> str | None:
+    """
+    Check one proposal against the registry's contracts.
+
+    Returns:
+        ``None`` when the proposal is well formed, otherwise a reason the
+        model can read and act on. It never says whether the call is
+        *permitted*: that is the gate's question.
+    """
+    if call.arguments is None:
+        return f"arguments for {call.name or '(no name)'} were not a JSON object: {call.raw_arguments!r}"
+    tool = tools.get(call.name) if isinstance(call.name, str) else None
+    if tool is None:
+        known = ", ".join(sorted(tools)) or "none"
+        return f"unknown tool: {call.name!r} (available: {known})"
+    problems = tool.errors(call.arguments)
+    if problems:
+        return f"{call.name} arguments rejected: " + "; ".join(problems)
+    return None
+
+
+def function_declarations(tools: Registry) -> list[dict[str, Any]]:
+    """Render a registry as OpenAI-compatible ``tools`` entries, in registry order."""
+    return [spec.declaration(name) for name, spec in tools.items()]
