@@ -1,0 +1,49 @@
+// Parse Mermaid diagrams with the real mermaid library and report what it understood.
+//
+// Reads a JSON array of diagram texts on stdin; writes a JSON array with, for each
+// text, either {ok: false, error} or {ok: true, type, ...} where a state diagram
+// reports its states and relations and a sequence diagram its actors and messages,
+// as mermaid's own parser recorded them.
+import { readFileSync } from 'node:fs';
+import { JSDOM } from 'jsdom';
+
+// mermaid sanitises labels with DOMPurify, which needs a window to exist at import time.
+const dom = new JSDOM('<!doctype html><html><body></body></html>');
+globalThis.window = dom.window;
+globalThis.document = dom.window.document;
+const { default: mermaid } = await import('mermaid');
+mermaid.initialize({ startOnLoad: false, securityLevel: 'strict' });
+
+function stateReport(db) {
+  const states = [...db.getStates().values()].map((s) => ({
+    id: s.id,
+    descriptions: s.descriptions ?? [],
+    classes: s.classes ?? [],
+    note: s.note ? s.note.text : null,
+  }));
+  const relations = db.getRelations().map((r) => ({ from: r.id1, to: r.id2, label: r.relationTitle ?? '' }));
+  const classes = [...db.getClasses().keys()];
+  return { states, relations, classes };
+}
+
+function sequenceReport(db) {
+  const actors = [...db.getActors().values()].map((a) => ({ name: a.name, description: a.description }));
+  const messages = db.getMessages().map((m) => ({ from: m.from ?? null, to: m.to ?? null, text: m.message, type: m.type }));
+  return { actors, messages };
+}
+
+const texts = JSON.parse(readFileSync(0, 'utf8'));
+const reports = [];
+for (const text of texts) {
+  try {
+    const parsed = await mermaid.parse(text);
+    const diagram = await mermaid.mermaidAPI.getDiagramFromText(text);
+    const report = { ok: true, type: parsed.diagramType };
+    if (parsed.diagramType.startsWith('stateDiagram')) Object.assign(report, stateReport(diagram.db));
+    if (parsed.diagramType === 'sequence') Object.assign(report, sequenceReport(diagram.db));
+    reports.push(report);
+  } catch (error) {
+    reports.push({ ok: false, error: String(error && error.message ? error.message : error) });
+  }
+}
+process.stdout.write(JSON.stringify(reports));
