@@ -371,7 +371,8 @@ def _mermaid_text(text: str, limit: int | None = None) -> str:
     text = " ".join(text.split())
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
-    return _MERMAID_ESCAPE.sub(lambda m: _MERMAID_ESCAPES[m.group()], text)
+    text = _MERMAID_ESCAPE.sub(lambda m: _MERMAID_ESCAPES[m.group()], text)
+    return "#58;" + text[1:] if text.startswith(":") else text  # Mermaid drops a label's leading colon
 
 
 def _mermaid_ids(machine: MachineSpec) -> dict[str, str]:
@@ -407,7 +408,7 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     title = f"{machine.name} machine" if path is None else f"{machine.name} machine: a run's path to {path.end}"
     lines = [
         "---",
-        f"title: {_mermaid_text(title)}",
+        f"title: {json.dumps(' '.join(title.split()), ensure_ascii=False)}",  # a YAML string: any text is safe
         "---",
         "stateDiagram-v2",
         f"    %% Generated from the {machine.name!r} machine declaration; regenerate with: {REGENERATE_COMMAND}",
@@ -415,7 +416,7 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     mentioned = {e.source for e in machine.edges} | {e.dest for e in machine.edges} | {machine.initial}
     for state in machine.states:
         if ids[state.name] != state.name:
-            quoted = _mermaid_text(state.name).replace('"', "#34;")
+            quoted = _mermaid_text(state.name).replace('"', "#34;").replace(":", "#58;")
             lines.append(f'    state "{quoted}" as {ids[state.name]}')
         elif state.name not in mentioned and state.kind != "absorbing":
             lines.append(f"    {state.name}")

@@ -1,10 +1,11 @@
 // Parse Mermaid diagrams with the real mermaid library and report what it understood.
 //
-// Reads a JSON array of diagram texts on stdin; writes a JSON array with, for each
-// text, either {ok: false, error} or {ok: true, type, ...} where a state diagram
-// reports its states and relations and a sequence diagram its actors and messages,
-// as mermaid's own parser recorded them.
-import { readFileSync } from 'node:fs';
+// Each line on stdin is a JSON array of diagram texts; for each line, one line goes
+// to stdout: a JSON array with, per text, either {ok: false, error} or
+// {ok: true, type, ...}, where a state diagram reports its states and relations and a
+// sequence diagram its actors and messages, as mermaid's own parser recorded them.
+// Loading mermaid takes seconds, so one process serves a whole test session.
+import { createInterface } from 'node:readline';
 import { JSDOM } from 'jsdom';
 
 // mermaid sanitises labels with DOMPurify, which needs a window to exist at import time.
@@ -32,18 +33,24 @@ function sequenceReport(db) {
   return { actors, messages };
 }
 
-const texts = JSON.parse(readFileSync(0, 'utf8'));
-const reports = [];
-for (const text of texts) {
-  try {
-    const parsed = await mermaid.parse(text);
-    const diagram = await mermaid.mermaidAPI.getDiagramFromText(text);
-    const report = { ok: true, type: parsed.diagramType };
-    if (parsed.diagramType.startsWith('stateDiagram')) Object.assign(report, stateReport(diagram.db));
-    if (parsed.diagramType === 'sequence') Object.assign(report, sequenceReport(diagram.db));
-    reports.push(report);
-  } catch (error) {
-    reports.push({ ok: false, error: String(error && error.message ? error.message : error) });
+async function parseAll(texts) {
+  const reports = [];
+  for (const text of texts) {
+    try {
+      const parsed = await mermaid.parse(text);
+      const diagram = await mermaid.mermaidAPI.getDiagramFromText(text);
+      const report = { ok: true, type: parsed.diagramType };
+      if (parsed.diagramType.startsWith('stateDiagram')) Object.assign(report, stateReport(diagram.db));
+      if (parsed.diagramType === 'sequence') Object.assign(report, sequenceReport(diagram.db));
+      reports.push(report);
+    } catch (error) {
+      reports.push({ ok: false, error: String(error && error.message ? error.message : error) });
+    }
   }
+  return reports;
 }
-process.stdout.write(JSON.stringify(reports));
+
+for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+  if (line.trim() === '') continue;
+  process.stdout.write(JSON.stringify(await parseAll(JSON.parse(line))) + '\n');
+}
