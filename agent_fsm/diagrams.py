@@ -340,6 +340,10 @@ def _paused_note(machine: MachineSpec, state: StateSpec) -> str:
     return "paused: resumes on " + " or ".join(events) if events else "paused"
 
 
+def _title(machine: MachineSpec, path: RunPath | None) -> str:
+    return f"{machine.name} machine" if path is None else f"{machine.name} machine: a run's path to {path.end}"
+
+
 def _check_path(machine: MachineSpec, path: RunPath | None) -> None:
     if path is not None and path.machine != machine:
         raise ValueError(f"the path is through machine {path.machine.name!r}, not {machine.name!r}")
@@ -405,10 +409,9 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     _check_path(machine, path)
     ids = _mermaid_ids(machine)
     counts = path.counts() if path is not None else collections.Counter()
-    title = f"{machine.name} machine" if path is None else f"{machine.name} machine: a run's path to {path.end}"
     lines = [
         "---",
-        f"title: {json.dumps(' '.join(title.split()), ensure_ascii=False)}",  # a YAML string: any text is safe
+        f"title: {json.dumps(' '.join(_title(machine, path).split()), ensure_ascii=False)}",  # a YAML string: any text is safe
         "---",
         "stateDiagram-v2",
         f"    %% Generated from the {machine.name!r} machine declaration; regenerate with: {REGENERATE_COMMAND}",
@@ -477,7 +480,7 @@ def to_dot(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     _check_path(machine, path)
     counts = path.counts() if path is not None else collections.Counter()
     graph = graphviz.Digraph(machine.name)
-    graph.attr(rankdir="TB", fontname=_FONT, labelloc="t", label=graphviz.escape(f"{machine.name} machine"))
+    graph.attr(rankdir="TB", fontname=_FONT, labelloc="t", label=graphviz.escape(_title(machine, path)))
     graph.attr("node", fontname=_FONT)
     graph.attr("edge", fontname=_FONT, fontsize="10")
     start = "__start__"
@@ -538,20 +541,28 @@ def _observation_text(observation: Observation) -> str:
     return f"{observation.kind}: {content}"
 
 
-def _call_lines(call: _Call, state: RunState, last_turn: bool) -> Iterator[str]:
+def _call_lines(call: _Call, state: RunState, resting: bool) -> Iterator[str]:
+    """The arrows of one proposal; ``resting`` marks the first unobserved call, where the run stopped."""
+
     def say(arrow: str, text: str) -> str:
         return f"    {arrow}: {_mermaid_text(text, _TEXT_LIMIT)}"
 
     observation = call.observation
     proposal = f"{call.name} {call.arguments} [{call.call_id}]"
     if observation is None:
-        if state.machine_state == "AwaitingApproval" and last_turn:
+        if resting and state.machine_state == "AwaitingApproval":
             reason = state.judgement.reason if state.judgement is not None else ""
             yield say("engine->>gate", proposal)
             yield say("gate-->>engine", f"ask: {reason}")
             yield say("engine-)human", f"approve or reject {call.name} [{call.call_id}]?")
-        elif state.machine_state == "ToolLimit" and last_turn:
+        elif resting and state.machine_state == "ToolLimit":
             yield say("Note over engine", f"tool budget spent: {call.name} [{call.call_id}] is not run")
+        elif resting and state.stop is None:
+            yield say("Note over engine", f"{call.name} [{call.call_id}] was in {state.machine_state} when saved")
+        elif state.machine_state == "AwaitingApproval":
+            yield say("Note over engine", f"{call.name} [{call.call_id}] waits behind the paused call")
+        else:
+            yield say("Note over engine", f"{call.name} [{call.call_id}] is not judged: the run stopped first")
         return
     if observation.kind == "invalid":
         yield say("Note over engine", f"invalid proposal: {observation.content}")
@@ -600,6 +611,7 @@ def sequence_diagram(run: RunResult | RunState) -> str:
         lines.append("    participant human")
     if isinstance(task, str):
         lines.append(f"    Note over model,engine: {_mermaid_text('task: ' + task, _TEXT_LIMIT)}")
+    stopped = False  # the first call without an observation is where the run rests
     for turn in turns:
         size = f", prompt ≈ {turn.prompt_tokens} tokens" if turn.prompt_tokens is not None else ""
         if turn.message is None:
@@ -617,7 +629,8 @@ def sequence_diagram(run: RunResult | RunState) -> str:
         if text:
             lines.append(f"    Note over model: {_mermaid_text(text, _TEXT_LIMIT)}")
         for call in turn.calls:
-            lines.extend(_call_lines(call, state, turn is turns[-1]))
+            lines.extend(_call_lines(call, state, resting=call.observation is None and not stopped))
+            stopped = stopped or call.observation is None
     stop = state.stop
     ending = f"stop: {stop.value}" if stop is not None else f"still working, in {state.machine_state}"
     if state.machine_state == "AnswerRejected" and state.judgement is not None:

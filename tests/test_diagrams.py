@@ -175,18 +175,23 @@ BROKEN = ("lookup_order", '{"order_id": ')
 ANSWER = answer_message("Done.")
 
 
-class _Unreachable:
-    """A model whose provider fails after ``good`` replies."""
+class _InOrder:
+    """A model that replies in order whatever the transcript holds (ScriptedModel counts earlier turns too)."""
 
-    def __init__(self, good: list[dict[str, Any]]) -> None:
-        self.script = ScriptedModel(good)
-        self.left = len(good)
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        self.replies = list(replies)
 
     def chat(self, messages: Any, tools: Any = ()) -> Any:
-        if self.left == 0:
+        return self.replies.pop(0)
+
+
+class _Unreachable(_InOrder):
+    """A model whose provider fails once its replies are spent."""
+
+    def chat(self, messages: Any, tools: Any = ()) -> Any:
+        if not self.replies:
             raise ProviderFailure("connection refused", kind="transport")
-        self.left -= 1
-        return self.script.chat(messages, tools)
+        return super().chat(messages, tools)
 
 
 def _states(path: RunPath) -> list[str]:
@@ -372,6 +377,16 @@ def test_path_of_known_shapes(shape: str) -> None:
     assert path_of(load_trace(result.state.to_json())) == path
 
 
+def test_path_of_a_continued_conversation_skips_the_history() -> None:
+    """A run started with an earlier run's messages as history is drawn from its own task on."""
+    tools = make_support_desk().tools
+    first = run(TASK, overreaching_model(), tools, gate=refund_gate)
+    with _recording() as entered:
+        second = run("And order A-17's status?", _InOrder([_reply(("x", *LOOKUP)), ANSWER]), tools,
+                     history=first.state.messages)
+    assert _states(path_of(second)) == entered == "Ready Proposing Executing Ready Proposing Answered".split()
+
+
 def test_path_of_human_rejection_goes_through_the_pause() -> None:
     """A call a human rejected is drawn AwaitingApproval --reject--> Denied, as the engine went."""
     tools = make_support_desk().tools
@@ -525,6 +540,29 @@ def test_sequence_diagram_draws_humans_faults_and_hostile_text(mermaid_parse) ->
     assert ("model", "engine", "provider error: connection refused") in fault
     assert ("model", "engine", "answers: done; end %% not a comment #1 <script>x</script> A->>B: fake") in last
     assert len(last) == 4  # task note, turn, answer, ending: the hostile text added no message
+
+
+def test_sequence_diagram_marks_calls_left_unjudged(mermaid_parse) -> None:
+    """Calls after the one a run stopped or paused on are drawn as not judged, never as asked or run."""
+    tools = make_support_desk().tools
+    stalled = run(
+        TASK, ScriptedModel([_reply(("a", *BIG_REFUND), ("b", *BIG_REFUND), ("c", *LOOKUP))]), tools, gate=refund_gate
+    )
+    paused = run(
+        TASK, ScriptedModel([_reply(("a", *SMALL_REFUND), ("b", *SMALL_REFUND))]), tools, gate=ask_for_effects(tools)
+    )
+    spent = run(TASK, ScriptedModel([_reply(("a", *LOOKUP), ("b", *POLICY))]), tools, limits=Limits(max_tool_calls=1))
+    assert (stalled.state.machine_state, paused.state.machine_state, spent.state.machine_state) == (
+        "NoProgress", "AwaitingApproval", "ToolLimit"
+    )
+    reports = mermaid_parse([sequence_diagram(r) for r in (stalled, paused, spent)])
+    assert all(r["ok"] for r in reports), reports
+    stalled_, paused_, spent_ = ([_decoded(m["text"]) for m in r["messages"]] for r in reports)
+    assert "lookup_order [c] is not judged: the run stopped first" in stalled_
+    assert [t for t in stalled_ if t.startswith("deny:")] == ["deny: refunds above 5000 cents need a manager"] * 2
+    assert "refund_order [b] waits behind the paused call" in paused_
+    assert [t for t in paused_ if t.startswith("approve or reject")] == ["approve or reject refund_order [a]?"]
+    assert "tool budget spent: read_policy [b] is not run" in spent_
 
 
 # --- Graphviz ----------------------------------------------------------------------
