@@ -279,14 +279,17 @@ def path_of(run: RunResult | RunState) -> RunPath:
         steps.append(_edge(machine, where, event, dest))
         where = dest
 
-    for turn in _turns(state):
+    turns = _turns(state)
+    for turn in turns:
+        if machine.state(where).is_resting:
+            raise TraceError(f"the record goes on after the run stopped in {where!r}")
         go("next_turn", "Proposing")
         if turn.message is None:
             go("judge", "ProviderError")
-            break
+            continue
         if not turn.calls:
             go("judge", final if final in ("Answered", "AnswerRejected") else "Answered")
-            break
+            continue
         for index, call in enumerate(turn.calls):
             if call.observation is None:
                 break  # the run rests on this call: closed below
@@ -304,8 +307,6 @@ def path_of(run: RunResult | RunState) -> RunPath:
                 go("observe", "NoProgress" if last and final == "NoProgress" else more)
             if machine.state(where).is_resting:
                 break
-        if machine.state(where).is_resting:
-            break
     if where != final:
         closing = [e for e in machine.edges if e.source == where and e.dest == final]
         if not closing:
@@ -360,8 +361,25 @@ _MERMAID_ESCAPE = re.compile("|".join(re.escape(c) for c in _MERMAID_ESCAPES))
 _MERMAID_ID = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # Words the state-diagram grammar reserves, and the ids it gives [*] itself.
 _MERMAID_RESERVED = {
-    "state", "note", "end", "class", "classDef", "style", "direction", "click", "as", "hide",
-    "scale", "accTitle", "accDescr", "left", "right", "of", "over", "root_start", "root_end",
+    "state",
+    "note",
+    "end",
+    "class",
+    "classDef",
+    "style",
+    "direction",
+    "click",
+    "as",
+    "hide",
+    "scale",
+    "accTitle",
+    "accDescr",
+    "left",
+    "right",
+    "of",
+    "over",
+    "root_start",
+    "root_end",
 }
 _MERMAID_CLASSES = {
     "absorbing": "fill:#e9ecef,stroke:#343a40,stroke-width:3px",
@@ -411,7 +429,8 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     counts = path.counts() if path is not None else collections.Counter()
     lines = [
         "---",
-        f"title: {json.dumps(' '.join(_title(machine, path).split()), ensure_ascii=False)}",  # a YAML string: any text is safe
+        # The title is YAML front matter: a JSON string is a YAML string, so any name is safe.
+        f"title: {json.dumps(' '.join(_title(machine, path).split()), ensure_ascii=False)}",
         "---",
         "stateDiagram-v2",
         f"    %% Generated from the {machine.name!r} machine declaration; regenerate with: {REGENERATE_COMMAND}",
@@ -740,7 +759,9 @@ def diagram_command(
     if sequence and format is not Format.mermaid:
         raise typer.BadParameter("sequence diagrams are Mermaid only", param_hint="--format")
     if trace is not None and machine not in (None, RUN_MACHINE.name):
-        raise typer.BadParameter(f"a saved run is a path through the {RUN_MACHINE.name!r} machine", param_hint="--machine")
+        raise typer.BadParameter(
+            f"a saved run is a path through the {RUN_MACHINE.name!r} machine", param_hint="--machine"
+        )
     if format is Format.png and output is None:
         raise typer.BadParameter("PNG is binary: give a file with --output", param_hint="--format")
     name = machine or RUN_MACHINE.name

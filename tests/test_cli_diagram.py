@@ -108,8 +108,17 @@ def test_help_reads_well() -> None:
     """--help names every option, the examples and the exit codes."""
     done = runner.invoke(app, ["diagram", "--help"])
     assert done.exit_code == 0
-    for text in ("--machine", "--format", "--output", "--trace", "--sequence", "--all", "mermaid|dot|svg|png",
-                 "agent-fsm diagram --all --output diagrams/", "Exit status: 0 done, 1 failed"):
+    for text in (
+        "--machine",
+        "--format",
+        "--output",
+        "--trace",
+        "--sequence",
+        "--all",
+        "mermaid|dot|svg|png",
+        "agent-fsm diagram --all --output diagrams/",
+        "Exit status: 0 done, 1 failed",
+    ):
         assert text in _plain(done.stdout), text
 
 
@@ -151,8 +160,14 @@ def test_missing_trace_exits_1(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"{not json", "trace is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
-        (b"[]", "trace must be a saved run state (RunState.to_json()) or an object with it under 'state'; got a JSON list"),
+        (
+            b"{not json",
+            "trace is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
+        (
+            b"[]",
+            "trace must be a saved run state (RunState.to_json()) or an object with it under 'state'; got a JSON list",
+        ),
         (b"\xff\xfe", "is not UTF-8 text: invalid start byte"),
     ],
 )
@@ -191,6 +206,7 @@ def test_missing_dot_exits_1() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "agent_fsm.cli", "diagram", "--format", "svg"],
         env={"PATH": "/nonexistent"},
+        check=False,
         capture_output=True,
         text=True,
     )

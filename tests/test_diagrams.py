@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import graphviz
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +37,7 @@ from agent_fsm.diagrams import (
 )
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
-from agent_fsm.wire import answer_message, tool_call_message
+from agent_fsm.wire import answer_message
 
 ROOT = Path(__file__).resolve().parent.parent
 MERMAID_DIR = Path(__file__).resolve().parent / "mermaid"
@@ -159,7 +158,11 @@ def _reply(*calls: tuple[str, str, Any]) -> dict[str, Any]:
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": a if isinstance(a, str) else json.dumps(a)}}
+            {
+                "id": i,
+                "type": "function",
+                "function": {"name": n, "arguments": a if isinstance(a, str) else json.dumps(a)},
+            }
             for i, n, a in calls
         ],
     }
@@ -321,7 +324,7 @@ def test_mermaid_escapes_awkward_names(mermaid_parse) -> None:
     reports = mermaid_parse([to_mermaid(m) for m in machines_])
     for machine, report in zip(machines_, reports):
         assert report["ok"], (machine, report.get("error"))
-        collapse = lambda text: " ".join(text.split())  # noqa: E731 - Mermaid collapses whitespace too
+        collapse = lambda text: " ".join(text.split())
         expected = sorted((collapse(a), collapse(b), collapse(c)) for a, b, c in _expected_relations(machine))
         assert _parsed_relations(report) == expected
 
@@ -336,7 +339,12 @@ def test_path_highlight_parses_and_marks_visited_states(mermaid_parse) -> None:
     assert _parsed_relations(report) == _expected_relations(RUN_MACHINE, suffix)
     classes = {s["id"]: s["classes"] for s in report["states"]}
     assert classes["Answered"] == ["absorbing", "ended"]
-    assert {name for name, found in classes.items() if "visited" in found} == {"Ready", "Proposing", "Executing", "Denied"}
+    assert {name for name, found in classes.items() if "visited" in found} == {
+        "Ready",
+        "Proposing",
+        "Executing",
+        "Denied",
+    }
     assert "visited" not in classes["AwaitingApproval"]
 
 
@@ -382,8 +390,9 @@ def test_path_of_a_continued_conversation_skips_the_history() -> None:
     tools = make_support_desk().tools
     first = run(TASK, overreaching_model(), tools, gate=refund_gate)
     with _recording() as entered:
-        second = run("And order A-17's status?", _InOrder([_reply(("x", *LOOKUP)), ANSWER]), tools,
-                     history=first.state.messages)
+        second = run(
+            "And order A-17's status?", _InOrder([_reply(("x", *LOOKUP)), ANSWER]), tools, history=first.state.messages
+        )
     assert _states(path_of(second)) == entered == "Ready Proposing Executing Ready Proposing Answered".split()
 
 
@@ -410,8 +419,15 @@ def test_path_of_human_approval_is_not_recorded() -> None:
     assert _states(path_of(done)) == [s for s in entered if s != "AwaitingApproval"]
 
 
-_PROPOSALS = {"lookup": LOOKUP, "missing": MISSING, "policy": POLICY, "small": SMALL_REFUND, "big": BIG_REFUND,
-              "unknown": UNKNOWN, "broken": BROKEN}
+_PROPOSALS = {
+    "lookup": LOOKUP,
+    "missing": MISSING,
+    "policy": POLICY,
+    "small": SMALL_REFUND,
+    "big": BIG_REFUND,
+    "unknown": UNKNOWN,
+    "broken": BROKEN,
+}
 
 
 @given(
@@ -462,6 +478,11 @@ def test_path_of_refuses_an_inconsistent_record() -> None:
     state = _demo_result().state
     state.machine_state = "StepLimit"
     with pytest.raises(TraceError, match="leads to 'Answered', but the run rests in 'StepLimit'"):
+        path_of(state)
+    state = _demo_result().state
+    state.messages.append(dict(state.messages[-1]))
+    state.turns += 1
+    with pytest.raises(TraceError, match="goes on after the run stopped in 'Answered'"):
         path_of(state)
     state.machine_state = "Elsewhere"
     with pytest.raises(TraceError, match="not a state of the run machine"):
@@ -553,7 +574,9 @@ def test_sequence_diagram_marks_calls_left_unjudged(mermaid_parse) -> None:
     )
     spent = run(TASK, ScriptedModel([_reply(("a", *LOOKUP), ("b", *POLICY))]), tools, limits=Limits(max_tool_calls=1))
     assert (stalled.state.machine_state, paused.state.machine_state, spent.state.machine_state) == (
-        "NoProgress", "AwaitingApproval", "ToolLimit"
+        "NoProgress",
+        "AwaitingApproval",
+        "ToolLimit",
     )
     reports = mermaid_parse([sequence_diagram(r) for r in (stalled, paused, spent)])
     assert all(r["ok"] for r in reports), reports
@@ -591,7 +614,8 @@ def test_dot_is_read_by_the_real_dot(machine: MachineSpec) -> None:
         assert nodes[state.name]["shape"] == shape
         assert ("dashed" in nodes[state.name]["style"]) == (state.kind == "paused")
     edges = sorted(
-        (objects[e["tail"]]["name"], objects[e["head"]]["name"], _dot_unescape(e.get("label", ""))) for e in graph["edges"]
+        (objects[e["tail"]]["name"], objects[e["head"]]["name"], _dot_unescape(e.get("label", "")))
+        for e in graph["edges"]
     )
     expected = [("__start__", machine.initial, "")] + [(e.source, e.dest, _label(machine, e)) for e in machine.edges]
     assert edges == sorted(expected)
@@ -665,7 +689,7 @@ def test_readme_shows_the_generated_run_diagram() -> None:
     """The README's mermaid block is diagrams/run.mmd, byte for byte."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Diagrams\n", 1)[1]
-    block = re.search(r"```mermaid\n(.*?)```", section, re.S)
+    block = re.search(r"```mermaid\n(.*?)```", section, re.DOTALL)
     assert block is not None, "README's Diagrams section has no ```mermaid block"
     assert block.group(1) == (ROOT / "diagrams" / "run.mmd").read_text(encoding="utf-8")
 
@@ -673,8 +697,8 @@ def test_readme_shows_the_generated_run_diagram() -> None:
 def test_docs_examples_run() -> None:
     """Every Python block of docs/diagrams.md runs, in order, in one namespace."""
     text = (ROOT / "docs" / "diagrams.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
     assert blocks, "docs/diagrams.md has no python examples"
     namespace: dict[str, Any] = {}
     for block in blocks:
-        exec(compile(block, "docs/diagrams.md", "exec"), namespace)  # noqa: S102 - our own documentation
+        exec(compile(block, "docs/diagrams.md", "exec"), namespace)
