@@ -397,3 +397,32 @@ def test_zero_turn_budget_makes_no_model_call():
 def test_stop_is_a_str_enum():
     """Stop values compare equal to their strings, so callers can branch on either."""
     assert StopEnum.ANSWERED == "answered" and str(StopEnum.NO_PROGRESS) == "no_progress"
+
+
+def test_provider_token_counts_replace_the_estimate():
+    """A ModelReply's prompt_tokens is logged and corrects later estimates, so the budget uses real figures."""
+    from agent_fsm import ModelReply
+
+    tools, _ = make_warehouse()
+
+    class Counting:
+        def __init__(self):
+            self.inner = ScriptedModel([tool_call_message("c", "count_stock", {"sku": "BOLT"})] * 3)
+
+        def chat(self, messages, tools=()):
+            return ModelReply(self.inner.chat(messages), prompt_tokens=1000 * len(messages))
+
+    result = run("t", Counting(), tools, limits=Limits(max_prompt_tokens=5000))
+    log = result.state.prompt_token_log
+    assert log == [2000, 4000, 6000]  # the provider's figures, not the estimates
+    # after the third call the corrected estimate is above 5000, so no fourth call is made; an
+    # estimate can only be corrected after the fact, which is why the third prompt was sent at all
+    assert result.stop is Stop.TOKEN_LIMIT and result.state.turns == 3
+    assert check_run(result, [], Limits(max_prompt_tokens=5000))["bounded"] is False
+
+
+def test_empty_system_prompt_means_none():
+    """system_prompt='' sends no system message."""
+    tools, _ = make_warehouse()
+    result = run("t", ScriptedModel([answer_message("hi")]), tools, system_prompt="")
+    assert [m["role"] for m in result.state.messages] == ["user", "assistant"]
