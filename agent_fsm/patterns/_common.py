@@ -324,3 +324,9 @@ DRAFTING_EDGES = (
 )
 
 STEPS_BUDGET = {"steps": "the plan's code-owned steps, a fixed finite tuple"}
+
+PLAN_STATES = (STEPPING, DRAFTING, REPLIED, STEP_FAILED, PROVIDER_ERROR)
+"""The states that walk a plan to its reply, shared by the chain, the router and the fan-out."""
+
+PLAN_EDGES = (*stepping_edges(), *DRAFTING_EDGES)
+"""The rows among :data:`PLAN_STATES`."""

@@ -15,21 +15,16 @@ from ..meter import Meter
 from ..models import Model
 from ..tools import Registry
 from ._common import (
-    DRAFTING,
-    DRAFTING_EDGES,
-    PROVIDER_ERROR,
+    PLAN_EDGES,
+    PLAN_STATES,
     READY,
-    REPLIED,
     SHARED_VOCABULARY,
-    STEP_FAILED,
-    STEPPING,
     STEPS_BUDGET,
     PatternResult,
     Plan,
     _drive,
     _new_run,
     continue_plan,
-    stepping_edges,
 )
 
 __all__ = ["CHAIN_MACHINE", "chain"]
@@ -38,11 +33,10 @@ CHAIN_MACHINE = MachineSpec(
     name="chain",
     initial="Ready",
     budgets=STEPS_BUDGET,
-    states=(READY, STEPPING, DRAFTING, REPLIED, STEP_FAILED, PROVIDER_ERROR),
+    states=(READY, *PLAN_STATES),
     edges=(
         *continue_plan("Ready", "begin"),
-        *stepping_edges(),
-        *DRAFTING_EDGES,
+        *PLAN_EDGES,
     ),
 )
 

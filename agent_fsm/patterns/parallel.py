@@ -20,14 +20,10 @@ from ..models import Model
 from ..observe import Observation
 from ..tools import Registry, ToolCall
 from ._common import (
-    DRAFTING,
-    DRAFTING_EDGES,
-    PROVIDER_ERROR,
+    PLAN_EDGES,
+    PLAN_STATES,
     READY,
-    REPLIED,
     SHARED_VOCABULARY,
-    STEP_FAILED,
-    STEPPING,
     STEPS_BUDGET,
     Ending,
     PatternResult,
@@ -37,7 +33,6 @@ from ._common import (
     _PatternRun,
     _record,
     continue_plan,
-    stepping_edges,
 )
 
 __all__ = ["PARALLEL_MACHINE", "parallel"]
@@ -52,23 +47,18 @@ PARALLEL_MACHINE = MachineSpec(
             "Reading", "working", "The reads run concurrently; their observations are joined by call id.",
             on_enter=("dispatch_reads",),
         ),
-        STEPPING,
-        DRAFTING,
-        REPLIED,
+        *PLAN_STATES,
         StateSpec(
             "FanOutRefused", "absorbing", "The batch held an effectful call or a repeated call id; nothing ran.",
             on_enter=("explain_refusal",), stop=Ending.FAN_OUT_REFUSED.value,
         ),
-        STEP_FAILED,
-        PROVIDER_ERROR,
     ),
     edges=(
         Edge("Ready", "fan_out", "FanOutRefused", guard="fan_out_unsafe", meaning="effectful call or repeated id"),
         Edge("Ready", "fan_out", "Reading", meaning="independent effect-free reads"),
         Edge("Reading", "join", "StepFailed", guard="step_failed", meaning="a read refused, invalid or failed"),
         *continue_plan("Reading", "join"),
-        *stepping_edges(),
-        *DRAFTING_EDGES,
+        *PLAN_EDGES,
     ),
 )
 

@@ -17,14 +17,10 @@ from ..meter import Meter
 from ..models import Model
 from ..tools import Registry
 from ._common import (
-    DRAFTING,
-    DRAFTING_EDGES,
-    PROVIDER_ERROR,
+    PLAN_EDGES,
+    PLAN_STATES,
     READY,
-    REPLIED,
     SHARED_VOCABULARY,
-    STEP_FAILED,
-    STEPPING,
     STEPS_BUDGET,
     Ending,
     PatternResult,
@@ -34,7 +30,6 @@ from ._common import (
     _new_run,
     _PatternRun,
     continue_plan,
-    stepping_edges,
 )
 
 __all__ = ["ROUTER_MACHINE", "route_prompt", "router"]
@@ -46,20 +41,15 @@ ROUTER_MACHINE = MachineSpec(
     states=(
         READY,
         StateSpec("Routing", "working", "The model is choosing one branch for the task.", on_enter=("ask_route",)),
-        STEPPING,
-        DRAFTING,
-        REPLIED,
+        *PLAN_STATES,
         StateSpec("Unroutable", "absorbing", "The model's route names no branch; no branch ran.", stop=Ending.UNROUTABLE.value),
-        STEP_FAILED,
-        PROVIDER_ERROR,
     ),
     edges=(
         Edge("Ready", "begin", "Routing", meaning="ask for a route"),
         Edge("Routing", "choose", "ProviderError", guard="provider_failed", meaning="model call failed"),
         Edge("Routing", "choose", "Unroutable", guard="route_unknown", meaning="route names no branch"),
         *continue_plan("Routing", "choose"),
-        *stepping_edges(),
-        *DRAFTING_EDGES,
+        *PLAN_EDGES,
     ),
 )
 
