@@ -69,7 +69,9 @@ class Meter:
         reply = self._call(model, messages, declarations)
         return reply.message if isinstance(reply, ModelReply) else reply
 
-    def _call(self, model: Model, messages: Sequence[Mapping[str, Any]], declarations: Sequence[Mapping[str, Any]]) -> Any:
+    def _call(
+        self, model: Model, messages: Sequence[Mapping[str, Any]], declarations: Sequence[Mapping[str, Any]]
+    ) -> Any:
         estimate = sum(self.estimator(m) for m in messages) + sum(self.estimator(d) for d in declarations)
         with self._lock:
             self.model_calls += 1

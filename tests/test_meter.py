@@ -51,9 +51,13 @@ def test_attempt_crosses_the_boundary_and_charges_refusals_too():
     """A denied refund is charged as a tool call but its handler never runs."""
     desk = make_support_desk()
     meter = Meter()
-    denied = meter.attempt(ToolCall("a", "refund_order", {"order_id": "A-17", "amount_cents": 9999}), desk.tools, refund_gate)
+    denied = meter.attempt(
+        ToolCall("a", "refund_order", {"order_id": "A-17", "amount_cents": 9999}), desk.tools, refund_gate
+    )
     invalid = meter.attempt(ToolCall("b", "refund_order", {"order_id": "A-17"}), desk.tools, refund_gate)
-    allowed = meter.attempt(ToolCall("c", "refund_order", {"order_id": "A-17", "amount_cents": 4999}), desk.tools, refund_gate)
+    allowed = meter.attempt(
+        ToolCall("c", "refund_order", {"order_id": "A-17", "amount_cents": 4999}), desk.tools, refund_gate
+    )
     assert (denied.kind, invalid.kind, allowed.kind) == ("denied", "invalid", "result")
     assert desk.effects == [{"order_id": "A-17", "refunded_cents": 4999}]
     assert meter.spend() == Spend(0, 3, 0)
@@ -65,9 +69,17 @@ def test_metered_model_charges_the_run_machine_exactly_as_it_measures_itself():
     meter = Meter()
     script = ScriptedModel(
         [
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'}}
-            ]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'},
+                    }
+                ],
+            },
             answer_message("done"),
         ]
     )
@@ -81,7 +93,10 @@ def test_charges_from_many_threads_are_not_lost():
     desk = make_support_desk()
     meter = Meter()
     call = ToolCall("r", "read_policy", {})
-    threads = [threading.Thread(target=lambda: [meter.attempt(call, desk.tools, refund_gate) for _ in range(50)]) for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: [meter.attempt(call, desk.tools, refund_gate) for _ in range(50)])
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:

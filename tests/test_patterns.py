@@ -32,9 +32,9 @@ from agent_fsm.patterns import (
     AGENT_MACHINE,
     CHAIN_MACHINE,
     EVALUATOR_MACHINE,
+    MACHINES,
     PARALLEL_MACHINE,
     ROUTER_MACHINE,
-    MACHINES,
     Ending,
     PatternResult,
     Plan,
@@ -124,7 +124,9 @@ def test_chain_stops_at_a_refused_step_with_the_secure_default():
 def test_chain_reports_an_unreachable_model_as_provider_error():
     """A model that cannot be reached ends provider_error; the refund before it still stands."""
     desk = make_support_desk()
-    result = chain(REFUND_PLAN, ScriptedReplies([ProviderFailure("timed out", kind="timeout")]), desk.tools, gate=refund_gate)
+    result = chain(
+        REFUND_PLAN, ScriptedReplies([ProviderFailure("timed out", kind="timeout")]), desk.tools, gate=refund_gate
+    )
     assert result.ending is Ending.PROVIDER_ERROR and result.output is None
     assert "timed out" in result.reason and desk.effects == CORRECT_EFFECTS
 
@@ -361,7 +363,10 @@ _texts = st.one_of(
 _arguments = st.one_of(
     st.fixed_dictionaries({"order_id": st.sampled_from(["A-17", "B-2", "bad id"])}),
     st.fixed_dictionaries(
-        {"order_id": st.sampled_from(["A-17", "B-2"]), "amount_cents": st.one_of(st.integers(-5, 20000), st.just("lots"))}
+        {
+            "order_id": st.sampled_from(["A-17", "B-2"]),
+            "amount_cents": st.one_of(st.integers(-5, 20000), st.just("lots")),
+        }
     ),
     st.just({}),
     st.just("{not json"),
@@ -432,7 +437,12 @@ def test_router_always_ends_typed_with_every_effect_authorised(replies, verdicts
     replies=_replies,
     verdicts=_gates,
     reads=st.lists(
-        st.builds(ToolCall, st.sampled_from(["p1", "p2", "p3"]), st.sampled_from(_TOOL_NAMES), _arguments.filter(lambda a: isinstance(a, dict))),
+        st.builds(
+            ToolCall,
+            st.sampled_from(["p1", "p2", "p3"]),
+            st.sampled_from(_TOOL_NAMES),
+            _arguments.filter(lambda a: isinstance(a, dict)),
+        ),
         max_size=4,
     ),
 )
@@ -453,7 +463,12 @@ def test_evaluator_always_ends_typed_with_every_effect_authorised(replies, verdi
     """Any drafts, any gate: accepted drafts meet the criterion, the budget is never overspent."""
     desk = make_support_desk()
     result = evaluator(
-        REFUND_PLAN, states_refunded_amount, ScriptedReplies(replies), desk.tools, gate=_gate_of(verdicts), max_rounds=max_rounds
+        REFUND_PLAN,
+        states_refunded_amount,
+        ScriptedReplies(replies),
+        desk.tools,
+        gate=_gate_of(verdicts),
+        max_rounds=max_rounds,
     )
     _assert_typed_and_authorised(result, EVALUATOR_MACHINE, desk.effects, verdicts)
     assert len(result.drafts) <= max_rounds and result.spend.model_calls <= max_rounds

@@ -20,7 +20,7 @@ def test_every_pattern_lands_the_one_correct_refund_at_the_seeds_call_counts():
 
 
 def test_the_agent_pays_most_in_prompt_tokens_and_the_chain_least():
-    """Resending a growing transcript costs the agent more than every workflow; the chain's single prompt costs least."""
+    """Resending a growing transcript costs the agent most; the chain's single prompt costs least."""
     tokens = {r.pattern: r.prompt_tokens for r in compare_rows()}
     assert min(tokens, key=tokens.get) == "chain"
     assert max(tokens, key=tokens.get) == "agent"

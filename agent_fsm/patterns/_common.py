@@ -12,7 +12,7 @@ through :meth:`agent_fsm.meter.Meter.attempt`, the shared effect boundary.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -59,6 +59,10 @@ Step = Callable[[Results], ToolCall]
 """One code-owned step: builds its call from the results so far (for example, refund what the lookup says was paid)."""
 
 
+def _as_steps(steps: Iterable[Step]) -> tuple[Step, ...]:
+    return tuple(steps)
+
+
 def _exactly_one_reply(plan: Plan, attribute: Any, value: Any) -> None:
     if (plan.draft is None) == (plan.compose is None):
         raise DefinitionError(
@@ -80,7 +84,7 @@ class Plan:
         DefinitionError: both or neither of ``draft`` and ``compose`` were given.
     """
 
-    steps: tuple[Step, ...] = attrs.field(default=(), converter=tuple)
+    steps: tuple[Step, ...] = attrs.field(default=(), converter=_as_steps)
     draft: Callable[[Results], str] | None = None
     compose: Callable[[Results], str] | None = attrs.field(default=None, validator=_exactly_one_reply)
 
@@ -161,7 +165,9 @@ def _new_run(model: Model, tools: Registry, gate: Gate | None, meter: Meter | No
     return _PatternRun(model, tools, gate if gate is not None else deny_effects(tools), meter or Meter(), plan)
 
 
-def _drive(machine: CompiledMachine, run: _PatternRun, ending_type: type[Ending] | type[Stop] = Ending) -> PatternResult:
+def _drive(
+    machine: CompiledMachine, run: _PatternRun, ending_type: type[Ending] | type[Stop] = Ending
+) -> PatternResult:
     """Advance ``run`` until it rests and report its typed ending."""
     machine.advance(run)
     stop = machine.spec.state(run.machine_state).stop
@@ -277,15 +283,25 @@ SHARED_VOCABULARY: dict[str, Callable[[Any], Any]] = {
 
 READY = StateSpec("Ready", "working", "Nothing has run yet.")
 STEPPING = StateSpec(
-    "Stepping", "working", "One code-owned step of the plan is crossing the effect boundary.", on_enter=("run_next_step",)
+    "Stepping",
+    "working",
+    "One code-owned step of the plan is crossing the effect boundary.",
+    on_enter=("run_next_step",),
 )
-DRAFTING = StateSpec("Drafting", "working", "The model is drafting the reply from the plan's prompt.", on_enter=("draft_reply",))
+DRAFTING = StateSpec(
+    "Drafting", "working", "The model is drafting the reply from the plan's prompt.", on_enter=("draft_reply",)
+)
 REPLIED = StateSpec(
-    "Replied", "absorbing", "The plan completed; the reply was drafted or composed.", on_enter=("compose_reply",),
+    "Replied",
+    "absorbing",
+    "The plan completed; the reply was drafted or composed.",
+    on_enter=("compose_reply",),
     stop=Ending.REPLIED.value,
 )
 STEP_FAILED = StateSpec(
-    "StepFailed", "absorbing", "A code-owned call was refused, invalid or failed; nothing after it ran.",
+    "StepFailed",
+    "absorbing",
+    "A code-owned call was refused, invalid or failed; nothing after it ran.",
     stop=Ending.STEP_FAILED.value,
 )
 PROVIDER_ERROR = StateSpec(

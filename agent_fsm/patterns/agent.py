@@ -52,7 +52,9 @@ AGENT_MACHINE = MachineSpec(
     states=(
         READY,
         StateSpec(
-            "Delegating", "working", "The run machine drives model, gate and tools until it rests.",
+            "Delegating",
+            "working",
+            "The run machine drives model, gate and tools until it rests.",
             on_enter=("delegate_to_run",),
         ),
         *(StateSpec(s.name, s.kind, s.doc, stop=s.stop) for s in _RESTING),
@@ -76,9 +78,7 @@ def delegate_to_run(run: _PatternRun) -> None:
     decision = x.pop("decision", None)
     if decision is None:
         start = 0
-        result = _run(
-            x["task"], model, run.tools, gate=run.gate, limits=x["limits"], system_prompt=x["system_prompt"]
-        )
+        result = _run(x["task"], model, run.tools, gate=run.gate, limits=x["limits"], system_prompt=x["system_prompt"])
     else:
         approve, reason = decision
         previous = x["run_result"]

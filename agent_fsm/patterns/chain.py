@@ -43,7 +43,9 @@ CHAIN_MACHINE = MachineSpec(
 _MACHINE = compile_machine(CHAIN_MACHINE, SHARED_VOCABULARY)
 
 
-def chain(plan: Plan, model: Model, tools: Registry, *, gate: Gate | None = None, meter: Meter | None = None) -> PatternResult:
+def chain(
+    plan: Plan, model: Model, tools: Registry, *, gate: Gate | None = None, meter: Meter | None = None
+) -> PatternResult:
     """
     Run ``plan``'s steps in order through the effect boundary, then its reply.
 

@@ -123,9 +123,7 @@ class Row:
 
 _RUNS: dict[str, Callable[[SupportDesk, Meter], PatternResult]] = {
     "chain": lambda desk, meter: chain(REFUND_PLAN, drafter(), desk.tools, gate=refund_gate, meter=meter),
-    "router": lambda desk, meter: router(
-        TASK, BRANCHES, billing_router(), desk.tools, gate=refund_gate, meter=meter
-    ),
+    "router": lambda desk, meter: router(TASK, BRANCHES, billing_router(), desk.tools, gate=refund_gate, meter=meter),
     "parallel": lambda desk, meter: parallel(
         FAN_OUT, AFTER_FAN_OUT, drafter(), desk.tools, gate=refund_gate, meter=meter
     ),
@@ -146,7 +144,14 @@ def compare_rows() -> list[Row]:
         result = run_pattern(desk, Meter())
         spend = result.spend
         rows.append(
-            Row(name, spend.model_calls, spend.tool_calls, spend.prompt_tokens, str(result.ending), desk.effects == CORRECT_EFFECTS)
+            Row(
+                name,
+                spend.model_calls,
+                spend.tool_calls,
+                spend.prompt_tokens,
+                str(result.ending),
+                desk.effects == CORRECT_EFFECTS,
+            )
         )
     return rows
 
@@ -156,14 +161,32 @@ _HEADER = ("pattern", "model calls", "tool calls", "prompt tokens", "ending", "r
 
 def format_table(rows: list[Row]) -> str:
     """The rows as a Markdown table (numbers right-aligned)."""
-    cells = [[r.pattern, str(r.model_calls), str(r.tool_calls), str(r.prompt_tokens), r.ending, "yes" if r.refund_landed else "no"] for r in rows]
+    cells = [
+        [
+            r.pattern,
+            str(r.model_calls),
+            str(r.tool_calls),
+            str(r.prompt_tokens),
+            r.ending,
+            "yes" if r.refund_landed else "no",
+        ]
+        for r in rows
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(_HEADER)]
     numeric = {1, 2, 3}
 
     def line(values: list[str] | tuple[str, ...]) -> str:
-        return "| " + " | ".join(v.rjust(w) if i in numeric else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths))) + " |"
+        return (
+            "| "
+            + " | ".join(
+                v.rjust(w) if i in numeric else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))
+            )
+            + " |"
+        )
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if i in numeric else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|"
+    rule = (
+        "|" + "|".join(("-" * (w + 1) + ":") if i in numeric else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|"
+    )
     return "\n".join([line(_HEADER), rule, *(line(c) for c in cells)])
 
 

@@ -51,12 +51,16 @@ EVALUATOR_MACHINE = MachineSpec(
         READY,
         STEPPING,
         StateSpec(
-            "Drafting", "working", "The model drafts (with the last critique, if any); code checks the draft.",
+            "Drafting",
+            "working",
+            "The model drafts (with the last critique, if any); code checks the draft.",
             on_enter=("draft_and_evaluate",),
         ),
         StateSpec("Accepted", "absorbing", "A draft met the acceptance criterion.", stop=Ending.ACCEPTED.value),
         StateSpec(
-            "RevisionBudgetExhausted", "absorbing", "max_rounds drafts were made and none met the criterion.",
+            "RevisionBudgetExhausted",
+            "absorbing",
+            "max_rounds drafts were made and none met the criterion.",
             stop=Ending.REVISION_BUDGET_EXHAUSTED.value,
         ),
         STEP_FAILED,
@@ -68,7 +72,10 @@ EVALUATOR_MACHINE = MachineSpec(
         Edge("Drafting", "evaluate", "ProviderError", guard="provider_failed", meaning="model call failed"),
         Edge("Drafting", "evaluate", "Accepted", guard="draft_accepted", meaning="criterion met"),
         Edge(
-            "Drafting", "evaluate", "RevisionBudgetExhausted", guard="revision_budget_spent",
+            "Drafting",
+            "evaluate",
+            "RevisionBudgetExhausted",
+            guard="revision_budget_spent",
             meaning="criterion failed, no rounds left",
         ),
         Edge("Drafting", "evaluate", "Drafting", consumes="rounds", meaning="criterion failed; critique fed back"),
@@ -103,7 +110,9 @@ def draft_and_evaluate(run: _PatternRun) -> None:
     if verdict is None:
         run.output = text
     else:
-        run.reason = f"{len(run.drafts)} of {run.extra['max_rounds']} drafts made, none accepted; last critique: {verdict}"
+        run.reason = (
+            f"{len(run.drafts)} of {run.extra['max_rounds']} drafts made, none accepted; last critique: {verdict}"
+        )
 
 
 _MACHINE = compile_machine(

@@ -44,13 +44,18 @@ PARALLEL_MACHINE = MachineSpec(
     states=(
         READY,
         StateSpec(
-            "Reading", "working", "The reads run concurrently; their observations are joined by call id.",
+            "Reading",
+            "working",
+            "The reads run concurrently; their observations are joined by call id.",
             on_enter=("dispatch_reads",),
         ),
         *PLAN_STATES,
         StateSpec(
-            "FanOutRefused", "absorbing", "The batch held an effectful call or a repeated call id; nothing ran.",
-            on_enter=("explain_refusal",), stop=Ending.FAN_OUT_REFUSED.value,
+            "FanOutRefused",
+            "absorbing",
+            "The batch held an effectful call or a repeated call id; nothing ran.",
+            on_enter=("explain_refusal",),
+            stop=Ending.FAN_OUT_REFUSED.value,
         ),
     ),
     edges=(
@@ -81,7 +86,9 @@ def fan_out_unsafe(run: _PatternRun) -> bool:
 
 def explain_refusal(run: _PatternRun) -> None:
     """Say why the batch was refused."""
-    run.reason = "only effect-free calls with distinct ids are fanned out: " + "; ".join(_unsafe(run.extra["reads"], run))
+    run.reason = "only effect-free calls with distinct ids are fanned out: " + "; ".join(
+        _unsafe(run.extra["reads"], run)
+    )
 
 
 def dispatch_reads(run: _PatternRun) -> None:
@@ -99,7 +106,12 @@ def dispatch_reads(run: _PatternRun) -> None:
 
 _MACHINE = compile_machine(
     PARALLEL_MACHINE,
-    {**SHARED_VOCABULARY, "fan_out_unsafe": fan_out_unsafe, "explain_refusal": explain_refusal, "dispatch_reads": dispatch_reads},
+    {
+        **SHARED_VOCABULARY,
+        "fan_out_unsafe": fan_out_unsafe,
+        "explain_refusal": explain_refusal,
+        "dispatch_reads": dispatch_reads,
+    },
 )
 
 

@@ -42,7 +42,9 @@ ROUTER_MACHINE = MachineSpec(
         READY,
         StateSpec("Routing", "working", "The model is choosing one branch for the task.", on_enter=("ask_route",)),
         *PLAN_STATES,
-        StateSpec("Unroutable", "absorbing", "The model's route names no branch; no branch ran.", stop=Ending.UNROUTABLE.value),
+        StateSpec(
+            "Unroutable", "absorbing", "The model's route names no branch; no branch ran.", stop=Ending.UNROUTABLE.value
+        ),
     ),
     edges=(
         Edge("Ready", "begin", "Routing", meaning="ask for a route"),
@@ -56,7 +58,8 @@ ROUTER_MACHINE = MachineSpec(
 
 def route_prompt(task: str, branches: Sequence[str]) -> str:
     """The default routing question: one word, one of the branch names."""
-    return f"Route this customer request to one team. Answer with one word, one of: {', '.join(branches)}.\nRequest: {task}"
+    names = ", ".join(branches)
+    return f"Route this customer request to one team. Answer with one word, one of: {names}.\nRequest: {task}"
 
 
 def route_unknown(run: _PatternRun) -> bool:
@@ -80,7 +83,9 @@ def ask_route(run: _PatternRun) -> None:
         run.plan = branches[route]
 
 
-_MACHINE = compile_machine(ROUTER_MACHINE, {**SHARED_VOCABULARY, "route_unknown": route_unknown, "ask_route": ask_route})
+_MACHINE = compile_machine(
+    ROUTER_MACHINE, {**SHARED_VOCABULARY, "route_unknown": route_unknown, "ask_route": ask_route}
+)
 
 
 def router(
