@@ -134,8 +134,17 @@ class MachineSpec:
             return None
         return next(e.event for e in self.edges if e.source == name)
 
+    def ending_of(self, name: str) -> str | None:
+        """The ending state ``name`` reports, as declared (``None`` for working states)."""
+        return self.state(name).stop
+
     def stop_of(self, name: str) -> Stop | None:
-        """The typed ending of state ``name``, or ``None`` while working."""
+        """
+        The ending of state ``name`` as a :class:`Stop`, or ``None`` while working.
+
+        For machines whose endings are run stops (the run machine); other
+        machines declare endings of their own, read with :meth:`ending_of`.
+        """
         stop = self.state(name).stop
         return None if stop is None else Stop(stop)
 
