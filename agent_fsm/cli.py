@@ -32,6 +32,11 @@ def demo() -> None:
     raise typer.Exit(main())
 
 
+from .scenario_cli import run_command  # noqa: E402  (registered beside the other commands)
+
+app.command("run")(run_command)
+
+
 def main() -> None:
     """Entry point of the ``agent-fsm`` console script."""
     app()
