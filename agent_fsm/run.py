@@ -10,6 +10,7 @@ cross the effect boundary). The table they serve is
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -283,7 +284,8 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop is Stop.TOKEN_LIMIT:
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
     if stop is Stop.HANDOFF:
-        return f"a tool failed permanently: {state.observations[-1].content}"
+        content = state.observations[-1].content
+        return f"a tool failed permanently: {content if isinstance(content, str) else json.dumps(content)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
 
 
