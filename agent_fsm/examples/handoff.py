@@ -287,7 +287,8 @@ def _resolved(result: RunResult) -> bool:
     """The outcome check: the PX-200 interval was read from its own manual and stated in the answer."""
     answer = result.answer or ""
     read = any(m.get("model") == "PX-200" for m in _manuals_read(result.state))
-    return read and f"every {INTERVAL_DAYS} days" in answer and "M-200" in answer
+    stated = {int(n) for n in _INTERVAL.findall(answer)}
+    return read and stated == {INTERVAL_DAYS} and "M-200" in answer
 
 
 def _review_gate(call: ToolCall) -> Verdict:
