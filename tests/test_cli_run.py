@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -138,3 +139,13 @@ def test_console_script_exit_codes(tmp_path: Path) -> None:
     missing = subprocess.run([script, "run", str(tmp_path / "x.toml")], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 1
     assert "Traceback" not in missing.stderr
+
+
+def test_readme_commands_name_specs_that_hold() -> None:
+    """Every `agent-fsm run specs/...` line in the README names a spec or directory that holds."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"^agent-fsm run (specs/\S+)", readme, flags=re.MULTILINE)
+    assert len(targets) >= 15
+    for target in targets:
+        code, out, err = _run(str(REPO / target))
+        assert code == 0, f"{target}: {out}{err}"
