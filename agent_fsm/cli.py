@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import typer
 
+from .patterns.compare import compare_command
+from .scenario_cli import run_command
+
 app = typer.Typer(
     name="agent-fsm",
     help="Run tool-calling agents as an explicit finite-state machine: demos, specs, diagrams.",
@@ -32,9 +35,8 @@ def demo() -> None:
     raise typer.Exit(main())
 
 
-from .scenario_cli import run_command  # noqa: E402  (registered beside the other commands)
-
-app.command("run")(run_command)
+app.command(name="compare")(compare_command)
+app.command(name="run")(run_command)
 
 
 def main() -> None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from agent_fsm import (
     RUN_MACHINE,
     Limits,
+    RunResult,
     RunState,
     ScriptedModel,
     Stop,
@@ -37,17 +36,22 @@ def _tools(calls: list[str]) -> dict[str, ToolSpec]:
     return {"fetch": ToolSpec("Fetch a document.", {"doc": str}, fetch)}
 
 
-def test_permanent_tool_error_ends_handoff() -> None:
-    """A permanent ToolError ends the run ``handoff`` and the model is not asked again."""
+def _fetch_then_answer(first: str, second: str) -> tuple[RunResult, list[str]]:
+    """Run a model that fetches ``first``, then ``second``, then answers; return the handler's calls too."""
     calls: list[str] = []
     model = ScriptedModel(
         [
-            tool_call_message("c1", "fetch", {"doc": "locked"}),
-            tool_call_message("c2", "fetch", {"doc": "other"}),
+            tool_call_message("c1", "fetch", {"doc": first}),
+            tool_call_message("c2", "fetch", {"doc": second}),
             answer_message("done"),
         ]
     )
-    result = run("read it", model, _tools(calls), gate=allow_all)
+    return run("read it", model, _tools(calls), gate=allow_all), calls
+
+
+def test_permanent_tool_error_ends_handoff() -> None:
+    """A permanent ToolError ends the run ``handoff`` and the model is not asked again."""
+    result, calls = _fetch_then_answer("locked", "other")
     assert result.stop is Stop.HANDOFF
     assert result.state.machine_state == "Handoff"
     assert result.state.turns == 1
@@ -62,15 +66,7 @@ def test_permanent_tool_error_ends_handoff() -> None:
 
 def test_transient_tool_error_leaves_the_next_step_to_the_model() -> None:
     """A plain ToolError is an ordinary error observation: the run goes on."""
-    calls: list[str] = []
-    model = ScriptedModel(
-        [
-            tool_call_message("c1", "fetch", {"doc": "slow"}),
-            tool_call_message("c2", "fetch", {"doc": "manual"}),
-            answer_message("done"),
-        ]
-    )
-    result = run("read it", model, _tools(calls), gate=allow_all)
+    result, calls = _fetch_then_answer("slow", "manual")
     assert result.stop is Stop.ANSWERED
     assert [o.permanent for o in result.state.observations] == [False, False]
     assert calls == ["slow", "manual"]
@@ -110,10 +106,9 @@ def test_attempt_marks_permanent_failures_too() -> None:
     assert attempt(ToolCall("c2", "fetch", {"doc": "slow"}), _tools([]), allow_all).permanent is False
 
 
-@pytest.mark.parametrize("name", ["Handoff"])
-def test_handoff_state_is_absorbing_and_the_machine_still_terminates(name: str) -> None:
+def test_handoff_state_is_absorbing_and_the_machine_still_terminates() -> None:
     """The new state is absorbing, reports ``handoff``, and the static checker still passes."""
-    assert RUN_MACHINE.state(name).kind == "absorbing"
-    assert RUN_MACHINE.stop_of(name) is Stop.HANDOFF
+    assert RUN_MACHINE.state("Handoff").kind == "absorbing"
+    assert RUN_MACHINE.stop_of("Handoff") is Stop.HANDOFF
     report = check_machine(RUN_MACHINE)
     assert report.ok, str(report)
