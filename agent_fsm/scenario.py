@@ -48,6 +48,7 @@ __all__ = [
     "load_environment",
     "load_scenario",
     "run_scenario",
+    "scenario_from_data",
 ]
 
 ALLOWED_ENVIRONMENT_PREFIXES: tuple[str, ...] = ("agent_fsm.examples",)
@@ -385,6 +386,20 @@ def load_scenario(path: str | Path) -> Scenario:
         raise reader.fail(None, f"cannot be read: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise reader.fail(None, f"is not valid TOML: {exc}") from exc
+    return scenario_from_data(data, path)
+
+
+def scenario_from_data(data: Mapping[str, Any], path: str | Path = "<spec>") -> Scenario:
+    """
+    Validate an already parsed spec (the tables ``tomllib`` returns); ``path`` names it in errors.
+
+    Raises:
+        SpecFormatError: a key is missing, unknown or of the wrong type.
+    """
+    path = Path(path)
+    reader = _Reader(path)
+    if not isinstance(data, dict):
+        raise reader.fail(None, f"expected a table of spec keys, got {_toml_type(data)}")
     reader.table(data, "", _TOP_KEYS)
     for key in ("environment", "task", "model", "expect"):
         if key not in data:

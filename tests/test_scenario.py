@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import textwrap
+import tomllib
 from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent_fsm import AgentFSMError, Limits, Stop
 from agent_fsm.scenario import (
@@ -18,6 +22,7 @@ from agent_fsm.scenario import (
     load_environment,
     load_scenario,
     run_scenario,
+    scenario_from_data,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -293,3 +298,103 @@ def test_every_shipped_spec_passes() -> None:
         assert outcome.passed, outcome.report()
         names.add(outcome.scenario.name)
     assert len(names) == len(paths), "spec names must be unique"
+
+
+# --- any parsed TOML gets a typed answer --------------------------------------------
+
+_scalars = st.one_of(st.booleans(), st.integers(-3, 10), st.floats(allow_nan=False, width=16), st.text(max_size=4))
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+
+_FULL = HAPPY + """
+history = [ { role = "user", content = "earlier" } ]
+
+[limits]
+max_turns = 6
+max_tool_calls = 4
+
+[[resume]]
+approve = true
+reason = "ok"
+"""
+# TOML puts top-level keys before tables; move history up so the text parses.
+_FULL = _FULL.replace('gate = "refund"\n', 'gate = "refund"\nhistory = [ { role = "user", content = "earlier" } ]\n', 1)
+_FULL = _FULL.replace('\nhistory = [ { role = "user", content = "earlier" } ]\n\n[limits]', "\n\n[limits]")
+_FULL = _FULL.replace("  { answer = ", '  { call = { id = "c3", name = "read_policy", raw_arguments = "" }, thought = "t" },\n  { answer = ', 1)
+
+
+def _paths(value: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*prefix, index))
+    return found
+
+
+def _mutate(data: dict, path: tuple[object, ...], how: str, value: object) -> dict:
+    data = copy.deepcopy(data)
+    parent = data
+    for step in path[:-1]:
+        parent = parent[step]  # type: ignore[index]
+    last = path[-1]
+    if how == "replace":
+        parent[last] = value  # type: ignore[index]
+    elif how == "delete":
+        del parent[last]  # type: ignore[arg-type]
+    elif isinstance(parent, dict):
+        parent[f"extra_{last}"] = value
+    return data
+
+
+def test_the_fuzzing_base_is_a_valid_spec() -> None:
+    """The unmutated base loads, so every mutation starts from a spec that holds together."""
+    scenario = scenario_from_data(tomllib.loads(_FULL), "base.toml")
+    assert len(scenario.model.turns) == 4 and scenario.resumes and scenario.history
+
+
+_BASE = tomllib.loads(_FULL)
+_PATHS = _paths(_BASE)
+
+
+@given(
+    mutations=st.lists(
+        st.tuples(st.sampled_from(_PATHS), st.sampled_from(["replace", "delete", "add"]), _values), min_size=1, max_size=2
+    )
+)
+def test_any_parsed_spec_loads_or_raises_spec_format_error(mutations: list[tuple[tuple[object, ...], str, object]]) -> None:
+    """Whatever a valid spec is mutated into, validation returns a Scenario or raises SpecFormatError naming a key."""
+    data = _BASE
+    for path, how, value in mutations:
+        try:
+            data = _mutate(data, path, how, value)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation removed or retyped this path
+    try:
+        scenario = scenario_from_data(data, "fuzz.toml")
+    except SpecFormatError as error:
+        assert error.path == "fuzz.toml"
+        assert error.key is None or error.key.split(".")[0].split("[")[0] in {*data, "environment", "task", "model", "expect"}
+    else:
+        assert isinstance(scenario.expect["stop"], Stop)
+        assert all(t["role"] == "assistant" for t in scenario.model.turns)
+
+
+_PANEL = (0, -1, 2.5, True, "", "x", [], [1], {}, {"k": 1})
+
+
+@pytest.mark.parametrize("how", ["replace", "delete", "add"])
+def test_every_single_mutation_gets_a_typed_answer(how: str) -> None:
+    """Each key of a full spec, replaced by each kind of TOML value or deleted, loads or raises SpecFormatError."""
+    for path in _PATHS:
+        for value in _PANEL if how != "delete" else (None,):
+            data = _mutate(_BASE, path, how, value)
+            try:
+                scenario_from_data(data, "panel.toml")
+            except SpecFormatError as error:
+                assert error.key is None or error.key.split(".")[0].split("[")[0] in {*data, *_BASE}, (path, value, error)

@@ -69,3 +69,10 @@ def test_planner_without_a_replan_says_where_it_stopped() -> None:
     assert result.stop is Stop.ANSWERED
     assert "plan v1 stopped at step 1 of 2 (denied: refunds above 5000 cents need a manager)" in (result.answer or "")
     assert result.state.tool_attempts == 0
+
+
+def test_planner_reads_foreign_tool_text_as_no_failure() -> None:
+    """A tool message that is not the engine's JSON (from earlier history) does not end a plan."""
+    planner = PlanningModel([[("read_policy", {})]], "done")
+    reply = planner.chat([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "plain text"}])
+    assert reply["tool_calls"][0]["function"]["name"] == "read_policy"

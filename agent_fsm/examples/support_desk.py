@@ -127,6 +127,15 @@ def lookup_preceded_refund(result: RunResult) -> bool:
     return True
 
 
+def _tool_outcome(content: Any) -> dict[str, Any]:
+    """The engine's ``{"ok", "kind", "content"}`` tool message as data (empty for any other text)."""
+    try:
+        outcome = json.loads(content)
+    except (TypeError, ValueError):
+        return {}
+    return outcome if isinstance(outcome, dict) else {}
+
+
 class PlanningModel:
     """
     Plan-then-execute as a policy: a whole plan up front, one gated step per turn, replan on failure.
@@ -154,8 +163,8 @@ class PlanningModel:
             if message.get("role") == "assistant" and message.get("tool_calls"):
                 step += 1
             elif message.get("role") == "tool":
-                outcome = json.loads(message["content"])
-                if not outcome.get("ok"):
+                outcome = _tool_outcome(message.get("content"))
+                if not outcome.get("ok", True):
                     failure = f"plan v{plan + 1} stopped at step {step} of {len(self.plans[plan])} ({outcome.get('kind')}: {outcome.get('content')})"
                     plan, step = plan + 1, 0
         if plan == len(self.plans):
