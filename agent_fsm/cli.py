@@ -11,6 +11,7 @@ from __future__ import annotations
 import typer
 
 from .patterns.compare import compare_command
+from .scenario_cli import run_command
 
 app = typer.Typer(
     name="agent-fsm",
@@ -35,6 +36,7 @@ def demo() -> None:
 
 
 app.command(name="compare")(compare_command)
+app.command(name="run")(run_command)
 
 
 def main() -> None:

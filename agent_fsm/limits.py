@@ -26,6 +26,7 @@ class Stop(str, enum.Enum):
     TOKEN_LIMIT = "token_limit"  # the next prompt would exceed max_prompt_tokens
     NO_PROGRESS = "no_progress"  # the same rejected proposal came back repeated_denials times
     TOOL_LIMIT = "tool_limit"  # max_tool_calls handler attempts were spent and another was proposed
+    HANDOFF = "handoff"  # a tool failed permanently; no further tool runs, a person takes over
     AWAITING_APPROVAL = "awaiting_approval"  # the gate asked a human; resume() continues
     PROVIDER_ERROR = "provider_error"  # the model could not be reached; no answer is made up
 

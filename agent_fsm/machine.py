@@ -347,6 +347,9 @@ RUN_MACHINE = MachineSpec(
         StateSpec("NoProgress", "absorbing", "The same rejected proposal kept coming back.", stop="no_progress"),
         StateSpec("ToolLimit", "absorbing", "A call was proposed with the tool budget spent.", stop="tool_limit"),
         StateSpec("ProviderError", "absorbing", "The model could not be reached.", stop="provider_error"),
+        StateSpec(
+            "Handoff", "absorbing", "A tool failed permanently; no further tool runs.", stop="handoff"
+        ),
     ),
     edges=(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
@@ -359,6 +362,7 @@ RUN_MACHINE = MachineSpec(
         Edge("Proposing", "judge", "Denied", guard="call_rejected", meaning="invalid, unknown or denied"),
         Edge("Proposing", "judge", "AwaitingApproval", guard="approval_needed", meaning="gate asks a human"),
         Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
+        Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
         Edge(
             "Executing", "observe", "Proposing", guard="calls_pending", consumes="pending_calls",
             meaning="next call of the same reply",

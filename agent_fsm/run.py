@@ -10,6 +10,7 @@ cross the effect boundary). The table they serve is
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -142,6 +143,12 @@ def call_allowed(run: _Run) -> bool:
     return judgement is not None and judgement.kind == "allow"
 
 
+def failed_permanently(run: _Run) -> bool:
+    """The call just executed reported a failure that retrying cannot fix."""
+    observations = run.state.observations
+    return bool(observations) and observations[-1].permanent
+
+
 def calls_pending(run: _Run) -> bool:
     """The current reply has calls not yet judged."""
     return bool(run.state.pending)
@@ -249,6 +256,7 @@ _MACHINE = compile_machine(
             approval_needed,
             call_allowed,
             calls_pending,
+            failed_permanently,
             denial_repeated,
             take_proposal,
             execute_call,
@@ -275,6 +283,9 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
         return f"{state.turns} of {limits.max_turns} model calls made"
     if stop is Stop.TOKEN_LIMIT:
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
+    if stop is Stop.HANDOFF:
+        content = state.observations[-1].content
+        return f"a tool failed permanently: {content if isinstance(content, str) else json.dumps(content)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
 
 

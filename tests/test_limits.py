@@ -33,6 +33,6 @@ def test_every_stop_value_is_its_name_in_lowercase():
     """Stop values are stable strings callers can store and compare."""
     assert {s.value for s in Stop} == {
         "answered", "answer_rejected", "step_limit", "token_limit", "no_progress", "tool_limit",
-        "awaiting_approval", "provider_error",
+        "handoff", "awaiting_approval", "provider_error",
     }
     assert all(s.value == s.name.lower() for s in Stop)

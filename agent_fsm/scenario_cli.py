@@ -1,0 +1,102 @@
+"""
+``agent-fsm run``: run a scenario spec (or every spec in a directory) and say whether it held.
+
+Exit codes: 0 every expectation and required invariant held; 1 something did
+not hold, or the spec is missing or malformed (one line, no traceback); 2 a
+usage error. Options choosing a real model provider belong here too, passed
+on to :func:`agent_fsm.scenario.run_scenario` as its ``model``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .scenario import ScenarioResult, SpecFormatError, discover, load_scenario, run_scenario
+from .transcript import format_result
+
+__all__ = ["run_command"]
+
+DEFAULT_ROOT = Path("specs")
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _list(root: Path) -> int:
+    paths = discover(root) if root.exists() else []
+    if not paths:
+        raise _fail(f"no specs found under {root}")
+    status = 0
+    for path in paths:
+        try:
+            scenario = load_scenario(path)
+        except SpecFormatError as exc:
+            typer.echo(f"{path}  MALFORMED: {exc.problem} (key {exc.key!r})")
+            status = 1
+            continue
+        typer.echo(f"{path}  {scenario.name}\n    {scenario.description}")
+    return status
+
+
+def _run_one(path: Path) -> ScenarioResult:
+    try:
+        return run_scenario(load_scenario(path))
+    except SpecFormatError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _show(outcome: ScenarioResult) -> None:
+    scenario = outcome.scenario
+    typer.echo(f"spec {scenario.name} ({scenario.path})")
+    if scenario.description:
+        typer.echo(f"  {scenario.description}")
+    typer.echo("")
+    typer.echo(format_result(outcome.result, outcome.effects))
+    reason = f" ({outcome.result.reason})" if outcome.result.reason else ""
+    typer.echo(f"ending: {outcome.result.stop.value}{reason}")
+    typer.echo("")
+    typer.echo(outcome.report())
+
+
+def run_command(
+    spec: Annotated[
+        Optional[Path], typer.Argument(help="A spec file, or a directory of specs (default for --list: specs/).")
+    ] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the specs and their descriptions; run nothing.")] = False,
+    save: Annotated[
+        Optional[Path], typer.Option("--save", help="Write the trace (spec, run state, effects, expectations) as JSON.")
+    ] = None,
+) -> None:
+    """Run a scenario spec: transcript, typed ending, effect log, and each expectation with ok or FAILED."""
+    if list_:
+        raise typer.Exit(_list(spec if spec is not None else DEFAULT_ROOT))
+    if spec is None:
+        raise typer.BadParameter("give a spec file or directory, or --list", param_hint="SPEC")
+    if spec.is_dir():
+        if save is not None:
+            raise typer.BadParameter("--save takes one spec file, not a directory", param_hint="--save")
+        paths = discover(spec)
+        if not paths:
+            raise _fail(f"no specs found under {spec}")
+        outcomes = [_run_one(path) for path in paths]
+        for outcome in outcomes:
+            typer.echo(f"{'ok    ' if outcome.passed else 'FAILED'}  {outcome.scenario.name}  ({outcome.result.stop.value})")
+            for failure in outcome.failures:
+                typer.echo(f"          {failure.line()}")
+        failed = sum(not o.passed for o in outcomes)
+        typer.echo(f"{len(outcomes) - failed} of {len(outcomes)} specs held")
+        raise typer.Exit(1 if failed else 0)
+    if not spec.exists():
+        raise _fail(f"{spec}: no such spec file")
+    outcome = _run_one(spec)
+    _show(outcome)
+    if save is not None:
+        save.write_text(json.dumps(outcome.to_data(), indent=2) + "\n", encoding="utf-8")
+        typer.echo(f"trace saved to {save}")
+    raise typer.Exit(0 if outcome.passed else 1)
