@@ -158,7 +158,7 @@ def observations_of(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
     Only messages after the newest user message count: earlier turns of a
     conversation are context, not observations of this task. Each entry is
-    ``{"action", "arguments", "ok", "kind", "result"}``, correlated to its
+    ``{"call_id", "action", "arguments", "ok", "kind", "result"}``, correlated to its
     proposal by call id.
     """
     proposals: dict[str, tuple[str, Any]] = {}
@@ -178,6 +178,7 @@ def observations_of(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
             body = {"ok": False, "kind": "error", "content": message.get("content")}
         found.append(
             {
+                "call_id": message.get("tool_call_id"),
                 "action": action,
                 "arguments": arguments,
                 "ok": body.get("ok") is True,
