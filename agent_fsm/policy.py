@@ -47,6 +47,7 @@ __all__ = [
     "FinalCheck",
     "FinalDecision",
     "conversation_of",
+    "named",
     "observations_of",
     "string_fields",
     "task_of",
@@ -161,7 +162,7 @@ def observations_of(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     ``{"call_id", "action", "arguments", "ok", "kind", "result"}``, correlated to its
     proposal by call id.
     """
-    proposals: dict[str, tuple[str, Any]] = {}
+    proposals: dict[Any, tuple[str, Any]] = {}
     found: list[dict[str, Any]] = []
     for message in _since_task(messages):
         for item in message.get("tool_calls") or ():
@@ -205,9 +206,7 @@ def _refused(call_id: str, action: str, reason: str) -> dict[str, Any]:
     return {
         "role": "assistant",
         "content": None,
-        "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": action, "arguments": f"<{reason}>"}}
-        ],
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": action, "arguments": f"<{reason}>"}}],
     }
 
 
@@ -261,3 +260,8 @@ class DecisionPolicy:
             "content": None,
             "tool_calls": [{"id": call_id, "type": "function", "function": {"name": action, "arguments": text}}],
         }
+
+
+def named(decide: Decide, **options: Any) -> Callable[[], DecisionPolicy]:
+    """A zero-argument factory of ``DecisionPolicy(decide, **options)``, as :attr:`Environment.models` holds."""
+    return lambda: DecisionPolicy(decide, **options)

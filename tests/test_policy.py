@@ -30,7 +30,10 @@ def _tools(log: list) -> dict[str, ToolSpec]:
     return {"lookup": ToolSpec("Look a key up.", string_fields({"key": 10}), lookup)}
 
 
-def _run(decide, limits=Limits(max_turns=4, repeated_denials=1), log=None):
+STRICT = Limits(max_turns=4, repeated_denials=1)
+
+
+def _run(decide, limits=STRICT, log=None):
     log = [] if log is None else log
     policy = DecisionPolicy(decide, final=FINAL)
     return run("find abc", policy, _tools(log), limits=limits, answer_check=FINAL.check()), log
@@ -141,16 +144,31 @@ def test_observations_cover_only_the_current_task():
     messages = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "first"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "function": {"name": "lookup", "arguments": '{"key": "x"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "a", "function": {"name": "lookup", "arguments": '{"key": "x"}'}}],
+        },
         {"role": "tool", "tool_call_id": "a", "content": json.dumps({"ok": True, "kind": "result", "content": "X"})},
         {"role": "assistant", "content": "the answer was X"},
         {"role": "user", "content": "second"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "b", "function": {"name": "lookup", "arguments": '{"key": "y"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "b", "function": {"name": "lookup", "arguments": '{"key": "y"}'}}],
+        },
         {"role": "tool", "tool_call_id": "b", "content": "not json"},
     ]
     assert task_of(messages) == "second"
     assert observations_of(messages) == [
-        {"call_id": "b", "action": "lookup", "arguments": {"key": "y"}, "ok": False, "kind": "error", "result": "not json"}
+        {
+            "call_id": "b",
+            "action": "lookup",
+            "arguments": {"key": "y"},
+            "ok": False,
+            "kind": "error",
+            "result": "not json",
+        }
     ]
     assert conversation_of(messages) == [
         {"role": "user", "content": "first"},

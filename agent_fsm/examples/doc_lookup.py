@@ -32,7 +32,7 @@ from typing import Any
 from .._exceptions import ToolError
 from ..environment import Environment
 from ..limits import Limits, Stop
-from ..policy import DecisionPolicy, FinalDecision, observations_of, string_fields
+from ..policy import FinalDecision, named, observations_of, string_fields
 from ..state import RunResult, RunState
 from ..tools import ToolSpec
 
@@ -41,8 +41,8 @@ __all__ = [
     "EXPECTED",
     "FINAL",
     "LIMITS",
-    "Corpus",
     "POLICIES",
+    "Corpus",
     "cited_page_check",
     "environment",
     "outcome_ok",
@@ -93,7 +93,30 @@ CORPUS: tuple[dict[str, str], ...] = (
 EXPECTED = {"answer": "harborctl rollback --env staging --to last-healthy", "citation": "rollback-v2"}
 """What the rollback question should produce; only the outcome check reads it, never a policy."""
 
-_STOP_WORDS = frozenset("a an and are can do for how i in is it me my of on the to what with".split())
+_STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "can",
+        "do",
+        "for",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "the",
+        "to",
+        "what",
+        "with",
+    ]
+)
 
 
 def _words(text: str) -> set[str]:
@@ -215,10 +238,6 @@ POLICIES = {
 }
 
 
-def _policy_factory(decide: Any) -> Any:
-    return lambda: DecisionPolicy(decide, final=FINAL)
-
-
 def environment(version: str = "v2") -> Environment:
     """A fresh lookup pinned to ``version``, with every policy above as a named model."""
     corpus = Corpus(CORPUS, version)
@@ -241,7 +260,7 @@ def environment(version: str = "v2") -> Environment:
     }
     return Environment(
         tools=tools,
-        models={name: _policy_factory(decide) for name, decide in POLICIES.items()},
+        models={name: named(decide, final=FINAL) for name, decide in POLICIES.items()},
         checks={"outcome_ok": outcome_ok},
         answer_check=FINAL.check(cited_page_check),
         system_prompt=SYSTEM_PROMPT,

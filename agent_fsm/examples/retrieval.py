@@ -42,7 +42,7 @@ from .._exceptions import ToolError
 from ..environment import Environment
 from ..gates import Verdict
 from ..limits import Limits, Stop
-from ..policy import DecisionPolicy, FinalDecision
+from ..policy import FinalDecision, named
 from ..state import RunResult, RunState
 from ..tools import ToolCall, ToolSpec
 
@@ -66,8 +66,10 @@ PASSAGES: tuple[tuple[str, str], ...] = (
     ("put-basic", "Store.put(key, value) saves value under key and returns the new revision number."),
     (
         "put-existing",
-        "When key already exists, Store.put replaces the stored value and bumps the revision; "
-        "the previous value survives only if history is enabled.",
+        (
+            "When key already exists, Store.put replaces the stored value and bumps the revision; "
+            "the previous value survives only if history is enabled."
+        ),
     ),
     ("get-default", "Store.get(key, default) returns default instead of raising when the key is absent."),
     ("delete", "Store.delete(key) removes key and returns True; an absent key returns False."),
@@ -77,7 +79,13 @@ PASSAGES: tuple[tuple[str, str], ...] = (
 
 RULES: tuple[tuple[str, frozenset[str], str, str | None, str | None], ...] = (
     # (name, question cues, initial query, refinement query, marker that completes the search)
-    ("existing-key", frozenset({"existing", "exists", "already", "overwrite", "replace"}), "value", "exists", "replaces"),
+    (
+        "existing-key",
+        frozenset({"existing", "exists", "already", "overwrite", "replace"}),
+        "value",
+        "exists",
+        "replaces",
+    ),
     ("missing-key", frozenset({"missing", "absent"}), "absent", "default", "instead of raising"),
     ("durability", frozenset({"durable", "durably", "persist"}), "value", "saves", "persisted"),
     ("transactions", frozenset({"transaction", "transactions", "atomic"}), "transaction", "commit", "atomically"),
@@ -92,13 +100,17 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _config(*values: Any) -> dict[str, Any]:
+    return dict(zip(_FIELDS, values))
+
+
 def rule_for(question: str) -> dict[str, Any]:
     """The first rule whose cues appear in the question, or the no-rule configuration."""
     words = set(re.findall(r"[a-z0-9]+", question.casefold()))
     for name, cues, initial, refinement, marker in RULES:
         if words & cues:
-            return dict(zip(_FIELDS, (name, initial, refinement, marker, 2)))
-    return dict(zip(_FIELDS, ("no-matching-rule", "value", None, None, 2)))
+            return _config(name, initial, refinement, marker, 2)
+    return _config("no-matching-rule", "value", None, None, 2)
 
 
 def _check_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,14 +148,16 @@ class PinnedCorpus:
 
     def publish(self, passages: Sequence[tuple[str, str]]) -> None:
         """Replace the corpus; handles issued for the old one become stale."""
-        self.passages = {source: {"source_id": source, "text": text, "text_sha256": _sha256(text)} for source, text in passages}
+        self.passages = {
+            source: {"source_id": source, "text": text, "text_sha256": _sha256(text)} for source, text in passages
+        }
         canonical = json.dumps(sorted((s, p["text_sha256"]) for s, p in self.passages.items()))
         self.corpus_id = _sha256(canonical)
 
     def search(self, query: str, k: int = 2) -> dict[str, Any]:
         """The ``k`` passages using ``query`` most often, each with a read handle."""
         self.query_history.append(query)
-        ranked = []
+        ranked: list[tuple[int, int, dict[str, Any]]] = []
         for order, passage in enumerate(self.passages.values()):
             hits = re.findall(r"[a-z0-9]+", passage["text"].casefold()).count(query)
             if hits:
@@ -214,7 +228,12 @@ class PinnedCorpus:
             ),
             "read": ToolSpec(
                 "Read the passage behind a handle issued by search.",
-                {"type": "object", "properties": {"handle": handle}, "required": ["handle"], "additionalProperties": False},
+                {
+                    "type": "object",
+                    "properties": {"handle": handle},
+                    "required": ["handle"],
+                    "additionalProperties": False,
+                },
                 self.read,
             ),
         }
@@ -315,10 +334,6 @@ def _looping(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
     return {"action": "search", "query": f"value{len(observations)}", "k": 1}
 
 
-def _policy(decide: Any) -> Any:
-    return lambda: DecisionPolicy(decide, final=FINAL)
-
-
 def _stop_fields(result: RunResult) -> dict[str, Any]:
     """The controller's stop decision, whether the answer check accepted it or not."""
     if result.stop not in (Stop.ANSWERED, Stop.ANSWER_REJECTED):
@@ -338,11 +353,13 @@ def environment() -> Environment:
         tools=corpus.tools(),
         gates={"distinct_queries": corpus.distinct_queries},
         models={
-            "controller": _policy(Controller()),
-            "duplicate": _policy(Controller(dict(zip(_FIELDS, ("controlled-duplicate", "value", "value", "never-present", 2))))),
-            "one_round": _policy(Controller(dict(zip(_FIELDS, ("existing-key", "value", "exists", "replaces", 1))))),
-            "forging": _policy(_forging),
-            "looping": _policy(_looping),
+            "controller": named(Controller(), final=FINAL),
+            "duplicate": named(
+                Controller(_config("controlled-duplicate", "value", "value", "never-present", 2)), final=FINAL
+            ),
+            "one_round": named(Controller(_config("existing-key", "value", "exists", "replaces", 1)), final=FINAL),
+            "forging": named(_forging, final=FINAL),
+            "looping": named(_looping, final=FINAL),
         },
         checks={
             # Independent of the controller's own verdict: was the passage that really holds the fact read?

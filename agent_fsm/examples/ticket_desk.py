@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from .._exceptions import RunError, ToolError
 from ..environment import Environment
-from ..gates import Gate, allow_all, ask_for_effects
+from ..gates import Gate, ask_for_effects
 from ..limits import Limits, Stop
 from ..models import Model
 from ..policy import DecisionPolicy, FinalDecision, observations_of
@@ -122,16 +122,16 @@ class TicketDesk:
 # --- the policy: a deterministic router behind decide(task, observations) -------
 
 _INTENTS = (
-    ("close_topic", re.compile(r"\bclose (?:the )?ticket about ([\w ]+?)[.?!]*$", re.I)),
-    ("close_id", re.compile(r"\bclose (?:ticket )?(TKT-\d+)", re.I)),
-    ("close_that", re.compile(r"\bclose (?:that(?: one)?|it)\b", re.I)),
-    ("delete_id", re.compile(r"\bdelete (?:ticket )?(TKT-\d+)", re.I)),
-    ("show_id", re.compile(r"\b(?:show|look up) (?:ticket )?(TKT-\d+)", re.I)),
-    ("search", re.compile(r"\btickets? (?:mention|about|mentioning) ([\w ]+?)[.?!]*$", re.I)),
+    ("close_topic", re.compile(r"\bclose (?:the )?ticket about ([\w ]+?)[.?!]*$", re.IGNORECASE)),
+    ("close_id", re.compile(r"\bclose (?:ticket )?(TKT-\d+)", re.IGNORECASE)),
+    ("close_that", re.compile(r"\bclose (?:that(?: one)?|it)\b", re.IGNORECASE)),
+    ("delete_id", re.compile(r"\bdelete (?:ticket )?(TKT-\d+)", re.IGNORECASE)),
+    ("show_id", re.compile(r"\b(?:show|look up) (?:ticket )?(TKT-\d+)", re.IGNORECASE)),
+    ("search", re.compile(r"\btickets? (?:mention|about|mentioning) ([\w ]+?)[.?!]*$", re.IGNORECASE)),
 )
 
 
-def _intent(task: str, conversation: list[dict[str, str]]) -> tuple[str, str]:
+def _intent(task: str, conversation: Sequence[Mapping[str, str]]) -> tuple[str, str]:
     for name, pattern in _INTENTS:
         match = pattern.search(task)
         if match is None:
@@ -158,9 +158,11 @@ def _report(observation: dict[str, Any], done: Callable[[dict[str, Any]], str]) 
     return _answer(f"{ticket_id} was left as it was: {observation['result']}")
 
 
-def rules(task: str, observations: list[dict[str, Any]], conversation: list[dict[str, str]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def rules(
+    task: str, observations: list[dict[str, Any]], conversation: Sequence[Mapping[str, str]] = ()
+) -> dict[str, Any]:
     """Route the question to a plan and use the number of observations as the step in it."""
-    intent, arg = _intent(task, list(conversation))
+    intent, arg = _intent(task, conversation)
     n = len(observations)
     if intent == "unclear":
         return _answer(arg[0].upper() + arg[1:])
@@ -191,7 +193,9 @@ def rules(task: str, observations: list[dict[str, Any]], conversation: list[dict
     return _report(observations[0], lambda t: f"{verb} {t['id']}: '{t['subject']}'.")
 
 
-def stubborn(task: str, observations: list[dict[str, Any]], conversation: list[dict[str, str]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def stubborn(
+    task: str, observations: list[dict[str, Any]], conversation: Sequence[Mapping[str, str]] = ()
+) -> dict[str, Any]:
     """Never satisfied: searches the same words again and again, so only the guard ends it."""
     return {"action": "search_tickets", "query": "login"}
 
@@ -264,7 +268,9 @@ class Session:
     _question: str = attrs.field(init=False, default="", repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self._tools = {name: attrs.evolve(spec, handler=self._wrap(name, spec)) for name, spec in self.desk.tools().items()}
+        self._tools = {
+            name: attrs.evolve(spec, handler=self._wrap(name, spec)) for name, spec in self.desk.tools().items()
+        }
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
@@ -294,7 +300,9 @@ class Session:
             RunError: the previous exchange is still awaiting a human's decision.
         """
         if self.paused is not None:
-            raise RunError(f"the previous exchange waits for approval of {self.paused.blocked_on!r}; call decide() first")
+            raise RunError(
+                f"the previous exchange waits for approval of {self.paused.blocked_on!r}; call decide() first"
+            )
         self._question = question
         result = run(
             question,
@@ -333,7 +341,10 @@ class Session:
             self.paused = result
             return result
         self.paused = None
-        self.history += [{"role": "user", "content": self._question}, {"role": "assistant", "content": reply_text(result)}]
+        self.history += [
+            {"role": "user", "content": self._question},
+            {"role": "assistant", "content": reply_text(result)},
+        ]
         return result
 
 

@@ -70,7 +70,9 @@ def play(spec: dict[str, Any]) -> tuple[RunResult, Environment, Limits]:
     )
     for decision in spec.get("resume", ()):
         assert result.stop.value == "awaiting_approval", f"a resume decision came but the run is {result.stop}"
-        result = resume(result.state, model, env.tools, approve=decision["approve"], reason=decision.get("reason", ""), **options)
+        result = resume(
+            result.state, model, env.tools, approve=decision["approve"], reason=decision.get("reason", ""), **options
+        )
     return result, env, limits
 
 

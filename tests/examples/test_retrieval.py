@@ -73,7 +73,7 @@ def test_round_limit():
 
 def test_duplicate_query_is_refused_at_the_boundary():
     """The repeated query is denied by the gate before it runs: no_progress, with the duplicate named."""
-    result, env = _run(EXISTING, "duplicate")
+    result, _ = _run(EXISTING, "duplicate")
     assert result.stop is Stop.NO_PROGRESS
     assert "duplicate_query: 'value' was already searched" in result.reason
     assert result.state.tool_attempts == 2
@@ -122,9 +122,24 @@ def test_rules_are_chosen_from_question_words_only():
     "config, fragment",
     [
         ({"name": "x"}, "exactly the fields"),
-        ({"name": "x", "initial_query": "Two Words", "refinement_query": None, "required_marker": None, "max_rounds": 2}, "initial_query"),
-        ({"name": "x", "initial_query": "a", "refinement_query": None, "required_marker": "", "max_rounds": 2}, "required_marker"),
-        ({"name": "x", "initial_query": "a", "refinement_query": None, "required_marker": None, "max_rounds": 9}, "max_rounds"),
+        (
+            {
+                "name": "x",
+                "initial_query": "Two Words",
+                "refinement_query": None,
+                "required_marker": None,
+                "max_rounds": 2,
+            },
+            "initial_query",
+        ),
+        (
+            {"name": "x", "initial_query": "a", "refinement_query": None, "required_marker": "", "max_rounds": 2},
+            "required_marker",
+        ),
+        (
+            {"name": "x", "initial_query": "a", "refinement_query": None, "required_marker": None, "max_rounds": 9},
+            "max_rounds",
+        ),
     ],
 )
 def test_bad_controller_config_fails_before_any_run(config, fragment):

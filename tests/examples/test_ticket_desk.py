@@ -28,7 +28,7 @@ def test_spec(path):
 
 def test_answer_ending():
     """A search question is answered in two turns; 'log in' in TKT-1 is not the word 'login'."""
-    env, _, result = _run("Which tickets mention login?")
+    _, _, result = _run("Which tickets mention login?")
     assert result.stop is Stop.ANSWERED
     assert "TKT-3" in result.answer and "TKT-1" not in result.answer
     assert (result.state.turns, result.state.tool_attempts) == (2, 1)
@@ -36,7 +36,7 @@ def test_answer_ending():
 
 def test_guard_ending_is_not_an_answer():
     """A policy that never finishes is stopped by the guard with no answer."""
-    env, _, result = _run("keep looking", model="stubborn")
+    _, _, result = _run("keep looking", model="stubborn")
     assert result.stop is Stop.STEP_LIMIT
     assert result.answer is None and result.state.turns == LIMITS.max_turns
     assert reply_text(result).startswith("Stopped (step_limit)")
@@ -58,14 +58,25 @@ def test_pause_ending_names_the_blocked_call():
     assert reply_text(result) == 'Awaiting approval to run close_ticket with {"ticket_id": "TKT-3"}.'
 
 
-@pytest.mark.parametrize("approve, effects, kinds", [(True, [RECEIPT], ["result", "result"]), (False, [], ["result", "denied"])])
+@pytest.mark.parametrize(
+    "approve, effects, kinds", [(True, [RECEIPT], ["result", "result"]), (False, [], ["result", "denied"])]
+)
 def test_resume_after_pause(approve, effects, kinds):
     """Approval runs the blocked close exactly once; rejection leaves the ticket open."""
     env = environment()
     gate = env.gates["ask"]
     policy = env.models["rules"]()
     paused = run(CLOSE, policy, env.tools, gate=gate, limits=LIMITS, answer_check=env.answer_check)
-    result = resume(paused.state, policy, env.tools, approve=approve, reason="not yet", gate=gate, limits=LIMITS, answer_check=env.answer_check)
+    result = resume(
+        paused.state,
+        policy,
+        env.tools,
+        approve=approve,
+        reason="not yet",
+        gate=gate,
+        limits=LIMITS,
+        answer_check=env.answer_check,
+    )
     assert result.stop is Stop.ANSWERED
     assert env.effects == effects
     assert [o.kind for o in result.state.observations] == kinds
