@@ -164,7 +164,7 @@ class PinnedCorpus:
                 ranked.append((-hits, order, passage))
         results = []
         for rank, (_, _, passage) in enumerate(sorted(ranked, key=lambda r: r[:2])[:k], start=1):
-            handle = {
+            handle: dict[str, Any] = {
                 "corpus_id": self.corpus_id,
                 "source_id": passage["source_id"],
                 "version": VERSION,
