@@ -36,7 +36,18 @@ from ..run import resume, run
 from ..state import RunResult
 from ..tools import ToolSpec
 
-__all__ = ["LIMITS", "Session", "TicketDesk", "ToolCallRecord", "environment", "rules", "stubborn"]
+__all__ = [
+    "FINAL",
+    "LIMITS",
+    "Session",
+    "TicketDesk",
+    "ToolCallRecord",
+    "environment",
+    "policy",
+    "reply_text",
+    "rules",
+    "stubborn",
+]
 
 LIMITS = Limits(max_turns=6)
 """The loop guard: at most six model calls per question."""
