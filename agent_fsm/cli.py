@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import typer
 
+from .patterns.compare import compare_command
+
 app = typer.Typer(
     name="agent-fsm",
     help="Run tool-calling agents as an explicit finite-state machine: demos, specs, diagrams.",
@@ -30,6 +32,9 @@ def demo() -> None:
     from .demo import main
 
     raise typer.Exit(main())
+
+
+app.command(name="compare")(compare_command)
 
 
 def main() -> None:

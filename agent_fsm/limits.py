@@ -33,7 +33,13 @@ class Stop(str, enum.Enum):
         return self.value
 
 
-_non_negative = [v.instance_of(int), v.ge(0)]
+def _whole_number(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    # bool is an int subclass; Limits(max_turns=True) is a mistake, not one turn.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"'{attribute.name}' must be an int (got {value!r} that is a {type(value).__name__}).")
+
+
+_non_negative = [_whole_number, v.ge(0)]
 
 
 @attrs.frozen
@@ -51,5 +57,5 @@ class Limits:
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
     max_prompt_tokens: int = attrs.field(default=4000, validator=_non_negative)
-    repeated_denials: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+    repeated_denials: int = attrs.field(default=2, validator=[_whole_number, v.ge(1)])
     max_tool_calls: int | None = attrs.field(default=None, validator=v.optional(_non_negative))
