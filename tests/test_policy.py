@@ -212,3 +212,28 @@ def test_any_decision_dict_yields_a_parsable_wire_message(fields):
     final = policy.to_message({"action": "final", **fields}, "d1")
     assert "tool_calls" not in final
     assert json.loads(final["content"]) == fields
+
+
+_VALUES = st.one_of(st.text(max_size=14), st.integers(), st.none(), st.booleans(), st.lists(st.integers(), max_size=2))
+_DECISIONS = st.one_of(
+    st.fixed_dictionaries({"action": st.sampled_from(["lookup", "final", "shell", ""])}).flatmap(
+        lambda head: st.dictionaries(st.sampled_from(["key", "answer", "citation", "extra"]), _VALUES, max_size=3).map(
+            lambda rest: {**rest, **head}
+        )
+    ),
+    _VALUES,
+)
+
+
+@given(st.lists(_DECISIONS, min_size=1, max_size=6))
+def test_any_decision_sequence_ends_typed_and_handlers_see_only_valid_arguments(decisions):
+    """Whatever a policy decides, the run ends in a typed stop and the handler only receives valid keys."""
+    turn = iter(decisions)
+    log: list = []
+    result, _ = _run(lambda task, obs: next(turn, {"action": "final", "answer": "end", "citation": ""}), log=log)
+    assert isinstance(result.stop, Stop)
+    assert all(isinstance(key, str) and 0 < len(key.strip()) and len(key) <= 10 for key in log)
+    assert result.state.tool_attempts == len(log)
+    if result.stop is Stop.ANSWERED:
+        fields, reason = FINAL.read(result.answer)
+        assert reason is None and set(fields) == {"answer", "citation"}

@@ -7,6 +7,8 @@ import re
 
 import pytest
 from _reference_specs import failures, load, play, spec_files
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from agent_fsm import Limits, Stop, ToolCall, ToolError, check_run, run
 from agent_fsm.examples.retrieval import LIMITS, PASSAGES, Controller, PinnedCorpus, environment, rule_for
@@ -203,3 +205,19 @@ def test_query_history_is_kept_in_order_and_gate_allows_new_queries():
     assert corpus.distinct_queries(ToolCall("c", "search", {"query": "value", "k": 2})).kind == "deny"
     assert corpus.distinct_queries(ToolCall("c", "search", {"query": "absent", "k": 2})).kind == "allow"
     assert corpus.distinct_queries(ToolCall("c", "read", {"handle": {}})).kind == "allow"
+
+
+_HANDLE_VALUES = st.one_of(st.text(alphabet="0123456789abcdef", min_size=1, max_size=64), st.integers(1, 3))
+
+
+@given(
+    field=st.sampled_from(["corpus_id", "source_id", "version", "text_sha256", "rank", "read_token"]),
+    value=_HANDLE_VALUES,
+)
+def test_any_alteration_of_an_issued_handle_is_refused(field, value):
+    """Changing any one field of an issued handle to any other value makes read refuse it."""
+    corpus = PinnedCorpus()
+    handle = _handle(corpus)
+    assume(handle[field] != value)
+    with pytest.raises(ToolError, match="invalid_read"):
+        corpus.read({**handle, field: value})
