@@ -344,11 +344,27 @@ RUN_MACHINE = MachineSpec(
         ),
         StateSpec("StepLimit", "absorbing", "max_turns model calls were made.", stop="step_limit"),
         StateSpec("TokenLimit", "absorbing", "The next prompt would exceed max_prompt_tokens.", stop="token_limit"),
-        StateSpec("NoProgress", "absorbing", "The same rejected proposal kept coming back.", stop="no_progress"),
-        StateSpec("ToolLimit", "absorbing", "A call was proposed with the tool budget spent.", stop="tool_limit"),
+        StateSpec(
+            "NoProgress",
+            "absorbing",
+            "The same rejected proposal kept coming back.",
+            on_enter=("close_pending",),
+            stop="no_progress",
+        ),
+        StateSpec(
+            "ToolLimit",
+            "absorbing",
+            "A call was proposed with the tool budget spent.",
+            on_enter=("close_pending",),
+            stop="tool_limit",
+        ),
         StateSpec("ProviderError", "absorbing", "The model could not be reached.", stop="provider_error"),
         StateSpec(
-            "Handoff", "absorbing", "A tool failed permanently; no further tool runs.", stop="handoff"
+            "Handoff",
+            "absorbing",
+            "A tool failed permanently; no further tool runs.",
+            on_enter=("close_pending",),
+            stop="handoff",
         ),
     ),
     edges=(

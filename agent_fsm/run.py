@@ -236,6 +236,22 @@ def record_rejection(run: _Run) -> None:
     _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
 
 
+def close_pending(run: _Run) -> None:
+    """
+    Answer every call the run stops before judging, as ``denied``.
+
+    A transcript whose assistant message proposes calls that no tool message
+    answers is not valid wire history: a provider would refuse it if the
+    conversation went on with ``history=``. The calls did not run; saying so
+    keeps the record complete.
+    """
+    state = run.state
+    stop = RUN_MACHINE.ending_of(state.machine_state)
+    while state.pending:
+        call = state.pending[0]
+        _observe(run, Observation(call.call_id, False, "denied", f"not run: the run stopped ({stop})"))
+
+
 def record_answer(run: _Run) -> None:
     """Keep the answer text of the final assistant message."""
     run.state.answer = assistant_text(run.state.messages[-1]) or ""
@@ -262,6 +278,7 @@ _MACHINE = compile_machine(
             execute_call,
             record_rejection,
             record_answer,
+            close_pending,
         )
     },
 )
@@ -322,6 +339,7 @@ def start_state(
     for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
         state.messages.append(message)
         state.message_tokens += estimator(message)
+    state.opening = len(state.messages)
     return state
 
 

@@ -273,7 +273,9 @@ def test_tool_limit_counts_failed_attempts_and_still_accepts_a_final_answer():
     three = ScriptedModel([tool_call_message(c, "slow_supplier", {}) for c in "abc"])
     result = run("t", three, tools, limits=limits)
     assert result.stop is Stop.TOOL_LIMIT and result.state.tool_attempts == 2
-    assert [o.kind for o in result.state.observations] == ["error", "error"]
+    # the third call did not run; it is answered so the transcript stays valid wire history
+    assert [o.kind for o in result.state.observations] == ["error", "error", "denied"]
+    assert result.state.messages[-1]["tool_call_id"] == "c"
     assert all(check_run(result, [], limits).values())
 
 
@@ -426,3 +428,29 @@ def test_empty_system_prompt_means_none():
     tools, _ = make_warehouse()
     result = run("t", ScriptedModel([answer_message("hi")]), tools, system_prompt="")
     assert [m["role"] for m in result.state.messages] == ["user", "assistant"]
+
+
+def test_calls_left_when_a_run_stops_are_answered_as_not_run():
+    """Calls of the last reply that the run stopped before judging each get a tool message saying they did not run."""
+    tools, effects = make_warehouse()
+    insist = multi_call(("a", "ship", ship_args(qty=9)), ("b", "count_stock", {"sku": "BOLT"}))
+    gate = lambda call: Verdict.deny("too many") if call.name == "ship" else Verdict.allow()
+    result = run("t", ScriptedModel([insist, insist]), tools, gate=gate)
+    assert result.stop is Stop.NO_PROGRESS
+    assert [(o.call_id, o.kind) for o in result.state.observations] == [
+        ("a", "denied"), ("b", "result"), ("a", "denied"), ("b", "denied")
+    ]
+    assert result.state.observations[-1].content == "not run: the run stopped (no_progress)"
+    assert result.state.tool_attempts == 1 and effects == []
+    # the record is valid wire history: a follow-up run can carry it
+    again = run("and now?", ScriptedModel([answer_message("ok")]), tools, history=result.state.messages)
+    assert all(check_run(again, [], Limits()).values())
+
+
+def test_check_run_counts_only_this_runs_tool_messages():
+    """Tool messages carried in as history are the past, not this run's observations."""
+    tools, _ = make_warehouse()
+    first = run("t", ScriptedModel([tool_call_message("c", "count_stock", {"sku": "BOLT"}), answer_message("40")]), tools)
+    second = run("more", ScriptedModel([answer_message("ok")]), tools, history=first.state.messages)
+    assert second.state.opening == len(first.state.messages) + 1
+    assert check_run(second, [], Limits())["observations_correlated"] is True

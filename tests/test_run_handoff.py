@@ -86,7 +86,8 @@ def test_handoff_skips_the_rest_of_the_reply() -> None:
     result = run("read both", ScriptedModel([message]), _tools(calls), gate=allow_all)
     assert result.stop is Stop.HANDOFF
     assert calls == ["locked"]
-    assert [o.call_id for o in result.state.observations] == ["a"]
+    assert [(o.call_id, o.kind) for o in result.state.observations] == [("a", "error"), ("b", "denied")]
+    assert result.state.observations[1].content == "not run: the run stopped (handoff)"
 
 
 def test_permanent_flag_reaches_the_wire_and_survives_a_round_trip() -> None:
