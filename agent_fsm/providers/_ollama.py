@@ -48,8 +48,8 @@ class OllamaChat(HttpModel):
     """
     A model behind Ollama's ``POST {base_url}/api/chat`` (non-streaming).
 
-    Environment: ``OLLAMA_HOST`` (default ``http://127.0.0.1:11434``; a bare
-    ``host:port`` is accepted, as Ollama itself does), ``OLLAMA_MODEL``,
+    Environment: ``OLLAMA_HOST`` (default ``http://127.0.0.1:11434``; a bare ``host``
+    or ``host:port`` means http and port 11434, as Ollama itself reads it), ``OLLAMA_MODEL``,
     ``OLLAMA_API_KEY`` (a bearer token, for servers behind a proxy).
     ``options`` is Ollama's own options object (``num_ctx``, ``seed``, ...).
     See :class:`HttpModel` for the transport options.
@@ -68,12 +68,12 @@ class OllamaChat(HttpModel):
 
     @staticmethod
     def _normalise_base_url(url: str) -> str:
-        if "://" not in url:
-            url = "http://" + url
-        parts = urlsplit(url)
-        if parts.port is None and parts.hostname and not parts.path.strip("/"):
-            url = f"{parts.scheme}://{parts.netloc}:11434"
-        return url
+        # As Ollama reads OLLAMA_HOST: a bare host means http and port 11434; an
+        # explicit scheme keeps that scheme's default port.
+        if "://" in url:
+            return url
+        parts = urlsplit("http://" + url)
+        return f"http://{url}" if parts.port is not None else f"http://{parts.hostname}:11434{parts.path}"
 
     def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Messages with object arguments and ``tool_name``; ``stream`` off; temperature inside ``options``."""
