@@ -50,6 +50,8 @@ FAILURE_KINDS: dict[str, str] = {
 
 _EXCERPT = 200
 _RETRY_STATUSES = frozenset({408, 429})
+# Failures after the request went out: the server may have served it.
+_UNKNOWN_OUTCOME = frozenset({"timeout", "disconnected", "truncated", "transport"})
 
 
 class ProviderConfigError(AgentFSMError, ValueError):
@@ -222,17 +224,11 @@ class HttpSettings:
             # Nothing reached the server: always safe to try again.
             return self._translate(exc, where, body_started=False), backoff
         except httpx.HTTPError as exc:
-            failure = self._translate(exc, where, body_started=False)
-            if self.retry_unknown_outcome:
-                return failure, backoff
-            raise failure from exc
+            return self._after_sending(self._translate(exc, where, body_started=False), backoff)
         try:
             raw = self._read_body(response, where)
         except httpx.HTTPError as exc:
-            failure = self._translate(exc, where, body_started=True, status=response.status_code)
-            if self.retry_unknown_outcome:
-                return failure, backoff
-            raise failure from exc
+            return self._after_sending(self._translate(exc, where, body_started=True, status=response.status_code), backoff)
         finally:
             response.close()
         status = response.status_code
@@ -249,6 +245,12 @@ class HttpSettings:
                     status=status,
                 )
             return failure, backoff if asked is None else asked
+        raise failure
+
+    def _after_sending(self, failure: ProviderFailure, backoff: float) -> tuple[ProviderFailure, float]:
+        """Retry a failure after the request went out only if the caller accepts a possible repeat."""
+        if self.retry_unknown_outcome and failure.kind in _UNKNOWN_OUTCOME:
+            return failure, backoff
         raise failure
 
     def _read_body(self, response: httpx.Response, where: str) -> bytes:

@@ -73,7 +73,7 @@ class OllamaChat(HttpModel):
         if "://" in url:
             return url
         parts = urlsplit("http://" + url)
-        return f"http://{url}" if parts.port is not None else f"http://{parts.hostname}:11434{parts.path}"
+        return f"http://{url}" if parts.port is not None else f"http://{parts.netloc}:11434{parts.path}"
 
     def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Messages with object arguments and ``tool_name``; ``stream`` off; temperature inside ``options``."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from agent_fsm import Stop, run, tool_call_message
 from agent_fsm.examples.support_desk import refund_gate
 from agent_fsm.providers import AnthropicMessages, from_anthropic_message, to_anthropic_messages
@@ -188,3 +191,61 @@ def test_truncated_reply_ends_truncated(server, sleeps, desk):
     server.script(truncated(anthropic_reply({"type": "text", "text": "hello"})))
     result = run(TASK, _model(server, sleeps), desk.tools)
     assert (result.stop, result.state.fault.kind) == (Stop.PROVIDER_ERROR, "truncated")
+
+
+# --- property: any engine transcript converts to a valid, lossless Messages request -----------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _transcripts(draw) -> list[dict]:
+    """system?, user, then turns of (assistant with 0-3 calls + their tool results), optionally a user message."""
+    messages: list[dict] = []
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": draw(st.text(min_size=1, max_size=10))})
+    messages.append({"role": "user", "content": draw(st.text(min_size=1, max_size=10))})
+    next_id = 0
+    for _ in range(draw(st.integers(0, 4))):
+        calls = []
+        for _ in range(draw(st.integers(0, 3))):
+            arguments = draw(st.dictionaries(st.text(max_size=5), _json_values, max_size=3))
+            calls.append((f"call_{next_id}", draw(st.sampled_from(["a", "b"])), arguments))
+            next_id += 1
+        text = draw(st.one_of(st.none(), st.text(min_size=1, max_size=10)))
+        if not calls and text is None:
+            text = "done"
+        message = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [
+                {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for i, n, a in calls
+            ]
+        messages.append(message)
+        messages.extend({"role": "tool", "tool_call_id": i, "content": json.dumps({"ok": True})} for i, _, _ in calls)
+        if draw(st.booleans()) or not calls:
+            messages.append({"role": "user", "content": draw(st.text(min_size=1, max_size=10))})
+    return messages
+
+
+@given(_transcripts())
+def test_any_transcript_converts_to_alternating_messages_that_round_trip(messages):
+    """Roles alternate from the user; each tool_result answers a tool_use of the turn before; assistant turns round-trip."""
+    system, converted = to_anthropic_messages(messages)
+    assert system == next((m["content"] for m in messages if m["role"] == "system"), None)
+    assert [m["role"] for m in converted] == ["user", "assistant"] * (len(converted) // 2) + ["user"] * (len(converted) % 2)
+    for previous, current in zip(converted, converted[1:]):
+        offered = {b["id"] for b in previous["content"] if b["type"] == "tool_use"}
+        answered = [b["tool_use_id"] for b in current["content"] if b["type"] == "tool_result"]
+        assert set(answered) == offered
+    originals = [m for m in messages if m["role"] == "assistant"]
+    replies = [from_anthropic_message(m) for m in converted if m["role"] == "assistant"]
+    assert len(replies) == len(originals)
+    for original, back in zip(originals, replies):
+        assert back["content"] == original["content"]
+        assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in back.get("tool_calls", [])] == [
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in original.get("tool_calls", [])
+        ]
