@@ -14,8 +14,7 @@ try:
     import httpx as _httpx  # noqa: F401
 except ModuleNotFoundError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ModuleNotFoundError(
-        "agent_fsm.providers needs httpx, which the 'providers' extra installs: "
-        "pip install 'agent_fsm[providers]'",
+        "agent_fsm.providers needs httpx, which the 'providers' extra installs: pip install 'agent_fsm[providers]'",
         name="httpx",
     ) from _exc
 

@@ -23,11 +23,11 @@ the caller opts in with ``retry_unknown_outcome=True``.
 from __future__ import annotations
 
 import email.utils
-import json
 import itertools
+import json
 import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,9 +75,7 @@ def check_base_url(url: str, source: str) -> str:
     """The base URL without a trailing slash, or :class:`ProviderConfigError` saying what is wrong."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ProviderConfigError(
-            f"{source} must be an http:// or https:// URL with a host, got {display_url(url)!r}"
-        )
+        raise ProviderConfigError(f"{source} must be an http:// or https:// URL with a host, got {display_url(url)!r}")
     return url.rstrip("/")
 
 
@@ -228,7 +226,9 @@ class HttpSettings:
         try:
             raw = self._read_body(response, where)
         except httpx.HTTPError as exc:
-            return self._after_sending(self._translate(exc, where, body_started=True, status=response.status_code), backoff)
+            return self._after_sending(
+                self._translate(exc, where, body_started=True, status=response.status_code), backoff
+            )
         finally:
             response.close()
         status = response.status_code
@@ -287,7 +287,9 @@ class HttpSettings:
         elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
             failure = self.failure(f"{where}: the connection dropped before a reply ({detail})", kind="disconnected")
         elif isinstance(exc, httpx.DecodingError):
-            failure = self.failure(f"{where}: the reply could not be decoded ({detail})", kind="bad_response", status=status)
+            failure = self.failure(
+                f"{where}: the reply could not be decoded ({detail})", kind="bad_response", status=status
+            )
         else:
             failure = self.failure(f"{where} failed: {type(exc).__name__} ({detail})", kind="transport", status=status)
         failure.__cause__ = exc
@@ -345,8 +347,8 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max((when - datetime.now(timezone.utc)).total_seconds(), 0.0)
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 def _noted(failure: ProviderFailure, note: str) -> ProviderFailure:

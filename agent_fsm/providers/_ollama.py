@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..models import ModelReply
+from ..wire import assistant_text
 from ._adapter import HttpModel, arguments_object, object_of
 from ._http import prompt_tokens
 
@@ -27,8 +28,7 @@ def _to_ollama_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
     out: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
-        content = message.get("content")
-        entry: dict[str, Any] = {"role": role, "content": content if isinstance(content, str) else ""}
+        entry: dict[str, Any] = {"role": role, "content": assistant_text(message) or ""}
         if role == "assistant" and isinstance(message.get("tool_calls"), list):
             calls = []
             for call in message["tool_calls"]:
@@ -99,7 +99,9 @@ class OllamaChat(HttpModel):
         message = dict(message)
         calls = message.get("tool_calls")
         if message.get("content") is None and not calls:
-            raise self._bad(f"the message has neither content nor tool_calls (done_reason={reply.get('done_reason')!r})", status)
+            raise self._bad(
+                f"the message has neither content nor tool_calls (done_reason={reply.get('done_reason')!r})", status
+            )
         if isinstance(calls, list):
             message["tool_calls"] = [_with_id(call, turn, index) for index, call in enumerate(calls)]
         return ModelReply(message, prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")))

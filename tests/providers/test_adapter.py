@@ -101,4 +101,6 @@ def test_adapters_are_models_and_context_managers():
             assert isinstance(model, Model)
             client = model._http.client
         assert client.is_closed
-    assert repr(OllamaChat(base_url="http://x.test:1", model="m")) == "OllamaChat(base_url='http://x.test:1', model='m')"
+    assert (
+        repr(OllamaChat(base_url="http://x.test:1", model="m")) == "OllamaChat(base_url='http://x.test:1', model='m')"
+    )

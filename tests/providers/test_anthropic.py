@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import given
@@ -43,13 +44,21 @@ def test_parallel_calls_become_tool_use_blocks_and_their_results_one_user_messag
         "role": "assistant",
         "content": "Looking both up.",
         "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'}},
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'},
+            },
             {"id": "call_2", "type": "function", "function": {"name": "read_policy", "arguments": ""}},
         ],
     }
     results = [
         {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"ok": True, "kind": "result", "content": 1})},
-        {"role": "tool", "tool_call_id": "call_2", "content": json.dumps({"ok": False, "kind": "denied", "content": "no"})},
+        {
+            "role": "tool",
+            "tool_call_id": "call_2",
+            "content": json.dumps({"ok": False, "kind": "denied", "content": "no"}),
+        },
     ]
     _, messages = to_anthropic_messages([{"role": "user", "content": "go"}, assistant, *results])
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
@@ -98,7 +107,11 @@ def test_reply_blocks_become_an_openai_wire_message_with_string_arguments():
         "role": "assistant",
         "content": "Checking.",
         "tool_calls": [
-            {"id": "toolu_9", "type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'}}
+            {
+                "id": "toolu_9",
+                "type": "function",
+                "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'},
+            }
         ],
     }
 
@@ -121,7 +134,9 @@ def test_usage_counts_cached_prompt_parts():
 def test_tool_use_then_answer_runs_to_answered(server, sleeps, desk):
     """tool_use, its tool_result sent back under the same id, then text: answered with the reported usage."""
     server.script(
-        anthropic_reply(_tool_use("toolu_01", "lookup_order", {"order_id": "A-17"}), input_tokens=300, stop_reason="tool_use"),
+        anthropic_reply(
+            _tool_use("toolu_01", "lookup_order", {"order_id": "A-17"}), input_tokens=300, stop_reason="tool_use"
+        ),
         anthropic_reply({"type": "text", "text": "You paid 4999 cents."}, input_tokens=340),
     )
     result = run(TASK, _model(server, sleeps, api_key="ak-local", max_tokens=256), desk.tools, gate=refund_gate)
@@ -170,7 +185,9 @@ def test_overloaded_529_is_retried(server, sleeps, desk):
 
 def test_an_error_status_keeps_the_status_and_the_message(server, sleeps, desk):
     """404 with Anthropic's error shape: provider_error kind http, status 404, message quoted."""
-    server.script(json_reply({"type": "error", "error": {"type": "not_found_error", "message": "model: claude-x"}}, 404))
+    server.script(
+        json_reply({"type": "error", "error": {"type": "not_found_error", "message": "model: claude-x"}}, 404)
+    )
     result = run(TASK, _model(server, sleeps), desk.tools)
     assert (result.state.fault.kind, result.state.fault.status) == ("http", 404)
     assert "model: claude-x" in result.reason
@@ -233,19 +250,24 @@ def _transcripts(draw) -> list[dict]:
 
 @given(_transcripts())
 def test_any_transcript_converts_to_alternating_messages_that_round_trip(messages):
-    """Roles alternate from the user; each tool_result answers a tool_use of the turn before; assistant turns round-trip."""
+    """Roles alternate from the user; each tool_result answers the turn before; assistant turns round-trip."""
     system, converted = to_anthropic_messages(messages)
     assert system == next((m["content"] for m in messages if m["role"] == "system"), None)
-    assert [m["role"] for m in converted] == ["user", "assistant"] * (len(converted) // 2) + ["user"] * (len(converted) % 2)
-    for previous, current in zip(converted, converted[1:]):
+    assert [m["role"] for m in converted] == ["user", "assistant"] * (len(converted) // 2) + ["user"] * (
+        len(converted) % 2
+    )
+    for previous, current in itertools.pairwise(converted):
         offered = {b["id"] for b in previous["content"] if b["type"] == "tool_use"}
         answered = [b["tool_use_id"] for b in current["content"] if b["type"] == "tool_result"]
         assert set(answered) == offered
     originals = [m for m in messages if m["role"] == "assistant"]
     replies = [from_anthropic_message(m) for m in converted if m["role"] == "assistant"]
     assert len(replies) == len(originals)
-    for original, back in zip(originals, replies):
+    for original, back in zip(originals, replies, strict=True):
         assert back["content"] == original["content"]
-        assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in back.get("tool_calls", [])] == [
-            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in original.get("tool_calls", [])
+        assert [
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in back.get("tool_calls", [])
+        ] == [
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in original.get("tool_calls", [])
         ]

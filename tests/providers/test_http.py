@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -36,7 +36,11 @@ class Script:
 
 def _model(script: Script, sleeps: list[float], **options) -> OpenAIChat:
     return OpenAIChat(
-        base_url="http://provider.test/v1", model="m", transport=httpx.MockTransport(script), sleep=sleeps.append, **options
+        base_url="http://provider.test/v1",
+        model="m",
+        transport=httpx.MockTransport(script),
+        sleep=sleeps.append,
+        **options,
     )
 
 
@@ -99,8 +103,8 @@ def test_an_unreadable_retry_after_falls_back_to_the_backoff(sleeps):
 
 def test_retry_after_as_an_http_date():
     """A date in the future is the seconds until then; one in the past means no wait."""
-    future = email.utils.format_datetime(datetime.now(timezone.utc) + timedelta(seconds=100), usegmt=True)
-    past = email.utils.format_datetime(datetime.now(timezone.utc) - timedelta(seconds=100), usegmt=True)
+    future = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=100), usegmt=True)
+    past = email.utils.format_datetime(datetime.now(UTC) - timedelta(seconds=100), usegmt=True)
     assert 90 < _retry_after(httpx.Headers({"retry-after": future})) <= 100
     assert _retry_after(httpx.Headers({"retry-after": past})) == 0.0
     assert _retry_after(httpx.Headers({})) is None
@@ -185,5 +189,11 @@ def test_credentials_in_the_url_never_reach_a_message(sleeps):
 def test_every_kind_raised_is_documented():
     """The kinds the tests above observe are exactly the documented ones."""
     assert set(FAILURE_KINDS) == {
-        "transport", "timeout", "disconnected", "truncated", "http", "bad_response", "request_limit"
+        "transport",
+        "timeout",
+        "disconnected",
+        "truncated",
+        "http",
+        "bad_response",
+        "request_limit",
     }

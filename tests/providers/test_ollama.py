@@ -109,3 +109,17 @@ def test_ollama_host_is_read_as_ollama_reads_it(monkeypatch, host, expected):
     """OLLAMA_HOST may omit the scheme and the port."""
     monkeypatch.setenv("OLLAMA_HOST", host)
     assert OllamaChat(model="m").base_url == expected
+
+
+def test_text_parts_and_a_null_content_are_sent_as_strings():
+    """Content given as OpenAI text parts is joined; a call-only assistant message sends ''."""
+    model = OllamaChat(base_url="http://127.0.0.1:9", model="m")
+    body = model.request_body(
+        [
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": None, "tool_calls": []},
+        ],
+        [],
+    )
+    assert [m["content"] for m in body["messages"]] == ["ab", ""]
+    assert "tools" not in body and "options" not in body

@@ -13,8 +13,8 @@ from agent_fsm.providers import OpenAIChat
 
 from .loopback import (
     DROP,
-    json_reply,
     free_port_refusing,
+    json_reply,
     openai_answer,
     openai_tool_call,
     slow,
@@ -40,7 +40,10 @@ def _run(model, desk, **kwargs):
 
 def test_tool_call_then_answer_runs_to_answered(server, sleeps, desk):
     """A proposal, its observation sent back under the same id, then an answer: answered."""
-    server.script(openai_tool_call("call_a1", "lookup_order", LOOKUP, prompt_tokens=111), openai_answer("You paid 4999 cents.", 222))
+    server.script(
+        openai_tool_call("call_a1", "lookup_order", LOOKUP, prompt_tokens=111),
+        openai_answer("You paid 4999 cents.", 222),
+    )
     result = _run(_model(server, sleeps, api_key="sk-local"), desk)
     assert result.stop is Stop.ANSWERED
     assert result.answer == "You paid 4999 cents."
@@ -61,7 +64,9 @@ def test_tool_call_then_answer_runs_to_answered(server, sleeps, desk):
 
 def test_malformed_arguments_become_an_invalid_observation_not_a_provider_error(server, sleeps, desk):
     """Broken JSON in a tool call inside a valid response is the engine's to judge: invalid, then the run goes on."""
-    server.script(openai_tool_call("call_b1", "lookup_order", '{"order_id": "A-17"'), openai_answer("Sorry, retrying failed."))
+    server.script(
+        openai_tool_call("call_b1", "lookup_order", '{"order_id": "A-17"'), openai_answer("Sorry, retrying failed.")
+    )
     result = _run(_model(server, sleeps), desk)
     assert result.stop is Stop.ANSWERED
     assert [o.kind for o in result.state.observations] == ["invalid"]
