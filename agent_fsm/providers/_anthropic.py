@@ -18,7 +18,7 @@ from typing import Any
 from ..models import ModelReply
 from ..wire import assistant_text
 from ._adapter import HttpModel, arguments_object, object_of
-from ._http import prompt_tokens
+from ._http import ProviderConfigError, prompt_tokens
 
 __all__ = ["AnthropicMessages", "from_anthropic_message", "to_anthropic_messages"]
 
@@ -163,6 +163,8 @@ class AnthropicMessages(HttpModel):
     path = "/v1/messages"
 
     def __init__(self, *, max_tokens: int = 1024, **options: Any) -> None:
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ProviderConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         super().__init__(**options)
         self.max_tokens = max_tokens
 

@@ -29,3 +29,14 @@ def sleeps() -> list[float]:
 def desk() -> SupportDesk:
     """A fresh support desk (order A-17, empty effect log)."""
     return make_support_desk()
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own provider settings or proxy must not leak into loopback tests."""
+    for provider in ("OPENAI", "ANTHROPIC", "OLLAMA"):
+        for suffix in ("BASE_URL", "MODEL", "API_KEY"):
+            monkeypatch.delenv(f"{provider}_{suffix}", raising=False)
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")

@@ -29,6 +29,8 @@ class Reply:
     missing_bytes: int = 0
     delay: float = 0.0
     drop: bool = False
+    # Seconds to stall after sending the headers and half the body.
+    body_delay: float = 0.0
 
 
 def json_reply(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
@@ -44,6 +46,11 @@ def text_reply(text: str, status: int = 200) -> Reply:
 def slow(reply: Reply, seconds: float) -> Reply:
     """``reply``, sent only after ``seconds`` (released early when the server stops)."""
     return attrs.evolve(reply, delay=seconds)
+
+
+def stalled(reply: Reply, seconds: float) -> Reply:
+    """``reply`` whose body stops half-way for ``seconds`` after the headers went out."""
+    return attrs.evolve(reply, body_delay=seconds)
 
 
 def truncated(reply: Reply, missing_bytes: int = 50) -> Reply:
@@ -147,7 +154,14 @@ class LoopbackServer:
                         self.send_header("connection", "close")
                         self.close_connection = True
                     self.end_headers()
-                    self.wfile.write(reply.body)
+                    if reply.body_delay:
+                        half = len(reply.body) // 2
+                        self.wfile.write(reply.body[:half])
+                        self.wfile.flush()
+                        server._stopping.wait(reply.body_delay)
+                        self.wfile.write(reply.body[half:])
+                    else:
+                        self.wfile.write(reply.body)
                     self.wfile.flush()
                 except OSError:
                     self.close_connection = True  # the client gave up (e.g. its read timeout); nothing to answer

@@ -104,3 +104,10 @@ def test_adapters_are_models_and_context_managers():
     assert (
         repr(OllamaChat(base_url="http://x.test:1", model="m")) == "OllamaChat(base_url='http://x.test:1', model='m')"
     )
+
+
+@pytest.mark.parametrize("max_tokens", [0, -5, 1.5, True])
+def test_anthropic_max_tokens_must_be_a_positive_integer(max_tokens):
+    """max_tokens is required by the API and checked when the adapter is built."""
+    with pytest.raises(ProviderConfigError, match="max_tokens must be a positive integer"):
+        AnthropicMessages(base_url="http://x.test", model="m", max_tokens=max_tokens)

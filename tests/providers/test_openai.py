@@ -18,6 +18,7 @@ from .loopback import (
     openai_answer,
     openai_tool_call,
     slow,
+    stalled,
     text_reply,
     truncated,
 )
@@ -33,6 +34,11 @@ def _model(server, sleeps, **options) -> OpenAIChat:
 
 def _run(model, desk, **kwargs):
     return run(TASK, model, desk.tools, gate=refund_gate, **kwargs)
+
+
+def _nothing_made_up(result) -> bool:
+    """The run kept its opening transcript and invented no assistant message or answer."""
+    return result.answer is None and [m["role"] for m in result.state.messages] == ["system", "user"]
 
 
 # --- good runs -------------------------------------------------------------------------
@@ -110,6 +116,7 @@ def test_429_asking_to_wait_beyond_the_cap_is_not_retried(server, sleeps, desk):
     assert (result.state.fault.kind, result.state.fault.status) == ("http", 429)
     assert "600s" in result.reason and "quota" in result.reason
     assert sleeps == [] and len(server.requests) == 1
+    assert _nothing_made_up(result)
 
 
 def test_500_is_retried_with_backoff_until_the_budget_is_spent(server, sleeps, desk):
@@ -122,7 +129,7 @@ def test_500_is_retried_with_backoff_until_the_budget_is_spent(server, sleeps, d
     assert "gave up after 3 attempts" in fault.message
     assert sleeps == [0.25, 0.5]
     assert len(server.requests) == 3
-    assert result.answer is None and result.state.messages[-1]["role"] == "user"
+    assert _nothing_made_up(result)
 
 
 def test_a_503_then_success_recovers(server, sleeps, desk):
@@ -153,6 +160,7 @@ def test_read_timeout_ends_timeout_without_a_retry(server, sleeps, desk):
     assert (result.state.fault.kind, result.state.fault.status) == ("timeout", None)
     assert "timed out waiting for the reply" in result.reason
     assert len(server.requests) == 1 and sleeps == []
+    assert _nothing_made_up(result)
 
 
 def test_read_timeout_is_retried_when_the_caller_opts_in(server, sleeps, desk):
@@ -163,6 +171,16 @@ def test_read_timeout_is_retried_when_the_caller_opts_in(server, sleeps, desk):
     assert len(server.requests) == 2
 
 
+def test_a_body_stalling_past_the_read_timeout_ends_timeout_with_the_status(server, sleeps, desk):
+    """Headers arrive, then the body stalls: provider_error kind timeout, status 200, the phase named."""
+    server.script(stalled(openai_answer("slowly"), 5))
+    result = _run(_model(server, sleeps, read_timeout=0.2), desk)
+    assert (result.state.fault.kind, result.state.fault.status) == ("timeout", 200)
+    assert "timed out reading the reply body" in result.reason
+    assert len(server.requests) == 1
+    assert _nothing_made_up(result)
+
+
 def test_dropped_connection_ends_disconnected(server, sleeps, desk):
     """The server reads the request and hangs up: provider_error kind disconnected, not retried."""
     server.script(DROP, openai_answer("never asked"))
@@ -170,6 +188,7 @@ def test_dropped_connection_ends_disconnected(server, sleeps, desk):
     assert result.stop is Stop.PROVIDER_ERROR
     assert result.state.fault.kind == "disconnected"
     assert len(server.requests) == 1
+    assert _nothing_made_up(result)
 
 
 def test_truncated_body_ends_truncated_with_the_status(server, sleeps, desk):
@@ -179,6 +198,7 @@ def test_truncated_body_ends_truncated_with_the_status(server, sleeps, desk):
     assert result.stop is Stop.PROVIDER_ERROR
     assert (result.state.fault.kind, result.state.fault.status) == ("truncated", 200)
     assert "broke off" in result.reason
+    assert _nothing_made_up(result)
 
 
 # --- bodies that are not a completion --------------------------------------------------------
@@ -203,6 +223,7 @@ def test_a_body_that_is_not_a_completion_ends_bad_response(server, sleeps, desk,
     assert (result.state.fault.kind, result.state.fault.status) == ("bad_response", 200)
     assert needle in result.reason
     assert result.answer is None and len(server.requests) == 1
+    assert _nothing_made_up(result)
 
 
 def test_an_oversized_body_ends_bad_response(server, sleeps, desk):
@@ -220,6 +241,7 @@ def test_client_errors_are_not_retried_and_keep_the_status(server, sleeps, desk)
     assert (result.state.fault.kind, result.state.fault.status) == ("http", 400)
     assert "tools[0] is invalid" in result.reason
     assert len(server.requests) == 1 and sleeps == []
+    assert _nothing_made_up(result)
 
 
 def test_the_api_key_never_reaches_the_fault_or_the_repr(server, sleeps, desk):
