@@ -171,6 +171,10 @@ class HttpModel:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
         status, data = self._http.post_json(self.path, self.request_body(messages, tools), self.headers())
+        return self._reply_to(messages, data, status)
+
+    def _reply_to(self, messages: Sequence[Mapping[str, Any]], data: Any, status: int) -> ModelReply:
+        """Read the reply; an adapter that needs the transcript to do so (for ids) overrides this."""
         return self.read_reply(data, status)
 
 

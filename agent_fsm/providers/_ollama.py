@@ -106,11 +106,9 @@ class OllamaChat(HttpModel):
             message["tool_calls"] = [_with_id(call, turn, index) for index, call in enumerate(calls)]
         return ModelReply(message, prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")))
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:
-        """As :meth:`HttpModel.chat`, numbering the reply by the assistant messages before it."""
-        status, data = self._http.post_json(self.path, self.request_body(messages, tools), self.headers())
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
-        return self.read_reply(data, status, turn=turn)
+    def _reply_to(self, messages: Sequence[Mapping[str, Any]], data: Any, status: int) -> ModelReply:
+        """Number the reply's calls by the assistant messages before it."""
+        return self.read_reply(data, status, turn=sum(1 for m in messages if m.get("role") == "assistant"))
 
 
 def _with_id(call: Any, turn: int, index: int) -> Any:

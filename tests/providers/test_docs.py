@@ -107,3 +107,12 @@ def test_the_failure_table_lists_every_kind(doc):
     """The kinds table in the docs names exactly the kinds the adapters raise."""
     table = _section(doc, "## Failures")
     assert set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M)) == set(FAILURE_KINDS)
+
+
+def test_readme_example_without_a_server_ends_provider_error_at_once(capsys):
+    """With nothing listening, the README example prints a provider_error after one attempt, no retry."""
+    blocks = _python_blocks(_section((ROOT / "README.md").read_text(), "## Real models"))
+    namespace = _execute(blocks[0], {"http://127.0.0.1:8080/v1": free_port_refusing() + "/v1"})
+    assert namespace["result"].stop is Stop.PROVIDER_ERROR
+    assert namespace["model"].requests_made == 1
+    assert capsys.readouterr().out.startswith("provider_error ProviderFault(type='ProviderFailure', kind='transport'")

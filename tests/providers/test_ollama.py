@@ -44,6 +44,16 @@ def test_tool_call_then_answer_with_synthesized_ids(server, sleeps, desk):
     assert json.loads(sent[3]["content"])["content"]["paid_cents"] == 4999
 
 
+def test_each_turn_numbers_its_calls_afresh(server, sleeps, desk):
+    """Two tool turns in one run: ollama_0_0, then ollama_1_0, each answered under its own id."""
+    lookup = ollama_reply({"tool_calls": [_call("lookup_order", {"order_id": "A-17"})]})
+    server.script(lookup, ollama_reply({"tool_calls": [_call("read_policy", {})]}), ollama_reply({"content": "Done."}))
+    result = run(TASK, _model(server, sleeps), desk.tools)
+    assert result.stop is Stop.ANSWERED
+    assert [o.call_id for o in result.state.observations] == ["ollama_0_0", "ollama_1_0"]
+    assert [o.kind for o in result.state.observations] == ["result", "result"]
+
+
 def test_ids_depend_only_on_the_transcript():
     """The same transcript gives the same ids, and a later turn gives new ones."""
     model = OllamaChat(base_url="http://127.0.0.1:9", model="m")
