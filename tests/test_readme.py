@@ -12,15 +12,18 @@ import pytest
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def blocks(language: str) -> list[str]:
-    """The README's fenced code blocks in ``language``, in order."""
-    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+def blocks(language: str, section: str | None = None) -> list[str]:
+    """The README's fenced code blocks in ``language``, in order (only under ``## section`` when given)."""
+    text = README.read_text()
+    if section is not None:
+        text = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
 def test_tour_runs_as_written():
-    """Every python block of the README runs, in order, in one namespace, and its assertions hold."""
+    """Every python block of the tour runs, in order, in one namespace, and its assertions hold."""
     namespace: dict = {}
-    tour = blocks("python")
+    tour = blocks("python", "A tour")
     assert len(tour) >= 5
     for block in tour:
         exec(compile(block, str(README), "exec"), namespace)  # the README's own code, run as a user would
