@@ -9,18 +9,30 @@ on to :func:`agent_fsm.scenario.run_scenario` as its ``model``.
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from .scenario import ScenarioResult, SpecFormatError, discover, load_scenario, run_scenario
 from .transcript import format_result
 
+if TYPE_CHECKING:
+    from .models import Model
+
 __all__ = ["run_command"]
 
 DEFAULT_ROOT = Path("specs")
+
+
+class Provider(str, enum.Enum):
+    """Model providers a spec can be run against instead of its scripted model."""
+
+    openai = "openai"
+    anthropic = "anthropic"
+    ollama = "ollama"
 
 
 def _fail(message: str) -> typer.Exit:
@@ -44,9 +56,23 @@ def _list(root: Path) -> int:
     return status
 
 
-def _run_one(path: Path) -> ScenarioResult:
+def _provider_model(provider: Provider, base_url: str | None, model: str | None, read_timeout: float | None) -> Model:
     try:
-        return run_scenario(load_scenario(path))
+        from .providers import ProviderConfigError, build_model
+    except ImportError as exc:
+        raise _fail(str(exc)) from None
+    options = {} if read_timeout is None else {"read_timeout": read_timeout}
+    try:
+        # The API key comes from the provider's environment variable only, never a flag:
+        # flags end up in shell history and process listings.
+        return build_model(provider.value, base_url=base_url, model=model, **options)
+    except ProviderConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _run_one(path: Path, model: Model | None = None) -> ScenarioResult:
+    try:
+        return run_scenario(load_scenario(path), model=model)
     except SpecFormatError as exc:
         raise _fail(str(exc)) from None
 
@@ -72,8 +98,22 @@ def run_command(
     save: Annotated[
         Optional[Path], typer.Option("--save", help="Write the trace (spec, run state, effects, expectations) as JSON.")
     ] = None,
+    provider: Annotated[
+        Optional[Provider],
+        typer.Option(
+            "--provider",
+            help="Run against a real model instead of the spec's own (API key from the provider's environment variable).",
+        ),
+    ] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="The provider's base URL.")] = None,
+    model_name: Annotated[Optional[str], typer.Option("--model", help="The provider's model name.")] = None,
+    read_timeout: Annotated[
+        Optional[float], typer.Option("--read-timeout", help="Seconds to wait for the provider's reply.", min=0.001)
+    ] = None,
 ) -> None:
     """Run a scenario spec: transcript, typed ending, effect log, and each expectation with ok or FAILED."""
+    if provider is None and (base_url or model_name or read_timeout is not None):
+        raise typer.BadParameter("--base-url, --model and --read-timeout go with --provider", param_hint="--provider")
     if list_:
         raise typer.Exit(_list(spec if spec is not None else DEFAULT_ROOT))
     if spec is None:
@@ -84,7 +124,8 @@ def run_command(
         paths = discover(spec)
         if not paths:
             raise _fail(f"no specs found under {spec}")
-        outcomes = [_run_one(path) for path in paths]
+        model = None if provider is None else _provider_model(provider, base_url, model_name, read_timeout)
+        outcomes = [_run_one(path, model) for path in paths]
         for outcome in outcomes:
             typer.echo(f"{'ok    ' if outcome.passed else 'FAILED'}  {outcome.scenario.name}  ({outcome.result.stop.value})")
             for failure in outcome.failures:
@@ -94,7 +135,8 @@ def run_command(
         raise typer.Exit(1 if failed else 0)
     if not spec.exists():
         raise _fail(f"{spec}: no such spec file")
-    outcome = _run_one(spec)
+    model = None if provider is None else _provider_model(provider, base_url, model_name, read_timeout)
+    outcome = _run_one(spec, model)
     _show(outcome)
     if save is not None:
         save.write_text(json.dumps(outcome.to_data(), indent=2) + "\n", encoding="utf-8")
