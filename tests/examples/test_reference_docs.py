@@ -22,7 +22,7 @@ def test_docs_python_blocks_run():
 
 
 def _readme_specs() -> list[str]:
-    section = ROOT.joinpath("README.md").read_text().split("## More reference systems", 1)[1]
+    section = ROOT.joinpath("README.md").read_text().split("## More reference systems", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"agent-fsm run (specs/\S+\.toml)", section)
 
 
