@@ -112,12 +112,17 @@ class ProviderFailure(AgentFSMError, OSError):
 class ToolError(Exception):
     """Raise from a tool handler for an expected, informative failure.
 
-    The run goes on: the failure becomes an ``error`` observation the model
-    can read. ``data``, when given, is the observation's content instead of
-    the message (it must be JSON data).
+    The failure becomes an ``error`` observation the model can read. ``data``,
+    when given, is the observation's content instead of the message (it must
+    be JSON data). ``permanent=True`` says that retrying cannot help (a
+    permission the service will never grant, a record that is gone): the
+    observation is marked permanent and the run ends ``handoff`` instead of
+    offering the model another proposal. A transient failure (the default)
+    leaves the next step to the model.
     """
 
-    def __init__(self, message: str, *, data: Any = None) -> None:
+    def __init__(self, message: str, *, data: Any = None, permanent: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
+        self.permanent = permanent

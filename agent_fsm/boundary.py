@@ -61,7 +61,8 @@ def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -
     Run a validated, allowed call's handler and observe what happened.
 
     Expected failures (:data:`EXPECTED_TOOL_ERRORS`) become ``error``
-    observations; results are stored as JSON data.
+    observations (marked ``permanent`` when a :class:`ToolError` says so);
+    results are stored as JSON data.
 
     Raises:
         HandlerError: the handler raised anything else (a bug); ``state`` is attached.
@@ -69,7 +70,8 @@ def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -
     try:
         result = tools[call.name].handler(**call.arguments)  # type: ignore[arg-type]
     except EXPECTED_TOOL_ERRORS as exc:
-        return Observation(call.call_id, False, "error", _error_content(exc))
+        permanent = isinstance(exc, ToolError) and exc.permanent
+        return Observation(call.call_id, False, "error", _error_content(exc), permanent=permanent)
     except Exception as exc:
         raise HandlerError(
             f"handler of {call.name!r} raised {type(exc).__name__}: {exc} (a bug, not a tool failure;"

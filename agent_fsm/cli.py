@@ -11,6 +11,8 @@ from __future__ import annotations
 import typer
 
 from .diagrams import diagram_command
+from .patterns.compare import compare_command
+from .scenario_cli import run_command
 
 app = typer.Typer(
     name="agent-fsm",
@@ -34,7 +36,9 @@ def demo() -> None:
     raise typer.Exit(main())
 
 
-app.command("diagram")(diagram_command)
+app.command(name="compare")(compare_command)
+app.command(name="run")(run_command)
+app.command(name="diagram")(diagram_command)
 
 
 def main() -> None:

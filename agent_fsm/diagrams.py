@@ -175,6 +175,7 @@ class _Call:
     arguments: str
     observation: Observation | None
     rejected_by_human: bool = False
+    closed: bool = False  # answered "not run" when the run stopped before judging it
 
 
 @attrs.frozen
@@ -187,17 +188,31 @@ class _Turn:
     calls: tuple[_Call, ...]
 
 
-# resume(approve=False) records the reviewer's refusal with this prefix; it is the only
-# trace a pause leaves in a saved state (an approval leaves none: see path_of).
+# Two marks the engine leaves in observations' text, the only record of these moves:
+# resume(approve=False) words the reviewer's refusal with the first (an approval
+# leaves no mark: see path_of); a run that stops with calls still pending answers
+# each of them, unjudged, with the second.
 _HUMAN_REJECTION = "rejected by a human reviewer:"
+_NOT_RUN = "not run: the run stopped ("
 
 
 def _run_messages(state: RunState) -> list[Mapping[str, Any]]:
-    """The messages this run appended: the trailing assistant and tool messages after the task."""
-    start = len(state.messages)
-    while start > 0 and state.messages[start - 1].get("role") in ("assistant", "tool"):
-        start -= 1
+    """The messages this run appended, after its opening (system prompt, history, task)."""
+    start = state.opening
+    if start == 0:  # saved before states counted their opening: the trailing assistant and tool messages
+        start = len(state.messages)
+        while start > 0 and state.messages[start - 1].get("role") in ("assistant", "tool"):
+            start -= 1
     return state.messages[start:]
+
+
+def _marked(observation: Observation | None, mark: str) -> bool:
+    return (
+        observation is not None
+        and observation.kind == "denied"
+        and isinstance(observation.content, str)
+        and observation.content.startswith(mark)
+    )
 
 
 def _turns(state: RunState) -> list[_Turn]:
@@ -221,13 +236,16 @@ def _turns(state: RunState) -> list[_Turn]:
                         f" call is {call_id!r}"
                     )
                 taken += 1
-            human = (
-                observation is not None
-                and observation.kind == "denied"
-                and isinstance(observation.content, str)
-                and observation.content.startswith(_HUMAN_REJECTION)
+            calls.append(
+                _Call(
+                    call_id,
+                    str(function.get("name")),
+                    str(function.get("arguments")),
+                    observation,
+                    rejected_by_human=_marked(observation, _HUMAN_REJECTION),
+                    closed=_marked(observation, _NOT_RUN),
+                )
             )
-            calls.append(_Call(call_id, str(function.get("name")), str(function.get("arguments")), observation, human))
         turns.append(_Turn(len(turns) + 1, _logged(state, len(turns)), message, tuple(calls)))
     if state.machine_state == "ProviderError":
         turns.append(_Turn(len(turns) + 1, _logged(state, len(turns)), None, ()))
@@ -255,9 +273,11 @@ def path_of(run: RunResult | RunState) -> RunPath:
     The path ``run`` took through the run machine, reconstructed from its record.
 
     Each assistant message is one ``Ready -> Proposing`` turn; each of its
-    proposals went to ``Executing`` (a ``result`` or ``error`` observation) or
-    to ``Denied`` (``invalid`` or ``denied``), then on to the reply's next
-    proposal or back to ``Ready``; the state the run rests in closes the path.
+    proposals went to ``Executing`` (a ``result`` or ``error`` observation;
+    a permanent error hands off) or to ``Denied`` (``invalid`` or ``denied``),
+    then on to the reply's next proposal or back to ``Ready``; calls the run
+    answered "not run" when it stopped were never judged; the state the run
+    rests in closes the path.
     A call a human *rejected* is drawn through ``AwaitingApproval``; one a
     human *approved* cannot be told from one the gate allowed (the saved state
     keeps no mark of it) and is drawn ``Proposing -> Executing``.
@@ -280,6 +300,8 @@ def path_of(run: RunResult | RunState) -> RunPath:
         where = dest
 
     turns = _turns(state)
+    # No progress is detected at a denial: the last one judged, if the run stopped there.
+    last_judged = next((o for o in reversed(state.observations) if not _marked(o, _NOT_RUN)), None)
     for turn in turns:
         if machine.state(where).is_resting:
             raise TraceError(f"the record goes on after the run stopped in {where!r}")
@@ -291,19 +313,19 @@ def path_of(run: RunResult | RunState) -> RunPath:
             go("judge", final if final in ("Answered", "AnswerRejected") else "Answered")
             continue
         for index, call in enumerate(turn.calls):
-            if call.observation is None:
-                break  # the run rests on this call: closed below
+            if call.observation is None or call.closed:
+                break  # the run rests on this call, unjudged: closed below
             more = "Proposing" if index + 1 < len(turn.calls) else "Ready"
             if call.observation.kind in ("result", "error"):
                 go("judge", "Executing")
-                go("observe", more)
+                go("observe", "Handoff" if call.observation.permanent else more)
             else:
                 if call.rejected_by_human:
                     go("judge", "AwaitingApproval")
                     go("reject", "Denied")
                 else:
                     go("judge", "Denied")
-                last = call.observation is state.observations[-1]
+                last = call.observation is last_judged
                 go("observe", "NoProgress" if last and final == "NoProgress" else more)
             if machine.state(where).is_resting:
                 break
@@ -566,7 +588,7 @@ def _call_lines(call: _Call, state: RunState, resting: bool) -> Iterator[str]:
     def say(arrow: str, text: str) -> str:
         return f"    {arrow}: {_mermaid_text(text, _TEXT_LIMIT)}"
 
-    observation = call.observation
+    observation = None if call.closed else call.observation
     proposal = f"{call.name} {call.arguments} [{call.call_id}]"
     if observation is None:
         if resting and state.machine_state == "AwaitingApproval":
@@ -582,6 +604,8 @@ def _call_lines(call: _Call, state: RunState, resting: bool) -> Iterator[str]:
             yield say("Note over engine", f"{call.name} [{call.call_id}] waits behind the paused call")
         else:
             yield say("Note over engine", f"{call.name} [{call.call_id}] is not judged: the run stopped first")
+        if call.closed:
+            yield say("engine-->>model", f"tool message [{call.call_id}] denied: not run")
         return
     if observation.kind == "invalid":
         yield say("Note over engine", f"invalid proposal: {observation.content}")
@@ -597,7 +621,7 @@ def _call_lines(call: _Call, state: RunState, resting: bool) -> Iterator[str]:
         yield say("engine->>gate", proposal)
         yield say("gate-->>engine", "allow")
         yield say("engine->>tool", f"{call.name} {call.arguments}")
-        yield say("tool-->>engine", _observation_text(observation))
+        yield say("tool-->>engine", ("permanent " if observation.permanent else "") + _observation_text(observation))
     yield say("engine-->>model", f"tool message [{call.call_id}] {observation.kind}")
 
 
@@ -648,8 +672,9 @@ def sequence_diagram(run: RunResult | RunState) -> str:
         if text:
             lines.append(f"    Note over model: {_mermaid_text(text, _TEXT_LIMIT)}")
         for call in turn.calls:
-            lines.extend(_call_lines(call, state, resting=call.observation is None and not stopped))
-            stopped = stopped or call.observation is None
+            unjudged = call.observation is None or call.closed
+            lines.extend(_call_lines(call, state, resting=unjudged and not stopped))
+            stopped = stopped or unjudged
     stop = state.stop
     ending = f"stop: {stop.value}" if stop is not None else f"still working, in {state.machine_state}"
     if state.machine_state == "AnswerRejected" and state.judgement is not None:

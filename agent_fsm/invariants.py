@@ -27,8 +27,8 @@ def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict
         ``effects_authorized``: every entry of the effect log equals the content
         of some ``ok`` observation (no effect without an allowed, executed call);
         ``observations_correlated``: every tool message answers a call id
-        proposed earlier in the transcript, and observations and tool messages
-        agree one to one; ``bounded``: turns, tool attempts and every prompt
+        proposed earlier in the transcript, and this run's observations and
+        tool messages (those after ``state.opening``) agree one to one; ``bounded``: turns, tool attempts and every prompt
         sent stayed within ``limits``; ``typed_ending``: ``stop`` is a
         :class:`Stop` and agrees with the machine state the run rests in.
     """
@@ -37,10 +37,10 @@ def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict
     proposed: set[str] = set()
     correlated = True
     tool_messages = 0
-    for message in state.messages:
+    for index, message in enumerate(state.messages):
         for item in message.get("tool_calls") or ():
             proposed.add(item.get("id"))
-        if message.get("role") == "tool":
+        if message.get("role") == "tool" and index >= state.opening:
             tool_messages += 1
             correlated = correlated and message.get("tool_call_id") in proposed
     correlated = correlated and tool_messages == len(state.observations)

@@ -26,6 +26,7 @@ class Stop(str, enum.Enum):
     TOKEN_LIMIT = "token_limit"  # the next prompt would exceed max_prompt_tokens
     NO_PROGRESS = "no_progress"  # the same rejected proposal came back repeated_denials times
     TOOL_LIMIT = "tool_limit"  # max_tool_calls handler attempts were spent and another was proposed
+    HANDOFF = "handoff"  # a tool failed permanently; no further tool runs, a person takes over
     AWAITING_APPROVAL = "awaiting_approval"  # the gate asked a human; resume() continues
     PROVIDER_ERROR = "provider_error"  # the model could not be reached; no answer is made up
 
@@ -33,7 +34,13 @@ class Stop(str, enum.Enum):
         return self.value
 
 
-_non_negative = [v.instance_of(int), v.ge(0)]
+def _whole_number(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    # bool is an int subclass; Limits(max_turns=True) is a mistake, not one turn.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"'{attribute.name}' must be an int (got {value!r} that is a {type(value).__name__}).")
+
+
+_non_negative = [_whole_number, v.ge(0)]
 
 
 @attrs.frozen
@@ -51,5 +58,5 @@ class Limits:
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
     max_prompt_tokens: int = attrs.field(default=4000, validator=_non_negative)
-    repeated_denials: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+    repeated_denials: int = attrs.field(default=2, validator=[_whole_number, v.ge(1)])
     max_tool_calls: int | None = attrs.field(default=None, validator=v.optional(_non_negative))

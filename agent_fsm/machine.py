@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import attrs
-from transitions import Machine, State
+from transitions import Event, Machine, State, Transition
 
 from ._exceptions import InvalidTransition, MachineDefinitionError
 from .limits import Stop
@@ -134,8 +134,17 @@ class MachineSpec:
             return None
         return next(e.event for e in self.edges if e.source == name)
 
+    def ending_of(self, name: str) -> str | None:
+        """The ending state ``name`` reports, as declared (``None`` for working states)."""
+        return self.state(name).stop
+
     def stop_of(self, name: str) -> Stop | None:
-        """The typed ending of state ``name``, or ``None`` while working."""
+        """
+        The ending of state ``name`` as a :class:`Stop`, or ``None`` while working.
+
+        For machines whose endings are run stops (the run machine); other
+        machines declare endings of their own, read with :meth:`ending_of`.
+        """
         stop = self.state(name).stop
         return None if stop is None else Stop(stop)
 
@@ -150,6 +159,57 @@ class MachineSpec:
 
 
 Vocabulary = Mapping[str, Callable[[Any], Any]]
+
+
+# The two classes below are transitions' documented extension points
+# (Machine.transition_cls / event_cls). The stock Transition.execute logs
+# every step and resolves each callback by name; on the engine's hot path,
+# a few transitions per model turn, that cost as much as the turn's real
+# work. A compiled machine only ever declares guards and on-enter effects
+# as plain functions of the run, so these keep exactly that and nothing else.
+
+
+class _GuardedTransition(Transition):
+    """A transition whose guards and destination effects are functions of the run."""
+
+    effects: tuple[Callable[[Any], Any], ...] = ()
+
+    def execute(self, event_data: Any) -> bool:
+        run = event_data.model
+        for condition in self.conditions:
+            if condition.func(run) != condition.target:
+                return False
+        run.machine_state = self.dest
+        for effect in self.effects:
+            effect(run)
+        return True
+
+
+class _DirectEvent(Event):
+    """An event fired straight at its transitions: the shared machine is never queued."""
+
+    def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
+        candidates = self.transitions.get(getattr(model, self.machine.model_attribute))
+        if candidates is None:  # not a source of this event: let transitions raise its MachineError
+            return super().trigger(model, *args, **kwargs)
+        for transition in candidates:
+            if transition.execute(_FiredEvent(model)):
+                return True
+        return False
+
+
+class _FiredEvent:
+    """The one thing a guarded transition reads from its event: the run."""
+
+    __slots__ = ("model",)
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+
+class _SharedMachine(Machine):
+    transition_cls = _GuardedTransition
+    event_cls = _DirectEvent
 
 
 class CompiledMachine:
@@ -183,7 +243,7 @@ class CompiledMachine:
             }
             for e in spec.edges
         ]
-        self.machine = Machine(
+        self.machine = _SharedMachine(
             model=None,  # runs are never attached: each is passed to the event it triggers
             states=states,
             transitions=transitions,
@@ -194,6 +254,10 @@ class CompiledMachine:
             ignore_invalid_triggers=False,  # an event the state cannot take is a bug and raises
             queued=False,  # shared by all runs; the driver is the only caller, effects never trigger
         )
+        for event in self.machine.events.values():
+            for candidates in event.transitions.values():
+                for transition in candidates:
+                    transition.effects = tuple(self.machine.get_state(transition.dest).on_enter)
         self._events = {name: self.machine.events[name] for name in {e.event for e in spec.edges}}
         self._auto = {s.name: spec.auto_event(s.name) for s in spec.states}
 
@@ -280,9 +344,28 @@ RUN_MACHINE = MachineSpec(
         ),
         StateSpec("StepLimit", "absorbing", "max_turns model calls were made.", stop="step_limit"),
         StateSpec("TokenLimit", "absorbing", "The next prompt would exceed max_prompt_tokens.", stop="token_limit"),
-        StateSpec("NoProgress", "absorbing", "The same rejected proposal kept coming back.", stop="no_progress"),
-        StateSpec("ToolLimit", "absorbing", "A call was proposed with the tool budget spent.", stop="tool_limit"),
+        StateSpec(
+            "NoProgress",
+            "absorbing",
+            "The same rejected proposal kept coming back.",
+            on_enter=("close_pending",),
+            stop="no_progress",
+        ),
+        StateSpec(
+            "ToolLimit",
+            "absorbing",
+            "A call was proposed with the tool budget spent.",
+            on_enter=("close_pending",),
+            stop="tool_limit",
+        ),
         StateSpec("ProviderError", "absorbing", "The model could not be reached.", stop="provider_error"),
+        StateSpec(
+            "Handoff",
+            "absorbing",
+            "A tool failed permanently; no further tool runs.",
+            on_enter=("close_pending",),
+            stop="handoff",
+        ),
     ),
     edges=(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
@@ -295,6 +378,7 @@ RUN_MACHINE = MachineSpec(
         Edge("Proposing", "judge", "Denied", guard="call_rejected", meaning="invalid, unknown or denied"),
         Edge("Proposing", "judge", "AwaitingApproval", guard="approval_needed", meaning="gate asks a human"),
         Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
+        Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
         Edge(
             "Executing", "observe", "Proposing", guard="calls_pending", consumes="pending_calls",
             meaning="next call of the same reply",

@@ -36,16 +36,22 @@ class Observation:
     ``kind`` tells a denial (the gate refused) from an invalid proposal
     (it broke the contract) from an error (the handler failed in an expected
     way) from a result; a policy that only sees "failed" can only retry blindly.
+    ``permanent`` marks an ``error`` the tool declared unrecoverable
+    (``ToolError(..., permanent=True)``); such an error ends the run ``handoff``.
     """
 
     call_id: str
     ok: bool
     kind: ObservationKind = attrs.field(validator=attrs.validators.in_(_KINDS))
     content: Any
+    permanent: bool = attrs.field(default=False, kw_only=True)
 
     def wire_content(self) -> str:
         """The text of the tool message that carries this observation to the model."""
-        return json.dumps({"ok": self.ok, "kind": self.kind, "content": self.content})
+        data = {"ok": self.ok, "kind": self.kind, "content": self.content}
+        if self.permanent:
+            data["permanent"] = True
+        return json.dumps(data)
 
 
 TokenEstimator = Callable[[Mapping[str, Any]], int]

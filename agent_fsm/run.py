@@ -10,6 +10,7 @@ cross the effect boundary). The table they serve is
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -142,6 +143,12 @@ def call_allowed(run: _Run) -> bool:
     return judgement is not None and judgement.kind == "allow"
 
 
+def failed_permanently(run: _Run) -> bool:
+    """The call just executed reported a failure that retrying cannot fix."""
+    observations = run.state.observations
+    return bool(observations) and observations[-1].permanent
+
+
 def calls_pending(run: _Run) -> bool:
     """The current reply has calls not yet judged."""
     return bool(run.state.pending)
@@ -229,6 +236,22 @@ def record_rejection(run: _Run) -> None:
     _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
 
 
+def close_pending(run: _Run) -> None:
+    """
+    Answer every call the run stops before judging, as ``denied``.
+
+    A transcript whose assistant message proposes calls that no tool message
+    answers is not valid wire history: a provider would refuse it if the
+    conversation went on with ``history=``. The calls did not run; saying so
+    keeps the record complete.
+    """
+    state = run.state
+    stop = RUN_MACHINE.ending_of(state.machine_state)
+    while state.pending:
+        call = state.pending[0]
+        _observe(run, Observation(call.call_id, False, "denied", f"not run: the run stopped ({stop})"))
+
+
 def record_answer(run: _Run) -> None:
     """Keep the answer text of the final assistant message."""
     run.state.answer = assistant_text(run.state.messages[-1]) or ""
@@ -249,11 +272,13 @@ _MACHINE = compile_machine(
             approval_needed,
             call_allowed,
             calls_pending,
+            failed_permanently,
             denial_repeated,
             take_proposal,
             execute_call,
             record_rejection,
             record_answer,
+            close_pending,
         )
     },
 )
@@ -275,6 +300,9 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
         return f"{state.turns} of {limits.max_turns} model calls made"
     if stop is Stop.TOKEN_LIMIT:
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
+    if stop is Stop.HANDOFF:
+        content = state.observations[-1].content
+        return f"a tool failed permanently: {content if isinstance(content, str) else json.dumps(content)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
 
 
@@ -311,6 +339,7 @@ def start_state(
     for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
         state.messages.append(message)
         state.message_tokens += estimator(message)
+    state.opening = len(state.messages)
     return state
 
 

@@ -69,6 +69,9 @@ class RunState:
     judgement: Judgement | None = None
     denials: dict[str, int] = attrs.field(factory=dict)
     answer: str | None = None
+    # How many messages the run started with (system prompt, history, task):
+    # what came before is a conversation's past, not this run's record.
+    opening: int = 0
     fault: ProviderFault | None = None
     # Estimated tokens of ``messages``, kept as messages are appended so each
     # is measured once; ``usage_offset`` corrects it with a provider's count.

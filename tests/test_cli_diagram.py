@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_fsm import run
+from agent_fsm.catalog import machines
 from agent_fsm.cli import app
 from agent_fsm.demo import TASK, overreaching_model
 from agent_fsm.diagrams import path_of, sequence_diagram, to_dot, to_mermaid
@@ -98,10 +99,11 @@ def test_all_writes_every_catalog_diagram(tmp_path: Path) -> None:
     done = runner.invoke(app, ["diagram", "--all", "--output", str(tmp_path / "out")])
     assert done.exit_code == 0, done.output
     names = sorted(Path(line).name for line in done.stdout.splitlines())
-    assert names == ["run.dot", "run.mmd", "run.svg"]
+    assert names == sorted(f"{machine}.{ext}" for machine in machines() for ext in ("mmd", "dot", "svg"))
     committed = Path(__file__).resolve().parent.parent / "diagrams"
-    for name in ("run.mmd", "run.dot"):
-        assert (tmp_path / "out" / name).read_text() == (committed / name).read_text()
+    for name in names:
+        if not name.endswith(".svg"):
+            assert (tmp_path / "out" / name).read_text() == (committed / name).read_text()
 
 
 def test_help_reads_well() -> None:
@@ -145,7 +147,8 @@ def test_usage_errors_exit_2(args: list[str], complaint: str) -> None:
 
 def test_unknown_machine_exits_1() -> None:
     """An unknown machine name fails in one line naming the known ones."""
-    _fails_in_one_line(runner.invoke(app, ["diagram", "--machine", "nope"]), "unknown machine 'nope' (known: run)")
+    known = ", ".join(machines())
+    _fails_in_one_line(runner.invoke(app, ["diagram", "--machine", "nope"]), f"unknown machine 'nope' (known: {known})")
 
 
 def test_missing_trace_exits_1(tmp_path: Path) -> None:

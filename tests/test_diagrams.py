@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm import Limits, ProviderFailure, ScriptedModel, ask_for_effects, resume, run
+from agent_fsm import Limits, ProviderFailure, ScriptedModel, ToolError, ToolSpec, ask_for_effects, resume, run
 from agent_fsm.catalog import machines
 from agent_fsm.demo import TASK, overreaching_model
 from agent_fsm.diagrams import (
@@ -174,6 +174,7 @@ POLICY = ("read_policy", {})
 SMALL_REFUND = ("refund_order", {"order_id": "A-17", "amount_cents": 100})
 BIG_REFUND = ("refund_order", {"order_id": "A-17", "amount_cents": 9999})
 UNKNOWN = ("wipe_orders", {})
+CHARGE = ("charge_card", {})  # always fails permanently: the run hands off
 BROKEN = ("lookup_order", '{"order_id": ')
 ANSWER = answer_message("Done.")
 
@@ -195,6 +196,15 @@ class _Unreachable(_InOrder):
         if not self.replies:
             raise ProviderFailure("connection refused", kind="transport")
         return super().chat(messages, tools)
+
+
+def _desk_tools() -> dict[str, ToolSpec]:
+    """The support desk's tools plus one whose every failure is permanent."""
+
+    def charge_card() -> None:
+        raise ToolError("the card processor refused the account", permanent=True)
+
+    return {**make_support_desk().tools, "charge_card": ToolSpec("Charge the card on file.", {}, charge_card)}
 
 
 def _states(path: RunPath) -> list[str]:
@@ -250,6 +260,10 @@ KNOWN_SHAPES = {
     "provider error on the second turn": (
         lambda tools: run(TASK, _Unreachable([_reply(("a", *LOOKUP))]), tools),
         "Ready Proposing Executing Ready Proposing ProviderError",
+    ),
+    "a permanent tool failure hands off": (
+        lambda tools: run(TASK, ScriptedModel([_reply(("a", *LOOKUP), ("b", *CHARGE), ("c", *LOOKUP))]), tools),
+        "Ready Proposing Executing Proposing Executing Handoff",
     ),
     "answer refused by the answer check": (
         lambda tools: run(TASK, ScriptedModel([ANSWER]), tools, answer_check=lambda text, state: "cite an order"),
@@ -378,7 +392,7 @@ def test_path_of_known_shapes(shape: str) -> None:
     """The reconstructed path equals both the expected shape and the states the real engine entered."""
     make, expected = KNOWN_SHAPES[shape]
     with _recording() as entered:
-        result = make(make_support_desk().tools)
+        result = make(_desk_tools())
     path = path_of(result)
     assert _states(path) == entered == expected.split()
     assert path.end == result.state.machine_state
@@ -420,6 +434,7 @@ def test_path_of_human_approval_is_not_recorded() -> None:
 
 
 _PROPOSALS = {
+    "charge": CHARGE,
     "lookup": LOOKUP,
     "missing": MISSING,
     "policy": POLICY,
@@ -452,7 +467,7 @@ def test_path_of_matches_the_engine_on_random_runs(turns, gate, limits, rejectio
             for n, turn in enumerate(turns)
         ]
     )
-    tools = make_support_desk().tools
+    tools = _desk_tools()
     chosen = {"refund": refund_gate, "ask": ask_for_effects(tools), "default": None}[gate]
     with _recording() as entered:
         result = run(TASK, script, tools, gate=chosen, limits=limits)

@@ -1,0 +1,267 @@
+"""
+Documentation lookup: a search / read / final decision loop over a version-pinned corpus.
+
+The fictional ``harborctl`` tool has documentation for two versions; a
+lookup is pinned to one of them. A policy proposes ``search``, ``read`` or
+``final`` through :class:`agent_fsm.policy.DecisionPolicy`; the engine
+validates, dispatches and stops. Three checks stay apart:
+
+* the *answer check* (engine hook): a final decision is well formed and cites
+  a page read in this run, else the run ends ``answer_rejected``;
+* the *outcome check* ``outcome_ok`` (independent): the answered command and
+  the cited page are the right ones; an ``answered`` stop alone never passes;
+* the run invariants (:func:`agent_fsm.check_run`).
+
+Endings of the decision loop and the engine stops they are::
+
+    final (accepted)         -> answered
+    invalid decision         -> an ``invalid`` observation; no_progress when it repeats (repeated_denials=1: at once)
+    provider error (OSError) -> provider_error
+    unread citation          -> answer_rejected
+    tool limit               -> tool_limit (checked before dispatch; failed reads count)
+    turn limit               -> step_limit
+    wrong-version read       -> an ``error`` observation; the policy may recover within its budget
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._exceptions import ToolError
+from ..environment import Environment
+from ..limits import Limits, Stop
+from ..policy import FinalDecision, named, observations_of, string_fields
+from ..state import RunResult, RunState
+from ..tools import ToolSpec
+
+__all__ = [
+    "CORPUS",
+    "EXPECTED",
+    "FINAL",
+    "LIMITS",
+    "POLICIES",
+    "Corpus",
+    "cited_page_check",
+    "environment",
+    "outcome_ok",
+]
+
+LIMITS = Limits(max_turns=4, max_tool_calls=3, repeated_denials=1)
+"""The lookup's budgets: four policy turns, three tool attempts, and no second chance for a refused decision."""
+
+FINAL = FinalDecision("final", string_fields({"answer": 500, "citation": 64}, may_be_empty=("citation",)))
+"""A final decision: the answer and the id of the page it rests on (``""`` for none)."""
+
+SYSTEM_PROMPT = (
+    "You answer questions about harborctl from its documentation. Search, read the page you rely on, "
+    "then answer with the command and cite the page you read."
+)
+
+CORPUS: tuple[dict[str, str], ...] = (
+    {
+        "id": "rollback-v1",
+        "version": "v1",
+        "title": "Rolling back a deployment",
+        "text": "Version 1 rolls back by redeploying an older build: pass the build number explicitly.",
+        "command": "harborctl deploy --env staging --build PREVIOUS",
+    },
+    {
+        "id": "rollback-v2",
+        "version": "v2",
+        "title": "Rolling back a deployment",
+        "text": "Return staging to the last release that passed its health checks with the rollback subcommand.",
+        "command": "harborctl rollback --env staging --to last-healthy",
+    },
+    {
+        "id": "deploy-v2",
+        "version": "v2",
+        "title": "Deploying a release",
+        "text": "Ship a tagged release to staging; health checks gate the switch of traffic.",
+        "command": "harborctl deploy --env staging --release TAG",
+    },
+    {
+        "id": "logs-v2",
+        "version": "v2",
+        "title": "Reading service logs",
+        "text": "Stream the logs of a staging service, newest lines last.",
+        "command": "harborctl logs --env staging --follow SERVICE",
+    },
+)
+
+EXPECTED = {"answer": "harborctl rollback --env staging --to last-healthy", "citation": "rollback-v2"}
+"""What the rollback question should produce; only the outcome check reads it, never a policy."""
+
+_STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "can",
+        "do",
+        "for",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "the",
+        "to",
+        "what",
+        "with",
+    ]
+)
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.casefold())) - _STOP_WORDS
+
+
+class Corpus:
+    """The pages of one documentation version; search and read never leave it."""
+
+    def __init__(self, pages: Sequence[Mapping[str, str]], version: str) -> None:
+        self.version = version
+        self.pages = {p["id"]: dict(p) for p in pages}
+
+    def search(self, query: str) -> list[dict[str, str]]:
+        """At most two pages of the pinned version, ranked by words shared with ``query``."""
+        terms = _words(query)
+        ranked = []
+        for page in self.pages.values():
+            if page["version"] == self.version:
+                score = len(terms & _words(f"{page['title']} {page['text']}"))
+                if score:
+                    ranked.append((-score, page["id"], page["title"]))
+        return [{"id": page_id, "title": title} for _, page_id, title in sorted(ranked)[:2]]
+
+    def read(self, page_id: str) -> dict[str, str]:
+        """The whole page, if it exists in the pinned version."""
+        page = self.pages.get(page_id)
+        if page is None:
+            raise ToolError(f"no page {page_id!r}")
+        if page["version"] != self.version:
+            raise ToolError(f"page {page_id!r} documents {page['version']}; this lookup is pinned to {self.version}")
+        return dict(page)
+
+
+def _pages_read(state: RunState) -> set[str]:
+    return {
+        o["result"]["id"]
+        for o in observations_of(state.messages)
+        if o["action"] == "read" and o["ok"] and isinstance(o["result"], dict)
+    }
+
+
+def cited_page_check(fields: dict[str, Any], state: RunState) -> str | None:
+    """A citation must name a page read in this run; finding a title in a search is not reading it."""
+    citation = fields["citation"]
+    if citation and citation not in _pages_read(state):
+        return f"the answer cites {citation!r}, which was not read in this run"
+    return None
+
+
+def outcome_ok(result: RunResult) -> bool:
+    """The independent outcome: answered with the right command AND the right cited page."""
+    if result.stop is not Stop.ANSWERED or result.answer is None:
+        return False
+    fields, _ = FINAL.read(result.answer)
+    return fields is not None and fields == EXPECTED
+
+
+# --- policies: plain decide functions behind the narrow interface ---------------
+
+
+def scripted(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Search the question, read the best hit, answer with its command and cite it."""
+    if not observations:
+        return {"action": "search", "query": task}
+    last = observations[-1]
+    if not last["ok"]:
+        return {"action": "final", "answer": f"I could not finish: {last['result']}", "citation": ""}
+    if last["action"] == "search":
+        if not last["result"]:
+            return {"action": "final", "answer": "No page matches the question.", "citation": ""}
+        return {"action": "read", "page_id": last["result"][0]["id"]}
+    return {"action": "final", "answer": last["result"]["command"], "citation": last["result"]["id"]}
+
+
+def shell_action(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Proposes an action the interface does not have."""
+    return {"action": "shell", "command": "rm -rf /srv/docs"}
+
+
+def provider_down(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """A model-backed policy whose provider cannot be reached."""
+    raise ConnectionRefusedError("model endpoint refused the connection")
+
+
+def cites_unread(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Answers at once with a plausible command and a page it never opened."""
+    return {"action": "final", "answer": EXPECTED["answer"], "citation": "rollback-v2"}
+
+
+def always_search(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Keeps searching after it has enough source material."""
+    return {"action": "search", "query": f"{task} (attempt {len(observations) + 1})"}
+
+
+def wrong_version_first(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Reads the v1 page first, sees the refusal, then does the lookup properly."""
+    if not observations:
+        return {"action": "read", "page_id": "rollback-v1"}
+    return scripted(task, observations[1:])
+
+
+def invents_command(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Reads the right page, then answers a command the page does not give."""
+    decision = scripted(task, observations)
+    if decision["action"] == "final":
+        decision["answer"] = "harborctl undo --env staging"
+    return decision
+
+
+POLICIES = {
+    "scripted": scripted,
+    "shell_action": shell_action,
+    "provider_down": provider_down,
+    "cites_unread": cites_unread,
+    "always_search": always_search,
+    "wrong_version_first": wrong_version_first,
+    "invents_command": invents_command,
+}
+
+
+def environment(version: str = "v2") -> Environment:
+    """A fresh lookup pinned to ``version``, with every policy above as a named model."""
+    corpus = Corpus(CORPUS, version)
+    tools = {
+        "search": ToolSpec(
+            "Search the pinned documentation; returns page ids and titles.",
+            string_fields({"query": 300}),
+            corpus.search,
+        ),
+        "read": ToolSpec(
+            "Read one page of the pinned documentation by id.",
+            {
+                "type": "object",
+                "properties": {"page_id": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"}},
+                "required": ["page_id"],
+                "additionalProperties": False,
+            },
+            corpus.read,
+        ),
+    }
+    return Environment(
+        tools=tools,
+        models={name: named(decide, final=FINAL) for name, decide in POLICIES.items()},
+        checks={"outcome_ok": outcome_ok},
+        answer_check=FINAL.check(cited_page_check),
+        system_prompt=SYSTEM_PROMPT,
+    )

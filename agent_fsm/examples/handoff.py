@@ -1,0 +1,335 @@
+"""
+A handoff controller: after each tool reply, finish, continue, or hand the work to a person.
+
+A maintenance assistant looks up how often pump PX-200 (asset P-7) must be
+inspected. Manuals can be out of date, searches can time out, some manuals
+are restricted, and booking an inspection moves a technician's day. The
+module has two halves that share one vocabulary:
+
+* the controller on its own: :func:`decide` (finish, continue or handoff,
+  from the tool-attempt count, its limit and the last status) and
+  :func:`replay`, which plays a host loop over a supplied list of events and
+  reports why it ended and how many tool attempts were made;
+* the same world as an engine environment (:func:`environment`), whose
+  scenario specs end for each of the reasons the controller distinguishes.
+
+Error results stay distinct: ``transient`` (a timeout; the call may be
+retried), ``permanent`` (a permission the service will never grant; ends the
+run ``handoff``), ``schema`` (the arguments broke the contract; they may be
+corrected) and ``denied`` (the policy refused the action).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from .._exceptions import ProviderFailure, ToolError
+from ..environment import Environment
+from ..gates import Verdict
+from ..state import RunResult, RunState
+from ..tools import ToolCall, ToolSpec
+from ..wire import parse_tool_calls
+
+__all__ = [
+    "INTERVAL_DAYS",
+    "Ending",
+    "Event",
+    "Replay",
+    "decide",
+    "environment",
+    "flaky_environment",
+    "replay",
+]
+
+Action = Literal["finish", "tool"]
+Decision = Literal["answer", "continue", "handoff"]
+STATUSES = ("ok", "transient", "permanent", "schema", "denied")
+
+
+class Ending(str, enum.Enum):
+    """Why a replayed run ended; one completed flag would lose these distinctions."""
+
+    ANSWERED = "answered"  # a checked answer backed by evidence
+    MISSING_EVIDENCE = "missing_evidence"  # an honest answer that the sources did not settle the question
+    DENIED_ACTION = "denied_action"  # the last tool call was refused by policy
+    INVALID_ACTION = "invalid_action"  # the last tool call broke its schema
+    EXHAUSTED_BUDGET = "exhausted_budget"  # another tool was wanted with every attempt spent
+    SERVICE_FAILURE = "service_failure"  # the tool service failed (timed out, or permanently)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def decide(action: Action, used: int, limit: int, status: str) -> Decision:
+    """
+    The controller's rule, in this order: a finish is answered; a tool call
+    continues only while ``used < limit`` and the last ``status`` is ``ok``;
+    anything else is handed off.
+
+    The order lets a final answer through after the last allowed attempt, and
+    never lets another tool through because the model says it is nearly done.
+
+    Raises:
+        ValueError: ``action`` is not ``finish`` or ``tool``, or ``status`` is unknown.
+    """
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {list(STATUSES)}, got {status!r}")
+    if action == "finish":
+        return "answer"
+    if action != "tool":
+        raise ValueError(f"action must be 'finish' or 'tool', got {action!r}")
+    if used < limit and status == "ok":
+        return "continue"
+    return "handoff"
+
+
+@attrs.frozen
+class Event:
+    """
+    One proposal in a replay, with what came of it.
+
+    ``action="tool"`` carries the ``status`` its call came back with;
+    ``action="finish"`` carries whether the answer had ``evidence``.
+    """
+
+    action: Action = attrs.field(validator=attrs.validators.in_(("finish", "tool")))
+    status: str = attrs.field(default="ok", validator=attrs.validators.in_(STATUSES))
+    evidence: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any] | str) -> Event:
+        """``"finish"``, ``{"action": "tool", "status": "transient"}`` and the like; ValueError otherwise."""
+        if isinstance(data, str):
+            data = {"action": data}
+        if not isinstance(data, Mapping):
+            raise ValueError(f"an event is a mapping or 'finish'/'tool', got {data!r}")
+        unknown = sorted(set(data) - {"action", "status", "evidence"})
+        if unknown:
+            raise ValueError(f"unknown event keys {unknown}; expected action, status, evidence")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bad event {dict(data)!r}: {exc}") from exc
+
+
+@attrs.frozen
+class Replay:
+    """How a replay ended, the tool attempts it made, and the decision taken at each event."""
+
+    ending: Ending
+    attempts: int
+    decisions: tuple[Decision, ...]
+
+
+def _handoff_reason(used: int, limit: int, status: str) -> Ending:
+    if status == "denied":
+        return Ending.DENIED_ACTION
+    if status == "schema":
+        return Ending.INVALID_ACTION
+    if status in ("transient", "permanent"):
+        return Ending.SERVICE_FAILURE
+    assert used >= limit, "decide() hands off an ok status only at the limit"
+    return Ending.EXHAUSTED_BUDGET
+
+
+def replay(
+    events: Iterable[Event | Mapping[str, Any] | str],
+    *,
+    limit: int,
+    policy: Literal["immediate", "deferred"] = "immediate",
+) -> Replay:
+    """
+    Play the host loop over ``events``: ask :func:`decide` before each one.
+
+    Attempts are counted when a call is issued, failed ones included, so an
+    unreliable tool cannot be retried for ever. With ``policy="immediate"`` a
+    ``permanent`` failure hands off as soon as it arrives, before another
+    proposal is read; with ``"deferred"`` it only stops further tools, and a
+    prepared final answer may still follow. Neither runs another tool after it.
+
+    Raises:
+        ValueError: a malformed event, a negative limit, an unknown policy, or
+            events that run out before the loop ends.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+    if policy not in ("immediate", "deferred"):
+        raise ValueError(f"policy must be 'immediate' or 'deferred', got {policy!r}")
+    used, status = 0, "ok"
+    decisions: list[Decision] = []
+    for raw in events:
+        event = raw if isinstance(raw, Event) else Event.from_data(raw)
+        decision = decide(event.action, used, limit, status)
+        decisions.append(decision)
+        if decision == "answer":
+            ending = Ending.ANSWERED if event.evidence else Ending.MISSING_EVIDENCE
+            return Replay(ending, used, tuple(decisions))
+        if decision == "handoff":
+            return Replay(_handoff_reason(used, limit, status), used, tuple(decisions))
+        used += 1  # counted when issued, before its outcome is known
+        status = event.status
+        if status == "permanent" and policy == "immediate":
+            decisions.append("handoff")
+            return Replay(Ending.SERVICE_FAILURE, used, tuple(decisions))
+    raise ValueError(f"the events ran out after {used} tool attempts before the controller ended the run")
+
+
+# --- the same world as an engine environment -------------------------------------
+
+INTERVAL_DAYS = 180
+"""The PX-200 inspection interval, as its own manual states it."""
+
+SYSTEM_PROMPT = (
+    "You help a maintenance technician. Answer only from manuals you have read in this conversation, "
+    "and cite the manual id. If the manuals do not settle the question, say so and say what would."
+)
+
+_MANUALS = {
+    "M-100": {"manual_id": "M-100", "model": "PX-100", "text": "PX-100 pumps: inspect seals every 90 days."},
+    "M-200": {
+        "manual_id": "M-200",
+        "model": "PX-200",
+        "text": f"PX-200 pumps: inspect seals every {INTERVAL_DAYS} days.",
+        "inspection_interval_days": INTERVAL_DAYS,
+    },
+}
+_RESTRICTED = {"M-300": "the vendor"}
+
+
+def _tools(effects: list[dict[str, Any]], *, flaky: bool) -> dict[str, ToolSpec]:
+    searches = {"count": 0}
+
+    def search_manuals(query: str) -> list[dict[str, str]]:
+        searches["count"] += 1
+        if flaky and searches["count"] == 1:
+            raise TimeoutError("the manual search did not answer within 5 s; nothing was changed, a retry is safe")
+        if "PX-200" in query:
+            return [{"manual_id": "M-200", "title": "PX-200 service manual"}, {"manual_id": "M-300", "title": "PX-200 vendor addendum"}]
+        return [{"manual_id": "M-100", "title": "PX-100 service manual (older pump)"}]
+
+    def read_manual(manual_id: str) -> dict[str, Any]:
+        if manual_id in _RESTRICTED:
+            message = f"permission denied: {manual_id} is restricted to {_RESTRICTED[manual_id]}"
+            raise ToolError(message, data={"category": "permanent", "message": message}, permanent=True)
+        if manual_id not in _MANUALS:
+            raise KeyError(f"no manual {manual_id}")
+        return dict(_MANUALS[manual_id])
+
+    def schedule_inspection(asset_id: str, interval_days: int) -> dict[str, Any]:
+        booking = {"asset_id": asset_id, "interval_days": interval_days}
+        effects.append(booking)
+        return booking
+
+    return {
+        "search_manuals": ToolSpec("Search the manual library; returns manual ids and titles.", {"query": str}, search_manuals),
+        "read_manual": ToolSpec(
+            "Read one manual by id.",
+            {
+                "type": "object",
+                "properties": {"manual_id": {"type": "string", "pattern": "^M-[0-9]+$"}},
+                "required": ["manual_id"],
+                "additionalProperties": False,
+            },
+            read_manual,
+        ),
+        "schedule_inspection": ToolSpec(
+            "Book recurring inspections for an asset. Commits a technician's time.",
+            {
+                "type": "object",
+                "properties": {
+                    "asset_id": {"type": "string"},
+                    "interval_days": {"type": "integer", "minimum": 1, "maximum": 365},
+                },
+                "required": ["asset_id", "interval_days"],
+                "additionalProperties": False,
+            },
+            schedule_inspection,
+            effectful=True,
+        ),
+    }
+
+
+def _manuals_read(state: RunState) -> list[dict[str, Any]]:
+    """Contents of every manual successfully read in this run."""
+    calls = {c.call_id: c for m in state.messages for c in parse_tool_calls(m)}
+    return [
+        o.content
+        for o in state.observations
+        if o.ok and o.call_id in calls and calls[o.call_id].name == "read_manual" and isinstance(o.content, dict)
+    ]
+
+
+_INTERVAL = re.compile(r"every\s+(\d+)\s+days", re.IGNORECASE)
+
+
+def check_answer(answer: str, state: RunState) -> str | None:
+    """
+    Refuse an answer that states an interval no manual read in this run supports.
+
+    An honest "the manuals do not settle it" states no interval and passes:
+    missing evidence is a legitimate answer, a made-up interval is not.
+    """
+    stated = {int(n) for n in _INTERVAL.findall(answer)}
+    supported = {int(n) for m in _manuals_read(state) for n in _INTERVAL.findall(m.get("text", ""))}
+    unsupported = sorted(stated - supported)
+    if unsupported:
+        return f"the answer states an interval of {unsupported[0]} days that no manual read in this run supports"
+    return None
+
+
+def _resolved(result: RunResult) -> bool:
+    """The outcome check: the PX-200 interval was read from its own manual and stated in the answer."""
+    answer = result.answer or ""
+    read = any(m.get("model") == "PX-200" for m in _manuals_read(result.state))
+    stated = {int(n) for n in _INTERVAL.findall(answer)}
+    return read and stated == {INTERVAL_DAYS} and "M-200" in answer
+
+
+def _review_gate(call: ToolCall) -> Verdict:
+    """Bookings go to a person with the proposed action in view; reads run."""
+    if call.name == "schedule_inspection":
+        return Verdict.ask(f"book {json.dumps(call.arguments)}: a supervisor confirms the interval against the cited manual")
+    return Verdict.allow("read-only tool")
+
+
+class _Unreachable:
+    """A model whose provider never answers."""
+
+    def chat(self, messages: Any, tools: Any = ()) -> Any:
+        raise ProviderFailure("the model endpoint timed out after 30 s", kind="timeout")
+
+
+def environment(*, flaky: bool = False) -> Environment:
+    """
+    A fresh manual library for scenario specs.
+
+    Gates: ``review`` (bookings wait for a supervisor; reads run) and the
+    built-in ones; with no gate, booking is refused. Models: ``unreachable``.
+    Checks: ``question_resolved`` (the right manual was read and its interval
+    answered, with the manual cited), ``inspection_booked`` (the effect log
+    holds a booking). The answer check refuses an unsupported interval.
+    """
+    effects: list[dict[str, Any]] = []
+    return Environment(
+        tools=_tools(effects, flaky=flaky),
+        effects=effects,
+        gates={"review": _review_gate},
+        models={"unreachable": _Unreachable},
+        checks={
+            "question_resolved": _resolved,
+            "inspection_booked": lambda result: bool(effects),
+        },
+        answer_check=check_answer,
+        system_prompt=SYSTEM_PROMPT,
+    )
+
+
+def flaky_environment() -> Environment:
+    """The same library whose search times out on its first call (a transient failure)."""
+    return environment(flaky=True)

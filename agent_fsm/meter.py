@@ -1,0 +1,127 @@
+"""
+A meter: what a control policy spends, charged in the same currencies for every pattern.
+
+Comparing workflow patterns is only fair when each is charged the same way
+and crosses the same effect boundary. The meter does both: every model call
+goes through :meth:`Meter.ask` (one call, the estimated size of the prompt
+sent), and every tool proposal goes through :meth:`Meter.attempt`, which is
+:func:`agent_fsm.boundary.attempt` (validation, the gate, the handler) plus
+one tool call charged, whether the call ran or was refused. Differences
+between patterns then come from control policy alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .boundary import attempt
+from .gates import Gate
+from .models import Model, ModelReply
+from .observe import Observation, TokenEstimator, estimate_tokens
+from .tools import Registry, ToolCall
+
+__all__ = ["Meter", "Spend"]
+
+
+@attrs.frozen
+class Spend:
+    """What one run spent: model calls, tool calls (refused ones included), estimated prompt tokens."""
+
+    model_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+
+
+@attrs.define
+class Meter:
+    """
+    Charge model calls and tool proposals, and forward them.
+
+    The prompt size charged for a model call is the estimate of every message
+    and every tool declaration sent, measured as the run machine measures its
+    own prompts; a provider's reported ``prompt_tokens`` replaces the estimate.
+    Safe to share between threads (the parallel fan-out charges from workers).
+    """
+
+    estimator: TokenEstimator = estimate_tokens
+    model_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False, eq=False)
+
+    def ask(
+        self,
+        model: Model,
+        messages: Sequence[Mapping[str, Any]],
+        declarations: Sequence[Mapping[str, Any]] = (),
+    ) -> Any:
+        """
+        Charge one model call and make it; return the assistant message (a :class:`ModelReply` unwrapped).
+
+        Exceptions from the model propagate; the caller decides what a failed
+        call means (the patterns end ``provider_error`` on an ``OSError``).
+        The call is charged even when it fails: the prompt was sent.
+        """
+        reply = self._call(model, messages, declarations)
+        return reply.message if isinstance(reply, ModelReply) else reply
+
+    def _call(
+        self, model: Model, messages: Sequence[Mapping[str, Any]], declarations: Sequence[Mapping[str, Any]]
+    ) -> Any:
+        estimate = sum(self.estimator(m) for m in messages) + sum(self.estimator(d) for d in declarations)
+        with self._lock:
+            self.model_calls += 1
+            self.prompt_tokens += estimate
+        reply = model.chat(messages, declarations)
+        if isinstance(reply, ModelReply) and reply.prompt_tokens is not None:
+            with self._lock:  # the provider counted this prompt: its figure replaces the estimate
+                self.prompt_tokens += reply.prompt_tokens - estimate
+        return reply
+
+    def attempt(self, call: ToolCall, tools: Registry, gate: Gate) -> Observation:
+        """Charge one tool call and carry it across the shared effect boundary (:func:`agent_fsm.attempt`)."""
+        with self._lock:
+            self.tool_calls += 1
+        return attempt(call, tools, gate)
+
+    def charge_attempts(self, observations: Iterable[Observation]) -> None:
+        """
+        Charge tool calls the run machine already carried across the boundary itself.
+
+        The adaptive agent judges and executes inside :func:`agent_fsm.run`
+        (through the same :func:`agent_fsm.judge` and :func:`agent_fsm.execute`);
+        each of its observations is one attempt, refused ones included.
+        """
+        count = sum(1 for _ in observations)
+        with self._lock:
+            self.tool_calls += count
+
+    def metered(self, model: Model) -> Model:
+        """``model`` wrapped so that every call the run machine makes is charged here."""
+        return _MeteredModel(self, model)
+
+    def spend(self) -> Spend:
+        """The figures so far, as a value."""
+        with self._lock:
+            return Spend(self.model_calls, self.tool_calls, self.prompt_tokens)
+
+
+class _MeteredModel:
+    """A model seen through a meter: same replies, every call charged."""
+
+    __slots__ = ("_meter", "_model")
+
+    def __init__(self, meter: Meter, model: Model) -> None:
+        self._meter = meter
+        self._model = model
+
+    def __repr__(self) -> str:
+        return f"{self._meter!r}.metered({self._model!r})"
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
+        # The reply is passed on as it came, so the run machine still sees a provider's usage figures.
+        return self._meter._call(self._model, messages, tools)

@@ -1,0 +1,53 @@
+"""
+The workflow canon as machines over one kernel: chain, router, parallel fan-out, evaluator-optimizer, agent.
+
+Each pattern is a small :class:`agent_fsm.MachineSpec` driven like the run
+machine, and each differs from the others only in who chooses the next
+step. They share the effect boundary (every tool call goes through
+:func:`agent_fsm.attempt`, validation then the gate then the handler) and
+the accounting (:class:`agent_fsm.meter.Meter`), so their costs can be
+compared fairly: ``agent-fsm compare`` runs all five on one task.
+
+Endings: the workflows report an :class:`Ending`; the adaptive agent reports
+the run machine's :class:`agent_fsm.Stop`. ``Ending.PROVIDER_ERROR`` and
+``Stop.PROVIDER_ERROR`` mean the same and share a value.
+"""
+
+from ..meter import Meter, Spend
+from ._common import Ending, PatternResult, Plan, Results, ScriptedReplies, Step
+from .agent import AGENT_MACHINE, agent, resume_agent
+from .chain import CHAIN_MACHINE, chain
+from .evaluator import EVALUATOR_MACHINE, Criterion, evaluator
+from .parallel import PARALLEL_MACHINE, parallel
+from .router import ROUTER_MACHINE, route_prompt, router
+
+__all__ = [
+    # Patterns
+    "chain",
+    "router",
+    "parallel",
+    "evaluator",
+    "agent",
+    "resume_agent",
+    # Their parts
+    "Plan",
+    "Step",
+    "Results",
+    "Criterion",
+    "route_prompt",
+    "ScriptedReplies",
+    "Ending",
+    "PatternResult",
+    "Meter",
+    "Spend",
+    # Their machines
+    "CHAIN_MACHINE",
+    "ROUTER_MACHINE",
+    "PARALLEL_MACHINE",
+    "EVALUATOR_MACHINE",
+    "AGENT_MACHINE",
+    "MACHINES",
+]
+
+MACHINES = (CHAIN_MACHINE, ROUTER_MACHINE, PARALLEL_MACHINE, EVALUATOR_MACHINE, AGENT_MACHINE)
+"""Every pattern's declaration, in the order of the canon."""

@@ -1,0 +1,149 @@
+"""
+The adaptive agent: the model chooses every step, within the gated action space.
+
+This pattern is a thin wrapper over :func:`agent_fsm.run`: the run machine
+already proposes, judges, executes and budgets. The wrapper's machine has
+one working state that delegates, and one resting state per resting state
+of :data:`agent_fsm.RUN_MACHINE`, so the agent's endings are exactly the
+run machine's :class:`agent_fsm.Stop` (a pause for approval included,
+continued with :func:`resume_agent`). Model calls are charged by the meter
+as they are made; the run's observations are its tool calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._exceptions import NotPaused
+from ..gates import Gate
+from ..limits import Limits, Stop
+from ..machine import RUN_MACHINE, Edge, MachineSpec, StateSpec, compile_machine
+from ..meter import Meter
+from ..models import Model
+from ..run import resume as _resume_run
+from ..run import run as _run
+from ..tools import Registry
+from ._common import READY, PatternResult, _drive, _new_run, _PatternRun
+
+__all__ = ["AGENT_MACHINE", "agent", "resume_agent"]
+
+_RESTING = tuple(s for s in RUN_MACHINE.states if s.is_resting)
+
+
+def _ended(stop: str) -> Callable[[_PatternRun], bool]:
+    def guard(run: _PatternRun) -> bool:
+        return run.extra["run_result"].stop.value == stop
+
+    guard.__name__ = f"run_ended_{stop}"
+    guard.__doc__ = f"The run machine rested in {stop!r}."
+    return guard
+
+
+_GUARDS = {g.__name__: g for g in (_ended(s.stop) for s in _RESTING if s.stop is not None)}
+
+AGENT_MACHINE = MachineSpec(
+    name="agent",
+    initial="Ready",
+    budgets={
+        "decisions": "human decisions; each ends one pause, and every pause holds a call the model proposed"
+        " within the run's own turn budget",
+    },
+    states=(
+        READY,
+        StateSpec(
+            "Delegating",
+            "working",
+            "The run machine drives model, gate and tools until it rests.",
+            on_enter=("delegate_to_run",),
+        ),
+        *(StateSpec(s.name, s.kind, s.doc, stop=s.stop) for s in _RESTING),
+    ),
+    edges=(
+        Edge("Ready", "begin", "Delegating", meaning="hand the task to the run machine"),
+        *(
+            Edge("Delegating", "settle", s.name, guard=f"run_ended_{s.stop}", meaning=f"the run rested {s.stop}")
+            for s in _RESTING
+        ),
+        Edge("AwaitingApproval", "approve", "Delegating", consumes="decisions", meaning="a human approved the call"),
+        Edge("AwaitingApproval", "reject", "Delegating", consumes="decisions", meaning="a human rejected the call"),
+    ),
+)
+
+
+def delegate_to_run(run: _PatternRun) -> None:
+    """Run (or, after a human's decision, resume) the run machine; charge what it spent."""
+    x = run.extra
+    model = run.meter.metered(run.model)
+    decision = x.pop("decision", None)
+    if decision is None:
+        start = 0
+        result = _run(x["task"], model, run.tools, gate=run.gate, limits=x["limits"], system_prompt=x["system_prompt"])
+    else:
+        approve, reason = decision
+        previous = x["run_result"]
+        start = len(previous.state.observations)
+        result = _resume_run(
+            previous.state, model, run.tools, approve=approve, gate=run.gate, limits=x["limits"], reason=reason
+        )
+    run.meter.charge_attempts(result.state.observations[start:])
+    x["run_result"] = result
+    run.observations[:] = result.state.observations
+    run.output = result.answer
+    run.reason = result.reason
+
+
+_MACHINE = compile_machine(AGENT_MACHINE, {**_GUARDS, "delegate_to_run": delegate_to_run})
+
+
+def agent(
+    task: str,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None = None,
+    limits: Limits = Limits(),
+    system_prompt: str | None = None,
+    meter: Meter | None = None,
+) -> PatternResult:
+    """
+    Hand ``task`` to :func:`agent_fsm.run`; report its ending as a :class:`PatternResult`.
+
+    ``ending`` is the run's :class:`agent_fsm.Stop`; ``run`` is its full
+    :class:`agent_fsm.RunResult`.
+    """
+    state = _new_run(model, tools, gate, meter, None)
+    state.extra.update(task=task, limits=limits, system_prompt=system_prompt)
+    return _drive(_MACHINE, state, Stop)
+
+
+def resume_agent(
+    result: PatternResult,
+    model: Model,
+    tools: Registry,
+    *,
+    approve: bool,
+    gate: Gate | None = None,
+    limits: Limits = Limits(),
+    reason: str = "",
+) -> PatternResult:
+    """
+    Continue an agent paused ``awaiting_approval`` (see :func:`agent_fsm.resume`).
+
+    The spend carries on from ``result``'s.
+
+    Raises:
+        NotPaused: ``result`` is not an agent awaiting approval.
+    """
+    if result.pattern != AGENT_MACHINE.name or result.ending is not Stop.AWAITING_APPROVAL or result.run is None:
+        raise NotPaused(
+            f"only an agent awaiting approval can be resumed; got the {result.pattern} pattern ended {result.ending}"
+        )
+    spent = result.spend
+    meter = Meter(model_calls=spent.model_calls, tool_calls=spent.tool_calls, prompt_tokens=spent.prompt_tokens)
+    state = _new_run(model, tools, gate, meter, None)
+    extra: dict[str, Any] = {"limits": limits, "run_result": result.run, "decision": (approve, reason)}
+    state.extra.update(extra)
+    state.machine_state = "AwaitingApproval"
+    _MACHINE.fire(state, "approve" if approve else "reject")
+    return _drive(_MACHINE, state, Stop)

@@ -1,0 +1,195 @@
+"""
+The canon side by side: all five patterns on one support-desk task, through one gate and one meter.
+
+Every pattern runs against a fresh desk with :func:`refund_gate`; the table
+shows what each spent and whether the correct effect landed (exactly one
+refund of the 4999 cents paid). The scripts below are the whole behaviour
+of the model in each run: drafts and routes are visible here, so the
+figures are reproducible and differ only by control policy.
+Run it with ``agent-fsm compare``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import attrs
+
+from ..demo import TASK, overreaching_model
+from ..examples.support_desk import SYSTEM_PROMPT, SupportDesk, make_support_desk, refund_gate
+from ..meter import Meter
+from ..tools import ToolCall
+from ..wire import answer_message
+from ._common import PatternResult, Plan, Results, ScriptedReplies
+from .agent import agent
+from .chain import chain
+from .evaluator import evaluator
+from .parallel import parallel
+from .router import router
+
+__all__ = ["CORRECT_EFFECTS", "Row", "compare_command", "compare_rows", "format_table"]
+
+ORDER_ID = "A-17"
+CORRECT_EFFECTS = [{"order_id": ORDER_ID, "refunded_cents": 4999}]
+"""The one effect a correct handling of the task leaves in the log."""
+
+# --- the code-owned steps and prompts ----------------------------------------
+
+
+def look_up_order(results: Results) -> ToolCall:
+    """Read the order the task is about."""
+    return ToolCall("lookup", "lookup_order", {"order_id": ORDER_ID})
+
+
+def refund_what_was_paid(results: Results) -> ToolCall:
+    """Refund exactly the amount the order (looked up or fanned out) says was paid."""
+    order = results.get("lookup") or results["order"]
+    return ToolCall("refund", "refund_order", {"order_id": ORDER_ID, "amount_cents": order["paid_cents"]})
+
+
+def read_policy(results: Results) -> ToolCall:
+    """Read the refund policy."""
+    return ToolCall("policy", "read_policy", {})
+
+
+def confirm_refund(results: Results) -> str:
+    """The drafting prompt: one sentence confirming the receipt."""
+    return f"Write one sentence to the customer confirming this refund: {json.dumps(results['refund'])}"
+
+
+def confirm_with_context(results: Results) -> str:
+    """The drafting prompt after the fan-out: order, policy and receipt in view."""
+    context = {"order": results["order"], "policy": results["policy"], "receipt": results["refund"]}
+    return f"Write one sentence to the customer confirming this refund, given: {json.dumps(context)}"
+
+
+def quote_policy(results: Results) -> str:
+    """The policy branch's reply, written by code."""
+    return f"Our policy: {results['policy']}"
+
+
+def states_refunded_amount(draft: str, results: Results) -> str | None:
+    """The acceptance criterion: the draft states the exact amount refunded."""
+    amount = results["refund"]["refunded_cents"]
+    return None if str(amount) in draft else f"the reply must state the exact amount refunded ({amount} cents)."
+
+
+REFUND_PLAN = Plan(steps=(look_up_order, refund_what_was_paid), draft=confirm_refund)
+BRANCHES = {"billing": REFUND_PLAN, "policy": Plan(steps=(read_policy,), compose=quote_policy)}
+FAN_OUT = (
+    ToolCall("order", "lookup_order", {"order_id": ORDER_ID}),
+    ToolCall("policy", "read_policy", {}),
+)
+AFTER_FAN_OUT = Plan(steps=(refund_what_was_paid,), draft=confirm_with_context)
+
+# --- the scripted model of each run --------------------------------------------
+
+
+def drafter() -> ScriptedReplies:
+    """Drafts the confirmation in one go."""
+    return ScriptedReplies([answer_message("We refunded 4999 cents for your damaged order A-17.")])
+
+
+def billing_router() -> ScriptedReplies:
+    """Routes the task to billing, then drafts."""
+    return ScriptedReplies([answer_message("billing"), answer_message("We refunded 4999 cents for order A-17.")])
+
+
+def vague_then_exact() -> ScriptedReplies:
+    """A first draft without the amount (rejected by the criterion), then one with it."""
+    return ScriptedReplies(
+        [
+            answer_message("We are sorry about the damage; your refund is on its way."),
+            answer_message("We are sorry about the damage; we refunded 4999 cents for order A-17."),
+        ]
+    )
+
+
+# --- the comparison --------------------------------------------------------------
+
+
+@attrs.frozen
+class Row:
+    """One pattern's line of the comparison."""
+
+    pattern: str
+    model_calls: int
+    tool_calls: int
+    prompt_tokens: int
+    ending: str
+    refund_landed: bool
+
+
+_RUNS: dict[str, Callable[[SupportDesk, Meter], PatternResult]] = {
+    "chain": lambda desk, meter: chain(REFUND_PLAN, drafter(), desk.tools, gate=refund_gate, meter=meter),
+    "router": lambda desk, meter: router(TASK, BRANCHES, billing_router(), desk.tools, gate=refund_gate, meter=meter),
+    "parallel": lambda desk, meter: parallel(
+        FAN_OUT, AFTER_FAN_OUT, drafter(), desk.tools, gate=refund_gate, meter=meter
+    ),
+    "evaluator": lambda desk, meter: evaluator(
+        REFUND_PLAN, states_refunded_amount, vague_then_exact(), desk.tools, gate=refund_gate, meter=meter
+    ),
+    "agent": lambda desk, meter: agent(
+        TASK, overreaching_model(), desk.tools, gate=refund_gate, system_prompt=SYSTEM_PROMPT, meter=meter
+    ),
+}
+
+
+def compare_rows() -> list[Row]:
+    """Run every pattern on the task against a fresh desk and record what it spent and what landed."""
+    rows = []
+    for name, run_pattern in _RUNS.items():
+        desk = make_support_desk()
+        result = run_pattern(desk, Meter())
+        spend = result.spend
+        rows.append(
+            Row(
+                name,
+                spend.model_calls,
+                spend.tool_calls,
+                spend.prompt_tokens,
+                str(result.ending),
+                desk.effects == CORRECT_EFFECTS,
+            )
+        )
+    return rows
+
+
+_HEADER = ("pattern", "model calls", "tool calls", "prompt tokens", "ending", "refund landed")
+
+
+def format_table(rows: list[Row]) -> str:
+    """The rows as a Markdown table (numbers right-aligned)."""
+    cells = [
+        [
+            r.pattern,
+            str(r.model_calls),
+            str(r.tool_calls),
+            str(r.prompt_tokens),
+            r.ending,
+            "yes" if r.refund_landed else "no",
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(_HEADER)]
+    numeric = {1, 2, 3}
+
+    def line(values: list[str] | tuple[str, ...]) -> str:
+        return (
+            "| "
+            + " | ".join(
+                v.rjust(w) if i in numeric else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))
+            )
+            + " |"
+        )
+
+    rule = (
+        "|" + "|".join(("-" * (w + 1) + ":") if i in numeric else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|"
+    )
+    return "\n".join([line(_HEADER), rule, *(line(c) for c in cells)])
+
+
+def compare_command() -> None:
+    """Run the five workflow patterns on one support-desk task and print what each spent."""
+    print(format_table(compare_rows()))

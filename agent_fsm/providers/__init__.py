@@ -1,0 +1,43 @@
+"""
+Real model adapters over HTTP: OpenAI-compatible servers, Anthropic Messages, Ollama.
+
+Each adapter is a :class:`agent_fsm.Model`: it takes the engine's
+OpenAI-wire transcript and tool declarations, returns an assistant message
+with the provider's prompt token count, and raises
+:class:`agent_fsm.ProviderFailure` (so the run ends ``provider_error``) with a
+``kind`` and, for HTTP failures, a ``status`` when no reply can be had.
+
+Needs the ``providers`` extra: ``pip install 'agent_fsm[providers]'``.
+"""
+
+try:
+    import httpx as _httpx  # noqa: F401
+except ModuleNotFoundError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ModuleNotFoundError(
+        "agent_fsm.providers needs httpx, which the 'providers' extra installs: pip install 'agent_fsm[providers]'",
+        name="httpx",
+    ) from _exc
+
+from ._adapter import HttpModel
+from ._anthropic import AnthropicMessages, from_anthropic_message, to_anthropic_messages
+from ._factory import PROVIDERS, build_model
+from ._http import FAILURE_KINDS, ProviderConfigError
+from ._ollama import OllamaChat
+from ._openai import OpenAIChat
+
+__all__ = [
+    # Adapters
+    "OpenAIChat",
+    "AnthropicMessages",
+    "OllamaChat",
+    "HttpModel",
+    # Building one by name
+    "build_model",
+    "PROVIDERS",
+    # Wire conversion
+    "to_anthropic_messages",
+    "from_anthropic_message",
+    # Failures
+    "FAILURE_KINDS",
+    "ProviderConfigError",
+]

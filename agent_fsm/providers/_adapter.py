@@ -1,0 +1,202 @@
+"""
+What every HTTP model adapter shares: settings from arguments or the environment, and ``chat``.
+
+An adapter is two pure translations around one exchange: ``request_body``
+turns the engine's OpenAI-wire transcript into the provider's request, and
+``read_reply`` turns the provider's JSON back into an OpenAI-wire assistant
+message. Both can be called (and tested) without any network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import httpx
+
+from ..models import ModelReply
+from ._http import HttpSettings, ProviderConfigError, check_base_url, display_url
+
+__all__ = ["HttpModel"]
+
+
+class HttpModel:
+    """
+    Base of the adapters: resolves settings, holds the HTTP client, implements ``chat``.
+
+    Arguments win over environment variables; the API key is never shown
+    (not in ``repr``, not in any error message).
+
+    Args:
+        base_url: the server's base URL (else the provider's environment variable, else its default).
+        model: the model name (else the provider's model environment variable); required.
+        api_key: the secret (else the provider's key environment variable); optional for local servers.
+        temperature: sampling temperature, sent only when given.
+        extra_body: extra top-level fields merged into every request body.
+        connect_timeout: seconds to establish a connection.
+        read_timeout: seconds to wait for the reply (and for each write).
+        max_retries: retries after the first attempt, for transient failures only.
+        retry_unknown_outcome: also retry read timeouts and dropped connections, whose request may have been served.
+        backoff: first wait between retries when the server gives no ``Retry-After``; doubles each retry.
+        max_retry_wait: the longest wait honoured; a longer ``Retry-After`` ends the call instead.
+        max_requests: HTTP requests this adapter may ever send (retries included); ``None`` for no limit.
+        max_response_bytes: a larger reply body is refused as ``bad_response``.
+        transport: an httpx transport (e.g. ``httpx.MockTransport``) for the client the adapter creates.
+        client: an ``httpx.Client`` to use instead (the caller closes it).
+        sleep: how to wait between retries (``time.sleep``; tests inject a recorder).
+    """
+
+    provider: ClassVar[str]
+    base_url_env: ClassVar[str]
+    default_base_url: ClassVar[str]
+    model_env: ClassVar[str]
+    api_key_env: ClassVar[str]
+    path: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 120.0,
+        max_retries: int = 2,
+        retry_unknown_outcome: bool = False,
+        backoff: float = 0.5,
+        max_retry_wait: float = 30.0,
+        max_requests: int | None = 100,
+        max_response_bytes: int = 8_000_000,
+        transport: httpx.BaseTransport | None = None,
+        client: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        source = "base_url" if base_url is not None else self.base_url_env
+        url = base_url if base_url is not None else os.environ.get(self.base_url_env) or self.default_base_url
+        url = check_base_url(self._normalise_base_url(url), source)
+        name = model if model is not None else os.environ.get(self.model_env)
+        if not name:
+            raise ProviderConfigError(
+                f"{type(self).__name__} needs a model name: pass model=... or set {self.model_env}"
+            )
+        self.model = name
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+        self._http = HttpSettings(
+            name=self.provider,
+            base_url=url,
+            api_key=api_key if api_key is not None else os.environ.get(self.api_key_env),
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_retries=max_retries,
+            retry_unknown_outcome=retry_unknown_outcome,
+            backoff=backoff,
+            max_retry_wait=max_retry_wait,
+            max_requests=max_requests,
+            max_response_bytes=max_response_bytes,
+            transport=transport,
+            client=client,
+            sleep=sleep,
+        )
+
+    @staticmethod
+    def _normalise_base_url(url: str) -> str:
+        return url
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL (as configured, trailing slash removed)."""
+        return self._http.base_url
+
+    @property
+    def requests_made(self) -> int:
+        """HTTP requests sent so far, retries included; counted against ``max_requests``."""
+        return self._http.requests_made
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={display_url(self.base_url)!r}, model={self.model!r})"
+
+    def close(self) -> None:
+        """Release the HTTP connections (only those of a client the adapter created)."""
+        self._http.close()
+
+    def __enter__(self) -> HttpModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- the provider-specific halves ---------------------------------------------
+
+    def headers(self) -> dict[str, str]:
+        """Request headers, authentication included."""
+        key = self._http.api_key
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The provider's request for this transcript and these tool declarations."""
+        raise NotImplementedError("an adapter must implement request_body")
+
+    def read_reply(self, data: Any, status: int = 200) -> ModelReply:
+        """
+        The OpenAI-wire assistant message in the provider's reply, with its prompt token count.
+
+        Raises:
+            ProviderFailure: ``bad_response`` when the reply lacks the provider's shape.
+                Malformed tool calls inside a well-shaped reply are passed through.
+        """
+        raise NotImplementedError("an adapter must implement read_reply")
+
+    def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra_body)
+        return body
+
+    def _bad(self, what: str, status: int) -> Exception:
+        return self._http.bad_response(what, status)
+
+    # --- the Model protocol ----------------------------------------------------------
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:
+        """
+        Send the transcript and the tool declarations; return the assistant's reply.
+
+        Raises:
+            ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
+        """
+        status, data = self._http.post_json(self.path, self.request_body(messages, tools), self.headers())
+        return self._reply_to(messages, data, status)
+
+    def _reply_to(self, messages: Sequence[Mapping[str, Any]], data: Any, status: int) -> ModelReply:
+        """Read the reply; an adapter that needs the transcript to do so (for ids) overrides this."""
+        return self.read_reply(data, status)
+
+
+def object_of(data: Any) -> dict[str, Any] | None:
+    """``data`` when it is a JSON object, else ``None``."""
+    return data if isinstance(data, dict) else None
+
+
+def arguments_object(arguments: Any) -> dict[str, Any]:
+    """
+    A call's arguments as the object Anthropic (``input``) and Ollama (``arguments``) require.
+
+    Arguments that never parsed to an object (the engine answered them with an
+    ``invalid`` observation quoting the text) are sent as ``{}``: the format
+    has no place for broken JSON, and the tool result already says what was wrong.
+    """
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except (ValueError, RecursionError):
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return {}

@@ -1,0 +1,365 @@
+"""
+The HTTP exchange every adapter shares: one JSON POST, bounded retries, typed failures.
+
+Each adapter only builds a request body and reads a response body; sending,
+counting, retrying and translating httpx's exceptions into
+:class:`agent_fsm.ProviderFailure` happen here, once. The failure kinds::
+
+    transport       could not connect (refused, DNS, TLS); the request was not sent
+    timeout         connect, pool, write or read timeout (the message names the phase)
+    disconnected    the connection dropped after the request went out, before a reply
+    truncated       the reply's body ended early or broke off mid-way
+    http            the server answered with a non-success status (``status`` kept)
+    bad_response    the body is not JSON, too large, or not shaped as the provider's reply
+    request_limit   the adapter's ``max_requests`` were spent
+
+Rationale: a retry is safe only when the server cannot have acted on the
+request (it was never sent) or told us it did not (429, 408, 5xx). A read
+timeout or a dropped connection leaves the outcome unknown; the provider may
+already have generated (and billed) the reply, so those are retried only when
+the caller opts in with ``retry_unknown_outcome=True``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import itertools
+import json
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from .._exceptions import AgentFSMError, ProviderFailure
+
+__all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError"]
+
+FAILURE_KINDS: dict[str, str] = {
+    "transport": "could not connect (refused, DNS, TLS); the request was not sent",
+    "timeout": "a connect, pool, write or read timeout; the message names the phase",
+    "disconnected": "the connection dropped after the request went out, before a reply",
+    "truncated": "the reply's body ended early or broke off mid-way",
+    "http": "the server answered with a non-success status; status is kept",
+    "bad_response": "the body is not JSON, too large, or not shaped as the provider's reply",
+    "request_limit": "the adapter's max_requests were spent",
+}
+"""Every ``ProviderFailure.kind`` an adapter raises, with what it means."""
+
+_EXCERPT = 200
+_RETRY_STATUSES = frozenset({408, 429})
+# Failures after the request went out: the server may have served it.
+_UNKNOWN_OUTCOME = frozenset({"timeout", "disconnected", "truncated", "transport"})
+
+
+class ProviderConfigError(AgentFSMError, ValueError):
+    """An adapter was configured wrongly (no model name, unusable base URL, unknown provider).
+
+    Raised when the adapter is built, before any run: it is a set-up mistake,
+    not a provider outage, so it never becomes a ``provider_error`` ending.
+    """
+
+
+def display_url(url: str) -> str:
+    """``url`` without user info and query string: what may appear in a message."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def check_base_url(url: str, source: str) -> str:
+    """The base URL without a trailing slash, or :class:`ProviderConfigError` saying what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProviderConfigError(f"{source} must be an http:// or https:// URL with a host, got {display_url(url)!r}")
+    return url.rstrip("/")
+
+
+def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise ProviderConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+def _count(name: str, value: int | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ProviderConfigError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+class HttpSettings:
+    """
+    How one adapter talks HTTP: endpoint, secret, timeouts, retry budget and request limit.
+
+    Counting and retrying live here so every adapter obeys the same rules.
+    The API key is held privately and removed from every message this class
+    builds; it never appears in a repr.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        api_key: str | None,
+        connect_timeout: float,
+        read_timeout: float,
+        max_retries: int,
+        retry_unknown_outcome: bool,
+        backoff: float,
+        max_retry_wait: float,
+        max_requests: int | None,
+        max_response_bytes: int,
+        transport: httpx.BaseTransport | None,
+        client: httpx.Client | None,
+        sleep: Callable[[float], None],
+    ) -> None:
+        _positive("connect_timeout", connect_timeout)
+        _positive("read_timeout", read_timeout)
+        _positive("backoff", backoff)
+        _positive("max_retry_wait", max_retry_wait)
+        _count("max_retries", max_retries)
+        _count("max_requests", max_requests, allow_none=True)
+        _count("max_response_bytes", max_response_bytes)
+        if transport is not None and client is not None:
+            raise ProviderConfigError("pass either transport or client, not both (a client brings its own transport)")
+        self.name = name
+        self.base_url = base_url
+        self._api_key = api_key or None
+        # Connect is usually quick and safe to retry; reading waits for the whole
+        # generation, so it gets its own (longer) limit. Writes and the pool share it.
+        self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self.max_retries = max_retries
+        self.retry_unknown_outcome = retry_unknown_outcome
+        self.backoff = backoff
+        self.max_retry_wait = max_retry_wait
+        self.max_requests = max_requests
+        self.max_response_bytes = max_response_bytes
+        self.sleep = sleep
+        self._owns_client = client is None
+        self.client = client if client is not None else httpx.Client(transport=transport, timeout=self.timeout)
+        self._lock = threading.Lock()
+        self.requests_made = 0
+
+    @property
+    def api_key(self) -> str | None:
+        """The secret, for building headers only."""
+        return self._api_key
+
+    def close(self) -> None:
+        """Close the HTTP client if this adapter created it."""
+        if self._owns_client:
+            self.client.close()
+
+    # --- messages ----------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key blanked out, wherever a server echoed it."""
+        if self._api_key and len(self._api_key) >= 4:
+            text = text.replace(self._api_key, "[redacted]")
+        return text
+
+    def failure(self, what: str, *, kind: str, status: int | None = None) -> ProviderFailure:
+        """A :class:`ProviderFailure` whose message names the adapter, never the secret."""
+        return ProviderFailure(self.redact(f"{self.name}: {what}"), kind=kind, status=status)
+
+    # --- the exchange --------------------------------------------------------------
+
+    def _claim_request(self) -> bool:
+        with self._lock:
+            if self.max_requests is not None and self.requests_made >= self.max_requests:
+                return False
+            self.requests_made += 1
+            return True
+
+    def post_json(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[int, Any]:
+        """
+        POST ``body`` as JSON to ``base_url + path``; return the status and the parsed JSON reply.
+
+        Retries what is clearly transient within ``max_retries``; every
+        attempt counts toward ``max_requests``.
+
+        Raises:
+            ProviderFailure: the reply could not be obtained; ``kind`` says why.
+        """
+        url = self.base_url + path
+        where = f"POST {display_url(url)}"
+        content = json.dumps(body).encode()
+        failure: ProviderFailure | None = None
+        for attempt in itertools.count(1):
+            if not self._claim_request():
+                if failure is None:
+                    raise self.failure(
+                        f"request limit reached: {self.max_requests} requests already made", kind="request_limit"
+                    )
+                raise _noted(failure, f"not retried: the limit of {self.max_requests} requests is spent")
+            outcome, wait = self._attempt(url, where, content, headers, attempt)
+            if wait is None:
+                return outcome
+            failure = outcome
+            if attempt > self.max_retries:
+                raise failure if attempt == 1 else _noted(failure, f"gave up after {attempt} attempts")
+            self.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(
+        self, url: str, where: str, content: bytes, headers: Mapping[str, str], attempt: int
+    ) -> tuple[Any, float | None]:
+        """One request: ``((status, data), None)`` on success, ``(failure, wait)`` to retry, or raise."""
+        backoff = min(self.backoff * 2 ** (attempt - 1), self.max_retry_wait)
+        request = self.client.build_request(
+            "POST", url, content=content, headers={"content-type": "application/json", **headers}, timeout=self.timeout
+        )
+        try:
+            response = self.client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Nothing reached the server: always safe to try again.
+            return self._translate(exc, where, body_started=False), backoff
+        except httpx.HTTPError as exc:
+            return self._after_sending(self._translate(exc, where, body_started=False), backoff)
+        try:
+            raw = self._read_body(response, where)
+        except httpx.HTTPError as exc:
+            return self._after_sending(
+                self._translate(exc, where, body_started=True, status=response.status_code), backoff
+            )
+        finally:
+            response.close()
+        status = response.status_code
+        if 200 <= status < 300:
+            return (status, self._parse(raw, where, status)), None
+        failure = self.failure(f"{where} answered HTTP {status}{self._server_said(raw)}", kind="http", status=status)
+        if status in _RETRY_STATUSES or status >= 500:
+            asked = _retry_after(response.headers)
+            if asked is not None and asked > self.max_retry_wait:
+                raise self.failure(
+                    f"{where} answered HTTP {status}{self._server_said(raw)}; the server asked to wait "
+                    f"{asked:g}s, above max_retry_wait={self.max_retry_wait:g}s, so it was not retried",
+                    kind="http",
+                    status=status,
+                )
+            return failure, backoff if asked is None else asked
+        raise failure
+
+    def _after_sending(self, failure: ProviderFailure, backoff: float) -> tuple[ProviderFailure, float]:
+        """Retry a failure after the request went out only if the caller accepts a possible repeat."""
+        if self.retry_unknown_outcome and failure.kind in _UNKNOWN_OUTCOME:
+            return failure, backoff
+        raise failure
+
+    def _read_body(self, response: httpx.Response, where: str) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise self.failure(
+                    f"{where}: the reply exceeds max_response_bytes={self.max_response_bytes}",
+                    kind="bad_response",
+                    status=response.status_code,
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _translate(
+        self, exc: httpx.HTTPError, where: str, *, body_started: bool, status: int | None = None
+    ) -> ProviderFailure:
+        """Map an httpx exception to the most specific failure kind (the chain keeps the original)."""
+        detail = str(exc) or type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException):
+            phase = {
+                httpx.ConnectTimeout: "connecting",
+                httpx.PoolTimeout: "waiting for a free connection",
+                httpx.WriteTimeout: "sending the request",
+            }.get(type(exc), "reading the reply body" if body_started else "waiting for the reply")
+            limit = self.timeout.connect if isinstance(exc, httpx.ConnectTimeout) else self.timeout.read
+            failure = self.failure(f"{where} timed out {phase} (limit {limit:g}s)", kind="timeout", status=status)
+        elif isinstance(exc, httpx.ConnectError):
+            failure = self.failure(f"{where}: could not connect ({detail})", kind="transport")
+        elif body_started and isinstance(exc, httpx.TransportError):
+            failure = self.failure(f"{where}: the reply body broke off ({detail})", kind="truncated", status=status)
+        elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+            failure = self.failure(f"{where}: the connection dropped before a reply ({detail})", kind="disconnected")
+        elif isinstance(exc, httpx.DecodingError):
+            failure = self.failure(
+                f"{where}: the reply could not be decoded ({detail})", kind="bad_response", status=status
+            )
+        else:
+            failure = self.failure(f"{where} failed: {type(exc).__name__} ({detail})", kind="transport", status=status)
+        failure.__cause__ = exc
+        return failure
+
+    def _parse(self, raw: bytes, where: str, status: int) -> Any:
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise self.failure(
+                f"{where} answered HTTP {status} with a body that is not JSON: {_excerpt(raw)!r}",
+                kind="bad_response",
+                status=status,
+            ) from exc
+
+    def _server_said(self, raw: bytes) -> str:
+        """The server's own error message (OpenAI, Anthropic and Ollama shapes), briefly."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            text = _excerpt(raw)
+            return f": {text!r}" if text else ""
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            error = error.get("message") or error.get("type")
+        text = str(error if error is not None else data)[:_EXCERPT]
+        return f": {text}"
+
+    def bad_response(self, what: str, status: int) -> ProviderFailure:
+        """A well-delivered reply that does not have the provider's shape."""
+        return self.failure(f"POST {display_url(self.base_url)}: {what}", kind="bad_response", status=status)
+
+
+def _excerpt(raw: bytes) -> str:
+    return raw[:_EXCERPT].decode("utf-8", "replace").strip()
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` seconds or date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(float(millis) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+def _noted(failure: ProviderFailure, note: str) -> ProviderFailure:
+    """The same failure with ``note`` appended, chained to what caused the original."""
+    noted = ProviderFailure(f"{failure.message} ({note})", kind=failure.kind, status=failure.status)
+    noted.__cause__ = failure.__cause__ or failure
+    return noted
+
+
+def prompt_tokens(value: Any) -> int | None:
+    """A reported token count, or ``None`` when the figure is missing or not a count."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None

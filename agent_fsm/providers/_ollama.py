@@ -1,0 +1,122 @@
+"""
+Ollama's native ``/api/chat``: arguments travel as objects and calls carry no ids.
+
+Ids are what correlate a result with its call, so the adapter makes them:
+``ollama_<n>_<i>`` for the ``i``-th call of the reply that follows ``n``
+assistant messages. The name depends only on the transcript, so replaying or
+resuming the same run gives the same ids. On the way back a tool message is
+sent with ``tool_name``, looked up from the call it answers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..models import ModelReply
+from ..wire import assistant_text
+from ._adapter import HttpModel, arguments_object, object_of
+from ._http import prompt_tokens
+
+__all__ = ["OllamaChat"]
+
+
+def _to_ollama_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    names: dict[str, str] = {}
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        entry: dict[str, Any] = {"role": role, "content": assistant_text(message) or ""}
+        if role == "assistant" and isinstance(message.get("tool_calls"), list):
+            calls = []
+            for call in message["tool_calls"]:
+                call = object_of(call) or {}
+                function = object_of(call.get("function")) or {}
+                name = str(function.get("name", ""))
+                names[str(call.get("id", ""))] = name
+                calls.append({"function": {"name": name, "arguments": arguments_object(function.get("arguments"))}})
+            entry["tool_calls"] = calls
+        elif role == "tool":
+            entry["tool_name"] = names.get(str(message.get("tool_call_id", "")), "")
+        out.append(entry)
+    return out
+
+
+class OllamaChat(HttpModel):
+    """
+    A model behind Ollama's ``POST {base_url}/api/chat`` (non-streaming).
+
+    Environment: ``OLLAMA_HOST`` (default ``http://127.0.0.1:11434``; a bare ``host``
+    or ``host:port`` means http and port 11434, as Ollama itself reads it), ``OLLAMA_MODEL``,
+    ``OLLAMA_API_KEY`` (a bearer token, for servers behind a proxy).
+    ``options`` is Ollama's own options object (``num_ctx``, ``seed``, ...).
+    See :class:`HttpModel` for the transport options.
+    """
+
+    provider = "ollama"
+    base_url_env = "OLLAMA_HOST"
+    default_base_url = "http://127.0.0.1:11434"
+    model_env = "OLLAMA_MODEL"
+    api_key_env = "OLLAMA_API_KEY"
+    path = "/api/chat"
+
+    def __init__(self, *, options: Mapping[str, Any] | None = None, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.options = dict(options or {})
+
+    @staticmethod
+    def _normalise_base_url(url: str) -> str:
+        # As Ollama reads OLLAMA_HOST: a bare host means http and port 11434; an
+        # explicit scheme keeps that scheme's default port.
+        if "://" in url:
+            return url
+        parts = urlsplit("http://" + url)
+        return f"http://{url}" if parts.port is not None else f"http://{parts.netloc}:11434{parts.path}"
+
+    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Messages with object arguments and ``tool_name``; ``stream`` off; temperature inside ``options``."""
+        body: dict[str, Any] = {"model": self.model, "messages": _to_ollama_messages(messages), "stream": False}
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+        options = dict(self.options)
+        if self.temperature is not None:
+            options["temperature"] = self.temperature
+        if options:
+            body["options"] = options
+        body.update(self.extra_body)
+        return body
+
+    def read_reply(self, data: Any, status: int = 200, *, turn: int = 0) -> ModelReply:
+        """``message`` with ids made for its calls and arguments as JSON strings; ``prompt_eval_count``."""
+        reply = object_of(data)
+        if reply is None:
+            raise self._bad(f"expected a JSON object with 'message', got {type(data).__name__}", status)
+        message = object_of(reply.get("message"))
+        if message is None:
+            raise self._bad(f"the reply has no message object (keys: {sorted(reply)})", status)
+        message = dict(message)
+        calls = message.get("tool_calls")
+        if message.get("content") is None and not calls:
+            raise self._bad(
+                f"the message has neither content nor tool_calls (done_reason={reply.get('done_reason')!r})", status
+            )
+        if isinstance(calls, list):
+            message["tool_calls"] = [_with_id(call, turn, index) for index, call in enumerate(calls)]
+        return ModelReply(message, prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")))
+
+    def _reply_to(self, messages: Sequence[Mapping[str, Any]], data: Any, status: int) -> ModelReply:
+        """Number the reply's calls by the assistant messages before it."""
+        return self.read_reply(data, status, turn=sum(1 for m in messages if m.get("role") == "assistant"))
+
+
+def _with_id(call: Any, turn: int, index: int) -> Any:
+    """The call in OpenAI shape: an id (kept if Ollama sent one), arguments as a JSON string."""
+    if not isinstance(call, dict):
+        return call  # malformed: the engine turns it into an invalid observation
+    function = object_of(call.get("function"))
+    if function is not None and isinstance(function.get("arguments"), dict):
+        function = {**function, "arguments": json.dumps(function["arguments"])}
+    call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"ollama_{turn}_{index}"
+    return {"id": call_id, "type": "function", "function": function if function is not None else call.get("function")}

@@ -1,0 +1,591 @@
+"""
+Executable scenario specs: a TOML file names a world, a task, a model and what must come out.
+
+A spec is data. Every name in it is resolved through a closed mapping: the
+environment through an allowlist of module prefixes, the gate, a named model
+and the checks through the environment's own tables. Nothing in spec text is
+evaluated or imported beyond that, so a spec can be read from anywhere.
+
+The stages are separate so each can be tested and reused: :func:`load_scenario`
+(parse and validate, raising :class:`SpecFormatError` naming the file and the
+key), :func:`run_scenario` (build the world and the model, run, apply the
+human decisions, evaluate) and :class:`ScenarioResult` (every expectation with
+what was expected, what came, and whether it held).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._exceptions import AgentFSMError
+from .environment import Environment
+from .gates import Gate, allow_all, ask_for_effects, deny_effects
+from .invariants import check_run
+from .limits import Limits, Stop
+from .models import Model, ScriptedModel
+from .observe import to_json_data
+from .run import resume, run
+from .state import RunResult
+
+__all__ = [
+    "ALLOWED_ENVIRONMENT_PREFIXES",
+    "Expectation",
+    "ModelSpec",
+    "Resume",
+    "Scenario",
+    "ScenarioResult",
+    "SpecFormatError",
+    "build_model",
+    "discover",
+    "load_environment",
+    "load_scenario",
+    "run_scenario",
+    "scenario_from_data",
+]
+
+ALLOWED_ENVIRONMENT_PREFIXES: tuple[str, ...] = ("agent_fsm.examples",)
+"""Modules a spec's ``environment`` may name: these packages and their submodules, nothing else."""
+
+_TOP_KEYS = {
+    "name",
+    "description",
+    "environment",
+    "task",
+    "system_prompt",
+    "gate",
+    "history",
+    "limits",
+    "model",
+    "resume",
+    "expect",
+}
+_EXPECT_KEYS = {
+    "stop",
+    "answer_contains",
+    "effects",
+    "turns",
+    "tool_attempts",
+    "observations",
+    "observation_kinds",
+    "reason_contains",
+    "checks",
+    "invariants",
+}
+_BUILTIN_GATES = ("allow_all", "deny_effects", "ask_for_effects")
+_REFERENCE = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*)$")
+_KINDS = ("result", "invalid", "denied", "error")
+
+
+class SpecFormatError(AgentFSMError, ValueError):
+    """
+    A scenario spec cannot be used: unreadable, not TOML, or a key holds the wrong thing.
+
+    ``path`` is the spec file and ``key`` the dotted key at fault (``None``
+    when the whole file is at fault), so the message can point at the line to fix.
+    """
+
+    def __init__(self, path: str | Path, key: str | None, problem: str) -> None:
+        where = f"{path}" if key is None else f"{path}: key {key!r}"
+        super().__init__(f"{where}: {problem}")
+        self.path = str(path)
+        self.key = key
+        self.problem = problem
+
+
+# --- the parsed spec -----------------------------------------------------------
+
+
+@attrs.frozen
+class ModelSpec:
+    """
+    Either a script (``turns`` plus ``reactions``, as wire messages) or ``name``,
+    a key of the environment's ``models``.
+    """
+
+    turns: tuple[Mapping[str, Any], ...] = ()
+    reactions: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, hash=False)
+    name: str | None = None
+
+
+@attrs.frozen
+class Resume:
+    """One human decision applied while the run is awaiting approval."""
+
+    approve: bool
+    reason: str = ""
+
+
+@attrs.frozen
+class Scenario:
+    """A validated spec: everything needed to run it and judge the outcome."""
+
+    path: str
+    name: str
+    description: str
+    environment: str
+    task: str
+    model: ModelSpec
+    expect: Mapping[str, Any] = attrs.field(hash=False)
+    system_prompt: str | None = None
+    gate: str | None = None
+    history: tuple[Mapping[str, Any], ...] = ()
+    limits: Limits = Limits()
+    resumes: tuple[Resume, ...] = ()
+
+
+@attrs.frozen
+class Expectation:
+    """One claim of a spec: what was ``expected``, the ``actual`` value, whether it ``held``."""
+
+    name: str
+    expected: Any
+    actual: Any
+    held: bool
+
+    def line(self, label: str | None = None) -> str:
+        """``ok      name: actual`` or ``FAILED  name: expected X, got Y``."""
+        label = self.name if label is None else label
+        if self.held:
+            return f"ok      {label}: {_show(self.actual)}"
+        return f"FAILED  {label}: expected {_show(self.expected)}, got {_show(self.actual)}"
+
+
+@attrs.frozen
+class ScenarioResult:
+    """
+    A finished scenario: the run, the world's effect log, each expectation and each invariant.
+
+    ``invariants`` are the run invariants of :func:`agent_fsm.check_run` as
+    expectations; they count toward :attr:`passed` unless the spec set
+    ``expect.invariants = false``.
+    """
+
+    scenario: Scenario
+    result: RunResult
+    effects: list[Any]
+    expectations: tuple[Expectation, ...]
+    invariants: tuple[Expectation, ...]
+
+    @property
+    def failures(self) -> list[Expectation]:
+        """The expectations (and the invariants, unless the spec made them advisory) that did not hold."""
+        required = self.invariants if self.scenario.expect.get("invariants", True) else ()
+        return [e for e in (*self.expectations, *required) if not e.held]
+
+    @property
+    def passed(self) -> bool:
+        """Every expectation held, and every invariant too when the spec requires them."""
+        return not self.failures
+
+    def report(self) -> str:
+        """One line per expectation and invariant, with ok or FAILED."""
+        lines = [f"scenario {self.scenario.name}: {'passed' if self.passed else 'FAILED'}"]
+        lines += ["  " + e.line() for e in self.expectations]
+        optional = "" if self.scenario.expect.get("invariants", True) else " (not required)"
+        lines += ["  " + e.line(f"invariant {e.name}{optional}") for e in self.invariants]
+        return "\n".join(lines)
+
+    def to_data(self) -> dict[str, Any]:
+        """The saved trace: spec name, the run state, the effect log and every expectation."""
+
+        def entry(e: Expectation) -> dict[str, Any]:
+            return {"name": e.name, "expected": to_json_data(e.expected), "actual": to_json_data(e.actual), "held": e.held}
+
+        return {
+            "spec": self.scenario.name,
+            "path": self.scenario.path,
+            "stop": self.result.stop.value,
+            "reason": self.result.reason,
+            "passed": self.passed,
+            "state": json.loads(self.result.state.to_json()),
+            "effects": to_json_data(list(self.effects)),
+            "expectations": [entry(e) for e in self.expectations],
+            "invariants": [entry(e) for e in self.invariants],
+        }
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Stop):
+        return value.value
+    if isinstance(value, str):
+        return repr(value)
+    return repr(to_json_data(value))
+
+
+# --- loading -------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to one spec's tables; every failure names the file and the dotted key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str | None, problem: str) -> SpecFormatError:
+        return SpecFormatError(self.path, key, problem)
+
+    def typed(self, value: Any, key: str, kind: type | tuple[type, ...], what: str) -> Any:
+        # bool is an int in Python; a spec that writes `turns = true` is wrong, not 1.
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise self.fail(key, f"expected {what}, got a boolean")
+        if not isinstance(value, kind):
+            raise self.fail(key, f"expected {what}, got {_toml_type(value)} {value!r}")
+        return value
+
+    def table(self, value: Any, key: str, allowed: Iterable[str] | None = None) -> dict[str, Any]:
+        self.typed(value, key, dict, "a table")
+        if allowed is not None:
+            unknown = sorted(set(value) - set(allowed))
+            if unknown:
+                raise self.fail(f"{key}.{unknown[0]}" if key else unknown[0], f"unknown key; expected one of {sorted(allowed)}")
+        return value
+
+    def strings(self, value: Any, key: str) -> tuple[str, ...]:
+        self.typed(value, key, list, "an array of strings")
+        for index, item in enumerate(value):
+            self.typed(item, f"{key}[{index}]", str, "a string")
+        return tuple(value)
+
+
+def _toml_type(value: Any) -> str:
+    names = {dict: "a table", list: "an array", str: "a string", bool: "a boolean", int: "an integer", float: "a float"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _call_entry(reader: _Reader, value: Any, key: str) -> dict[str, Any]:
+    call = reader.table(value, key, ("id", "name", "arguments", "raw_arguments"))
+    for field in ("id", "name"):
+        if field not in call:
+            raise reader.fail(f"{key}.{field}", "missing; a call needs an id and a tool name")
+        reader.typed(call[field], f"{key}.{field}", str, "a string")
+    if "arguments" in call and "raw_arguments" in call:
+        raise reader.fail(f"{key}.raw_arguments", "give either arguments (a table) or raw_arguments (text), not both")
+    if "raw_arguments" in call:
+        text = reader.typed(call["raw_arguments"], f"{key}.raw_arguments", str, "a string")
+    else:
+        text = json.dumps(reader.table(call.get("arguments", {}), f"{key}.arguments"))
+    return {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": text}}
+
+
+def _turn(reader: _Reader, value: Any, key: str) -> dict[str, Any]:
+    """One scripted assistant message, in wire format."""
+    turn = reader.table(value, key, ("call", "calls", "answer", "thought"))
+    shapes = [k for k in ("call", "calls", "answer") if k in turn]
+    if len(shapes) != 1:
+        raise reader.fail(key, f"a turn needs exactly one of call, calls or answer; got {shapes or 'none'}")
+    if "answer" in turn:
+        if "thought" in turn:
+            raise reader.fail(f"{key}.thought", "a thought rides beside a call; an answer is itself the text")
+        return {"role": "assistant", "content": reader.typed(turn["answer"], f"{key}.answer", str, "a string")}
+    thought = turn.get("thought")
+    if thought is not None:
+        reader.typed(thought, f"{key}.thought", str, "a string")
+    if "call" in turn:
+        calls = [_call_entry(reader, turn["call"], f"{key}.call")]
+    else:
+        items = reader.typed(turn["calls"], f"{key}.calls", list, "an array of calls")
+        if not items:
+            raise reader.fail(f"{key}.calls", "expected at least one call")
+        calls = [_call_entry(reader, item, f"{key}.calls[{i}]") for i, item in enumerate(items)]
+    return {"role": "assistant", "content": thought, "tool_calls": calls}
+
+
+def _model(reader: _Reader, value: Any) -> ModelSpec:
+    model = reader.table(value, "model", ("turns", "reactions", "name"))
+    if "name" in model:
+        if "turns" in model or "reactions" in model:
+            raise reader.fail("model.name", "a named model takes no turns or reactions; use one or the other")
+        return ModelSpec(name=reader.typed(model["name"], "model.name", str, "a string"))
+    if "turns" not in model:
+        raise reader.fail("model", "expected turns = [...] (a scripted model) or name = \"...\" (a model of the environment)")
+    turns = reader.typed(model["turns"], "model.turns", list, "an array of turns")
+    reactions = reader.table(model.get("reactions", {}), "model.reactions")
+    return ModelSpec(
+        turns=tuple(_turn(reader, t, f"model.turns[{i}]") for i, t in enumerate(turns)),
+        reactions={needle: _turn(reader, r, f"model.reactions.{needle}") for needle, r in reactions.items()},
+    )
+
+
+def _limits(reader: _Reader, value: Any) -> Limits:
+    fields = [f.name for f in attrs.fields(Limits)]
+    table = reader.table(value, "limits", fields)
+    try:
+        return Limits(**table)
+    except (TypeError, ValueError) as exc:
+        # attrs validators name the field; find it to point at the key.
+        bad = next((name for name in table if name in str(exc)), None)
+        raise reader.fail(f"limits.{bad}" if bad else "limits", f"not a valid limit: {exc}") from exc
+
+
+def _expect(reader: _Reader, value: Any) -> dict[str, Any]:
+    expect = dict(reader.table(value, "expect", _EXPECT_KEYS))
+    if "stop" not in expect:
+        raise reader.fail("expect.stop", f"missing; every spec states its ending, one of {[s.value for s in Stop]}")
+    stop = reader.typed(expect["stop"], "expect.stop", str, "a string")
+    try:
+        expect["stop"] = Stop(stop)
+    except ValueError:
+        raise reader.fail("expect.stop", f"{stop!r} is not a typed ending; expected one of {[s.value for s in Stop]}") from None
+    for key in ("answer_contains", "reason_contains"):
+        if key in expect:
+            expect[key] = reader.strings(expect[key], f"expect.{key}")
+    for key in ("turns", "tool_attempts", "observations"):
+        if key in expect:
+            reader.typed(expect[key], f"expect.{key}", int, "an integer")
+    if "effects" in expect:
+        reader.typed(expect["effects"], "expect.effects", list, "an array (the exact effect log)")
+    if "observation_kinds" in expect:
+        kinds = reader.strings(expect["observation_kinds"], "expect.observation_kinds")
+        for index, kind in enumerate(kinds):
+            if kind not in _KINDS:
+                raise reader.fail(f"expect.observation_kinds[{index}]", f"{kind!r} is not an observation kind; expected one of {list(_KINDS)}")
+        expect["observation_kinds"] = list(kinds)
+    if "checks" in expect:
+        for name, truth in reader.table(expect["checks"], "expect.checks").items():
+            reader.typed(truth, f"expect.checks.{name}", bool, "true or false")
+    if "invariants" in expect:
+        reader.typed(expect["invariants"], "expect.invariants", bool, "true or false")
+    return expect
+
+
+def _default_name(path: Path) -> str:
+    """The path under the nearest ``specs`` directory, without ``.toml``; else the file's stem."""
+    resolved = path.resolve()
+    for parent in resolved.parents:
+        if parent.name == "specs":
+            return resolved.relative_to(parent).with_suffix("").as_posix()
+    return path.stem
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """
+    Read and validate one spec file.
+
+    Only the file's shape is checked here; names that need the environment
+    (the gate, a named model, checks) are checked by :func:`run_scenario`.
+
+    Raises:
+        SpecFormatError: the file is missing or not TOML, or a key is missing,
+            unknown or of the wrong type (the message names the file and the key).
+    """
+    path = Path(path)
+    reader = _Reader(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise reader.fail(None, "no such spec file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise reader.fail(None, f"cannot be read: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise reader.fail(None, f"is not valid TOML: {exc}") from exc
+    return scenario_from_data(data, path)
+
+
+def scenario_from_data(data: Mapping[str, Any], path: str | Path = "<spec>") -> Scenario:
+    """
+    Validate an already parsed spec (the tables ``tomllib`` returns); ``path`` names it in errors.
+
+    Raises:
+        SpecFormatError: a key is missing, unknown or of the wrong type.
+    """
+    path = Path(path)
+    reader = _Reader(path)
+    if not isinstance(data, dict):
+        raise reader.fail(None, f"expected a table of spec keys, got {_toml_type(data)}")
+    reader.table(data, "", _TOP_KEYS)
+    for key in ("environment", "task", "model", "expect"):
+        if key not in data:
+            raise reader.fail(key, "missing; a spec needs environment, task, [model] and [expect]")
+    text = {
+        key: reader.typed(data[key], key, str, "a string")
+        for key in ("name", "description", "environment", "task", "system_prompt", "gate")
+        if key in data
+    }
+    history = reader.typed(data.get("history", []), "history", list, "an array of messages")
+    for index, message in enumerate(history):
+        reader.table(message, f"history[{index}]")
+        reader.typed(message.get("role"), f"history[{index}].role", str, "a role string (system, user, assistant, tool)")
+    resumes = reader.typed(data.get("resume", []), "resume", list, "an array of [[resume]] tables")
+    decisions = []
+    for index, entry in enumerate(resumes):
+        entry = reader.table(entry, f"resume[{index}]", ("approve", "reason"))
+        if "approve" not in entry:
+            raise reader.fail(f"resume[{index}].approve", "missing; say approve = true or false")
+        decisions.append(
+            Resume(
+                approve=reader.typed(entry["approve"], f"resume[{index}].approve", bool, "true or false"),
+                reason=reader.typed(entry.get("reason", ""), f"resume[{index}].reason", str, "a string"),
+            )
+        )
+    if not _REFERENCE.match(text["environment"]):
+        raise reader.fail("environment", f"expected \"package.module:function\", got {text['environment']!r}")
+    return Scenario(
+        path=str(path),
+        name=text.get("name", _default_name(path)),
+        description=text.get("description", ""),
+        environment=text["environment"],
+        task=text["task"],
+        system_prompt=text.get("system_prompt"),
+        gate=text.get("gate"),
+        history=tuple(dict(m) for m in history),
+        limits=_limits(reader, data.get("limits", {})),
+        model=_model(reader, data["model"]),
+        resumes=tuple(decisions),
+        expect=_expect(reader, data["expect"]),
+    )
+
+
+def discover(root: str | Path = "specs") -> list[Path]:
+    """Every ``*.toml`` spec under ``root`` (or ``root`` itself when it is a file), sorted."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    return sorted(p for p in root.rglob("*.toml") if p.is_file())
+
+
+# --- running -------------------------------------------------------------------
+
+
+def load_environment(
+    reference: str, *, path: str | Path = "<spec>", allowed: Sequence[str] = ALLOWED_ENVIRONMENT_PREFIXES
+) -> Environment:
+    """
+    Build the world a spec names as ``"module:function"``.
+
+    Only modules equal to, or inside, one of the ``allowed`` packages are
+    imported: a spec cannot make the engine import arbitrary code.
+
+    Raises:
+        SpecFormatError: the reference is malformed, outside the allowlist,
+            names nothing, or does not build an :class:`~agent_fsm.environment.Environment`.
+    """
+    match = _REFERENCE.match(reference)
+    if match is None:
+        raise SpecFormatError(path, "environment", f"expected \"package.module:function\", got {reference!r}")
+    module_name, attr = match["module"], match["attr"]
+    if not any(module_name == p or module_name.startswith(p + ".") for p in allowed):
+        raise SpecFormatError(path, "environment", f"module {module_name!r} is outside the allowed packages {list(allowed)}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise SpecFormatError(path, "environment", f"no module {module_name!r}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise SpecFormatError(path, "environment", f"{module_name} has no function {attr!r}")
+    environment = factory()
+    if not isinstance(environment, Environment):
+        raise SpecFormatError(
+            path, "environment", f"{reference} returned {type(environment).__name__}, expected an agent_fsm Environment"
+        )
+    return environment
+
+
+def build_model(scenario: Scenario, environment: Environment) -> Model:
+    """
+    The model a spec describes: its script, or a fresh named model of the environment.
+
+    Raises:
+        SpecFormatError: ``model.name`` is not a key of ``environment.models``.
+    """
+    spec = scenario.model
+    if spec.name is None:
+        return ScriptedModel(spec.turns, spec.reactions)
+    factory = environment.models.get(spec.name)
+    if factory is None:
+        raise SpecFormatError(scenario.path, "model.name", f"{spec.name!r} is not a model of this environment; expected one of {sorted(environment.models)}")
+    return factory()
+
+
+def _gate(scenario: Scenario, environment: Environment) -> Gate | None:
+    name = scenario.gate
+    if name is None:
+        return None  # the engine's secure default: effect-free tools run, effectful ones are refused
+    if name in environment.gates:
+        return environment.gates[name]
+    if name == "allow_all":
+        return allow_all
+    if name == "deny_effects":
+        return deny_effects(environment.tools)
+    if name == "ask_for_effects":
+        return ask_for_effects(environment.tools)
+    known = sorted({*environment.gates, *_BUILTIN_GATES})
+    raise SpecFormatError(scenario.path, "gate", f"{name!r} is not a gate of this environment; expected one of {known}")
+
+
+def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, used: int) -> list[Expectation]:
+    expect = scenario.expect
+    state = result.state
+    found: list[Expectation] = [Expectation("stop", expect["stop"], result.stop, result.stop is expect["stop"])]
+    answer = result.answer or ""
+    for needle in expect.get("answer_contains", ()):
+        found.append(Expectation(f"answer contains {needle!r}", needle, result.answer, needle in answer))
+    reason = result.reason or ""
+    for needle in expect.get("reason_contains", ()):
+        found.append(Expectation(f"reason contains {needle!r}", needle, result.reason, needle in reason))
+    if "effects" in expect:
+        actual = to_json_data(list(environment.effects))
+        found.append(Expectation("effects", expect["effects"], actual, actual == expect["effects"]))
+    counters = {"turns": state.turns, "tool_attempts": state.tool_attempts, "observations": len(state.observations)}
+    for key, actual_count in counters.items():
+        if key in expect:
+            found.append(Expectation(key, expect[key], actual_count, actual_count == expect[key]))
+    if "observation_kinds" in expect:
+        kinds = [o.kind for o in state.observations]
+        found.append(Expectation("observation_kinds", expect["observation_kinds"], kinds, kinds == expect["observation_kinds"]))
+    for name, truth in expect.get("checks", {}).items():
+        check = environment.checks.get(name)
+        if check is None:
+            raise SpecFormatError(
+                scenario.path, f"expect.checks.{name}", f"not a check of this environment; expected one of {sorted(environment.checks)}"
+            )
+        actual_truth = bool(check(result))
+        found.append(Expectation(f"check {name}", truth, actual_truth, actual_truth is truth))
+    if used < len(scenario.resumes):
+        found.append(Expectation("resume decisions used", len(scenario.resumes), used, False))
+    return found
+
+
+def run_scenario(scenario: Scenario, *, model: Model | None = None) -> ScenarioResult:
+    """
+    Run a scenario in a fresh world and judge it.
+
+    Each ``[[resume]]`` decision is applied, in order, while the run is
+    awaiting approval; a decision left unused is reported as a failed
+    expectation. ``model`` replaces the spec's model (the hook for running
+    the same scenario against a real provider).
+
+    Raises:
+        SpecFormatError: a name in the spec (gate, model, check, environment)
+            does not resolve.
+    """
+    environment = load_environment(scenario.environment, path=scenario.path)
+    gate = _gate(scenario, environment)
+    model = model if model is not None else build_model(scenario, environment)
+    system_prompt = scenario.system_prompt if scenario.system_prompt is not None else environment.system_prompt
+    common: dict[str, Any] = {"gate": gate, "limits": scenario.limits, "answer_check": environment.answer_check}
+    result = run(
+        scenario.task, model, environment.tools, system_prompt=system_prompt, history=scenario.history, **common
+    )
+    used = 0
+    while result.stop is Stop.AWAITING_APPROVAL and used < len(scenario.resumes):
+        decision = scenario.resumes[used]
+        used += 1
+        result = resume(result.state, model, environment.tools, approve=decision.approve, reason=decision.reason, **common)
+    expectations = _evaluate(scenario, result, environment, used)
+    invariants = check_run(result, environment.effects, scenario.limits)
+    return ScenarioResult(
+        scenario=scenario,
+        result=result,
+        effects=list(environment.effects),
+        expectations=tuple(expectations),
+        invariants=tuple(Expectation(name, True, held, held) for name, held in invariants.items()),
+    )
+

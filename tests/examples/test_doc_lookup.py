@@ -1,0 +1,132 @@
+"""Tests for agent_fsm.examples.doc_lookup: each scenario as a spec and as a direct run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _reference_specs import failures, load, play, spec_files
+
+from agent_fsm import Limits, ScriptedModel, Stop, ToolError, check_run, run
+from agent_fsm.examples import doc_lookup
+from agent_fsm.examples.doc_lookup import EXPECTED, LIMITS, Corpus, environment, outcome_ok
+from agent_fsm.wire import answer_message, tool_call_message
+
+TASK = "How do I roll back staging to the last good release?"
+
+
+def _run(model_name: str, limits: Limits = LIMITS, model=None):
+    env = environment()
+    model = model if model is not None else env.models[model_name]()
+    result = run(TASK, model, env.tools, limits=limits, answer_check=env.answer_check, system_prompt=env.system_prompt)
+    assert all(check_run(result, env.effects, limits).values())
+    return result
+
+
+@pytest.mark.parametrize("path", spec_files("doc_lookup"), ids=lambda p: p.stem)
+def test_spec(path):
+    """Each doc-lookup spec runs to exactly the ending, counts and checks it states."""
+    spec = load(path)
+    assert failures(spec, *play(spec)) == []
+
+
+def test_spec_reader_reports_a_wrong_expectation():
+    """The spec reader is not vacuous: a changed expectation is reported."""
+    spec = load(spec_files("doc_lookup")[0].with_name("final.toml"))
+    spec["expect"].update(stop="step_limit", turns=9, checks={"outcome_ok": False})
+    assert len(failures(spec, *play(spec))) == 3
+
+
+def test_final_reads_then_cites_the_page_it_read():
+    """Search, read, final: three turns, two tools, the right command and source."""
+    result = _run("scripted")
+    assert result.stop is Stop.ANSWERED
+    assert json.loads(result.answer) == EXPECTED
+    assert (result.state.turns, result.state.tool_attempts) == (3, 2)
+    assert outcome_ok(result)
+
+
+def test_invalid_decision_stops_without_dispatch():
+    """An action outside the interface is refused and no tool allowance is spent."""
+    result = _run("shell_action")
+    assert result.stop is Stop.NO_PROGRESS
+    assert result.state.tool_attempts == 0
+    assert "unknown tool: 'shell'" in result.reason
+    assert not outcome_ok(result)
+
+
+def test_extra_field_is_refused_as_invalid():
+    """A read with a field the contract lacks is refused before the handler runs."""
+    model = ScriptedModel([tool_call_message("d1", "read", {"page_id": "rollback-v2", "version": "v1"})])
+    result = _run("", model=model)
+    assert result.stop is Stop.NO_PROGRESS
+    assert [o.kind for o in result.state.observations] == ["invalid"]
+    assert "Additional properties" in result.state.observations[0].content
+
+
+def test_provider_error_is_not_an_answer():
+    """An OSError from the policy ends provider_error on the first turn, with no answer."""
+    result = _run("provider_down")
+    assert result.stop is Stop.PROVIDER_ERROR
+    assert result.answer is None and result.state.fault.type == "ConnectionRefusedError"
+
+
+def test_unread_citation_is_rejected():
+    """Citing a page never read ends answer_rejected, even though the command is right."""
+    result = _run("cites_unread")
+    assert result.stop is Stop.ANSWER_REJECTED
+    assert result.reason == "the answer cites 'rollback-v2', which was not read in this run"
+
+
+def test_search_hit_alone_does_not_license_a_citation():
+    """A page found by search but not read still cannot be cited."""
+    model = ScriptedModel(
+        [
+            tool_call_message("d1", "search", {"query": TASK}),
+            answer_message(json.dumps(EXPECTED)),
+        ]
+    )
+    result = _run("", model=model)
+    assert result.stop is Stop.ANSWER_REJECTED
+
+
+def test_endless_search_hits_the_tool_limit():
+    """A policy that keeps searching stops at tool_limit on turn four with three tools spent."""
+    result = _run("always_search")
+    assert result.stop is Stop.TOOL_LIMIT
+    assert (result.state.turns, result.state.tool_attempts) == (4, 3)
+
+
+def test_turn_limit_is_not_a_final_answer():
+    """One turn allows the search but no answer: step_limit, not answered."""
+    result = _run("scripted", limits=Limits(max_turns=1, max_tool_calls=3, repeated_denials=1))
+    assert result.stop is Stop.STEP_LIMIT
+    assert result.answer is None and not outcome_ok(result)
+
+
+def test_wrong_version_read_is_an_error_the_policy_recovers_from():
+    """The v1 page is refused in a v2 lookup; the policy then finds and cites the v2 page."""
+    result = _run("wrong_version_first")
+    first = result.state.observations[0]
+    assert (first.kind, first.content) == ("error", "page 'rollback-v1' documents v1; this lookup is pinned to v2")
+    assert result.stop is Stop.ANSWERED and outcome_ok(result)
+    assert (result.state.turns, result.state.tool_attempts) == (4, 3)
+
+
+def test_invented_command_fails_the_outcome_check():
+    """Answered, cited and read, yet the outcome fails because the command is not the page's."""
+    result = _run("invents_command")
+    assert result.stop is Stop.ANSWERED
+    assert json.loads(result.answer)["citation"] == "rollback-v2"
+    assert not outcome_ok(result)
+
+
+def test_corpus_is_pinned_to_its_version():
+    """Search only returns pages of the pinned version; read refuses other versions and unknown ids."""
+    v1 = Corpus(doc_lookup.CORPUS, "v1")
+    assert [hit["id"] for hit in v1.search("roll back")] == ["rollback-v1"]
+    with pytest.raises(ToolError, match="pinned to v1"):
+        v1.read("rollback-v2")
+    with pytest.raises(ToolError, match="no page 'nope'"):
+        v1.read("nope")
+    assert Corpus(doc_lookup.CORPUS, "v2").search("unrelated words only") == []

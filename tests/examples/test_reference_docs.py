@@ -1,0 +1,38 @@
+"""Tests that docs/reference-systems.md and the README's reference-system commands stay true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from _reference_specs import failures, load, play
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "reference-systems.md"
+
+
+def test_docs_python_blocks_run():
+    """Every Python block of the reference-systems page runs, in order, in one namespace."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(DOC), "exec"), namespace)
+
+
+def _readme_specs() -> list[str]:
+    section = ROOT.joinpath("README.md").read_text().split("## More reference systems", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"agent-fsm run (specs/\S+\.toml)", section)
+
+
+def test_readme_names_one_spec_per_system():
+    """The README section runs one spec of each of the three systems."""
+    assert [Path(p).parent.name for p in _readme_specs()] == ["doc_lookup", "ticket_desk", "retrieval"]
+
+
+@pytest.mark.parametrize("relative", _readme_specs())
+def test_readme_specs_exist_and_pass(relative):
+    """Each spec the README runs exists and meets its own expectations."""
+    spec = load(ROOT / relative)
+    assert failures(spec, *play(spec)) == []

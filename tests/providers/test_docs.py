@@ -1,0 +1,118 @@
+"""The code in README's "Real models" section and in docs/providers.md runs, against the loopback server."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from agent_fsm import Stop
+from agent_fsm.providers import FAILURE_KINDS
+
+from .loopback import anthropic_reply, free_port_refusing, ollama_reply, openai_answer, openai_tool_call
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOKUP = '{"order_id": "A-17"}'
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    following = text.find("\n## ", start + len(heading))
+    return text[start:] if following == -1 else text[start:following]
+
+
+def _execute(code: str, replacements: dict[str, str]) -> dict:
+    for old, new in replacements.items():
+        assert old in code, f"the example no longer uses {old}"
+        code = code.replace(old, new)
+    namespace: dict = {"__name__": "__doc_example__"}
+    exec(compile(code, "<doc example>", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture
+def doc() -> str:
+    return (ROOT / "docs" / "providers.md").read_text()
+
+
+def test_readme_example_runs_against_a_local_openai_compatible_server(server, capsys):
+    """The README example: a lookup, then an answer, printed as 'answered <text>'."""
+    blocks = _python_blocks(_section((ROOT / "README.md").read_text(), "## Real models"))
+    assert len(blocks) == 1
+    server.script(openai_tool_call("call_1", "lookup_order", LOOKUP), openai_answer("You paid 4999 cents."))
+    namespace = _execute(blocks[0], {"http://127.0.0.1:8080/v1": server.url + "/v1"})
+    assert namespace["result"].stop is Stop.ANSWERED
+    assert capsys.readouterr().out == "answered You paid 4999 cents.\n"
+    assert server.requests[0].body["model"] == "qwen2.5-7b-instruct"
+
+
+def test_docs_has_one_example_per_topic(doc):
+    """Four runnable examples: OpenAI-compatible, Anthropic, Ollama, reading a failure."""
+    assert len(_python_blocks(doc)) == 4
+
+
+def test_openai_example_refunds_within_policy(server, doc, capsys):
+    """The vLLM example: an over-limit refund is denied, the in-policy one lands, usage is reported."""
+    server.script(
+        openai_tool_call("c1", "refund_order", '{"order_id": "A-17", "amount_cents": 9999}', prompt_tokens=300),
+        openai_tool_call("c2", "refund_order", '{"order_id": "A-17", "amount_cents": 4999}', prompt_tokens=360),
+        openai_answer("Refunded 4999 cents.", prompt_tokens=420),
+    )
+    namespace = _execute(_python_blocks(doc)[0], {"http://127.0.0.1:8000/v1": server.url + "/v1"})
+    assert namespace["desk"].effects == [{"order_id": "A-17", "refunded_cents": 4999}]
+    assert capsys.readouterr().out == "answered [{'order_id': 'A-17', 'refunded_cents': 4999}] [300, 360, 420]\n"
+    assert server.requests[0].body["temperature"] == 0
+
+
+def test_anthropic_example_reads_its_settings_from_the_environment(server, doc, capsys, monkeypatch):
+    """ANTHROPIC_BASE_URL, ANTHROPIC_MODEL and ANTHROPIC_API_KEY configure the example."""
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    monkeypatch.setenv("ANTHROPIC_MODEL", "claude-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "ak-doc")
+    server.script(
+        anthropic_reply({"type": "tool_use", "id": "toolu_1", "name": "lookup_order", "input": {"order_id": "A-17"}}),
+        anthropic_reply({"type": "text", "text": "It arrived damaged."}),
+    )
+    _execute(_python_blocks(doc)[1], {})
+    assert capsys.readouterr().out == "answered It arrived damaged.\n"
+    assert server.requests[0].headers["x-api-key"] == "ak-doc"
+    assert server.requests[0].body["max_tokens"] == 512
+
+
+def test_ollama_example_prints_synthesized_ids(server, doc, capsys):
+    """The Ollama example prints the ids the adapter made for id-less calls."""
+    server.script(
+        ollama_reply({"tool_calls": [{"function": {"name": "lookup_order", "arguments": {"order_id": "A-17"}}}]}),
+        ollama_reply({"content": "4999 cents."}),
+    )
+    _execute(_python_blocks(doc)[2], {"http://127.0.0.1:11434": server.url})
+    assert capsys.readouterr().out == "answered ['ollama_0_0']\n"
+    assert server.requests[0].body["options"] == {"num_ctx": 8192}
+
+
+def test_failure_example_ends_provider_error(doc, capsys):
+    """The failure example: nothing listens, so the run ends provider_error with kind transport."""
+    _execute(_python_blocks(doc)[3], {"http://127.0.0.1:9/v1": free_port_refusing() + "/v1"})
+    out = capsys.readouterr().out
+    assert out.startswith("transport None openai: POST http://127.0.0.1:")
+    assert "could not connect" in out
+
+
+def test_the_failure_table_lists_every_kind(doc):
+    """The kinds table in the docs names exactly the kinds the adapters raise."""
+    table = _section(doc, "## Failures")
+    assert set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M)) == set(FAILURE_KINDS)
+
+
+def test_readme_example_without_a_server_ends_provider_error_at_once(capsys):
+    """With nothing listening, the README example prints a provider_error after one attempt, no retry."""
+    blocks = _python_blocks(_section((ROOT / "README.md").read_text(), "## Real models"))
+    namespace = _execute(blocks[0], {"http://127.0.0.1:8080/v1": free_port_refusing() + "/v1"})
+    assert namespace["result"].stop is Stop.PROVIDER_ERROR
+    assert namespace["model"].requests_made == 1
+    assert capsys.readouterr().out.startswith("provider_error ProviderFault(type='ProviderFailure', kind='transport'")
