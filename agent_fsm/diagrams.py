@@ -50,6 +50,7 @@ __all__ = [
     "diagram_command",
     "load_trace",
     "path_of",
+    "reconstruct_path",
     "render",
     "sequence_diagram",
     "to_dot",
@@ -270,7 +271,34 @@ def _state_of(run: RunResult | RunState) -> RunState:
 
 def path_of(run: RunResult | RunState) -> RunPath:
     """
-    The path ``run`` took through the run machine, reconstructed from its record.
+    The path ``run`` took through the run machine.
+
+    It is read from ``state.path``, the states the engine entered; a record
+    without one (saved before the path was kept, or built by hand) is
+    reconstructed with :func:`reconstruct_path`.
+
+    Raises:
+        TraceError: the recorded path is not a walk through the run machine
+            ending where the run rests.
+    """
+    state = _state_of(run)
+    if not state.path:
+        return reconstruct_path(state)
+    machine = RUN_MACHINE
+    steps = []
+    for source, dest in zip([machine.initial, *state.path], state.path):
+        events = {e.event for e in machine.edges if (e.source, e.dest) == (source, dest)}
+        if len(events) != 1:
+            raise TraceError(f"the recorded path moves {source} -> {dest}, which is not one edge of the run machine")
+        steps.append((source, events.pop(), dest))
+    if state.path[-1] != state.machine_state:
+        raise TraceError(f"the recorded path ends in {state.path[-1]!r}, but the run rests in {state.machine_state!r}")
+    return RunPath.from_steps(machine, steps)
+
+
+def reconstruct_path(run: RunResult | RunState) -> RunPath:
+    """
+    The path ``run`` took through the run machine, reconstructed from its transcript and observations.
 
     Each assistant message is one ``Ready -> Proposing`` turn; each of its
     proposals went to ``Executing`` (a ``result`` or ``error`` observation;

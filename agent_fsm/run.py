@@ -80,6 +80,7 @@ class _Run:
     @machine_state.setter
     def machine_state(self, value: str) -> None:
         self.state.machine_state = value
+        self.state.path.append(value)
 
     def append(self, message: dict[str, Any]) -> None:
         """Append a message, measuring it once (token accounting stays O(n) over a run)."""

@@ -65,6 +65,9 @@ class RunState:
     turns: int = 0
     tool_attempts: int = 0
     machine_state: str = "Ready"
+    # Every state the run entered, in order: the trace that diagrams and
+    # reviews read, so nothing about the route has to be inferred.
+    path: list[str] = attrs.field(factory=list)
     pending: list[ToolCall] = attrs.field(factory=list)
     judgement: Judgement | None = None
     denials: dict[str, int] = attrs.field(factory=dict)

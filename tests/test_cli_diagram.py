@@ -187,8 +187,16 @@ def test_inconsistent_trace_exits_1(demo_trace, tmp_path: Path) -> None:
     """A saved run whose record does not fit the machine fails in one line."""
     file, _ = demo_trace
     data = json.loads(file.read_text())
-    data["turns"] = 9
+    data["path"][-1] = "StepLimit"
     broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(data), encoding="utf-8")
+    _fails_in_one_line(
+        runner.invoke(app, ["diagram", "--trace", str(broken)]),
+        "the recorded path moves Proposing -> StepLimit, which is not one edge of the run machine",
+    )
+    data = json.loads(file.read_text())
+    data["path"] = []  # a record without its path is reconstructed from the transcript, and checked
+    data["turns"] = 9
     broken.write_text(json.dumps(data), encoding="utf-8")
     _fails_in_one_line(
         runner.invoke(app, ["diagram", "--trace", str(broken)]),

@@ -29,6 +29,7 @@ from agent_fsm.diagrams import (
     TraceError,
     load_trace,
     path_of,
+    reconstruct_path,
     render,
     sequence_diagram,
     to_dot,
@@ -422,15 +423,30 @@ def test_path_of_human_rejection_goes_through_the_pause() -> None:
     assert ("AwaitingApproval", "reject", "Denied") in [(e.source, e.event, e.dest) for e in path.steps]
 
 
-def test_path_of_human_approval_is_not_recorded() -> None:
-    """Documented limit: an approved call leaves no mark in the state, so it is drawn as a gate-allowed call."""
+def test_path_of_human_approval_comes_from_the_recorded_path() -> None:
+    """An approved call is drawn through the pause, as the engine went; reconstruction alone cannot tell it."""
     tools = make_support_desk().tools
     script = ScriptedModel([_reply(("a", *SMALL_REFUND)), ANSWER])
     with _recording() as entered:
         paused = run(TASK, script, tools, gate=ask_for_effects(tools))
         done = resume(paused.state, script, tools, approve=True, gate=ask_for_effects(tools))
     assert entered == "Ready Proposing AwaitingApproval Executing Ready Proposing Answered".split()
-    assert _states(path_of(done)) == [s for s in entered if s != "AwaitingApproval"]
+    assert _states(path_of(done)) == entered
+    assert ("AwaitingApproval", "approve", "Executing") in [(e.source, e.event, e.dest) for e in path_of(done).steps]
+    # without the recorded path, an approval leaves no mark: documented limit of reconstruct_path
+    assert _states(reconstruct_path(done)) == [s for s in entered if s != "AwaitingApproval"]
+
+
+def test_a_recorded_path_that_is_not_a_walk_is_refused() -> None:
+    """A recorded path with a jump no edge allows, or ending elsewhere than the run rests, is a TraceError."""
+    state = _demo_result().state
+    state.path.insert(1, "Answered")
+    with pytest.raises(TraceError, match="not one edge of the run machine"):
+        path_of(state)
+    state = _demo_result().state
+    state.path.pop()
+    with pytest.raises(TraceError, match="but the run rests in 'Answered'"):
+        path_of(state)
 
 
 _PROPOSALS = {
@@ -476,32 +492,33 @@ def test_path_of_matches_the_engine_on_random_runs(turns, gate, limits, rejectio
                 break
             result = resume(result.state, script, tools, approve=False, gate=chosen, limits=limits)
     path = path_of(result)
-    assert _states(path) == entered
+    assert _states(path) == entered == ["Ready", *result.state.path]
+    assert reconstruct_path(result) == path  # the transcript alone tells the same route (no approvals here)
     assert RunPath.from_steps(RUN_MACHINE, [(e.source, e.event, e.dest) for e in path.steps]) == path
 
 
-def test_path_of_refuses_an_inconsistent_record() -> None:
+def test_reconstruct_path_refuses_an_inconsistent_record() -> None:
     """A record whose observations, turn count or resting state do not fit the machine is a TraceError."""
     state = _demo_result().state
     state.observations.pop(0)
     with pytest.raises(TraceError, match="answers call 'call_2', but the transcript's next call is 'call_1'"):
-        path_of(state)
+        reconstruct_path(state)
     state = _demo_result().state
     state.turns = 7
     with pytest.raises(TraceError, match="4 model call"):
-        path_of(state)
+        reconstruct_path(state)
     state = _demo_result().state
     state.machine_state = "StepLimit"
     with pytest.raises(TraceError, match="leads to 'Answered', but the run rests in 'StepLimit'"):
-        path_of(state)
+        reconstruct_path(state)
     state = _demo_result().state
     state.messages.append(dict(state.messages[-1]))
     state.turns += 1
     with pytest.raises(TraceError, match="goes on after the run stopped in 'Answered'"):
-        path_of(state)
+        reconstruct_path(state)
     state.machine_state = "Elsewhere"
     with pytest.raises(TraceError, match="not a state of the run machine"):
-        path_of(state)
+        reconstruct_path(state)
 
 
 def test_run_path_from_steps_checks_each_step() -> None:
