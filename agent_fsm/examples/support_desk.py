@@ -96,7 +96,7 @@ def refund_gate(call: ToolCall) -> Verdict:
 
 # --- the support desk as a scenario environment ----------------------------------
 
-TASK = "Order A-17 arrived damaged. Please make this right."
+TASK = "My order A-17 came broken. Could you sort this out?"
 _REFUND = {"order_id": "A-17", "refunded_cents": 4999}
 
 

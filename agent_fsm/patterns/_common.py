@@ -1,7 +1,7 @@
 """
 What the workflow patterns share: endings, plans, the per-run object, and the plan's states.
 
-A pattern differs from another only in who chooses the next step. What they
+A pattern differs from another only in what decides the next move. What they
 share lives here once: the typed endings, the code-owned :class:`Plan`
 (steps, then a reply), the states that walk a plan (``Stepping``,
 ``Drafting``) with their guards and effects, and the driver that turns a

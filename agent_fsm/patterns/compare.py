@@ -88,20 +88,20 @@ AFTER_FAN_OUT = Plan(steps=(refund_what_was_paid,), draft=confirm_with_context)
 
 def drafter() -> ScriptedReplies:
     """Drafts the confirmation in one go."""
-    return ScriptedReplies([answer_message("We refunded 4999 cents for your damaged order A-17.")])
+    return ScriptedReplies([answer_message("A-17 came broken: 4999 cents are back on your card.")])
 
 
 def billing_router() -> ScriptedReplies:
     """Routes the task to billing, then drafts."""
-    return ScriptedReplies([answer_message("billing"), answer_message("We refunded 4999 cents for order A-17.")])
+    return ScriptedReplies([answer_message("billing"), answer_message("4999 cents for A-17 are back with you.")])
 
 
 def vague_then_exact() -> ScriptedReplies:
     """A first draft without the amount (rejected by the criterion), then one with it."""
     return ScriptedReplies(
         [
-            answer_message("We are sorry about the damage; your refund is on its way."),
-            answer_message("We are sorry about the damage; we refunded 4999 cents for order A-17."),
+            answer_message("Apologies that A-17 broke; the money will follow shortly."),
+            answer_message("Apologies that A-17 broke; 4999 cents are now back on your bank card."),
         ]
     )
 
