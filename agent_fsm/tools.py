@@ -94,7 +94,7 @@ class ToolSpec:
     ``schema`` is what the tool accepts: the model is shown it, and the
     engine holds every call to it before the handler may run. It is either a ``{argument: python_type}``
     shorthand (every argument required, no others allowed) or a JSON Schema
-    object. ``effectful`` marks tools that change the world; the secure
+    object. ``effectful`` flags tools with side effects outside the run; the secure
     default gate refuses them.
 
     Raises:

@@ -7,7 +7,7 @@ are restricted, and booking an inspection moves a technician's day. The
 module has two halves that share one vocabulary:
 
 * the controller on its own: :func:`decide` (finish, continue or handoff,
-  from the tool-attempt count, its limit and the last status) and
+  judged from attempts so far, their cap and how the latest went) and
   :func:`replay`, which plays a host loop over a supplied list of events and
   reports why it ended and how many tool attempts were made;
 * the same world as an engine environment (:func:`environment`), whose
