@@ -62,8 +62,8 @@ class HandlerError(RunError):
 
     Expected failures (:class:`ToolError`, ``KeyError``, ``ValueError``,
     ``TimeoutError``) become ``error`` observations. Anything else is a bug in
-    the handler; turning it into an observation would invite the model to
-    improvise around broken code, so it stops the run loudly. The original
+    the handler; reporting it to the model as an observation would only
+    encourage it to work around a defect, so the run halts loudly instead. The original
     exception is ``__cause__``.
     """
 

@@ -84,7 +84,7 @@ def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -
 
 def attempt(call: ToolCall, tools: Registry, gate: Gate) -> Observation:
     """
-    Carry one proposal across the boundary, or refuse to: judge, then execute if allowed.
+    Take a proposal through judging and, when it is allowed, execution; otherwise refuse it.
 
     A verdict of ``ask`` is refused here (``denied``, with the gate's reason):
     code that calls this directly has no pause to offer a human.

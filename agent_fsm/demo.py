@@ -16,7 +16,7 @@ from .wire import answer_message, tool_call_message
 
 __all__ = ["main", "overreaching_model"]
 
-TASK = "Order A-17 arrived damaged. Please make this right."
+TASK = "My order A-17 came broken. Could you sort this out?"
 
 
 def overreaching_model() -> ScriptedModel:

@@ -75,7 +75,7 @@ def as_verdict(decision: object) -> Verdict:
 
 
 def allow_all(call: ToolCall) -> Verdict:
-    """Approve everything: the absence of policy, made explicit."""
+    """Let every call through: having no policy, stated openly."""
     return Verdict.allow("no policy configured")
 
 

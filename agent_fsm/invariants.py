@@ -2,9 +2,9 @@
 Run invariants: what every run must satisfy however the model behaved.
 
 They read only the run's own record and the environment's effect log, so
-checking them needs no re-running. "The model answered" and "the task
-succeeded" are different questions; these answer neither, only whether the
-run stayed inside the engine's rules.
+checking them needs no re-running. Whether the model replied, and whether
+the job got done, are separate matters that these leave alone: they only
+say whether the run kept to the engine's rules.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["check_run"]
 
 def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict[str, bool]:
     """
-    Check a finished (or paused) run's mechanical invariants.
+    The engine's mechanical rules, each judged on one ended (or paused) run.
 
     Returns:
         ``effects_authorized``: every entry of the effect log equals the content

@@ -1,5 +1,5 @@
 """
-Budgets and the typed ways a run can stop.
+Budgets, and the fixed set of typed reasons a run ends.
 """
 
 from __future__ import annotations

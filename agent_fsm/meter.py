@@ -1,5 +1,5 @@
 """
-A meter: what a control policy spends, charged in the same currencies for every pattern.
+A meter: the spend of each control policy, counted in units shared by every pattern.
 
 Comparing workflow patterns is only fair when each is charged the same way
 and crosses the same effect boundary. The meter does both: every model call
@@ -7,7 +7,7 @@ goes through :meth:`Meter.ask` (one call, the estimated size of the prompt
 sent), and every tool proposal goes through :meth:`Meter.attempt`, which is
 :func:`agent_fsm.boundary.attempt` (validation, the gate, the handler) plus
 one tool call charged, whether the call ran or was refused. Differences
-between patterns then come from control policy alone.
+between patterns can then only stem from how each steers.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Meter:
         return reply
 
     def attempt(self, call: ToolCall, tools: Registry, gate: Gate) -> Observation:
-        """Charge one tool call and carry it across the shared effect boundary (:func:`agent_fsm.attempt`)."""
+        """Count a tool call, then hand it to the effect boundary every pattern shares (:func:`agent_fsm.attempt`)."""
         with self._lock:
             self.tool_calls += 1
         return attempt(call, tools, gate)

@@ -40,7 +40,7 @@ class Model(Protocol):
     def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any: ...
 
 
-DEFAULT_LAST_WORD = "I have nothing further to add."
+DEFAULT_LAST_WORD = "That is all I can say on this."
 
 
 class ScriptedModel:
@@ -49,9 +49,9 @@ class ScriptedModel:
 
     ``turns`` are played in order. Before the next turn, if the latest
     message is a tool message whose text contains a key of ``reactions``, the
-    paired message is returned instead (and no turn is consumed): that lets a
-    script respond to denials while staying deterministic. When the script is
-    spent it answers ``"I have nothing further to add."``.
+    reply listed under that key is given in its place (no turn is used up), so
+    a script can answer denials and still be fully deterministic. When the script is
+    spent it answers ``DEFAULT_LAST_WORD``.
 
     The model keeps no hidden position: which turn comes next is read off the
     transcript it is given, so a run saved, loaded elsewhere and resumed with a

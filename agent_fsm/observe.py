@@ -31,7 +31,7 @@ def to_json_data(value: Any) -> Any:
 @attrs.frozen
 class Observation:
     """
-    The typed result of attempting one tool call, correlated by ``call_id``.
+    What came of trying a single tool call, typed, and tied to its ``call_id``.
 
     ``kind`` tells a denial (the gate refused) from an invalid proposal
     (it broke the contract) from an error (the handler failed in an expected

@@ -217,7 +217,7 @@ class DecisionPolicy:
     ``final`` names the action that ends the run and the shape of its
     fields; pair the policy with ``final.check(...)`` as the run's answer
     check. With ``conversation=True`` ``decide`` also receives the earlier
-    user/assistant turns (for follow-ups such as "close that one").
+    user/assistant turns, so a later "close that one" can find what it refers to.
     """
 
     def __init__(self, decide: Decide, *, final: FinalDecision | None = None, conversation: bool = False) -> None:

@@ -123,7 +123,7 @@ _converter.register_structure_hook(Any, lambda value, _: value)
 @attrs.frozen
 class RunResult:
     """
-    A typed ending, the answer when there is one, and the full state behind it.
+    How a run ended (typed), its answer if it gave one, and every detail of its state.
 
     ``blocked_on`` is the call awaiting a human when ``stop`` is
     ``awaiting_approval``, else ``None``. ``reason`` says in words why the

@@ -91,10 +91,10 @@ class ToolSpec:
     """
     One tool the engine may execute on the model's behalf.
 
-    ``schema`` is the tool's public contract, advertised to the model and
-    enforced before the handler runs: either a ``{argument: python_type}``
+    ``schema`` is what the tool accepts: the model is shown it, and the
+    engine holds every call to it before the handler may run. It is either a ``{argument: python_type}``
     shorthand (every argument required, no others allowed) or a JSON Schema
-    object. ``effectful`` marks tools that change the world; the secure
+    object. ``effectful`` flags tools with side effects outside the run; the secure
     default gate refuses them.
 
     Raises:
@@ -159,12 +159,12 @@ class ToolCall:
 
 def validate_call(call: ToolCall, tools: Registry) -> str | None:
     """
-    Check one proposal against the registry's contracts.
+    Hold a proposal up against the contract its tool declares in the registry.
 
     Returns:
-        ``None`` when the proposal is well formed, otherwise a reason the
-        model can read and act on. It never says whether the call is
-        *permitted*: that is the gate's question.
+        ``None`` if the proposal names a known tool with valid arguments;
+        otherwise a reason written so the model can fix its call. Permission is not
+        judged here at all; the gate decides that separately.
     """
     if call.arguments is None:
         return f"arguments for {call.name or '(no name)'} were not a JSON object: {call.raw_arguments!r}"

@@ -47,7 +47,7 @@ def tool_call_message(
 
 
 def answer_message(text: str) -> Message:
-    """A plain assistant message: it answers and proposes nothing."""
+    """A bare assistant reply: text only, with no tool call attached."""
     return {"role": "assistant", "content": text}
 
 

@@ -29,7 +29,7 @@ from agent_fsm.observe import Observation
 from agent_fsm.tools import function_declarations
 from agent_fsm.wire import answer_message, normalise_reply, tool_call_message, tool_message
 
-TASK = "Order A-17 arrived damaged. Please make this right."
+TASK = "My order A-17 came broken. Could you sort this out?"
 
 
 # --- scenarios: (name, model factory, limits, gate factory) ---------------------

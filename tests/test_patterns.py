@@ -55,7 +55,7 @@ from agent_fsm.patterns.compare import (
     states_refunded_amount,
 )
 
-POLICY_TASK = "What is your refund policy for damaged orders?"
+POLICY_TASK = "How do you handle refunds on goods that break?"
 
 
 class _Recording(ScriptedReplies):
@@ -102,9 +102,9 @@ def test_agent_endings_are_the_run_machines_endings():
 def test_chain_runs_the_fixed_steps_and_asks_the_model_once():
     """Lookup, refund what was paid, one draft: the correct single refund lands."""
     desk = make_support_desk()
-    model = _Recording([answer_message("We refunded 4999 cents.")])
+    model = _Recording([answer_message("Refund sent: 4999 cents.")])
     result = chain(REFUND_PLAN, model, desk.tools, gate=refund_gate)
-    assert result.ending is Ending.REPLIED and result.output == "We refunded 4999 cents."
+    assert result.ending is Ending.REPLIED and result.output == "Refund sent: 4999 cents."
     assert desk.effects == CORRECT_EFFECTS
     assert [o.call_id for o in result.observations] == ["lookup", "refund"]
     assert (result.spend.model_calls, result.spend.tool_calls) == (1, 2)
@@ -114,7 +114,7 @@ def test_chain_runs_the_fixed_steps_and_asks_the_model_once():
 def test_chain_stops_at_a_refused_step_with_the_secure_default():
     """Without a gate the refund is denied: the chain ends step_failed and never drafts."""
     desk = make_support_desk()
-    model = _Recording([answer_message("We refunded 4999 cents.")])
+    model = _Recording([answer_message("Refund sent: 4999 cents.")])
     result = chain(REFUND_PLAN, model, desk.tools)
     assert result.ending is Ending.STEP_FAILED and result.output is None
     assert desk.effects == [] and model.prompts == []
@@ -162,7 +162,7 @@ def test_drafting_grants_no_tools():
 @pytest.mark.parametrize(
     ("task", "script", "route", "calls", "effects"),
     [
-        (TASK, ["billing", "We refunded 4999 cents for A-17."], "billing", (2, 2), CORRECT_EFFECTS),
+        (TASK, ["billing", "Refund sent: 4999 cents for A-17."], "billing", (2, 2), CORRECT_EFFECTS),
         (POLICY_TASK, ["policy"], "policy", (1, 1), []),
     ],
 )
@@ -285,10 +285,10 @@ def test_parallel_stops_when_a_read_fails():
 def test_evaluator_spends_a_second_round_when_the_first_draft_fails():
     """The vague draft is rejected, the critique is fed back, the exact one is accepted."""
     desk = make_support_desk()
-    model = _Recording([answer_message("Your refund is on its way."), answer_message("We refunded 4999 cents.")])
+    model = _Recording([answer_message("The money will follow soon."), answer_message("Refund sent: 4999 cents.")])
     result = evaluator(REFUND_PLAN, states_refunded_amount, model, desk.tools, gate=refund_gate)
-    assert result.ending is Ending.ACCEPTED and result.output == "We refunded 4999 cents."
-    assert result.drafts == ("Your refund is on its way.", "We refunded 4999 cents.")
+    assert result.ending is Ending.ACCEPTED and result.output == "Refund sent: 4999 cents."
+    assert result.drafts == ("The money will follow soon.", "Refund sent: 4999 cents.")
     assert result.spend.model_calls == 2
     assert "not accepted" not in model.prompts[0] and "exact amount refunded (4999 cents)" in model.prompts[1]
 
@@ -357,7 +357,7 @@ def test_only_a_paused_agent_resumes():
 _TOOL_NAMES = ("lookup_order", "read_policy", "refund_order")
 
 _texts = st.one_of(
-    st.sampled_from(["billing", "policy", "Billing.", "We refunded 4999 cents.", "Sorry.", "", "4999"]),
+    st.sampled_from(["billing", "policy", "Billing.", "Refund sent: 4999 cents.", "Sorry.", "", "4999"]),
     st.text(max_size=30),
 )
 _arguments = st.one_of(

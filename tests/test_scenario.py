@@ -31,7 +31,7 @@ HAPPY = """
 name = "desk/happy"
 description = "Look up, refund what was paid, answer."
 environment = "agent_fsm.examples.support_desk:environment"
-task = "Order A-17 arrived damaged. Please make this right."
+task = "My order A-17 came broken. Could you sort this out?"
 gate = "refund"
 
 [model]
@@ -94,7 +94,7 @@ def test_error_is_typed_and_catchable_as_value_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "key", "words"),
     [
-        (('task = "Order', 'tusk = "Order'), "tusk", "unknown key"),
+        (('task = "My order', 'tusk = "My order'), "tusk", "unknown key"),
         (('environment = "agent_fsm.examples.support_desk:environment"\n', ""), "environment", "missing"),
         (("turns = 3", "turns = true"), "expect.turns", "got a boolean"),
         (("turns = 3", 'turns = "3"'), "expect.turns", "expected an integer"),

@@ -208,7 +208,7 @@ def cites_unread(task: str, observations: list[dict[str, Any]]) -> dict[str, Any
 
 
 def always_search(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
-    """Keeps searching after it has enough source material."""
+    """Goes on searching even once it holds plenty to answer from."""
     return {"action": "search", "query": f"{task} (attempt {len(observations) + 1})"}
 
 

@@ -7,7 +7,7 @@ are restricted, and booking an inspection moves a technician's day. The
 module has two halves that share one vocabulary:
 
 * the controller on its own: :func:`decide` (finish, continue or handoff,
-  from the tool-attempt count, its limit and the last status) and
+  judged from attempts so far, their cap and how the latest went) and
   :func:`replay`, which plays a host loop over a supplied list of events and
   reports why it ended and how many tool attempts were made;
 * the same world as an engine environment (:func:`environment`), whose
@@ -68,12 +68,13 @@ class Ending(str, enum.Enum):
 
 def decide(action: Action, used: int, limit: int, status: str) -> Decision:
     """
-    The controller's rule, in this order: a finish is answered; a tool call
-    continues only while ``used < limit`` and the last ``status`` is ``ok``;
-    anything else is handed off.
+    Apply the controller's rule, checked in a fixed order: a finish becomes the
+    answer; a tool call goes ahead only while ``used < limit`` and the previous
+    ``status`` was ``ok``; every other case goes to a person.
 
-    The order lets a final answer through after the last allowed attempt, and
-    never lets another tool through because the model says it is nearly done.
+    Checking the finish first means an answer still counts right after the
+    final permitted attempt, while a model that claims to be almost done never
+    earns one more tool call by saying so.
 
     Raises:
         ValueError: ``action`` is not ``finish`` or ``tool``, or ``status`` is unknown.

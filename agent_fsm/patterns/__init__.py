@@ -2,8 +2,8 @@
 The workflow canon as machines over one kernel: chain, router, parallel fan-out, evaluator-optimizer, agent.
 
 Each pattern is a small :class:`agent_fsm.MachineSpec` driven like the run
-machine, and each differs from the others only in who chooses the next
-step. They share the effect boundary (every tool call goes through
+machine, and each differs from the others only in what decides the next
+move. They share the effect boundary (every tool call goes through
 :func:`agent_fsm.attempt`, validation then the gate then the handler) and
 the accounting (:class:`agent_fsm.meter.Meter`), so their costs can be
 compared fairly: ``agent-fsm compare`` runs all five on one task.

@@ -1,7 +1,7 @@
 """
 What the workflow patterns share: endings, plans, the per-run object, and the plan's states.
 
-A pattern differs from another only in who chooses the next step. What they
+A pattern differs from another only in what decides the next move. What they
 share lives here once: the typed endings, the code-owned :class:`Plan`
 (steps, then a reply), the states that walk a plan (``Stepping``,
 ``Drafting``) with their guards and effects, and the driver that turns a
@@ -119,7 +119,7 @@ class ScriptedReplies:
     The workflow patterns send each model call a fresh prompt (code, not a
     transcript, carries the state), so a script cannot find its place in the
     prompt the way :class:`agent_fsm.ScriptedModel` does; this one counts
-    calls instead. When the script is spent it answers ``"I have nothing further to add."``.
+    calls instead. When the script is spent it answers :data:`agent_fsm.models.DEFAULT_LAST_WORD`.
     """
 
     def __init__(self, replies: Sequence[Any]) -> None:

@@ -1,10 +1,10 @@
 """
-The prompt chain: code owns the whole sequence and consults the model only to draft.
+The prompt chain: a path fixed in code, with the model asked only for the wording.
 
-Reach for it when the path is known in advance: every step is a fixed,
-code-built call, and the model is asked once, for the one step that needs
-language. It is the cheapest and most testable shape; it cannot adapt to a
-case the plan did not foresee.
+It fits work whose steps can be written down beforehand: code builds each
+call, and the model is consulted a single time, where prose is needed.
+Nothing costs less or is easier to test; the price is rigidity, since a
+situation the plan never anticipated has nowhere to go.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """
-The canon side by side: all five patterns on one support-desk task, through one gate and one meter.
+The five patterns compared on a single support-desk task, under one gate and one meter.
 
-Every pattern runs against a fresh desk with :func:`refund_gate`; the table
-shows what each spent and whether the correct effect landed (exactly one
-refund of the 4999 cents paid). The scripts below are the whole behaviour
-of the model in each run: drafts and routes are visible here, so the
-figures are reproducible and differ only by control policy.
+Each pattern gets its own fresh desk behind :func:`refund_gate`. A row of
+the table gives the pattern's spend and says if the right outcome happened:
+one refund, for the 4999 cents paid, and nothing else. The scripts below
+are all the model does in each run, routes and drafts included, so anyone
+can reproduce the figures; what separates the rows is the control policy.
 Run it with ``agent-fsm compare``.
 """
 
@@ -49,7 +49,7 @@ def refund_what_was_paid(results: Results) -> ToolCall:
 
 
 def read_policy(results: Results) -> ToolCall:
-    """Read the refund policy."""
+    """Fetch the refund rules."""
     return ToolCall("policy", "read_policy", {})
 
 
@@ -88,20 +88,20 @@ AFTER_FAN_OUT = Plan(steps=(refund_what_was_paid,), draft=confirm_with_context)
 
 def drafter() -> ScriptedReplies:
     """Drafts the confirmation in one go."""
-    return ScriptedReplies([answer_message("We refunded 4999 cents for your damaged order A-17.")])
+    return ScriptedReplies([answer_message("A-17 came broken: 4999 cents are back on your card.")])
 
 
 def billing_router() -> ScriptedReplies:
     """Routes the task to billing, then drafts."""
-    return ScriptedReplies([answer_message("billing"), answer_message("We refunded 4999 cents for order A-17.")])
+    return ScriptedReplies([answer_message("billing"), answer_message("4999 cents for A-17 are back with you.")])
 
 
 def vague_then_exact() -> ScriptedReplies:
     """A first draft without the amount (rejected by the criterion), then one with it."""
     return ScriptedReplies(
         [
-            answer_message("We are sorry about the damage; your refund is on its way."),
-            answer_message("We are sorry about the damage; we refunded 4999 cents for order A-17."),
+            answer_message("Apologies that A-17 broke; the money will follow shortly."),
+            answer_message("Apologies that A-17 broke; 4999 cents are now back on your bank card."),
         ]
     )
 

@@ -1,12 +1,12 @@
 """
 The evaluator-optimizer: draft, check against a code-owned criterion, revise within a budget.
 
-The criterion is what makes revision more than retry-until-tired: code
+Thanks to the criterion, revising is not the same as retrying blindly: code
 decides acceptance, and each rejection feeds its critique into the next
 prompt. The revision budget bounds the loop; spending it is a typed ending
 (``revision_budget_exhausted``), never a silently returned last draft. A
-weak criterion rewards cosmetic revision, so it deserves as much design as
-the prompt.
+lenient criterion lets drafts pass on surface edits alone, so it needs as
+much care as the prompt does.
 """
 
 from __future__ import annotations

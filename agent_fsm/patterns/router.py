@@ -1,10 +1,11 @@
 """
-The router: one bounded model decision picks a code-owned branch.
+The router: the model makes one capped choice, and code runs the branch it names.
 
-The model answers a single classification question; code owns everything
-after it. A misroute contaminates the whole branch, which is why the branch
-set stays small, the route is reported with the result, and a route that
-names no branch is a typed ending (``unroutable``) rather than a guess.
+All the model does is label the task; each branch after that is plain code.
+Sending a task down the wrong branch spoils every step that follows, so the
+set of branches is kept short, the chosen route travels with the result,
+and a label that matches no branch ends typed (``unroutable``) instead of
+being guessed at.
 """
 
 from __future__ import annotations

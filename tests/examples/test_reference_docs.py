@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from _reference_specs import failures, load, play
+
+from agent_fsm.scenario import load_scenario, run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reference-systems.md"
@@ -34,5 +35,5 @@ def test_readme_names_one_spec_per_system():
 @pytest.mark.parametrize("relative", _readme_specs())
 def test_readme_specs_exist_and_pass(relative):
     """Each spec the README runs exists and meets its own expectations."""
-    spec = load(ROOT / relative)
-    assert failures(spec, *play(spec)) == []
+    outcome = run_scenario(load_scenario(ROOT / relative))
+    assert outcome.passed, outcome.report()

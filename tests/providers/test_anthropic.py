@@ -14,7 +14,7 @@ from agent_fsm.providers import AnthropicMessages, from_anthropic_message, to_an
 
 from .loopback import anthropic_reply, json_reply, truncated
 
-TASK = "Order A-17 arrived damaged. What did I pay?"
+TASK = "My order A-17 came broken. What had I paid?"
 
 
 def _tool_use(call_id: str, name: str, arguments: dict) -> dict:

@@ -18,7 +18,7 @@ def test_spec_runs_against_an_openai_compatible_server(server: LoopbackServer) -
     """The spec's task and tools go to the server; its replies drive the run and the expectations are judged."""
     server.script(
         openai_tool_call("srv_1", "lookup_order", '{"order_id": "A-17"}'),
-        openai_answer("Good news - the refund for A-17 is complete."),
+        openai_answer("All set: A-17 is refunded, complete."),
     )
     result = runner.invoke(
         app,

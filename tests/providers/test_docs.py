@@ -76,10 +76,10 @@ def test_anthropic_example_reads_its_settings_from_the_environment(server, doc, 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "ak-doc")
     server.script(
         anthropic_reply({"type": "tool_use", "id": "toolu_1", "name": "lookup_order", "input": {"order_id": "A-17"}}),
-        anthropic_reply({"type": "text", "text": "It arrived damaged."}),
+        anthropic_reply({"type": "text", "text": "It came broken."}),
     )
     _execute(_python_blocks(doc)[1], {})
-    assert capsys.readouterr().out == "answered It arrived damaged.\n"
+    assert capsys.readouterr().out == "answered It came broken.\n"
     assert server.requests[0].headers["x-api-key"] == "ak-doc"
     assert server.requests[0].body["max_tokens"] == 512
 

@@ -12,7 +12,7 @@ from agent_fsm.providers import OllamaChat
 
 from .loopback import DROP, json_reply, ollama_reply
 
-TASK = "Order A-17 arrived damaged. What did I pay?"
+TASK = "My order A-17 came broken. What had I paid?"
 
 
 def _call(name: str, arguments: object) -> dict:

@@ -23,7 +23,7 @@ from .loopback import (
     truncated,
 )
 
-TASK = "Order A-17 arrived damaged. What did I pay?"
+TASK = "My order A-17 came broken. What had I paid?"
 LOOKUP = '{"order_id": "A-17"}'
 
 
