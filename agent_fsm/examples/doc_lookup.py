@@ -93,30 +93,8 @@ CORPUS: tuple[dict[str, str], ...] = (
 EXPECTED = {"answer": "harborctl rollback --env staging --to last-healthy", "citation": "rollback-v2"}
 """What the rollback question should produce; only the outcome check reads it, never a policy."""
 
-_STOP_WORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "can",
-        "do",
-        "for",
-        "how",
-        "i",
-        "in",
-        "is",
-        "it",
-        "me",
-        "my",
-        "of",
-        "on",
-        "the",
-        "to",
-        "what",
-        "with",
-    ]
-)
+# Words too common to tell pages apart; a query is matched on what is left.
+_STOP_WORDS = frozenset("a an the and or of to in on for with is are do does how what which i me my it can".split())
 
 
 def _words(text: str) -> set[str]:
@@ -133,13 +111,13 @@ class Corpus:
     def search(self, query: str) -> list[dict[str, str]]:
         """At most two pages of the pinned version, ranked by words shared with ``query``."""
         terms = _words(query)
-        ranked = []
-        for page in self.pages.values():
-            if page["version"] == self.version:
-                score = len(terms & _words(f"{page['title']} {page['text']}"))
-                if score:
-                    ranked.append((-score, page["id"], page["title"]))
-        return [{"id": page_id, "title": title} for _, page_id, title in sorted(ranked)[:2]]
+        overlap = {
+            page_id: len(terms & _words(f"{page['title']} {page['text']}"))
+            for page_id, page in self.pages.items()
+            if page["version"] == self.version
+        }
+        best = sorted((page_id for page_id, shared in overlap.items() if shared), key=lambda p: (-overlap[p], p))
+        return [{"id": page_id, "title": self.pages[page_id]["title"]} for page_id in best[:2]]
 
     def read(self, page_id: str) -> dict[str, str]:
         """The whole page, if it exists in the pinned version."""
