@@ -1,0 +1,217 @@
+"""
+Values generated from a tool's JSON Schema: ones it accepts and ones it must refuse.
+
+Rationale: ``hypothesis-jsonschema`` generates only *valid* instances of a
+full JSON Schema draft. Testing an effect boundary needs the other half as
+well (a wrong type, a missing required field, an extra field, a number past
+its bound, a string off its pattern), each produced on purpose and shrinking
+to a readable example. The subset tools use is small, so it is written here
+against that subset, and every value is checked by the engine's own
+validator (:meth:`agent_fsm.ToolSpec.errors`) rather than trusted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from hypothesis import strategies as st
+
+__all__ = ["UnsupportedSchema", "schema_values", "schema_violations"]
+
+_SUPPORTED = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "enum", "const", "pattern",
+        "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "items", "minItems", "maxItems", "description", "title", "default", "examples", "$schema",
+    }
+)
+
+_JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=8),
+)
+_ANY_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+class UnsupportedSchema(ValueError):
+    """A schema uses a keyword this generator does not understand (it would guess otherwise)."""
+
+
+def _check_supported(schema: Mapping[str, Any]) -> None:
+    unknown = sorted(set(schema) - _SUPPORTED)
+    if unknown:
+        raise UnsupportedSchema(
+            f"cannot generate values for schema keywords {unknown}; supported: {sorted(_SUPPORTED)}"
+        )
+
+
+def _integers(schema: Mapping[str, Any]) -> st.SearchStrategy[int]:
+    low = schema.get("minimum")
+    high = schema.get("maximum")
+    if "exclusiveMinimum" in schema:
+        low = math.floor(schema["exclusiveMinimum"]) + 1
+    if "exclusiveMaximum" in schema:
+        high = math.ceil(schema["exclusiveMaximum"]) - 1
+    low = None if low is None else math.ceil(low)
+    high = None if high is None else math.floor(high)
+    # The bounds themselves are where off-by-one bugs live: offer them directly.
+    edges = [b for b in (low, high) if b is not None]
+    ints = st.integers(min_value=low, max_value=high)
+    return st.one_of(st.sampled_from(edges), ints) if edges else ints
+
+
+def _numbers(schema: Mapping[str, Any]) -> st.SearchStrategy[float | int]:
+    floats = st.floats(
+        min_value=schema.get("minimum", schema.get("exclusiveMinimum")),
+        max_value=schema.get("maximum", schema.get("exclusiveMaximum")),
+        exclude_min="exclusiveMinimum" in schema,
+        exclude_max="exclusiveMaximum" in schema,
+        allow_nan=False,
+        allow_infinity=False,
+    )
+    return st.one_of(_integers(schema), floats)
+
+
+def _strings(schema: Mapping[str, Any]) -> st.SearchStrategy[str]:
+    low = schema.get("minLength", 0)
+    high = schema.get("maxLength")
+    if "pattern" in schema:
+        base = st.from_regex(schema["pattern"], fullmatch=False)
+        return base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high))
+    return st.text(min_size=low, max_size=high if high is not None else max(low, 12))
+
+
+def _objects(schema: Mapping[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    required = [p for p in schema.get("required", []) if p in properties]
+    optional = {k: schema_values(v) for k, v in properties.items() if k not in required}
+    fixed = st.fixed_dictionaries({k: schema_values(properties[k]) for k in required}, optional=optional)
+    extra = schema.get("additionalProperties", True)
+    if extra is False:
+        return fixed
+    extra_values = _ANY_JSON if extra is True else schema_values(extra)
+    spare = st.dictionaries(st.text(min_size=1, max_size=6).filter(lambda k: k not in properties), extra_values, max_size=2)
+    return st.tuples(fixed, spare).map(lambda pair: {**pair[1], **pair[0]})
+
+
+def _arrays(schema: Mapping[str, Any]) -> st.SearchStrategy[list[Any]]:
+    items = schema.get("items", {})
+    return st.lists(
+        schema_values(items) if items else _ANY_JSON,
+        min_size=schema.get("minItems", 0),
+        max_size=schema.get("maxItems", max(schema.get("minItems", 0), 4)),
+    )
+
+
+_BY_TYPE = {
+    "object": _objects,
+    "string": _strings,
+    "integer": _integers,
+    "number": _numbers,
+    "boolean": lambda _: st.booleans(),
+    "null": lambda _: st.none(),
+    "array": _arrays,
+}
+
+
+def schema_values(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    """
+    Values that satisfy ``schema`` (within the supported subset of JSON Schema).
+
+    Raises:
+        UnsupportedSchema: ``schema`` uses a keyword outside the subset.
+    """
+    _check_supported(schema)
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(list(schema["enum"]))
+    kind = schema.get("type")
+    if kind is None:
+        return _ANY_JSON
+    if isinstance(kind, list):
+        return st.one_of([schema_values({**schema, "type": k}) for k in kind])
+    if kind not in _BY_TYPE:
+        raise UnsupportedSchema(f"cannot generate values of type {kind!r}; supported: {sorted(_BY_TYPE)}")
+    return _BY_TYPE[kind](schema)
+
+
+def _wrong_type(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    kind = schema.get("type")
+    wrong = {
+        "string": st.integers() | st.booleans() | st.none(),
+        # agent_fsm accepts only real integers, so an integral float is a wrong type too
+        "integer": st.text(max_size=5) | st.floats(allow_nan=False, allow_infinity=False) | st.booleans(),
+        "number": st.text(max_size=5) | st.booleans() | st.none(),
+        "boolean": st.integers() | st.text(max_size=5),
+        "object": st.lists(st.integers(), max_size=2) | st.text(max_size=5),
+        "array": st.integers() | st.text(max_size=5) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+        "null": st.integers() | st.text(max_size=3),
+    }
+    return wrong.get(kind, st.nothing()) if isinstance(kind, str) else st.nothing()
+
+
+def _out_of_range(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    options: list[st.SearchStrategy[Any]] = []
+    if schema.get("type") in ("integer", "number"):
+        if "minimum" in schema:
+            options.append(st.integers(max_value=math.ceil(schema["minimum"]) - 1))
+        if "maximum" in schema:
+            options.append(st.integers(min_value=math.floor(schema["maximum"]) + 1))
+    if schema.get("type") == "string":
+        if schema.get("minLength", 0) > 0:
+            options.append(st.text(max_size=schema["minLength"] - 1))
+        if "maxLength" in schema:
+            options.append(st.text(min_size=schema["maxLength"] + 1, max_size=schema["maxLength"] + 4))
+        if "pattern" in schema:
+            options.append(st.text(max_size=8))  # filtered by the validator below
+    if "enum" in schema:
+        options.append(st.text(max_size=8).filter(lambda s: s not in schema["enum"]))
+    return st.one_of(options) if options else st.nothing()
+
+
+def _object_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    valid = _objects(schema)
+    options: list[st.SearchStrategy[Any]] = []
+    required = [p for p in schema.get("required", []) if p in properties]
+    if required:
+        options.append(
+            st.tuples(valid, st.sampled_from(required)).map(lambda pair: {k: v for k, v in pair[0].items() if k != pair[1]})
+        )
+    if schema.get("additionalProperties") is False:
+        options.append(
+            st.tuples(valid, st.text(min_size=1, max_size=6).filter(lambda k: k not in properties), _JSON_SCALARS).map(
+                lambda t: {**t[0], t[1]: t[2]}
+            )
+        )
+    for name, sub in properties.items():
+        bad = schema_violations(sub)
+        options.append(st.tuples(valid, bad).map(lambda pair, name=name: {**pair[0], name: pair[1]}))
+    return st.one_of(options) if options else st.nothing()
+
+
+def schema_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    """
+    Values that ``schema`` should refuse: a wrong type, a missing required or
+    an extra field, a bound or pattern broken, one field at a time in nested objects.
+
+    Candidates are not all guaranteed invalid (a random text may match a
+    pattern); callers holding the tool filter with the real validator.
+    """
+    _check_supported(schema)
+    options = [_wrong_type(schema), _out_of_range(schema)]
+    if schema.get("type") == "object":
+        options.append(_object_violations(schema))
+    if schema.get("type") == "array" and schema.get("items"):
+        options.append(st.tuples(_arrays(schema), schema_violations(schema["items"])).map(lambda p: [*p[0], p[1]]))
+    return st.one_of(options)
