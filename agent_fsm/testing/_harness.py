@@ -53,7 +53,7 @@ class _Replies:
 
 
 def _replies(*kinds: MessageKind) -> st.SearchStrategy[dict[str, Any]]:
-    return st.runner().flatmap(lambda harness: assistant_messages(harness.world.tools, kinds=kinds))
+    return st.runner().flatmap(lambda harness: harness.replies_of(kinds))
 
 
 class RunHarness(RuleBasedStateMachine):
@@ -132,6 +132,17 @@ class RunHarness(RuleBasedStateMachine):
                     "replaying the same replies and decisions gave a different transcript\n"
                     f"before:\n{describe_run(previous)}\nafter:\n{describe_run(result)}",
                 )
+
+    def replies_of(self, kinds: tuple[MessageKind, ...]) -> st.SearchStrategy[dict[str, Any]]:
+        """Replies of ``kinds`` for this harness's registry, built once per harness class (strategies are costly to build)."""
+        cls = type(self)
+        cache = cls.__dict__.get("_reply_strategies")
+        if cache is None:
+            cache = {}
+            cls._reply_strategies = cache  # type: ignore[attr-defined]
+        if kinds not in cache:
+            cache[kinds] = assistant_messages(self.world.tools, kinds=kinds)
+        return cache[kinds]
 
     @property
     def waiting(self) -> bool:

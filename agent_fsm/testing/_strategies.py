@@ -19,6 +19,7 @@ from ..gates import Verdict
 from ..limits import Limits
 from ..models import ScriptedModel
 from ..tools import Registry, ToolCall
+from ..wire import answer_message
 from ._schema import schema_values, schema_violations
 
 __all__ = [
@@ -73,9 +74,14 @@ def tool_calls(tools: Registry, *, call_id: str = "call_0") -> st.SearchStrategy
     """Well-formed calls to tools of ``tools`` (valid arguments, known names)."""
     if not tools:
         return st.nothing()
-    return st.sampled_from(list(tools)).flatmap(
-        lambda name: tool_arguments(tools, name).map(lambda args: ToolCall(call_id, name, args, json.dumps(args)))
-    )
+    return _tool_calls(tools, call_id)
+
+
+@st.composite
+def _tool_calls(draw: st.DrawFn, tools: Registry, call_id: str) -> ToolCall:
+    name = draw(st.sampled_from(list(tools)))
+    arguments = draw(tool_arguments(tools, name))
+    return ToolCall(call_id, name, arguments, json.dumps(arguments))
 
 
 def thoughts(tools: Registry, name: str | None = None) -> st.SearchStrategy[str | None]:
@@ -102,36 +108,63 @@ def _wire_call(call_id: str | None, name: str, arguments: str) -> dict[str, Any]
     return item
 
 
-def _one_call(tools: Registry, kind: MessageKind, index: int) -> st.SearchStrategy[tuple[dict[str, Any], str | None]]:
-    """One wire ``tool_calls`` entry of ``kind`` and the tool name it targets (for thoughts)."""
-    call_id = st.sampled_from([f"call_{index}", f"c{index}", None])
-    names = list(tools)
-    if kind == "call" and names:
-        return st.sampled_from(names).flatmap(
-            lambda name: st.tuples(call_id, tool_arguments(tools, name)).map(
-                lambda pair: (_wire_call(pair[0], name, json.dumps(pair[1])), name)
-            )
-        )
-    if kind == "bad_arguments" and _refusable(tools):
-        return st.sampled_from(_refusable(tools)).flatmap(
-            lambda name: st.tuples(call_id, invalid_arguments(tools, name)).map(
-                lambda pair: (_wire_call(pair[0], name, json.dumps(pair[1])), name)
-            )
-        )
-    if kind == "bad_json":
-        broken = st.sampled_from(['{"order_id": ', "{'a': 1}", "not json", "[1, 2]", "{", '"text"', "null"])
-        target = st.sampled_from(names) if names else st.just("tool")
-        return st.tuples(call_id, target, broken).map(lambda t: (_wire_call(t[0], t[1], t[2]), None))
-    # unknown tool, or a kind the registry cannot express: a name outside the registry
-    unknown = st.sampled_from(["delete_everything", "transfer_funds", "shell", ""]).filter(lambda n: n not in tools)
-    return st.tuples(call_id, unknown, st.sampled_from(["{}", '{"x": 1}'])).map(
-        lambda t: (_wire_call(t[0], t[1], t[2]), None)
-    )
+_BROKEN_JSON = ('{"order_id": ', "{'a': 1}", "not json", "[1, 2]", "{", '"text"', "null")
+_UNKNOWN_NAMES = ("delete_everything", "transfer_funds", "shell", "")
+
+
+@st.composite
+def _entry(
+    draw: st.DrawFn, call_ids: st.SearchStrategy[str | None], names: st.SearchStrategy[str],
+    arguments: Mapping[str, st.SearchStrategy[str]], targeted: bool,
+) -> tuple[dict[str, Any], str | None]:
+    # Built in a composite, not with .map(lambda ...), so failing examples print values, not lambda bodies.
+    call_id = draw(call_ids)
+    name = draw(names)
+    return _wire_call(call_id, name, draw(arguments[name])), name if targeted else None
+
+
+class _Shapes:
+    """Every strategy a registry's messages are drawn from, built once (building strategies is costly)."""
+
+    def __init__(self, tools: Registry, max_calls: int) -> None:
+        names = list(tools)
+        refusable = _refusable(tools)
+        as_text = lambda strategy: strategy.map(json.dumps)  # noqa: E731
+        unknown = [n for n in _UNKNOWN_NAMES if n not in tools]
+        # (names, arguments by name, whether thoughts may talk about the tool), per kind
+        plans: dict[str, tuple[list[str], dict[str, st.SearchStrategy[str]], bool]] = {
+            "unknown_tool": (unknown, {n: st.sampled_from(["{}", '{"x": 1}']) for n in unknown}, False),
+            "bad_json": (names or ["tool"], {n: st.sampled_from(_BROKEN_JSON) for n in names or ["tool"]}, False),
+        }
+        if names:
+            plans["call"] = (names, {n: as_text(tool_arguments(tools, n)) for n in names}, True)
+        if refusable:
+            plans["bad_arguments"] = (refusable, {n: as_text(invalid_arguments(tools, n)) for n in refusable}, True)
+        self.entries: dict[tuple[str, int], st.SearchStrategy[tuple[dict[str, Any], str | None]]] = {}
+        for kind in ("call", "bad_arguments", "bad_json", "unknown_tool"):
+            # a kind the registry cannot express falls back to an unknown tool
+            plan_names, arguments, targeted = plans.get(kind, plans["unknown_tool"])
+            for index in range(max(2, max_calls)):
+                call_ids = st.sampled_from([f"call_{index}", f"c{index}", None])
+                self.entries[(kind, index)] = _entry(call_ids, st.sampled_from(plan_names), arguments, targeted)
+        self.thoughts = {n: thoughts(tools, n) for n in names}
+        self.plain_thoughts = thoughts(tools)
+        single = [k for k in MESSAGE_KINDS if k not in ("parallel", "answer")]
+        self.parallel_kinds = st.lists(st.sampled_from(single), min_size=2, max_size=max(2, max_calls))
+
+
+@st.composite
+def _call_message(draw: st.DrawFn, shapes: _Shapes, kind: MessageKind) -> dict[str, Any]:
+    kinds = draw(shapes.parallel_kinds) if kind == "parallel" else [kind]
+    entries = [draw(shapes.entries[(k, i)]) for i, k in enumerate(kinds)]
+    target = entries[0][1]
+    thought = draw(shapes.thoughts[target] if target is not None else shapes.plain_thoughts)
+    return {"role": "assistant", "content": thought, "tool_calls": [entry for entry, _ in entries]}
 
 
 def answer_messages() -> st.SearchStrategy[dict[str, Any]]:
     """Plain assistant answers: text and no proposal."""
-    return _PROSE.map(lambda text: {"role": "assistant", "content": text})
+    return st.builds(answer_message, _PROSE)
 
 
 def assistant_messages(
@@ -151,23 +184,8 @@ def assistant_messages(
     if unknown or not chosen:
         raise ValueError(f"kinds must be a non-empty selection of {MESSAGE_KINDS}, got {chosen!r}")
 
-    def build(kind: MessageKind) -> st.SearchStrategy[dict[str, Any]]:
-        if kind == "answer":
-            return answer_messages()
-        if kind == "parallel":
-            single = [k for k in MESSAGE_KINDS if k not in ("parallel", "answer")]
-            calls = st.lists(st.sampled_from(single), min_size=2, max_size=max(2, max_calls)).flatmap(
-                lambda ks: st.tuples(*[_one_call(tools, k, i) for i, k in enumerate(ks)])
-            )
-        else:
-            calls = _one_call(tools, kind, 0).map(lambda pair: (pair,))
-        return calls.flatmap(
-            lambda entries: thoughts(tools, entries[0][1]).map(
-                lambda thought: {"role": "assistant", "content": thought, "tool_calls": [e for e, _ in entries]}
-            )
-        )
-
-    return st.sampled_from(chosen).flatmap(build)
+    shapes = _Shapes(tools, max_calls)
+    return st.one_of([answer_messages() if kind == "answer" else _call_message(shapes, kind) for kind in chosen])
 
 
 def scripts(
