@@ -28,7 +28,7 @@ from ._drive import (
 )
 from ._harness import RunHarness, run_harness
 from ._invariants import INVARIANTS, InvariantViolation, assert_run_invariants, executed_calls
-from ._schema import UnsupportedSchema, schema_values, schema_violations
+from ._schema import UnsupportedSchema, constants_of, schema_values, schema_violations
 from ._strategies import (
     MESSAGE_KINDS,
     TableGate,
@@ -51,6 +51,7 @@ __all__ = [
     "MESSAGE_KINDS",
     "TableGate",
     "answer_messages",
+    "constants_of",
     "assistant_messages",
     "gates",
     "invalid_arguments",

@@ -14,7 +14,8 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import attrs
-from hypothesis import given, settings as Settings
+from hypothesis import Phase, given
+from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from ..gates import Gate
@@ -24,8 +25,9 @@ from ..run import resume, run
 from ..state import RunResult
 from ..tools import Registry, ToolCall
 from ._invariants import InvariantViolation, assert_run_invariants, executed_calls
+from ._schema import constants_of
 from ._strategies import gates as gate_tables
-from ._strategies import scripted_models
+from ._strategies import MessageKind, scripted_models
 
 __all__ = [
     "DEFAULT_TASK",
@@ -42,6 +44,9 @@ __all__ = [
 ]
 
 DEFAULT_TASK = "Help the customer with their request."
+
+GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "parallel", "bad_arguments")
+"""The message kinds :func:`check_gate_contains` proposes by default: the ones that can reach a gate."""
 
 Driver = Callable[..., RunResult]
 """Anything called like :func:`agent_fsm.run`: ``driver(task, model, tools, *, gate=, limits=)``."""
@@ -181,9 +186,9 @@ def _annotated(outcome: Outcome, check: Callable[[], None]) -> None:
         raise
 
 
-def _models_strategy(models: Any, tools: Registry) -> st.SearchStrategy[Model]:
+def _models_strategy(models: Any, tools: Registry, constants: tuple[Any, ...] = ()) -> st.SearchStrategy[Model]:
     if models is None:
-        return scripted_models(tools)
+        return scripted_models(tools, constants=constants)
     if isinstance(models, st.SearchStrategy):
         return models
     if callable(models):
@@ -196,10 +201,11 @@ def _limits_strategy(limits: Limits | st.SearchStrategy[Limits]) -> st.SearchStr
 
 
 def _run_property(test: Callable[..., None], settings: Settings | None) -> None:
-    wrapped = given(st.data())(test)
-    if settings is not None:
-        wrapped = settings(wrapped)
-    wrapped()
+    # Hypothesis's "explain" phase re-runs a failing run hundreds of times to
+    # say which parts could vary; for whole runs that costs more than the
+    # search itself, so the checks skip it unless given settings ask for it.
+    chosen = settings if settings is not None else Settings(phases=[p for p in Phase if p is not Phase.explain])
+    chosen(given(st.data())(test))()
 
 
 def check_gate_contains(
@@ -216,9 +222,10 @@ def check_gate_contains(
     """
     Check that ``gate`` never lets a call through that ``forbidden(call)`` marks, whatever the model proposes.
 
-    Models default to :func:`scripted_models` over the registry (valid calls,
-    broken JSON, unknown tools, schema violations, parallel calls, answers,
-    thoughts). When the gate asks a human, the human rejects (``approve=False``,
+    Models default to :func:`scripted_models` over the registry proposing
+    what can reach a gate (valid calls, alone or several at once, with
+    thoughts, among some refused arguments), trying the constants the gate and ``forbidden`` compare against
+    (:func:`constants_of`) wherever an argument can take them. When the gate asks a human, the human rejects (``approve=False``,
     so only the gate's own allowances are examined) or approves (and the
     approved calls are the human's responsibility). The run invariants are
     checked as well.
@@ -228,6 +235,12 @@ def check_gate_contains(
             run invariant; its notes hold the shrunk run, message by message.
     """
     tools = world_of(tools_factory()).tools
+    if models is None:
+        # Only well-formed calls reach a gate: spend the examples on them (a
+        # sprinkling of refused arguments keeps the transcript realistic).
+        models = scripted_models(
+            tools, kinds=GATE_PROBE_KINDS, min_size=1, max_size=4, constants=constants_of(gate, gate_factory, forbidden)
+        )
     model_strategy = _models_strategy(models, tools)
     limit_strategy = _limits_strategy(limits)
 
@@ -278,7 +291,7 @@ def check_policy_ends(
     """
     expected = {Stop(s) for s in stops}
     tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools)
+    model_strategy = _models_strategy(models, tools, constants_of(gate, gate_factory))
     limit_strategy = _limits_strategy(limits)
     drawn_gates = gate is None and gate_factory is None
 
@@ -328,7 +341,7 @@ def check_driver(
         InvariantViolation: the first invariant the loop breaks.
     """
     tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools)
+    model_strategy = _models_strategy(models, tools, constants_of(gate))
     from ._strategies import limits as limit_ranges
 
     limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())

@@ -13,12 +13,15 @@ validator (:meth:`agent_fsm.ToolSpec.errors`) rather than trusted.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hypothesis import strategies as st
 
-__all__ = ["UnsupportedSchema", "schema_values", "schema_violations"]
+__all__ = ["UnsupportedSchema", "constants_of", "schema_values", "schema_violations"]
+
+Constants = tuple[Any, ...]
 
 _SUPPORTED = frozenset(
     {
@@ -54,7 +57,11 @@ def _check_supported(schema: Mapping[str, Any]) -> None:
         )
 
 
-def _integers(schema: Mapping[str, Any]) -> st.SearchStrategy[int]:
+def _in_range(value: float, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _integers(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[int]:
     low = schema.get("minimum")
     high = schema.get("maximum")
     if "exclusiveMinimum" in schema:
@@ -63,13 +70,16 @@ def _integers(schema: Mapping[str, Any]) -> st.SearchStrategy[int]:
         high = math.ceil(schema["exclusiveMaximum"]) - 1
     low = None if low is None else math.ceil(low)
     high = None if high is None else math.floor(high)
-    # The bounds themselves are where off-by-one bugs live: offer them directly.
+    # The bounds themselves, and the constants a gate compares against, are
+    # where off-by-one bugs live: offer them directly, as often as anything else.
     edges = [b for b in (low, high) if b is not None]
-    ints = st.integers(min_value=low, max_value=high)
-    return st.one_of(st.sampled_from(edges), ints) if edges else ints
+    known = [c for c in constants if type(c) is int and _in_range(c, low, high)]
+    options = [st.sampled_from(known)] if known else []
+    options += [st.sampled_from(edges)] if edges else []
+    return st.one_of(*options, st.integers(min_value=low, max_value=high))
 
 
-def _numbers(schema: Mapping[str, Any]) -> st.SearchStrategy[float | int]:
+def _numbers(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[float | int]:
     floats = st.floats(
         min_value=schema.get("minimum", schema.get("exclusiveMinimum")),
         max_value=schema.get("maximum", schema.get("exclusiveMaximum")),
@@ -78,35 +88,42 @@ def _numbers(schema: Mapping[str, Any]) -> st.SearchStrategy[float | int]:
         allow_nan=False,
         allow_infinity=False,
     )
-    return st.one_of(_integers(schema), floats)
+    return st.one_of(_integers(schema, constants), floats)
 
 
-def _strings(schema: Mapping[str, Any]) -> st.SearchStrategy[str]:
+def _strings(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[str]:
     low = schema.get("minLength", 0)
     high = schema.get("maxLength")
-    if "pattern" in schema:
-        base = st.from_regex(schema["pattern"], fullmatch=False)
-        return base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high))
-    return st.text(min_size=low, max_size=high if high is not None else max(low, 12))
+    pattern = schema.get("pattern")
+    known = [
+        c for c in constants
+        if isinstance(c, str) and _in_range(len(c), low, high) and (pattern is None or re.search(pattern, c))
+    ]
+    if pattern is not None:
+        base = st.from_regex(pattern, fullmatch=False)
+        base = base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high))
+    else:
+        base = st.text(min_size=low, max_size=high if high is not None else max(low, 12))
+    return st.one_of(st.sampled_from(known), base) if known else base
 
 
-def _objects(schema: Mapping[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+def _objects(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[dict[str, Any]]:
     properties: Mapping[str, Any] = schema.get("properties", {})
     required = [p for p in schema.get("required", []) if p in properties]
-    optional = {k: schema_values(v) for k, v in properties.items() if k not in required}
-    fixed = st.fixed_dictionaries({k: schema_values(properties[k]) for k in required}, optional=optional)
+    optional = {k: schema_values(v, constants) for k, v in properties.items() if k not in required}
+    fixed = st.fixed_dictionaries({k: schema_values(properties[k], constants) for k in required}, optional=optional)
     extra = schema.get("additionalProperties", True)
     if extra is False:
         return fixed
-    extra_values = _ANY_JSON if extra is True else schema_values(extra)
+    extra_values = _ANY_JSON if extra is True else schema_values(extra, constants)
     spare = st.dictionaries(st.text(min_size=1, max_size=6).filter(lambda k: k not in properties), extra_values, max_size=2)
     return st.tuples(fixed, spare).map(lambda pair: {**pair[1], **pair[0]})
 
 
-def _arrays(schema: Mapping[str, Any]) -> st.SearchStrategy[list[Any]]:
+def _arrays(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[list[Any]]:
     items = schema.get("items", {})
     return st.lists(
-        schema_values(items) if items else _ANY_JSON,
+        schema_values(items, constants) if items else _ANY_JSON,
         min_size=schema.get("minItems", 0),
         max_size=schema.get("maxItems", max(schema.get("minItems", 0), 4)),
     )
@@ -117,15 +134,18 @@ _BY_TYPE = {
     "string": _strings,
     "integer": _integers,
     "number": _numbers,
-    "boolean": lambda _: st.booleans(),
-    "null": lambda _: st.none(),
+    "boolean": lambda _, __: st.booleans(),
+    "null": lambda _, __: st.none(),
     "array": _arrays,
 }
 
 
-def schema_values(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+def schema_values(schema: Mapping[str, Any], constants: Iterable[Any] = ()) -> st.SearchStrategy[Any]:
     """
     Values that satisfy ``schema`` (within the supported subset of JSON Schema).
+
+    ``constants`` are values worth trying wherever they fit (for example the
+    thresholds a gate compares against, see :func:`constants_of`).
 
     Raises:
         UnsupportedSchema: ``schema`` uses a keyword outside the subset.
@@ -138,11 +158,12 @@ def schema_values(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
     kind = schema.get("type")
     if kind is None:
         return _ANY_JSON
+    constants = tuple(constants)
     if isinstance(kind, list):
-        return st.one_of([schema_values({**schema, "type": k}) for k in kind])
+        return st.one_of([schema_values({**schema, "type": k}, constants) for k in kind])
     if kind not in _BY_TYPE:
         raise UnsupportedSchema(f"cannot generate values of type {kind!r}; supported: {sorted(_BY_TYPE)}")
-    return _BY_TYPE[kind](schema)
+    return _BY_TYPE[kind](schema, constants)
 
 
 def _wrong_type(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
@@ -215,3 +236,51 @@ def schema_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
     if schema.get("type") == "array" and schema.get("items"):
         options.append(st.tuples(_arrays(schema), schema_violations(schema["items"])).map(lambda p: [*p[0], p[1]]))
     return st.one_of(options)
+
+
+def constants_of(*functions: Any) -> tuple[Any, ...]:
+    """
+    The numbers and strings a gate or predicate compares against, with each integer's neighbours.
+
+    Read from the functions' code (nested functions included), the globals
+    they name and the values they close over; for a callable object, its
+    ``__call__``. A boundary such as ``amount > LIMIT`` is where an
+    off-by-one lives, and random integers almost never land on it.
+    """
+    found: list[Any] = []
+
+    def add(value: Any) -> None:
+        if type(value) is int:
+            candidates: list[Any] = [value, value - 1, value + 1]
+        elif type(value) in (float, str):
+            candidates = [value]
+        else:
+            return
+        found.extend(c for c in candidates if c not in found)
+
+    def visit_code(code: Any, namespace: Mapping[str, Any]) -> None:
+        for const in code.co_consts:
+            if hasattr(const, "co_consts"):
+                visit_code(const, namespace)
+            else:
+                add(const)
+        for name in code.co_names:
+            add(namespace.get(name))
+
+    for function in functions:
+        if function is None:
+            continue
+        target = function if hasattr(function, "__code__") else getattr(type(function), "__call__", None)
+        code = getattr(target, "__code__", None)
+        if code is None:
+            continue
+        visit_code(code, getattr(target, "__globals__", {}))
+        for cell in getattr(target, "__closure__", None) or ():
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            add(contents)
+            if hasattr(contents, "__code__"):
+                found.extend(c for c in constants_of(contents) if c not in found)
+    return tuple(found)

@@ -48,10 +48,14 @@ _WORDS = st.sampled_from(
 _PROSE = st.lists(_WORDS, min_size=1, max_size=6).map(" ".join)
 
 
-def tool_arguments(tools: Registry, name: str) -> st.SearchStrategy[dict[str, Any]]:
-    """Arguments that tool ``name``'s contract accepts (checked by the engine's validator)."""
+def tool_arguments(tools: Registry, name: str, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[dict[str, Any]]:
+    """
+    Arguments that tool ``name``'s contract accepts (checked by the engine's validator).
+
+    ``constants`` are values worth trying where they fit (see :func:`constants_of`).
+    """
     tool = tools[name]
-    return schema_values(tool.json_schema).filter(lambda args: not tool.errors(args))
+    return schema_values(tool.json_schema, constants).filter(lambda args: not tool.errors(args))
 
 
 def invalid_arguments(tools: Registry, name: str) -> st.SearchStrategy[Any]:
@@ -84,7 +88,7 @@ def _tool_calls(draw: st.DrawFn, tools: Registry, call_id: str) -> ToolCall:
     return ToolCall(call_id, name, arguments, json.dumps(arguments))
 
 
-def thoughts(tools: Registry, name: str | None = None) -> st.SearchStrategy[str | None]:
+def thoughts(tools: Registry, name: str | None = None, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[str | None]:
     """
     Text riding beside a call: none, prose, or a *claim* about the arguments.
 
@@ -94,7 +98,7 @@ def thoughts(tools: Registry, name: str | None = None) -> st.SearchStrategy[str 
     options: list[st.SearchStrategy[str | None]] = [st.none(), _PROSE]
     if name is not None and name in tools:
         options.append(
-            tool_arguments(tools, name).map(
+            tool_arguments(tools, name, constants=constants).map(
                 lambda args: f"Calling {name} with " + ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items())
             )
         )
@@ -126,9 +130,11 @@ def _entry(
 class _Shapes:
     """Every strategy a registry's messages are drawn from, built once (building strategies is costly)."""
 
-    def __init__(self, tools: Registry, max_calls: int) -> None:
-        names = list(tools)
-        refusable = _refusable(tools)
+    def __init__(self, tools: Registry, max_calls: int, constants: tuple[Any, ...]) -> None:
+        # Effectful tools first: they are what gates are for, and Hypothesis
+        # both favours and shrinks towards the first choices.
+        names = sorted(tools, key=lambda n: not tools[n].effectful)
+        refusable = [n for n in names if n in _refusable(tools)]
         as_text = lambda strategy: strategy.map(json.dumps)  # noqa: E731
         unknown = [n for n in _UNKNOWN_NAMES if n not in tools]
         # (names, arguments by name, whether thoughts may talk about the tool), per kind
@@ -137,7 +143,7 @@ class _Shapes:
             "bad_json": (names or ["tool"], {n: st.sampled_from(_BROKEN_JSON) for n in names or ["tool"]}, False),
         }
         if names:
-            plans["call"] = (names, {n: as_text(tool_arguments(tools, n)) for n in names}, True)
+            plans["call"] = (names, {n: as_text(tool_arguments(tools, n, constants=constants)) for n in names}, True)
         if refusable:
             plans["bad_arguments"] = (refusable, {n: as_text(invalid_arguments(tools, n)) for n in refusable}, True)
         self.entries: dict[tuple[str, int], st.SearchStrategy[tuple[dict[str, Any], str | None]]] = {}
@@ -147,7 +153,7 @@ class _Shapes:
             for index in range(max(2, max_calls)):
                 call_ids = st.sampled_from([f"call_{index}", f"c{index}", None])
                 self.entries[(kind, index)] = _entry(call_ids, st.sampled_from(plan_names), arguments, targeted)
-        self.thoughts = {n: thoughts(tools, n) for n in names}
+        self.thoughts = {n: thoughts(tools, n, constants=constants) for n in names}
         self.plain_thoughts = thoughts(tools)
         single = [k for k in MESSAGE_KINDS if k not in ("parallel", "answer")]
         self.parallel_kinds = st.lists(st.sampled_from(single), min_size=2, max_size=max(2, max_calls))
@@ -168,7 +174,7 @@ def answer_messages() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def assistant_messages(
-    tools: Registry, *, kinds: Iterable[MessageKind] = MESSAGE_KINDS, max_calls: int = 3
+    tools: Registry, *, kinds: Iterable[MessageKind] = MESSAGE_KINDS, max_calls: int = 3, constants: Iterable[Any] = ()
 ) -> st.SearchStrategy[dict[str, Any]]:
     """
     Assistant messages in OpenAI wire format, as a model might send them for ``tools``.
@@ -178,34 +184,46 @@ def assistant_messages(
     types, missing or extra fields, broken bounds, off-pattern strings),
     ``parallel`` (several calls of any kind in one message) and ``answer``.
     Calls may carry a thought in ``content``; ids may be missing.
+    ``constants`` are argument values worth trying (see :func:`constants_of`).
     """
     chosen = list(kinds)
     unknown = sorted(set(chosen) - set(MESSAGE_KINDS))
     if unknown or not chosen:
         raise ValueError(f"kinds must be a non-empty selection of {MESSAGE_KINDS}, got {chosen!r}")
 
-    shapes = _Shapes(tools, max_calls)
+    shapes = _Shapes(tools, max_calls, tuple(constants))
     return st.one_of([answer_messages() if kind == "answer" else _call_message(shapes, kind) for kind in chosen])
 
 
 def scripts(
-    tools: Registry, *, kinds: Iterable[MessageKind] = MESSAGE_KINDS, min_size: int = 0, max_size: int = 6
+    tools: Registry,
+    *,
+    kinds: Iterable[MessageKind] = MESSAGE_KINDS,
+    min_size: int = 0,
+    max_size: int = 6,
+    constants: Iterable[Any] = (),
 ) -> st.SearchStrategy[list[dict[str, Any]]]:
     """Lists of assistant messages: the turns a scripted model plays in order."""
-    return st.lists(assistant_messages(tools, kinds=kinds), min_size=min_size, max_size=max_size)
+    return st.lists(assistant_messages(tools, kinds=kinds, constants=constants), min_size=min_size, max_size=max_size)
 
 
 def scripted_models(
-    tools: Registry, *, kinds: Iterable[MessageKind] = MESSAGE_KINDS, min_size: int = 0, max_size: int = 6
+    tools: Registry,
+    *,
+    kinds: Iterable[MessageKind] = MESSAGE_KINDS,
+    min_size: int = 0,
+    max_size: int = 6,
+    constants: Iterable[Any] = (),
 ) -> st.SearchStrategy[ScriptedModel]:
     """
     :class:`agent_fsm.ScriptedModel` s playing a random script, sometimes with
     reactions to a denied or invalid observation (a model that changes tack).
     """
-    kinds = tuple(kinds)
+    kinds, constants = tuple(kinds), tuple(constants)
     reaction_keys = st.sampled_from(['"kind": "denied"', '"kind": "invalid"', '"kind": "error"'])
-    reactions = st.dictionaries(reaction_keys, assistant_messages(tools, kinds=kinds), max_size=2)
-    return st.builds(ScriptedModel, scripts(tools, kinds=kinds, min_size=min_size, max_size=max_size), reactions)
+    reactions = st.dictionaries(reaction_keys, assistant_messages(tools, kinds=kinds, constants=constants), max_size=2)
+    turns = scripts(tools, kinds=kinds, min_size=min_size, max_size=max_size, constants=constants)
+    return st.builds(ScriptedModel, turns, reactions)
 
 
 def limits(
