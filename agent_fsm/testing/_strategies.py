@@ -88,6 +88,10 @@ def _tool_calls(draw: st.DrawFn, tools: Registry, call_id: str) -> ToolCall:
     return ToolCall(call_id, name, arguments, json.dumps(arguments))
 
 
+def _claim(name: str, arguments: Mapping[str, Any]) -> str:
+    return f"Calling {name} with " + ", ".join(f"{k}={json.dumps(v)}" for k, v in arguments.items())
+
+
 def thoughts(tools: Registry, name: str | None = None, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[str | None]:
     """
     Text riding beside a call: none, prose, or a *claim* about the arguments.
@@ -97,12 +101,22 @@ def thoughts(tools: Registry, name: str | None = None, *, constants: Iterable[An
     """
     options: list[st.SearchStrategy[str | None]] = [st.none(), _PROSE]
     if name is not None and name in tools:
-        options.append(
-            tool_arguments(tools, name, constants=constants).map(
-                lambda args: f"Calling {name} with " + ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items())
-            )
-        )
+        options.insert(0, st.builds(_claim, st.just(name), tool_arguments(tools, name, constants=constants)))
     return st.one_of(options)
+
+
+@st.composite
+def _thought_about(draw: st.DrawFn, shapes: _Shapes, name: str, real: Mapping[str, Any] | None) -> str | None:
+    """A thought beside a call of ``name``: a misstated value, the truth, or any thought."""
+    fields = shapes.field_values.get(name, {})
+    known = sorted(set(real or ()) & set(fields))
+    way = draw(st.sampled_from(["misstated", "honest", "other"])) if known else "other"
+    if way == "other" or real is None:
+        return draw(shapes.thoughts[name])
+    if way == "honest":
+        return _claim(name, real)
+    field = draw(st.sampled_from(known))
+    return _claim(name, {**real, field: draw(fields[field])})
 
 
 def _wire_call(call_id: str | None, name: str, arguments: str) -> dict[str, Any]:
@@ -154,6 +168,10 @@ class _Shapes:
                 call_ids = st.sampled_from([f"call_{index}", f"c{index}", None])
                 self.entries[(kind, index)] = _entry(call_ids, st.sampled_from(plan_names), arguments, targeted)
         self.thoughts = {n: thoughts(tools, n, constants=constants) for n in names}
+        self.field_values = {
+            n: {f: schema_values(sub, constants) for f, sub in tools[n].json_schema.get("properties", {}).items()}
+            for n in names
+        }
         self.plain_thoughts = thoughts(tools)
         single = [k for k in MESSAGE_KINDS if k not in ("parallel", "answer")]
         self.parallel_kinds = st.lists(st.sampled_from(single), min_size=2, max_size=max(2, max_calls))
@@ -164,7 +182,14 @@ def _call_message(draw: st.DrawFn, shapes: _Shapes, kind: MessageKind) -> dict[s
     kinds = draw(shapes.parallel_kinds) if kind == "parallel" else [kind]
     entries = [draw(shapes.entries[(k, i)]) for i, k in enumerate(kinds)]
     target = entries[0][1]
-    thought = draw(shapes.thoughts[target] if target is not None else shapes.plain_thoughts)
+    if target is None:
+        thought = draw(shapes.plain_thoughts)
+    else:
+        try:
+            real = json.loads(entries[0][0]["function"]["arguments"])
+        except ValueError:
+            real = None
+        thought = draw(_thought_about(shapes, target, real if isinstance(real, dict) else None))
     return {"role": "assistant", "content": thought, "tool_calls": [entry for entry, _ in entries]}
 
 
