@@ -20,7 +20,9 @@ from agent_fsm.testing import (
     check_driver,
     check_gate_contains,
     check_policy_ends,
+    constants_of,
     run_harness,
+    scripted_models,
 )
 from agent_fsm.tools import function_declarations
 from agent_fsm.wire import answer_message, assistant_text, normalise_reply, tool_call_message, tool_message
@@ -106,9 +108,14 @@ def gate_reading_thoughts(context: RunContext) -> Any:
 
 def test_gate_reading_the_thought_is_caught() -> None:
     """A gate that believes the model's stated amount is caught: the thought claims less than the arguments carry."""
+    # A lie must meet a large amount: search valid calls only, and longer.
+    only_calls = scripted_models(
+        make_support_desk().tools, kinds=("call",), min_size=1, max_size=3, constants=constants_of(refund_needs_manager)
+    )
     with pytest.raises(InvariantViolation) as caught:
         check_gate_contains(
-            None, make_support_desk, forbidden=refund_needs_manager, gate_factory=gate_reading_thoughts, settings=FIXED
+            None, make_support_desk, forbidden=refund_needs_manager, gate_factory=gate_reading_thoughts,
+            models=only_calls, settings=settings(FIXED, max_examples=300),
         )
     failure = caught.value
     assert failure.invariant == "forbidden_effect"
@@ -160,7 +167,7 @@ def test_stateful_harness_catches_the_off_by_one_gate() -> None:
     with pytest.raises(InvariantViolation) as caught:
         run_state_machine_as_test(harness, settings=settings(FIXED, stateful_step_count=8))
     assert caught.value.invariant == "forbidden_effect"
-    assert "amount_cents': 5000" in caught.value.detail
+    assert '"amount_cents": 5000' in caught.value.detail
 
 
 def test_stateful_harness_passes_the_sound_gate() -> None:

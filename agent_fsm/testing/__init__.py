@@ -27,7 +27,7 @@ from ._drive import (
     world_of,
 )
 from ._harness import RunHarness, run_harness
-from ._invariants import INVARIANTS, InvariantViolation, assert_run_invariants, executed_calls
+from ._invariants import INVARIANTS, InvariantViolation, assert_nothing_forbidden, assert_run_invariants, executed_calls
 from ._schema import UnsupportedSchema, constants_of, schema_values, schema_violations
 from ._strategies import (
     MESSAGE_KINDS,
@@ -69,6 +69,7 @@ __all__ = [
     # Invariants
     "INVARIANTS",
     "InvariantViolation",
+    "assert_nothing_forbidden",
     "assert_run_invariants",
     "executed_calls",
     # Driving runs and one-call checks

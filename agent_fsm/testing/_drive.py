@@ -24,7 +24,7 @@ from ..models import Model
 from ..run import resume, run
 from ..state import RunResult
 from ..tools import Registry, ToolCall
-from ._invariants import InvariantViolation, assert_run_invariants, executed_calls
+from ._invariants import InvariantViolation, assert_nothing_forbidden, assert_run_invariants
 from ._schema import constants_of
 from ._strategies import gates as gate_tables
 from ._strategies import MessageKind, scripted_models
@@ -253,13 +253,7 @@ def check_gate_contains(
         )
 
         def check() -> None:
-            for index, call in executed_calls(outcome.result.state):
-                if call.call_id not in outcome.approved and forbidden(call):
-                    raise InvariantViolation(
-                        "forbidden_effect",
-                        f"the gate let {call.name}({json.dumps(call.arguments)}) through (call id {call.call_id!r})",
-                        where=f"message {index}",
-                    )
+            assert_nothing_forbidden(outcome.result.state, forbidden, outcome.approved)
             assert_run_invariants(outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools,
                                   approved=outcome.approved)
 

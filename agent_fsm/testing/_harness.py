@@ -26,7 +26,7 @@ from ..run import resume, run
 from ..state import RunResult, RunState
 from ..tools import ToolCall
 from ._drive import DEFAULT_TASK, GateFactory, RunContext, World, _Watched, describe_run, world_of
-from ._invariants import InvariantViolation, assert_run_invariants, executed_calls
+from ._invariants import InvariantViolation, assert_nothing_forbidden, assert_run_invariants
 from ._schema import constants_of
 from ._strategies import MessageKind, assistant_messages
 
@@ -238,11 +238,7 @@ class RunHarness(RuleBasedStateMachine):
             )
             forbidden = type(self).forbidden
             if forbidden is not None:
-                for index, call in executed_calls(result.state):
-                    if call.call_id not in self.approved and forbidden(call):
-                        raise InvariantViolation(
-                            "forbidden_effect", f"the gate let {call!r} through", where=f"message {index}"
-                        )
+                assert_nothing_forbidden(result.state, forbidden, self.approved)
         except InvariantViolation as exc:
             exc.add_note("the run, message by message:\n" + describe_run(result))
             raise

@@ -11,7 +11,7 @@ returns a :class:`~agent_fsm.RunResult`, not only to the engine.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from ..gates import Gate, as_verdict
@@ -22,7 +22,7 @@ from ..state import RunResult, RunState
 from ..tools import Registry, ToolCall, validate_call
 from ..wire import assistant_text, parse_tool_calls, tool_message
 
-__all__ = ["INVARIANTS", "InvariantViolation", "assert_run_invariants", "executed_calls"]
+__all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
 
 INVARIANTS: dict[str, str] = {
     "typed_ending": "the run rests in a declared absorbing or paused state and its stop agrees with it",
@@ -262,3 +262,21 @@ def assert_run_invariants(
     broken = sorted(name for name, holds in verdicts.items() if not holds)
     if broken:
         _fail("check_run", f"agent_fsm.check_run reports {broken} broken")
+
+
+def assert_nothing_forbidden(
+    state: RunState, forbidden: Callable[[ToolCall], bool], approved: Collection[str] = ()
+) -> None:
+    """
+    Assert that no executed call of ``state`` is one ``forbidden`` marks, unless a human approved it.
+
+    Raises:
+        InvariantViolation: ``forbidden_effect``, naming the call and its message.
+    """
+    for index, call in executed_calls(state):
+        if call.call_id not in approved and forbidden(call):
+            _fail(
+                "forbidden_effect",
+                f"the gate let {call.name}({json.dumps(call.arguments)}) through (call id {call.call_id!r})",
+                f"message {index}",
+            )
