@@ -10,11 +10,20 @@ from hypothesis import settings
 
 from agent_fsm.testing import INVARIANTS
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "testing.md"
+README_SECTION = "## Testing your own gates and models"
 
 
-def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+def _python_blocks(text: str | None = None) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text() if text is None else text, flags=re.DOTALL)
+
+
+def _readme_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(README_SECTION)
+    following = text.find("\n## ", start + len(README_SECTION))
+    return text[start : following if following != -1 else len(text)]
 
 
 def test_code_blocks_run_as_written() -> None:
@@ -46,3 +55,14 @@ def test_invariant_table_lists_every_invariant() -> None:
     """Every invariant the kit can report is described in the doc's table, and nothing else is."""
     listed = set(re.findall(r"^\| `([a-z_]+)` \|", DOC.read_text(), flags=re.MULTILINE))
     assert listed == set(INVARIANTS)
+
+
+def test_readme_section_runs_and_points_to_the_doc() -> None:
+    """The README's testing section links docs/testing.md and its example runs as written."""
+    section = _readme_section()
+    assert "docs/testing.md" in section
+    blocks = _python_blocks(section)
+    assert len(blocks) == 1
+    namespace: dict[str, object] = {"__name__": "readme_testing"}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    assert callable(namespace["my_gate"])
