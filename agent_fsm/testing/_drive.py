@@ -28,6 +28,7 @@ from ._invariants import InvariantViolation, assert_nothing_forbidden, assert_ru
 from ._schema import constants_of
 from ._strategies import gates as gate_tables
 from ._strategies import MessageKind, scripted_models
+from ._strategies import limits as limit_ranges
 
 __all__ = [
     "DEFAULT_TASK",
@@ -336,8 +337,6 @@ def check_driver(
     """
     tools = world_of(tools_factory()).tools
     model_strategy = _models_strategy(models, tools, constants_of(gate))
-    from ._strategies import limits as limit_ranges
-
     limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())
     gate_strategy = st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny", "allow_tuple"))
 
