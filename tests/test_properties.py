@@ -25,7 +25,7 @@ from agent_fsm.testing import (
 )
 from agent_fsm.wire import tool_call_message
 
-from .strategies import make_ledger
+from tests.strategies import make_ledger
 
 WORLDS: dict[str, Callable[[], Any]] = {"support_desk": make_support_desk, "ledger": make_ledger}
 ABSORBING = {Stop(s.stop) for s in RUN_MACHINE.states if s.kind == "absorbing"}

@@ -28,7 +28,7 @@ from agent_fsm.testing import (
 )
 from agent_fsm.wire import tool_call_message
 
-from .strategies import CREDIT_SCHEMA, make_ledger
+from tests.strategies import CREDIT_SCHEMA, make_ledger
 
 LEDGER = make_ledger().tools
 TOOLS = {**LEDGER, **make_support_desk().tools}

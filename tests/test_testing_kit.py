@@ -27,7 +27,7 @@ from agent_fsm.testing import (
 from agent_fsm.tools import function_declarations
 from agent_fsm.wire import answer_message, assistant_text, normalise_reply, tool_call_message, tool_message
 
-from .strategies import make_ledger
+from tests.strategies import make_ledger
 
 # Deterministic search with a fixed budget and no example database: each check
 # finds (or not) the same counterexample every time, so these tests cannot flake.
