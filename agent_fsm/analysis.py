@@ -9,6 +9,10 @@ The four properties, for any :class:`~agent_fsm.machine.MachineSpec`:
 * every cycle passes through an edge that consumes a declared budget.
   Budgets only shrink, so such a cycle can be taken finitely often: together
   with the first three, every run ends.
+
+It also warns (without failing the report) about a working state whose edges
+for its event are all guarded: unless those guards are exhaustive, some run
+can find no edge to take and raises :class:`~agent_fsm.InvalidTransition`.
 """
 
 from __future__ import annotations
@@ -24,28 +28,44 @@ __all__ = ["MachineReport", "Violation", "check_machine"]
 
 @attrs.frozen
 class Violation:
-    """One broken property: its ``rule``, the ``states`` involved, and a readable message."""
+    """
+    One broken property: its ``rule``, the ``states`` involved, a readable
+    message, and the ``edges`` at fault (a cycle's edges, an edge leaving an absorbing state).
+    """
 
     rule: str
     states: tuple[str, ...]
     message: str
+    edges: tuple[Edge, ...] = ()
 
 
 @attrs.frozen
 class MachineReport:
-    """Every violation found in one machine (none means the machine is proved to terminate)."""
+    """
+    Every violation found in one machine (none means the machine is proved to
+    terminate), and warnings that do not break the proof.
+    """
 
     machine: str
     violations: tuple[Violation, ...]
+    warnings: tuple[Violation, ...] = ()
 
     @property
     def ok(self) -> bool:
+        """No violation: every run of this machine ends."""
         return not self.violations
 
     def __str__(self) -> str:
-        if self.ok:
-            return f"machine {self.machine!r}: all checks hold"
-        return f"machine {self.machine!r}:\n" + "\n".join(f"  [{v.rule}] {v.message}" for v in self.violations)
+        head = f"machine {self.machine!r}: " + ("all checks hold" if self.ok else f"{len(self.violations)} violation(s)")
+        lines = [head]
+        lines += [f"  [{v.rule}] {v.message}" for v in self.violations]
+        lines += [f"  warning [{w.rule}] {w.message}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _edge_text(edge: Edge) -> str:
+    guard = f" [{edge.guard}]" if edge.guard else ""
+    return f"{edge.source} --{edge.event}{guard}--> {edge.dest}"
 
 
 def _closure(start: Iterable[str], step: dict[str, set[str]]) -> set[str]:
@@ -132,15 +152,46 @@ def check_machine(spec: MachineSpec) -> MachineReport:
     for e in spec.edges:
         if e.source in absorbing:
             violations.append(
-                Violation("absorbing", (e.source,), f"absorbing state {e.source!r} has an edge to {e.dest!r}")
+                Violation(
+                    "absorbing",
+                    (e.source,),
+                    f"absorbing state {e.source!r} has an edge to {e.dest!r} ({_edge_text(e)})",
+                    (e,),
+                )
             )
 
     for cycle in _unbudgeted_cycles(names, list(spec.edges)):
+        members = set(cycle)
+        edges = tuple(e for e in spec.edges if e.consumes is None and e.source in members and e.dest in members)
         violations.append(
             Violation(
                 "budgeted_cycles",
                 tuple(cycle),
-                "cycle through " + " -> ".join(cycle) + " consumes no declared budget, so nothing bounds it",
+                "cycle through " + " -> ".join(cycle) + " consumes no declared budget, so nothing bounds it;"
+                " its edges: " + "; ".join(_edge_text(e) for e in edges)
+                + " (mark one with consumes=<budget>)",
+                edges,
             )
         )
-    return MachineReport(spec.name, tuple(violations))
+    return MachineReport(spec.name, tuple(violations), tuple(_unguarded_fallbacks(spec)))
+
+
+def _unguarded_fallbacks(spec: MachineSpec) -> list[Violation]:
+    """Working states whose every edge is guarded: a run there may find no edge to take."""
+    found = []
+    for state in spec.states:
+        if state.kind != "working":
+            continue
+        edges = tuple(e for e in spec.edges if e.source == state.name)
+        if edges and all(e.guard for e in edges):
+            found.append(
+                Violation(
+                    "fallback",
+                    (state.name,),
+                    f"every edge of {state.name!r} on {edges[0].event!r} is guarded"
+                    f" ({', '.join(str(e.guard) for e in edges)}); unless these guards are exhaustive a run there"
+                    " raises InvalidTransition (add an unguarded last edge to make the fallback explicit)",
+                    edges,
+                )
+            )
+    return found

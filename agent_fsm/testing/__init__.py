@@ -1,0 +1,90 @@
+"""
+agent_fsm.testing: property-test your own gates, models and run loops against the engine's invariants.
+
+* strategies named for what they generate: :func:`assistant_messages`,
+  :func:`scripted_models`, :func:`tool_arguments`, :func:`limits`, :func:`gates`, ...;
+* :func:`assert_run_invariants`, which raises :class:`InvariantViolation`
+  naming the invariant and the message it broke at;
+* one-call checks that run Hypothesis themselves: :func:`check_gate_contains`,
+  :func:`check_policy_ends`, :func:`check_driver`;
+* :class:`RunHarness`, a ``RuleBasedStateMachine`` that chooses each reply
+  and each human decision, checking the invariants after every step.
+
+See ``docs/testing.md``.
+"""
+
+from ._drive import (
+    DEFAULT_TASK,
+    Driver,
+    Outcome,
+    RunContext,
+    World,
+    check_driver,
+    check_gate_contains,
+    check_policy_ends,
+    describe_run,
+    drive,
+    world_of,
+)
+from ._harness import RunHarness, run_harness
+from ._invariants import INVARIANTS, InvariantViolation, assert_nothing_forbidden, assert_run_invariants, executed_calls
+from ._schema import UnsupportedSchema, constants_of, schema_values, schema_violations
+from ._strategies import (
+    MESSAGE_KINDS,
+    TableGate,
+    answer_messages,
+    assistant_messages,
+    gates,
+    invalid_arguments,
+    limits,
+    register_type_strategies,
+    scripted_models,
+    scripts,
+    thoughts,
+    tool_arguments,
+    tool_calls,
+    verdicts,
+)
+
+__all__ = [
+    # Strategies
+    "MESSAGE_KINDS",
+    "TableGate",
+    "answer_messages",
+    "constants_of",
+    "assistant_messages",
+    "gates",
+    "invalid_arguments",
+    "limits",
+    "register_type_strategies",
+    "schema_values",
+    "schema_violations",
+    "scripted_models",
+    "scripts",
+    "thoughts",
+    "tool_arguments",
+    "tool_calls",
+    "verdicts",
+    "UnsupportedSchema",
+    # Invariants
+    "INVARIANTS",
+    "InvariantViolation",
+    "assert_nothing_forbidden",
+    "assert_run_invariants",
+    "executed_calls",
+    # Driving runs and one-call checks
+    "DEFAULT_TASK",
+    "Driver",
+    "Outcome",
+    "RunContext",
+    "World",
+    "check_driver",
+    "check_gate_contains",
+    "check_policy_ends",
+    "describe_run",
+    "drive",
+    "world_of",
+    # Stateful harness
+    "RunHarness",
+    "run_harness",
+]

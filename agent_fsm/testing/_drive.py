@@ -1,0 +1,355 @@
+"""
+Driving one run for a property: a fresh world, a gate, a model, a human's decisions at each pause.
+
+The one-call checks (:func:`check_gate_contains`, :func:`check_policy_ends`,
+:func:`check_driver`) are built on :func:`drive` and run Hypothesis
+themselves; a failure is an :class:`InvariantViolation` whose message names
+the invariant, and whose notes carry the shrunk run, message by message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import attrs
+from hypothesis import Phase, given
+from hypothesis import settings as Settings
+from hypothesis import strategies as st
+
+from ..gates import Gate
+from ..limits import Limits, Stop
+from ..models import Model
+from ..run import resume, run
+from ..state import RunResult
+from ..tools import Registry, ToolCall
+from ._invariants import InvariantViolation, assert_nothing_forbidden, assert_run_invariants
+from ._schema import constants_of
+from ._strategies import gates as gate_tables
+from ._strategies import MessageKind, scripted_models
+from ._strategies import limits as limit_ranges
+
+__all__ = [
+    "DEFAULT_TASK",
+    "Driver",
+    "Outcome",
+    "RunContext",
+    "World",
+    "check_driver",
+    "check_gate_contains",
+    "check_policy_ends",
+    "describe_run",
+    "drive",
+    "world_of",
+]
+
+DEFAULT_TASK = "Help the customer with their request."
+
+GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "parallel", "bad_arguments")
+"""The message kinds :func:`check_gate_contains` proposes by default: the ones that can reach a gate."""
+
+Driver = Callable[..., RunResult]
+"""Anything called like :func:`agent_fsm.run`: ``driver(task, model, tools, *, gate=, limits=)``."""
+
+
+@attrs.define
+class World:
+    """A registry and the effect log its handlers write (the ground truth of what happened)."""
+
+    tools: Registry
+    effects: list[Any] = attrs.field(factory=list)
+
+
+def world_of(made: Any) -> World:
+    """
+    Read what a tools factory made: a registry alone, or anything with
+    ``.tools`` and ``.effects`` (a support desk, an :class:`agent_fsm.environment.Environment`).
+
+    Raises:
+        TypeError: it is neither.
+    """
+    if isinstance(made, World):
+        return made
+    if isinstance(made, Mapping):
+        return World(dict(made))
+    if hasattr(made, "tools"):
+        return World(made.tools, getattr(made, "effects", []))
+    raise TypeError(f"a tools factory must return a registry or an object with .tools (and .effects); got {made!r}")
+
+
+@attrs.define
+class RunContext:
+    """
+    What a gate factory may read besides the call: the registry, the effect
+    log, and the transcript as of the latest model call (live while the run goes).
+
+    A sound gate needs only the call; the transcript is here so that a gate
+    trusting the model's prose can be written, and caught.
+    """
+
+    tools: Registry
+    effects: list[Any]
+    messages: list[dict[str, Any]] = attrs.field(factory=list)
+
+
+GateFactory = Callable[[RunContext], Gate]
+
+
+class _Watched:
+    """A model that shows the transcript it is asked about to the run's context."""
+
+    def __init__(self, model: Model, context: RunContext) -> None:
+        self.model = model
+        self.context = context
+
+    def __repr__(self) -> str:
+        return repr(self.model)
+
+    def chat(self, messages: Any, tools: Any = ()) -> Any:
+        self.context.messages = messages
+        return self.model.chat(messages, tools)
+
+
+@attrs.frozen
+class Outcome:
+    """A driven run: its result, its world, and the ids of the calls a human approved."""
+
+    result: RunResult
+    world: World
+    gate: Gate
+    approved: tuple[str, ...] = ()
+
+
+def _gate_of(gate: Gate | None, gate_factory: GateFactory | None, context: RunContext) -> Gate:
+    if (gate is None) == (gate_factory is None):
+        raise TypeError("give exactly one of gate= (a gate) or gate_factory= (RunContext -> gate)")
+    return gate if gate is not None else gate_factory(context)  # type: ignore[misc]
+
+
+def drive(
+    model: Model,
+    world: World,
+    *,
+    gate: Gate | None = None,
+    gate_factory: GateFactory | None = None,
+    limits: Limits = Limits(),
+    decide: Callable[[ToolCall], bool] = lambda call: False,
+    driver: Driver | None = None,
+    task: str = DEFAULT_TASK,
+) -> Outcome:
+    """
+    Run ``task`` in ``world`` to an absorbing stop, asking ``decide`` at every pause.
+
+    With ``driver=None`` the engine runs it (:func:`agent_fsm.run`, then
+    :func:`agent_fsm.resume` with ``decide(blocked_call)`` until the run no
+    longer pauses). Another ``driver`` is called once and its result kept as it is.
+    """
+    context = RunContext(world.tools, world.effects)
+    chosen = _gate_of(gate, gate_factory, context)
+    watched = _Watched(model, context)
+    if driver is not None:
+        return Outcome(driver(task, watched, world.tools, gate=chosen, limits=limits), world, chosen)
+    result = run(task, watched, world.tools, gate=chosen, limits=limits)
+    approved: list[str] = []
+    while result.stop is Stop.AWAITING_APPROVAL:
+        assert result.blocked_on is not None
+        approve = decide(result.blocked_on)
+        if approve:
+            approved.append(result.blocked_on.call_id)
+        result = resume(result.state, watched, world.tools, approve=approve, gate=chosen, limits=limits)
+    return Outcome(result, world, chosen, tuple(approved))
+
+
+def describe_run(result: RunResult) -> str:
+    """The run message by message, one line each: what a failing example's reader needs."""
+    lines = [f"stop={result.stop.value if isinstance(result.stop, Stop) else result.stop!r} reason={result.reason!r}"]
+    for index, message in enumerate(result.state.messages):
+        role = message.get("role")
+        if role == "assistant" and message.get("tool_calls"):
+            calls = ", ".join(
+                f"{c.get('id')}:{c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})"
+                for c in message["tool_calls"]
+            )
+            lines.append(f"  [{index}] assistant proposes {calls}" + (f"  thought={message.get('content')!r}" if message.get("content") else ""))
+        elif role == "tool":
+            lines.append(f"  [{index}] tool {message.get('tool_call_id')}: {message.get('content')}")
+        else:
+            lines.append(f"  [{index}] {role}: {json.dumps(message.get('content'))[:120]}")
+    return "\n".join(lines)
+
+
+def _annotated(outcome: Outcome, check: Callable[[], None]) -> None:
+    try:
+        check()
+    except InvariantViolation as exc:
+        exc.add_note("the run, message by message:\n" + describe_run(outcome.result))
+        raise
+
+
+def _models_strategy(models: Any, tools: Registry, constants: tuple[Any, ...] = ()) -> st.SearchStrategy[Model]:
+    if models is None:
+        return scripted_models(tools, constants=constants)
+    if isinstance(models, st.SearchStrategy):
+        return models
+    if callable(models):
+        return st.builds(models)
+    raise TypeError(f"models must be a strategy of models or a zero-argument factory; got {models!r}")
+
+
+def _limits_strategy(limits: Limits | st.SearchStrategy[Limits]) -> st.SearchStrategy[Limits]:
+    return limits if isinstance(limits, st.SearchStrategy) else st.just(limits)
+
+
+def _run_property(test: Callable[..., None], settings: Settings | None) -> None:
+    # Hypothesis's "explain" phase re-runs a failing run hundreds of times to
+    # say which parts could vary; for whole runs that costs more than the
+    # search itself, so the checks skip it unless given settings ask for it.
+    chosen = settings if settings is not None else Settings(phases=[p for p in Phase if p is not Phase.explain])
+    chosen(given(st.data())(test))()
+
+
+def check_gate_contains(
+    gate: Gate | None,
+    tools_factory: Callable[[], Any],
+    forbidden: Callable[[ToolCall], bool],
+    *,
+    gate_factory: GateFactory | None = None,
+    models: Any = None,
+    limits: Limits | st.SearchStrategy[Limits] = Limits(),
+    approve: bool = False,
+    settings: Settings | None = None,
+) -> None:
+    """
+    Check that ``gate`` never lets a call through that ``forbidden(call)`` marks, whatever the model proposes.
+
+    Models default to :func:`scripted_models` over the registry proposing
+    what can reach a gate (valid calls, alone or several at once, with
+    thoughts, among some refused arguments), trying the constants the gate and ``forbidden`` compare against
+    (:func:`constants_of`) wherever an argument can take them. When the gate asks a human, the human rejects (``approve=False``,
+    so only the gate's own allowances are examined) or approves (and the
+    approved calls are the human's responsibility). The run invariants are
+    checked as well.
+
+    Raises:
+        InvariantViolation: ``forbidden_effect`` with the offending call, or any
+            run invariant; its notes hold the shrunk run, message by message.
+    """
+    tools = world_of(tools_factory()).tools
+    if models is None:
+        # Only well-formed calls reach a gate: spend the examples on them (a
+        # sprinkling of refused arguments keeps the transcript realistic).
+        models = scripted_models(
+            tools, kinds=GATE_PROBE_KINDS, min_size=1, max_size=4, constants=constants_of(gate, gate_factory, forbidden)
+        )
+    model_strategy = _models_strategy(models, tools)
+    limit_strategy = _limits_strategy(limits)
+
+    def property_(data: st.DataObject) -> None:
+        model = data.draw(model_strategy, label="model")
+        chosen_limits = data.draw(limit_strategy, label="limits")
+        outcome = drive(
+            model, world_of(tools_factory()), gate=gate, gate_factory=gate_factory, limits=chosen_limits,
+            decide=lambda call: approve,
+        )
+
+        def check() -> None:
+            assert_nothing_forbidden(outcome.result.state, forbidden, outcome.approved)
+            assert_run_invariants(outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools,
+                                  approved=outcome.approved)
+
+        _annotated(outcome, check)
+
+    _run_property(property_, settings)
+
+
+def check_policy_ends(
+    models: Any,
+    tools_factory: Callable[[], Any],
+    stops: Collection[Stop | str],
+    *,
+    gate: Gate | None = None,
+    gate_factory: GateFactory | None = None,
+    limits: Limits | st.SearchStrategy[Limits] = Limits(),
+    driver: Driver | None = None,
+    settings: Settings | None = None,
+) -> None:
+    """
+    Check that a model or policy always ends in one of ``stops`` within ``limits``.
+
+    ``models`` is a zero-argument factory or a strategy of models. With no
+    gate given, gates are drawn (:func:`gates`: each tool allowed, denied or
+    sent to a human); at each pause a human approves or rejects at random.
+
+    Raises:
+        InvariantViolation: ``expected_stop``, or any run invariant.
+    """
+    expected = {Stop(s) for s in stops}
+    tools = world_of(tools_factory()).tools
+    model_strategy = _models_strategy(models, tools, constants_of(gate, gate_factory))
+    limit_strategy = _limits_strategy(limits)
+    drawn_gates = gate is None and gate_factory is None
+
+    def property_(data: st.DataObject) -> None:
+        model = data.draw(model_strategy, label="model")
+        chosen_limits = data.draw(limit_strategy, label="limits")
+        chosen_gate = data.draw(gate_tables(tools), label="gate") if drawn_gates else gate
+        outcome = drive(
+            model, world_of(tools_factory()), gate=chosen_gate, gate_factory=gate_factory, limits=chosen_limits,
+            decide=lambda call: data.draw(st.booleans(), label=f"approve {call.call_id}"), driver=driver,
+        )
+
+        def check() -> None:
+            stop = outcome.result.stop
+            if stop not in expected:
+                raise InvariantViolation(
+                    "expected_stop",
+                    f"the run ended {getattr(stop, 'value', stop)!r} ({outcome.result.reason}); expected one of "
+                    f"{sorted(s.value for s in expected)}",
+                )
+            assert_run_invariants(outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools,
+                                  approved=outcome.approved)
+
+        _annotated(outcome, check)
+
+    _run_property(property_, settings)
+
+
+def check_driver(
+    driver: Driver,
+    tools_factory: Callable[[], Any],
+    *,
+    gate: Gate | None = None,
+    models: Any = None,
+    limits: Limits | st.SearchStrategy[Limits] | None = None,
+    settings: Settings | None = None,
+) -> None:
+    """
+    Check a hand-written run loop against the run invariants, as the engine is checked.
+
+    ``driver`` is called like :func:`agent_fsm.run` on random scripted models
+    and limits; with no ``gate`` given, gates are drawn that allow or deny
+    each tool (a loop without a pause cannot honour ``ask``). Every executed
+    call must pass its contract and the gate, and every budget must hold.
+
+    Raises:
+        InvariantViolation: the first invariant the loop breaks.
+    """
+    tools = world_of(tools_factory()).tools
+    model_strategy = _models_strategy(models, tools, constants_of(gate))
+    limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())
+    gate_strategy = st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny", "allow_tuple"))
+
+    def property_(data: st.DataObject) -> None:
+        model = data.draw(model_strategy, label="model")
+        chosen_limits = data.draw(limit_strategy, label="limits")
+        chosen_gate = data.draw(gate_strategy, label="gate")
+        outcome = drive(model, world_of(tools_factory()), gate=chosen_gate, limits=chosen_limits, driver=driver)
+        _annotated(
+            outcome,
+            lambda: assert_run_invariants(
+                outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools, gate=chosen_gate
+            ),
+        )
+
+    _run_property(property_, settings)

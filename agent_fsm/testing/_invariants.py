@@ -1,0 +1,282 @@
+"""
+Run invariants as assertions: each failure names the invariant and the message or observation that broke it.
+
+:func:`agent_fsm.check_run` answers with a dict of booleans, which is what a
+report wants. A test wants the opposite: stop at the first broken rule and
+say where. The checks here read only the run's record (and, when given, the
+registry, the gate and the effect log), so they apply to any driver that
+returns a :class:`~agent_fsm.RunResult`, not only to the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+
+from ..gates import Gate, as_verdict
+from ..invariants import check_run
+from ..limits import Limits, Stop
+from ..machine import RUN_MACHINE
+from ..state import RunResult, RunState
+from ..tools import Registry, ToolCall, validate_call
+from ..wire import assistant_text, parse_tool_calls, tool_message
+
+__all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
+
+INVARIANTS: dict[str, str] = {
+    "typed_ending": "the run rests in a declared absorbing or paused state and its stop agrees with it",
+    "turn_budget": "model calls never exceed max_turns, and every call's prompt size is logged",
+    "token_budget": "no prompt sent exceeds max_prompt_tokens",
+    "tool_budget": "handler attempts never exceed max_tool_calls, and each attempt left one observation",
+    "stop_justified": "a budget stop is only reported once that budget is really spent",
+    "observations_correlated": "tool messages answer the latest assistant message's calls, in order, one per observation",
+    "observations_typed": "an observation is ok exactly when it is a result",
+    "contract_checked": "every executed call names a registered tool with arguments its schema accepts",
+    "gate_consulted": "every executed call was allowed by the gate or approved by a human",
+    "effects_authorized": "every effect in the log is the result of an executed call",
+    "answer_recorded": "an answer is the final assistant message's text, and only an answered run has one",
+    "paused_on_call": "a paused run is blocked on a proposed call that has no observation yet",
+    "state_round_trip": "the state survives a JSON round trip unchanged",
+    "check_run": "the engine's own agent_fsm.check_run agrees",
+    "forbidden_effect": "no call the given predicate forbids crosses the effect boundary unless a human approved it",
+    "expected_stop": "the run ends in one of the expected stops",
+    "deterministic_replay": "the same replies and decisions replay the same transcript",
+}
+"""Every invariant :func:`assert_run_invariants` checks, by name, with what it means."""
+
+
+class InvariantViolation(AssertionError):
+    """
+    A run broke one of :data:`INVARIANTS`.
+
+    ``invariant`` is its name and ``where`` the message index or observation
+    it was found at (``None`` when it concerns the whole run).
+    """
+
+    def __init__(self, invariant: str, detail: str, *, where: str | None = None) -> None:
+        self.invariant = invariant
+        self.detail = detail
+        self.where = where
+        at = f" at {where}" if where else ""
+        super().__init__(f"invariant {invariant!r} broken{at}: {detail}\n  (it requires: {INVARIANTS[invariant]})")
+
+
+def _fail(invariant: str, detail: str, where: str | None = None) -> None:
+    raise InvariantViolation(invariant, detail, where=where)
+
+
+def executed_calls(state: RunState) -> list[tuple[int, ToolCall]]:
+    """
+    The calls that crossed the effect boundary (a ``result`` or ``error``
+    observation), each with the index of its tool message, as parsed from the transcript.
+    """
+    found: list[tuple[int, ToolCall]] = []
+    calls: list[ToolCall] = []
+    answered = 0
+    observation_index = 0
+    for index, message in enumerate(state.messages):
+        if message.get("role") == "assistant":
+            calls, answered = parse_tool_calls(message), 0
+        elif message.get("role") == "tool":
+            if answered < len(calls) and observation_index < len(state.observations):
+                if state.observations[observation_index].kind in ("result", "error"):
+                    found.append((index, calls[answered]))
+            answered += 1
+            observation_index += 1
+    return found
+
+
+def _check_ending(result: RunResult, limits: Limits) -> None:
+    state = result.state
+    names = {s.name for s in RUN_MACHINE.states}
+    if not isinstance(result.stop, Stop):
+        _fail("typed_ending", f"stop is {result.stop!r}, not a Stop")
+    if state.machine_state not in names:
+        _fail("typed_ending", f"machine state {state.machine_state!r} is not a state of the run machine")
+    if not RUN_MACHINE.state(state.machine_state).is_resting:
+        _fail("typed_ending", f"the run returned from working state {state.machine_state!r}")
+    if RUN_MACHINE.stop_of(state.machine_state) is not result.stop:
+        _fail("typed_ending", f"stop {result.stop!r} disagrees with machine state {state.machine_state!r}")
+
+
+def _check_budgets(result: RunResult, limits: Limits) -> None:
+    state = result.state
+    if state.turns > limits.max_turns:
+        _fail("turn_budget", f"{state.turns} model calls made, max_turns is {limits.max_turns}")
+    if len(state.prompt_token_log) != state.turns:
+        _fail("turn_budget", f"{state.turns} model calls made but {len(state.prompt_token_log)} prompt sizes logged")
+    for index, tokens in enumerate(state.prompt_token_log):
+        if tokens > limits.max_prompt_tokens:
+            _fail(
+                "token_budget",
+                f"prompt {index + 1} of {len(state.prompt_token_log)} was {tokens} tokens,"
+                f" max_prompt_tokens is {limits.max_prompt_tokens}",
+                where=f"model call {index + 1}",
+            )
+    if limits.max_tool_calls is not None and state.tool_attempts > limits.max_tool_calls:
+        _fail("tool_budget", f"{state.tool_attempts} tool attempts made, max_tool_calls is {limits.max_tool_calls}")
+    crossed = sum(1 for o in state.observations if o.kind in ("result", "error"))
+    if crossed != state.tool_attempts:
+        _fail("tool_budget", f"{state.tool_attempts} tool attempts counted but {crossed} result/error observations")
+    stop = result.stop
+    if stop is Stop.STEP_LIMIT and state.turns < limits.max_turns:
+        _fail("stop_justified", f"stopped step_limit after {state.turns} of {limits.max_turns} model calls")
+    if stop is Stop.TOOL_LIMIT and (limits.max_tool_calls is None or state.tool_attempts < limits.max_tool_calls):
+        _fail("stop_justified", f"stopped tool_limit after {state.tool_attempts} attempts (max {limits.max_tool_calls})")
+    if stop is Stop.NO_PROGRESS and not any(n >= limits.repeated_denials for n in state.denials.values()):
+        _fail("stop_justified", f"stopped no_progress but no proposal was rejected {limits.repeated_denials} times")
+
+
+def _check_correlation(state: RunState) -> None:
+    calls: list[ToolCall] = []
+    answered = 0
+    observation_index = 0
+    for index, message in enumerate(state.messages):
+        role = message.get("role")
+        if role == "assistant":
+            calls, answered = parse_tool_calls(message), 0
+            continue
+        if role != "tool":
+            continue
+        where = f"message {index}"
+        if answered >= len(calls):
+            _fail("observations_correlated", f"tool message {message.get('tool_call_id')!r} answers no pending call", where)
+        expected = calls[answered].call_id
+        if message.get("tool_call_id") != expected:
+            _fail(
+                "observations_correlated",
+                f"tool message answers {message.get('tool_call_id')!r}, the next call awaiting an answer is {expected!r}",
+                where,
+            )
+        if observation_index >= len(state.observations):
+            _fail("observations_correlated", "a tool message has no observation behind it", where)
+        observation = state.observations[observation_index]
+        if observation.call_id != expected or tool_message(observation) != dict(message):
+            _fail(
+                "observations_correlated",
+                f"observation {observation_index} ({observation!r}) does not match its tool message {message!r}",
+                where,
+            )
+        answered += 1
+        observation_index += 1
+    if observation_index != len(state.observations):
+        _fail(
+            "observations_correlated",
+            f"{len(state.observations)} observations but only {observation_index} tool messages carry them",
+        )
+    for index, observation in enumerate(state.observations):
+        if observation.ok != (observation.kind == "result"):
+            _fail("observations_typed", f"{observation!r} has ok={observation.ok} with kind {observation.kind!r}",
+                  f"observation {index}")
+
+
+def _check_boundary(
+    state: RunState, tools: Registry | None, gate: Gate | None, approved: Collection[str]
+) -> None:
+    for index, call in executed_calls(state):
+        where = f"message {index}"
+        if tools is not None:
+            reason = validate_call(call, tools)
+            if reason is not None:
+                _fail("contract_checked", f"{call!r} was executed although its contract refuses it: {reason}", where)
+        if gate is not None and call.call_id not in approved:
+            verdict = as_verdict(gate(call))
+            if verdict.kind != "allow":
+                _fail(
+                    "gate_consulted",
+                    f"{call!r} was executed but the gate answers {verdict.kind!r} ({verdict.reason}) and no human approved it",
+                    where,
+                )
+
+
+def _check_effects(state: RunState, effects: Sequence[Any]) -> None:
+    results = [o.content for o in state.observations if o.ok]
+    for index, effect in enumerate(effects):
+        if not any(_same_json(effect, r) for r in results):
+            _fail("effects_authorized", f"effect {effect!r} matches no executed call's result", f"effect {index}")
+
+
+def _same_json(left: Any, right: Any) -> bool:
+    return json.dumps(left, sort_keys=True, default=str) == json.dumps(right, sort_keys=True, default=str)
+
+
+def _check_answer_and_pause(result: RunResult) -> None:
+    state = result.state
+    assistants = [(i, m) for i, m in enumerate(state.messages) if m.get("role") == "assistant"]
+    if result.stop in (Stop.ANSWERED, Stop.ANSWER_REJECTED):
+        if not assistants or state.messages[-1] is not assistants[-1][1] or parse_tool_calls(assistants[-1][1]):
+            _fail("answer_recorded", f"stopped {result.stop} but the transcript does not end in a plain assistant message")
+        text = assistant_text(assistants[-1][1]) or ""
+        expected = text if result.stop is Stop.ANSWERED else None
+        if result.answer != expected:
+            _fail("answer_recorded", f"answer is {result.answer!r}, the final assistant message says {text!r}",
+                  f"message {assistants[-1][0]}")
+    elif result.answer is not None:
+        _fail("answer_recorded", f"stopped {result.stop} yet carries the answer {result.answer!r}")
+    if result.stop is Stop.AWAITING_APPROVAL:
+        blocked = result.blocked_on
+        if blocked is None or not assistants:
+            _fail("paused_on_call", "paused with nothing to approve")
+        last_index, last = assistants[-1]
+        calls = [c.call_id for c in parse_tool_calls(last)]
+        answered = sum(1 for m in state.messages[last_index + 1 :] if m.get("role") == "tool")
+        if answered >= len(calls) or calls[answered] != blocked.call_id:
+            _fail("paused_on_call", f"blocked on {blocked!r}, which is not the latest reply's next unanswered call",
+                  f"message {last_index}")
+    elif result.blocked_on is not None:
+        _fail("paused_on_call", f"stopped {result.stop} yet blocked on {result.blocked_on!r}")
+
+
+def assert_run_invariants(
+    result: RunResult,
+    effects: Sequence[Any] | None = None,
+    limits: Limits = Limits(),
+    *,
+    tools: Registry | None = None,
+    gate: Gate | None = None,
+    approved: Iterable[str] = (),
+) -> None:
+    """
+    Assert every invariant of :data:`INVARIANTS` that the arguments allow checking.
+
+    ``effects`` (the world's effect log) enables ``effects_authorized``;
+    ``tools`` enables ``contract_checked``; ``gate`` (a pure function of the
+    call) enables ``gate_consulted``, with ``approved`` the ids of calls a
+    human approved. The engine's own :func:`agent_fsm.check_run` must agree.
+
+    Raises:
+        InvariantViolation: the first invariant found broken, naming it and where.
+    """
+    state = result.state
+    _check_ending(result, limits)
+    _check_budgets(result, limits)
+    _check_correlation(state)
+    _check_boundary(state, tools, gate, set(approved))
+    if effects is not None:
+        _check_effects(state, effects)
+    _check_answer_and_pause(result)
+    if RunState.from_json(state.to_json()) != state:
+        _fail("state_round_trip", "RunState.from_json(state.to_json()) differs from the state")
+    verdicts = check_run(result, effects if effects is not None else (), limits)
+    broken = sorted(name for name, holds in verdicts.items() if not holds)
+    if broken:
+        _fail("check_run", f"agent_fsm.check_run reports {broken} broken")
+
+
+def assert_nothing_forbidden(
+    state: RunState, forbidden: Callable[[ToolCall], bool], approved: Collection[str] = ()
+) -> None:
+    """
+    Assert that no executed call of ``state`` is one ``forbidden`` marks, unless a human approved it.
+
+    Raises:
+        InvariantViolation: ``forbidden_effect``, naming the call and its message.
+    """
+    for index, call in executed_calls(state):
+        if call.call_id not in approved and forbidden(call):
+            _fail(
+                "forbidden_effect",
+                f"the gate let {call.name}({json.dumps(call.arguments)}) through (call id {call.call_id!r})",
+                f"message {index}",
+            )

@@ -1,0 +1,286 @@
+"""
+Values generated from a tool's JSON Schema: ones it accepts and ones it must refuse.
+
+Rationale: ``hypothesis-jsonschema`` generates only *valid* instances of a
+full JSON Schema draft. Testing an effect boundary needs the other half as
+well (a wrong type, a missing required field, an extra field, a number past
+its bound, a string off its pattern), each produced on purpose and shrinking
+to a readable example. The subset tools use is small, so it is written here
+against that subset, and every value is checked by the engine's own
+validator (:meth:`agent_fsm.ToolSpec.errors`) rather than trusted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hypothesis import strategies as st
+
+__all__ = ["UnsupportedSchema", "constants_of", "schema_values", "schema_violations"]
+
+Constants = tuple[Any, ...]
+
+_SUPPORTED = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "enum", "const", "pattern",
+        "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "items", "minItems", "maxItems", "description", "title", "default", "examples", "$schema",
+    }
+)
+
+_JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=8),
+)
+_ANY_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+class UnsupportedSchema(ValueError):
+    """A schema uses a keyword this generator does not understand (it would guess otherwise)."""
+
+
+def _check_supported(schema: Mapping[str, Any]) -> None:
+    unknown = sorted(set(schema) - _SUPPORTED)
+    if unknown:
+        raise UnsupportedSchema(
+            f"cannot generate values for schema keywords {unknown}; supported: {sorted(_SUPPORTED)}"
+        )
+
+
+def _in_range(value: float, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _integers(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[int]:
+    low = schema.get("minimum")
+    high = schema.get("maximum")
+    if "exclusiveMinimum" in schema:
+        low = math.floor(schema["exclusiveMinimum"]) + 1
+    if "exclusiveMaximum" in schema:
+        high = math.ceil(schema["exclusiveMaximum"]) - 1
+    low = None if low is None else math.ceil(low)
+    high = None if high is None else math.floor(high)
+    # The bounds themselves, and the constants a gate compares against, are
+    # where off-by-one bugs live: offer them directly, as often as anything else.
+    edges = [b for b in (low, high) if b is not None]
+    known = [c for c in constants if type(c) is int and _in_range(c, low, high)]
+    options = [st.sampled_from(known)] if known else []
+    options += [st.sampled_from(edges)] if edges else []
+    return st.one_of(*options, st.integers(min_value=low, max_value=high))
+
+
+def _numbers(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[float | int]:
+    floats = st.floats(
+        min_value=schema.get("minimum", schema.get("exclusiveMinimum")),
+        max_value=schema.get("maximum", schema.get("exclusiveMaximum")),
+        exclude_min="exclusiveMinimum" in schema,
+        exclude_max="exclusiveMaximum" in schema,
+        allow_nan=False,
+        allow_infinity=False,
+    )
+    return st.one_of(_integers(schema, constants), floats)
+
+
+def _strings(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[str]:
+    low = schema.get("minLength", 0)
+    high = schema.get("maxLength")
+    pattern = schema.get("pattern")
+    known = [
+        c for c in constants
+        if isinstance(c, str) and _in_range(len(c), low, high) and (pattern is None or re.search(pattern, c))
+    ]
+    if pattern is not None:
+        base = st.from_regex(pattern, fullmatch=False)
+        base = base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high))
+    else:
+        base = st.text(min_size=low, max_size=high if high is not None else max(low, 12))
+    return st.one_of(st.sampled_from(known), base) if known else base
+
+
+def _objects(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[dict[str, Any]]:
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    required = [p for p in schema.get("required", []) if p in properties]
+    optional = {k: schema_values(v, constants) for k, v in properties.items() if k not in required}
+    fixed = st.fixed_dictionaries({k: schema_values(properties[k], constants) for k in required}, optional=optional)
+    extra = schema.get("additionalProperties", True)
+    if extra is False:
+        return fixed
+    extra_values = _ANY_JSON if extra is True else schema_values(extra, constants)
+    spare = st.dictionaries(st.text(min_size=1, max_size=6).filter(lambda k: k not in properties), extra_values, max_size=2)
+    return st.tuples(fixed, spare).map(lambda pair: {**pair[1], **pair[0]})
+
+
+def _arrays(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[list[Any]]:
+    items = schema.get("items", {})
+    return st.lists(
+        schema_values(items, constants) if items else _ANY_JSON,
+        min_size=schema.get("minItems", 0),
+        max_size=schema.get("maxItems", max(schema.get("minItems", 0), 4)),
+    )
+
+
+_BY_TYPE = {
+    "object": _objects,
+    "string": _strings,
+    "integer": _integers,
+    "number": _numbers,
+    "boolean": lambda _, __: st.booleans(),
+    "null": lambda _, __: st.none(),
+    "array": _arrays,
+}
+
+
+def schema_values(schema: Mapping[str, Any], constants: Iterable[Any] = ()) -> st.SearchStrategy[Any]:
+    """
+    Values that satisfy ``schema`` (within the supported subset of JSON Schema).
+
+    ``constants`` are values worth trying wherever they fit (for example the
+    thresholds a gate compares against, see :func:`constants_of`).
+
+    Raises:
+        UnsupportedSchema: ``schema`` uses a keyword outside the subset.
+    """
+    _check_supported(schema)
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(list(schema["enum"]))
+    kind = schema.get("type")
+    if kind is None:
+        return _ANY_JSON
+    constants = tuple(constants)
+    if isinstance(kind, list):
+        return st.one_of([schema_values({**schema, "type": k}, constants) for k in kind])
+    if kind not in _BY_TYPE:
+        raise UnsupportedSchema(f"cannot generate values of type {kind!r}; supported: {sorted(_BY_TYPE)}")
+    return _BY_TYPE[kind](schema, constants)
+
+
+def _wrong_type(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    kind = schema.get("type")
+    wrong = {
+        "string": st.integers() | st.booleans() | st.none(),
+        # agent_fsm accepts only real integers, so an integral float is a wrong type too
+        "integer": st.text(max_size=5) | st.floats(allow_nan=False, allow_infinity=False) | st.booleans(),
+        "number": st.text(max_size=5) | st.booleans() | st.none(),
+        "boolean": st.integers() | st.text(max_size=5),
+        "object": st.lists(st.integers(), max_size=2) | st.text(max_size=5),
+        "array": st.integers() | st.text(max_size=5) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+        "null": st.integers() | st.text(max_size=3),
+    }
+    return wrong.get(kind, st.nothing()) if isinstance(kind, str) else st.nothing()
+
+
+def _out_of_range(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    options: list[st.SearchStrategy[Any]] = []
+    if schema.get("type") in ("integer", "number"):
+        if "minimum" in schema:
+            options.append(st.integers(max_value=math.ceil(schema["minimum"]) - 1))
+        if "maximum" in schema:
+            options.append(st.integers(min_value=math.floor(schema["maximum"]) + 1))
+    if schema.get("type") == "string":
+        if schema.get("minLength", 0) > 0:
+            options.append(st.text(max_size=schema["minLength"] - 1))
+        if "maxLength" in schema:
+            options.append(st.text(min_size=schema["maxLength"] + 1, max_size=schema["maxLength"] + 4))
+        if "pattern" in schema:
+            options.append(st.text(max_size=8))  # filtered by the validator below
+    if "enum" in schema:
+        options.append(st.text(max_size=8).filter(lambda s: s not in schema["enum"]))
+    return st.one_of(options) if options else st.nothing()
+
+
+def _object_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    valid = _objects(schema)
+    options: list[st.SearchStrategy[Any]] = []
+    required = [p for p in schema.get("required", []) if p in properties]
+    if required:
+        options.append(
+            st.tuples(valid, st.sampled_from(required)).map(lambda pair: {k: v for k, v in pair[0].items() if k != pair[1]})
+        )
+    if schema.get("additionalProperties") is False:
+        options.append(
+            st.tuples(valid, st.text(min_size=1, max_size=6).filter(lambda k: k not in properties), _JSON_SCALARS).map(
+                lambda t: {**t[0], t[1]: t[2]}
+            )
+        )
+    for name, sub in properties.items():
+        bad = schema_violations(sub)
+        options.append(st.tuples(valid, bad).map(lambda pair, name=name: {**pair[0], name: pair[1]}))
+    return st.one_of(options) if options else st.nothing()
+
+
+def schema_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    """
+    Values that ``schema`` should refuse: a wrong type, a missing required or
+    an extra field, a bound or pattern broken, one field at a time in nested objects.
+
+    Candidates are not all guaranteed invalid (a random text may match a
+    pattern); callers holding the tool filter with the real validator.
+    """
+    _check_supported(schema)
+    options = [_wrong_type(schema), _out_of_range(schema)]
+    if schema.get("type") == "object":
+        options.append(_object_violations(schema))
+    if schema.get("type") == "array" and schema.get("items"):
+        options.append(st.tuples(_arrays(schema), schema_violations(schema["items"])).map(lambda p: [*p[0], p[1]]))
+    return st.one_of(options)
+
+
+def constants_of(*functions: Any) -> tuple[Any, ...]:
+    """
+    The numbers and strings a gate or predicate compares against, with each integer's neighbours.
+
+    Read from the functions' code (nested functions included), the globals
+    they name and the values they close over; for a callable object, its
+    ``__call__``. A boundary such as ``amount > LIMIT`` is where an
+    off-by-one lives, and random integers almost never land on it.
+    """
+    found: list[Any] = []
+
+    def add(value: Any) -> None:
+        if type(value) is int:
+            candidates: list[Any] = [value, value - 1, value + 1]
+        elif type(value) in (float, str):
+            candidates = [value]
+        else:
+            return
+        found.extend(c for c in candidates if c not in found)
+
+    def visit_code(code: Any, namespace: Mapping[str, Any]) -> None:
+        for const in code.co_consts:
+            if hasattr(const, "co_consts"):
+                visit_code(const, namespace)
+            else:
+                add(const)
+        for name in code.co_names:
+            add(namespace.get(name))
+
+    for function in functions:
+        if function is None:
+            continue
+        target = function if hasattr(function, "__code__") else getattr(type(function), "__call__", None)
+        code = getattr(target, "__code__", None)
+        if code is None:
+            continue
+        visit_code(code, getattr(target, "__globals__", {}))
+        for cell in getattr(target, "__closure__", None) or ():
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            add(contents)
+            if hasattr(contents, "__code__"):
+                found.extend(c for c in constants_of(contents) if c not in found)
+    return tuple(found)

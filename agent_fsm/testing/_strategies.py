@@ -1,0 +1,321 @@
+"""
+Hypothesis strategies for what a run is made of: proposals, models, limits, gates.
+
+Every strategy is named for what it generates. Proposals are OpenAI wire
+messages built from the registry's own contracts, so valid calls are valid
+by the engine's validator and invalid ones are refused by it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+from hypothesis import strategies as st
+
+from ..gates import Verdict
+from ..limits import Limits
+from ..models import ScriptedModel
+from ..tools import Registry, ToolCall
+from ..wire import answer_message
+from ._schema import schema_values, schema_violations
+
+__all__ = [
+    "MESSAGE_KINDS",
+    "TableGate",
+    "answer_messages",
+    "assistant_messages",
+    "gates",
+    "invalid_arguments",
+    "limits",
+    "scripted_models",
+    "scripts",
+    "thoughts",
+    "tool_arguments",
+    "tool_calls",
+    "verdicts",
+]
+
+MessageKind = Literal["call", "bad_json", "unknown_tool", "bad_arguments", "parallel", "answer"]
+MESSAGE_KINDS: tuple[MessageKind, ...] = ("call", "bad_json", "unknown_tool", "bad_arguments", "parallel", "answer")
+"""The kinds of assistant message :func:`assistant_messages` can make."""
+
+_WORDS = st.sampled_from(
+    ["order", "refund", "policy", "check", "the", "customer", "amount", "approved", "manager", "done", "small", "ok"]
+)
+_PROSE = st.lists(_WORDS, min_size=1, max_size=6).map(" ".join)
+
+
+def tool_arguments(tools: Registry, name: str, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[dict[str, Any]]:
+    """
+    Arguments that tool ``name``'s contract accepts (checked by the engine's validator).
+
+    ``constants`` are values worth trying where they fit (see :func:`constants_of`).
+    """
+    tool = tools[name]
+    return schema_values(tool.json_schema, constants).filter(lambda args: not tool.errors(args))
+
+
+def invalid_arguments(tools: Registry, name: str) -> st.SearchStrategy[Any]:
+    """Argument values tool ``name``'s contract refuses: wrong types, missing or extra fields, broken bounds."""
+    tool = tools[name]
+    return schema_violations(tool.json_schema).filter(lambda args: bool(tool.errors(args)))
+
+
+def _refusable(tools: Registry) -> list[str]:
+    """Tools whose contract can refuse something (a contract that accepts anything has no violations)."""
+    found = []
+    for name, tool in tools.items():
+        schema = tool.json_schema
+        if schema.get("required") or schema.get("additionalProperties") is False or schema.get("properties"):
+            found.append(name)
+    return found
+
+
+def tool_calls(tools: Registry, *, call_id: str = "call_0") -> st.SearchStrategy[ToolCall]:
+    """Well-formed calls to tools of ``tools`` (valid arguments, known names)."""
+    if not tools:
+        return st.nothing()
+    return _tool_calls(tools, call_id)
+
+
+@st.composite
+def _tool_calls(draw: st.DrawFn, tools: Registry, call_id: str) -> ToolCall:
+    name = draw(st.sampled_from(list(tools)))
+    arguments = draw(tool_arguments(tools, name))
+    return ToolCall(call_id, name, arguments, json.dumps(arguments))
+
+
+def _claim(name: str, arguments: Mapping[str, Any]) -> str:
+    return f"Calling {name} with " + ", ".join(f"{k}={json.dumps(v)}" for k, v in arguments.items())
+
+
+def thoughts(tools: Registry, name: str | None = None, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[str | None]:
+    """
+    Text riding beside a call: none, prose, or a *claim* about the arguments.
+
+    Claims name argument values that may differ from the real ones, which is
+    what a gate reading the model's explanation instead of its arguments falls for.
+    """
+    options: list[st.SearchStrategy[str | None]] = [st.none(), _PROSE]
+    if name is not None and name in tools:
+        options.append(st.builds(_claim, st.just(name), tool_arguments(tools, name, constants=constants)))
+    return st.one_of(options)
+
+
+@st.composite
+def _thought_about(draw: st.DrawFn, shapes: _Shapes, name: str, real: Mapping[str, Any] | None) -> str | None:
+    """A thought beside a call of ``name``: a misstated value, the truth, or any thought."""
+    fields = shapes.field_values.get(name, {})
+    known = sorted(set(real or ()) & set(fields))
+    # "other" first: failing examples shrink towards the plainest thought (often none).
+    way = draw(st.sampled_from(["other", "misstated", "honest"])) if known else "other"
+    if way == "other" or real is None:
+        return draw(shapes.thoughts[name])
+    if way == "honest":
+        return _claim(name, real)
+    field = draw(st.sampled_from(known))
+    return _claim(name, {**real, field: draw(fields[field])})
+
+
+def _wire_call(call_id: str | None, name: str, arguments: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    if call_id is not None:
+        item["id"] = call_id
+    return item
+
+
+_BROKEN_JSON = ('{"order_id": ', "{'a': 1}", "not json", "[1, 2]", "{", '"text"', "null")
+_UNKNOWN_NAMES = ("delete_everything", "transfer_funds", "shell", "")
+
+
+@st.composite
+def _entry(
+    draw: st.DrawFn, call_ids: st.SearchStrategy[str | None], names: st.SearchStrategy[str],
+    arguments: Mapping[str, st.SearchStrategy[str]], targeted: bool,
+) -> tuple[dict[str, Any], str | None]:
+    # Built in a composite, not with .map(lambda ...), so failing examples print values, not lambda bodies.
+    call_id = draw(call_ids)
+    name = draw(names)
+    return _wire_call(call_id, name, draw(arguments[name])), name if targeted else None
+
+
+class _Shapes:
+    """Every strategy a registry's messages are drawn from, built once (building strategies is costly)."""
+
+    def __init__(self, tools: Registry, max_calls: int, constants: tuple[Any, ...]) -> None:
+        # Effectful tools first: they are what gates are for, and Hypothesis
+        # both favours and shrinks towards the first choices.
+        names = sorted(tools, key=lambda n: not tools[n].effectful)
+        refusable = [n for n in names if n in _refusable(tools)]
+        as_text = lambda strategy: strategy.map(json.dumps)  # noqa: E731
+        unknown = [n for n in _UNKNOWN_NAMES if n not in tools]
+        # (names, arguments by name, whether thoughts may talk about the tool), per kind
+        plans: dict[str, tuple[list[str], dict[str, st.SearchStrategy[str]], bool]] = {
+            "unknown_tool": (unknown, {n: st.sampled_from(["{}", '{"x": 1}']) for n in unknown}, False),
+            "bad_json": (names or ["tool"], {n: st.sampled_from(_BROKEN_JSON) for n in names or ["tool"]}, False),
+        }
+        if names:
+            plans["call"] = (names, {n: as_text(tool_arguments(tools, n, constants=constants)) for n in names}, True)
+        if refusable:
+            plans["bad_arguments"] = (refusable, {n: as_text(invalid_arguments(tools, n)) for n in refusable}, True)
+        self.entries: dict[tuple[str, int], st.SearchStrategy[tuple[dict[str, Any], str | None]]] = {}
+        for kind in ("call", "bad_arguments", "bad_json", "unknown_tool"):
+            # a kind the registry cannot express falls back to an unknown tool
+            plan_names, arguments, targeted = plans.get(kind, plans["unknown_tool"])
+            for index in range(max(2, max_calls)):
+                call_ids = st.sampled_from([f"call_{index}", f"c{index}", None])
+                self.entries[(kind, index)] = _entry(call_ids, st.sampled_from(plan_names), arguments, targeted)
+        self.thoughts = {n: thoughts(tools, n, constants=constants) for n in names}
+        self.field_values = {
+            n: {f: schema_values(sub, constants) for f, sub in tools[n].json_schema.get("properties", {}).items()}
+            for n in names
+        }
+        self.plain_thoughts = thoughts(tools)
+        single = [k for k in MESSAGE_KINDS if k not in ("parallel", "answer")]
+        self.parallel_kinds = st.lists(st.sampled_from(single), min_size=2, max_size=max(2, max_calls))
+
+
+@st.composite
+def _call_message(draw: st.DrawFn, shapes: _Shapes, kind: MessageKind) -> dict[str, Any]:
+    kinds = draw(shapes.parallel_kinds) if kind == "parallel" else [kind]
+    entries = [draw(shapes.entries[(k, i)]) for i, k in enumerate(kinds)]
+    target = entries[0][1]
+    if target is None:
+        thought = draw(shapes.plain_thoughts)
+    else:
+        try:
+            real = json.loads(entries[0][0]["function"]["arguments"])
+        except ValueError:
+            real = None
+        thought = draw(_thought_about(shapes, target, real if isinstance(real, dict) else None))
+    return {"role": "assistant", "content": thought, "tool_calls": [entry for entry, _ in entries]}
+
+
+def answer_messages() -> st.SearchStrategy[dict[str, Any]]:
+    """Plain assistant answers: text and no proposal."""
+    return st.builds(answer_message, _PROSE)
+
+
+def assistant_messages(
+    tools: Registry, *, kinds: Iterable[MessageKind] = MESSAGE_KINDS, max_calls: int = 3, constants: Iterable[Any] = ()
+) -> st.SearchStrategy[dict[str, Any]]:
+    """
+    Assistant messages in OpenAI wire format, as a model might send them for ``tools``.
+
+    ``kinds`` picks from: ``call`` (one valid call), ``bad_json`` (argument
+    text that is not a JSON object), ``unknown_tool``, ``bad_arguments`` (wrong
+    types, missing or extra fields, broken bounds, off-pattern strings),
+    ``parallel`` (several calls of any kind in one message) and ``answer``.
+    Calls may carry a thought in ``content``; ids may be missing.
+    ``constants`` are argument values worth trying (see :func:`constants_of`).
+    """
+    chosen = list(kinds)
+    unknown = sorted(set(chosen) - set(MESSAGE_KINDS))
+    if unknown or not chosen:
+        raise ValueError(f"kinds must be a non-empty selection of {MESSAGE_KINDS}, got {chosen!r}")
+
+    shapes = _Shapes(tools, max_calls, tuple(constants))
+    return st.one_of([answer_messages() if kind == "answer" else _call_message(shapes, kind) for kind in chosen])
+
+
+def scripts(
+    tools: Registry,
+    *,
+    kinds: Iterable[MessageKind] = MESSAGE_KINDS,
+    min_size: int = 0,
+    max_size: int = 6,
+    constants: Iterable[Any] = (),
+) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """Lists of assistant messages: the turns a scripted model plays in order."""
+    return st.lists(assistant_messages(tools, kinds=kinds, constants=constants), min_size=min_size, max_size=max_size)
+
+
+def scripted_models(
+    tools: Registry,
+    *,
+    kinds: Iterable[MessageKind] = MESSAGE_KINDS,
+    min_size: int = 0,
+    max_size: int = 6,
+    constants: Iterable[Any] = (),
+) -> st.SearchStrategy[ScriptedModel]:
+    """
+    :class:`agent_fsm.ScriptedModel` s playing a random script, sometimes with
+    reactions to a denied or invalid observation (a model that changes tack).
+    """
+    kinds, constants = tuple(kinds), tuple(constants)
+    reaction_keys = st.sampled_from(['"kind": "denied"', '"kind": "invalid"', '"kind": "error"'])
+    reactions = st.dictionaries(reaction_keys, assistant_messages(tools, kinds=kinds, constants=constants), max_size=2)
+    turns = scripts(tools, kinds=kinds, min_size=min_size, max_size=max_size, constants=constants)
+    return st.builds(ScriptedModel, turns, reactions)
+
+
+def limits(
+    *,
+    max_turns: tuple[int, int] = (0, 8),
+    max_prompt_tokens: tuple[int, int] = (0, 3000),
+    repeated_denials: tuple[int, int] = (1, 3),
+    max_tool_calls: tuple[int, int] | None = (0, 6),
+) -> st.SearchStrategy[Limits]:
+    """:class:`agent_fsm.Limits` with each budget drawn from an inclusive range (``max_tool_calls`` may be None)."""
+    tool_budget = st.none() if max_tool_calls is None else st.none() | st.integers(*max_tool_calls)
+    return st.builds(
+        Limits,
+        max_turns=st.integers(*max_turns),
+        max_prompt_tokens=st.integers(*max_prompt_tokens),
+        repeated_denials=st.integers(*repeated_denials),
+        max_tool_calls=tool_budget,
+    )
+
+
+def verdicts() -> st.SearchStrategy[Verdict]:
+    """Gate verdicts: allow, deny with a reason, ask a human."""
+    return st.builds(Verdict, st.sampled_from(["allow", "deny", "ask"]), _PROSE)
+
+
+Decision = Literal["allow", "deny", "ask", "allow_tuple", "deny_tuple"]
+_DECISIONS: tuple[Decision, ...] = ("allow", "deny", "ask", "allow_tuple", "deny_tuple")
+
+
+@attrs.frozen
+class TableGate:
+    """
+    A gate that decides by tool name from a fixed table: a pure function of the call.
+
+    ``allow_tuple``/``deny_tuple`` answer ``(bool, reason)`` instead of a
+    :class:`~agent_fsm.Verdict`, the other form a gate may return.
+    """
+
+    table: Mapping[str, Decision] = attrs.field(converter=dict, hash=False)
+    default: Decision = "deny"
+
+    def __call__(self, call: ToolCall) -> Verdict | tuple[bool, str]:
+        decision = self.table.get(call.name, self.default)
+        if decision == "allow_tuple":
+            return True, f"{call.name} allowed by table"
+        if decision == "deny_tuple":
+            return False, f"{call.name} denied by table"
+        return Verdict(decision, f"{call.name}: {decision} by table")  # type: ignore[arg-type]
+
+
+def gates(tools: Registry, *, decisions: Iterable[Decision] = _DECISIONS) -> st.SearchStrategy[TableGate]:
+    """Deterministic gates over ``tools``: each tool allowed, denied or sent to a human (verdict or tuple form)."""
+    choice = st.sampled_from(tuple(decisions))
+    return st.builds(TableGate, st.fixed_dictionaries({name: choice for name in tools}), choice)
+
+
+def register_type_strategies() -> None:
+    """Let ``st.from_type`` build :class:`Limits`, :class:`Verdict` and (registry-free) :class:`ToolCall`."""
+    st.register_type_strategy(Limits, limits())
+    st.register_type_strategy(Verdict, verdicts())
+    st.register_type_strategy(
+        ToolCall,
+        st.builds(
+            ToolCall,
+            st.sampled_from(["call_0", "call_1"]),
+            st.sampled_from(["lookup_order", "refund_order", "unknown"]),
+            st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3),
+        ),
+    )
