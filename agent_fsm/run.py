@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._exceptions import NotPaused, RunError
-from .boundary import EXPECTED_TOOL_ERRORS, execute, judge
+from .boundary import execute, judge
 from .gates import Gate, deny_effects
 from .limits import Limits, Stop
 from .machine import RUN_MACHINE, compile_machine

@@ -9,6 +9,7 @@ lets each be tested on its own.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -67,6 +68,17 @@ def _shorthand_to_schema(shorthand: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def _schema_problem(schema_text: str) -> str | None:
+    # Checking a schema against the meta-schema costs milliseconds; worlds are
+    # rebuilt per test example, so each distinct schema is checked once.
+    try:
+        _Validator.check_schema(json.loads(schema_text))
+    except jsonschema.SchemaError as exc:
+        return exc.message
+    return None
+
+
 def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(schema, Mapping):
         raise ToolDefinitionError(f"schema must be a mapping, got {type(schema).__name__}")
@@ -75,10 +87,9 @@ def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     if not schema:
         return _shorthand_to_schema({})
     json_schema = dict(schema)
-    try:
-        _Validator.check_schema(json_schema)
-    except jsonschema.SchemaError as exc:
-        raise ToolDefinitionError(f"invalid JSON Schema: {exc.message}") from exc
+    problem = _schema_problem(json.dumps(json_schema, sort_keys=True, default=repr))
+    if problem is not None:
+        raise ToolDefinitionError(f"invalid JSON Schema: {problem}")
     if json_schema.get("type") != "object":
         raise ToolDefinitionError(
             f"a tool's schema must describe an object (\"type\": \"object\"), got {json_schema.get('type')!r}"
