@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
-import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
