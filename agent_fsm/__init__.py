@@ -5,32 +5,74 @@ A model only proposes. The engine owns the transcript, validates every
 proposal against its tool's contract, consults a gate immediately before
 every effect, enforces the budgets and decides when to stop; every run ends
 in a typed state or pauses for a human.
+
+This module is the facade: every name a user needs, re-exported from the
+kernel (:mod:`agent_fsm.engine`). The applications built on the kernel are
+subpackages imported by name when wanted: :mod:`agent_fsm.diagrams`,
+:mod:`agent_fsm.scenarios`, :mod:`agent_fsm.patterns`,
+:mod:`agent_fsm.providers`, :mod:`agent_fsm.testing`, :mod:`agent_fsm.cli`
+and :mod:`agent_fsm.examples`.
 """
 
-from ._exceptions import (
+from agent_fsm import _moved
+from agent_fsm.engine.boundary import EXPECTED_TOOL_ERRORS, attempt, execute, judge
+from agent_fsm.engine.driver import (
+    DEFAULT_SYSTEM_PROMPT,
+    AnswerCheck,
+    advance,
+    resume,
+    run,
+    start_state,
+)
+from agent_fsm.engine.errors import (
     AgentFSMError,
     DefinitionError,
-    GateError,
-    HandlerError,
-    InvalidTransition,
     MachineDefinitionError,
-    NotPaused,
     ProviderFailure,
-    RunError,
     ToolDefinitionError,
     ToolError,
 )
-from .boundary import EXPECTED_TOOL_ERRORS, attempt, execute, judge
-from .gates import Gate, Verdict, allow_all, as_verdict, ask_for_effects, deny_effects
-from .invariants import check_run
-from .limits import Limits, Stop
-from .machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
-from .models import Model, ModelReply, ScriptedModel
-from .observe import Observation, TokenEstimator, estimate_tokens
-from .run import DEFAULT_SYSTEM_PROMPT, AnswerCheck, advance, resume, run, start_state
-from .state import Judgement, ProviderFault, RunResult, RunState
-from .tools import Registry, ToolCall, ToolSpec, function_declarations, validate_call
-from .wire import answer_message, parse_tool_calls, tool_call_message, tool_message
+from agent_fsm.engine.failures import (
+    GateError,
+    HandlerError,
+    InvalidTransition,
+    NotPaused,
+    RunError,
+)
+from agent_fsm.engine.gates import (
+    Gate,
+    Verdict,
+    allow_all,
+    as_verdict,
+    ask_for_effects,
+    deny_effects,
+)
+from agent_fsm.engine.invariants import check_run
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.machine import (
+    RUN_MACHINE,
+    CompiledMachine,
+    Edge,
+    MachineSpec,
+    StateSpec,
+    compile_machine,
+)
+from agent_fsm.engine.models import Model, ModelReply, ScriptedModel
+from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
+from agent_fsm.engine.state import Judgement, ProviderFault, RunResult, RunState
+from agent_fsm.engine.tools import (
+    Registry,
+    ToolCall,
+    ToolSpec,
+    function_declarations,
+    validate_call,
+)
+from agent_fsm.engine.wire import (
+    answer_message,
+    parse_tool_calls,
+    tool_call_message,
+    tool_message,
+)
 
 __all__ = [
     # Running
@@ -97,5 +139,7 @@ __all__ = [
     "ProviderFailure",
     "ToolError",
 ]
+
+_moved.install()
 
 __version__ = "0.1.0"

@@ -22,12 +22,24 @@ from typing import Any
 
 from transitions import Machine
 
-from agent_fsm import Limits, RunState, ScriptedModel, ask_for_effects, estimate_tokens, run
-from agent_fsm.boundary import execute, judge
+from agent_fsm import (
+    Limits,
+    RunState,
+    ScriptedModel,
+    ask_for_effects,
+    estimate_tokens,
+    run,
+)
+from agent_fsm.engine.boundary import execute, judge
+from agent_fsm.engine.observe import Observation
+from agent_fsm.engine.tools import function_declarations
+from agent_fsm.engine.wire import (
+    answer_message,
+    normalise_reply,
+    tool_call_message,
+    tool_message,
+)
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.observe import Observation
-from agent_fsm.tools import function_declarations
-from agent_fsm.wire import answer_message, normalise_reply, tool_call_message, tool_message
 
 TASK = "My order A-17 came broken. Could you sort this out?"
 

@@ -1,5 +1,5 @@
-"""Every ``*.toml`` file under specs/ is collected as one test item (see agent_fsm.spec_plugin)."""
+"""Every ``*.toml`` file under specs/ is collected as one test item (see agent_fsm.scenarios.plugin)."""
 
-from agent_fsm.spec_plugin import pytest_collect_file
+from agent_fsm.scenarios.plugin import pytest_collect_file
 
 __all__ = ["pytest_collect_file"]

@@ -13,12 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_fsm import run
-from agent_fsm.catalog import machines
 from agent_fsm.cli import app
-from agent_fsm.demo import TASK, overreaching_model
 from agent_fsm.diagrams import path_of, sequence_diagram, to_dot, to_mermaid
+from agent_fsm.diagrams.catalog import machines
+from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.machine import RUN_MACHINE
 
 runner = CliRunner()
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is not installed")

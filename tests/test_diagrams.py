@@ -20,9 +20,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm import Limits, ProviderFailure, ScriptedModel, ToolError, ToolSpec, ask_for_effects, resume, run
-from agent_fsm.catalog import machines
-from agent_fsm.demo import TASK, overreaching_model
+from agent_fsm import (
+    Limits,
+    ProviderFailure,
+    ScriptedModel,
+    ToolError,
+    ToolSpec,
+    ask_for_effects,
+    resume,
+    run,
+)
 from agent_fsm.diagrams import (
     REGENERATE_COMMAND,
     RunPath,
@@ -36,9 +43,11 @@ from agent_fsm.diagrams import (
     to_mermaid,
     write_all,
 )
+from agent_fsm.diagrams.catalog import machines
+from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
+from agent_fsm.engine.wire import answer_message
+from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
-from agent_fsm.wire import answer_message
 
 ROOT = Path(__file__).resolve().parent.parent
 MERMAID_DIR = Path(__file__).resolve().parent / "mermaid"
@@ -133,24 +142,24 @@ AWKWARD = _awkward_machine(
 
 # --- runs of known shape on the support desk ----------------------------------
 
-_run_module = importlib.import_module("agent_fsm.run")
+_run_module = importlib.import_module("agent_fsm.engine.callbacks")
 
 
 @contextlib.contextmanager
 def _recording() -> Iterator[list[str]]:
     """Record every state the real engine enters: the oracle a reconstructed path must equal."""
     seen: list[str] = ["Ready"]
-    real = _run_module._Run.machine_state
+    real = _run_module.RunContext.machine_state
 
     def record(self: Any, value: str) -> None:
         seen.append(value)
         real.fset(self, value)
 
-    _run_module._Run.machine_state = property(real.fget, record)
+    _run_module.RunContext.machine_state = property(real.fget, record)
     try:
         yield seen
     finally:
-        _run_module._Run.machine_state = real
+        _run_module.RunContext.machine_state = real
 
 
 def _reply(*calls: tuple[str, str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.scenario import load_scenario, run_scenario
+from agent_fsm.scenarios import load_scenario, run_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = (REPO / "docs" / "specs.md").read_text(encoding="utf-8")

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import attrs
 
-from agent_fsm import Limits, Observation, RunResult, ScriptedModel, Stop, allow_all, check_run, run
-from agent_fsm import answer_message, tool_call_message
+from agent_fsm import (
+    Limits,
+    Observation,
+    RunResult,
+    ScriptedModel,
+    Stop,
+    allow_all,
+    answer_message,
+    check_run,
+    run,
+    tool_call_message,
+)
 from tests.warehouse import make_warehouse, ship_args
 
 

@@ -5,8 +5,19 @@ from __future__ import annotations
 import pytest
 import transitions
 
-from agent_fsm import RUN_MACHINE, Edge, MachineDefinitionError, MachineSpec, ScriptedModel, StateSpec, Stop, run
-from agent_fsm import answer_message, compile_machine, tool_call_message
+from agent_fsm import (
+    RUN_MACHINE,
+    Edge,
+    MachineDefinitionError,
+    MachineSpec,
+    ScriptedModel,
+    StateSpec,
+    Stop,
+    answer_message,
+    compile_machine,
+    run,
+    tool_call_message,
+)
 from tests.warehouse import make_warehouse
 
 

@@ -1,4 +1,4 @@
-"""Tests for agent_fsm.meter: one accounting for every control policy."""
+"""Tests for agent_fsm.patterns.meter: one accounting for every control policy."""
 
 from __future__ import annotations
 
@@ -6,9 +6,17 @@ import threading
 
 import pytest
 
-from agent_fsm import ModelReply, ProviderFailure, ScriptedModel, ToolCall, answer_message, estimate_tokens, run
+from agent_fsm import (
+    ModelReply,
+    ProviderFailure,
+    ScriptedModel,
+    ToolCall,
+    answer_message,
+    estimate_tokens,
+    run,
+)
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.meter import Meter, Spend
+from agent_fsm.patterns.meter import Meter, Spend
 
 
 class _Fails:

@@ -23,11 +23,10 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
-from agent_fsm.analysis import check_machine
-from agent_fsm.catalog import machines
-from agent_fsm.demo import TASK, overreaching_model
+from agent_fsm.diagrams.catalog import machines
+from agent_fsm.engine.analysis import check_machine
+from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.meter import Meter
 from agent_fsm.patterns import (
     AGENT_MACHINE,
     CHAIN_MACHINE,
@@ -54,6 +53,7 @@ from agent_fsm.patterns.compare import (
     REFUND_PLAN,
     states_refunded_amount,
 )
+from agent_fsm.patterns.meter import Meter
 
 POLICY_TASK = "How do you handle refunds on goods that break?"
 

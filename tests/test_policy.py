@@ -1,4 +1,4 @@
-"""Tests for agent_fsm.policy: the decide(task, observations) adapter and its mapping onto the engine."""
+"""Tests for agent_fsm.engine.policy: the decide(task, observations) adapter and its mapping onto the engine."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_fsm import Limits, RunError, Stop, ToolSpec, run
-from agent_fsm.policy import (
+from agent_fsm.engine.policy import (
     DecisionPolicy,
     FinalDecision,
     conversation_of,
@@ -17,7 +17,7 @@ from agent_fsm.policy import (
     string_fields,
     task_of,
 )
-from agent_fsm.wire import parse_tool_calls
+from agent_fsm.engine.wire import parse_tool_calls
 
 FINAL = FinalDecision("final", string_fields({"answer": 50, "citation": 20}, may_be_empty=("citation",)))
 

@@ -10,9 +10,20 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agent_fsm import Limits, NotPaused, RunState, ScriptedModel, Stop, advance, check_run, resume, run
+from agent_fsm import (
+    Limits,
+    NotPaused,
+    RunState,
+    ScriptedModel,
+    Stop,
+    advance,
+    check_run,
+    resume,
+    run,
+)
+from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine.wire import tool_call_message
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.machine import RUN_MACHINE
 from agent_fsm.testing import (
     TableGate,
     assert_run_invariants,
@@ -23,8 +34,6 @@ from agent_fsm.testing import (
     tool_calls,
     world_of,
 )
-from agent_fsm.wire import tool_call_message
-
 from tests.strategies import make_ledger
 
 WORLDS: dict[str, Callable[[], Any]] = {"support_desk": make_support_desk, "ledger": make_ledger}

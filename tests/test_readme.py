@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -43,7 +42,7 @@ def test_ci_runs_the_readme_test_command():
 
 def test_demo_output_shown_in_the_readme_is_current(capsys):
     """The demo excerpt in the README matches what the demo prints now."""
-    from agent_fsm.demo import main
+    from agent_fsm.examples.demo import main
 
     assert main() == 0
     printed = capsys.readouterr().out

@@ -20,8 +20,8 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
-from agent_fsm.analysis import check_machine
-from agent_fsm.tools import ToolCall
+from agent_fsm.engine.analysis import check_machine
+from agent_fsm.engine.tools import ToolCall
 
 
 def _tools(calls: list[str]) -> dict[str, ToolSpec]:

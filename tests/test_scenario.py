@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_fsm import AgentFSMError, Limits, Stop
-from agent_fsm.scenario import (
+from agent_fsm.scenarios import (
     Expectation,
     SpecFormatError,
     build_model,
@@ -162,9 +162,9 @@ def test_default_name_is_the_path_under_specs(tmp_path: Path) -> None:
 def test_load_environment_allowlist_can_be_widened() -> None:
     """Another package can be allowed explicitly; the default refuses it."""
     with pytest.raises(SpecFormatError, match="outside the allowed"):
-        load_environment("agent_fsm.demo:main")
+        load_environment("agent_fsm.diagrams.catalog:machines")
     with pytest.raises(SpecFormatError, match="expected an agent_fsm Environment"):
-        load_environment("agent_fsm.demo:overreaching_model", allowed=("agent_fsm.demo",))
+        load_environment("agent_fsm.diagrams.catalog:machines", allowed=("agent_fsm.diagrams",))
 
 
 def test_raw_arguments_are_sent_verbatim(tmp_path: Path) -> None:

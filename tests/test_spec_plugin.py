@@ -15,7 +15,7 @@ OVERREACH = Path(__file__).resolve().parents[1] / "specs" / "support_desk" / "ov
 def spec_dir(pytester: pytest.Pytester) -> Path:
     specs = pytester.path / "specs"
     specs.mkdir()
-    (specs / "conftest.py").write_text("from agent_fsm.spec_plugin import pytest_collect_file\n")
+    (specs / "conftest.py").write_text("from agent_fsm.scenarios.plugin import pytest_collect_file\n")
     return specs
 
 
@@ -46,7 +46,7 @@ def test_malformed_spec_is_a_one_line_failure(pytester: pytest.Pytester, spec_di
 
 def test_toml_outside_specs_is_ignored(pytester: pytest.Pytester) -> None:
     """Only files under a specs directory are specs; other TOML is left alone."""
-    (pytester.path / "conftest.py").write_text("from agent_fsm.spec_plugin import pytest_collect_file\n")
+    (pytester.path / "conftest.py").write_text("from agent_fsm.scenarios.plugin import pytest_collect_file\n")
     (pytester.path / "settings.toml").write_text("x = 1\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED

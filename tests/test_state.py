@@ -9,8 +9,16 @@ import textwrap
 
 import pytest
 
-from agent_fsm import RunState, ScriptedModel, Stop, ask_for_effects, resume, run, tool_call_message
-from agent_fsm import answer_message
+from agent_fsm import (
+    RunState,
+    ScriptedModel,
+    Stop,
+    answer_message,
+    ask_for_effects,
+    resume,
+    run,
+    tool_call_message,
+)
 from tests.warehouse import make_warehouse, ship_args
 
 SCRIPT = [

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from agent_fsm import ScriptedModel, Stop, answer_message, run, tool_call_message
-from agent_fsm.examples.support_desk import TASK, PlanningModel, environment, make_support_desk, refund_gate
+from agent_fsm.examples.support_desk import (
+    TASK,
+    PlanningModel,
+    environment,
+    make_support_desk,
+    refund_gate,
+)
 
 
 def test_process_check_rejects_a_refund_without_a_lookup() -> None:

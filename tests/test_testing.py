@@ -12,8 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agent_fsm.testing as kit
-from agent_fsm import Limits, RunResult, ScriptedModel, Stop, ToolCall, ToolSpec, Verdict, parse_tool_calls, run
-from agent_fsm import validate_call
+from agent_fsm import (
+    Limits,
+    RunResult,
+    ScriptedModel,
+    Stop,
+    ToolCall,
+    ToolSpec,
+    Verdict,
+    parse_tool_calls,
+    run,
+    validate_call,
+)
+from agent_fsm.engine.wire import tool_call_message
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.testing import (
     InvariantViolation,
@@ -26,8 +37,6 @@ from agent_fsm.testing import (
     schema_violations,
     world_of,
 )
-from agent_fsm.wire import tool_call_message
-
 from tests.strategies import CREDIT_SCHEMA, make_ledger
 
 LEDGER = make_ledger().tools

@@ -9,11 +9,33 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from agent_fsm import Limits, RunResult, Stop, ToolCall, Verdict, as_verdict, run, start_state, validate_call
-from agent_fsm.boundary import execute
-from agent_fsm.examples.support_desk import AUTO_REFUND_LIMIT_CENTS, make_support_desk, refund_gate
-from agent_fsm.machine import RUN_MACHINE
-from agent_fsm.observe import Observation, estimate_tokens
+from agent_fsm import (
+    Limits,
+    RunResult,
+    Stop,
+    ToolCall,
+    Verdict,
+    as_verdict,
+    run,
+    start_state,
+    validate_call,
+)
+from agent_fsm.engine.boundary import execute
+from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine.observe import Observation, estimate_tokens
+from agent_fsm.engine.tools import function_declarations
+from agent_fsm.engine.wire import (
+    answer_message,
+    assistant_text,
+    normalise_reply,
+    tool_call_message,
+    tool_message,
+)
+from agent_fsm.examples.support_desk import (
+    AUTO_REFUND_LIMIT_CENTS,
+    make_support_desk,
+    refund_gate,
+)
 from agent_fsm.testing import (
     InvariantViolation,
     RunContext,
@@ -24,9 +46,6 @@ from agent_fsm.testing import (
     run_harness,
     scripted_models,
 )
-from agent_fsm.tools import function_declarations
-from agent_fsm.wire import answer_message, assistant_text, normalise_reply, tool_call_message, tool_message
-
 from tests.strategies import make_ledger
 
 # Deterministic search with a fixed budget and no example database: each check

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agent_fsm import ToolCall, ToolDefinitionError, ToolSpec, function_declarations, validate_call
+from agent_fsm import (
+    ToolCall,
+    ToolDefinitionError,
+    ToolSpec,
+    function_declarations,
+    validate_call,
+)
 from tests.warehouse import make_warehouse, ship_args
 
 

@@ -3,7 +3,7 @@ Documentation lookup: a search / read / final decision loop over a version-pinne
 
 The fictional ``harborctl`` tool has documentation for two versions; a
 lookup is pinned to one of them. A policy proposes ``search``, ``read`` or
-``final`` through :class:`agent_fsm.policy.DecisionPolicy`; the engine
+``final`` through :class:`agent_fsm.engine.policy.DecisionPolicy`; the engine
 validates, dispatches and stops. Three checks stay apart:
 
 * the *answer check* (engine hook): a final decision is well formed and cites
@@ -29,12 +29,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._exceptions import ToolError
-from ..environment import Environment
-from ..limits import Limits, Stop
-from ..policy import FinalDecision, named, observations_of, string_fields
-from ..state import RunResult, RunState
-from ..tools import ToolSpec
+from agent_fsm.engine.errors import ToolError
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.policy import FinalDecision, named, observations_of, string_fields
+from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "CORPUS",

@@ -29,12 +29,12 @@ from typing import Any, Literal
 
 import attrs
 
-from .._exceptions import ProviderFailure, ToolError
-from ..environment import Environment
-from ..gates import Verdict
-from ..state import RunResult, RunState
-from ..tools import ToolCall, ToolSpec
-from ..wire import parse_tool_calls
+from agent_fsm.engine.errors import ProviderFailure, ToolError
+from agent_fsm.engine.gates import Verdict
+from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine.tools import ToolCall, ToolSpec
+from agent_fsm.engine.wire import parse_tool_calls
+from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "INTERVAL_DAYS",

@@ -38,13 +38,13 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._exceptions import ToolError
-from ..environment import Environment
-from ..gates import Verdict
-from ..limits import Limits, Stop
-from ..policy import FinalDecision, named
-from ..state import RunResult, RunState
-from ..tools import ToolCall, ToolSpec
+from agent_fsm.engine.errors import ToolError
+from agent_fsm.engine.gates import Verdict
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.policy import FinalDecision, named
+from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine.tools import ToolCall, ToolSpec
+from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "FINAL",

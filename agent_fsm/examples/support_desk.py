@@ -14,12 +14,12 @@ from typing import Any
 
 import attrs
 
-from ..environment import Environment
-from ..gates import Verdict
-from ..models import ScriptedModel
-from ..state import RunResult
-from ..tools import ToolCall, ToolSpec
-from ..wire import answer_message, parse_tool_calls, tool_call_message
+from agent_fsm.engine.gates import Verdict
+from agent_fsm.engine.models import ScriptedModel
+from agent_fsm.engine.state import RunResult
+from agent_fsm.engine.tools import ToolCall, ToolSpec
+from agent_fsm.engine.wire import answer_message, parse_tool_calls, tool_call_message
+from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "AUTO_REFUND_LIMIT_CENTS",

@@ -26,15 +26,16 @@ from typing import Any
 
 import attrs
 
-from .._exceptions import RunError, ToolError
-from ..environment import Environment
-from ..gates import Gate, ask_for_effects
-from ..limits import Limits, Stop
-from ..models import Model
-from ..policy import DecisionPolicy, FinalDecision, observations_of
-from ..run import resume, run
-from ..state import RunResult
-from ..tools import ToolSpec
+from agent_fsm.engine.driver import resume, run
+from agent_fsm.engine.errors import ToolError
+from agent_fsm.engine.failures import RunError
+from agent_fsm.engine.gates import Gate, ask_for_effects
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.policy import DecisionPolicy, FinalDecision, observations_of
+from agent_fsm.engine.state import RunResult
+from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "FINAL",

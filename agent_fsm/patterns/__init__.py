@@ -5,7 +5,7 @@ Each pattern is a small :class:`agent_fsm.MachineSpec` driven like the run
 machine, and each differs from the others only in what decides the next
 move. They share the effect boundary (every tool call goes through
 :func:`agent_fsm.attempt`, validation then the gate then the handler) and
-the accounting (:class:`agent_fsm.meter.Meter`), so their costs can be
+the accounting (:class:`agent_fsm.patterns.meter.Meter`), so their costs can be
 compared fairly: ``agent-fsm compare`` runs all five on one task.
 
 Endings: the workflows report an :class:`Ending`; the adaptive agent reports
@@ -13,13 +13,20 @@ the run machine's :class:`agent_fsm.Stop`. ``Ending.PROVIDER_ERROR`` and
 ``Stop.PROVIDER_ERROR`` mean the same and share a value.
 """
 
-from ..meter import Meter, Spend
-from ._common import Ending, PatternResult, Plan, Results, ScriptedReplies, Step
-from .agent import AGENT_MACHINE, agent, resume_agent
-from .chain import CHAIN_MACHINE, chain
-from .evaluator import EVALUATOR_MACHINE, Criterion, evaluator
-from .parallel import PARALLEL_MACHINE, parallel
-from .router import ROUTER_MACHINE, route_prompt, router
+from agent_fsm.patterns._common import (
+    Ending,
+    PatternResult,
+    Plan,
+    Results,
+    ScriptedReplies,
+    Step,
+)
+from agent_fsm.patterns.agent import AGENT_MACHINE, agent, resume_agent
+from agent_fsm.patterns.chain import CHAIN_MACHINE, chain
+from agent_fsm.patterns.evaluator import EVALUATOR_MACHINE, Criterion, evaluator
+from agent_fsm.patterns.meter import Meter, Spend
+from agent_fsm.patterns.parallel import PARALLEL_MACHINE, parallel
+from agent_fsm.patterns.router import ROUTER_MACHINE, route_prompt, router
 
 __all__ = [
     # Patterns

@@ -6,7 +6,7 @@ share lives here once: the typed endings, the code-owned :class:`Plan`
 (steps, then a reply), the states that walk a plan (``Stepping``,
 ``Drafting``) with their guards and effects, and the driver that turns a
 resting machine state into a :class:`PatternResult`. Every tool call goes
-through :meth:`agent_fsm.meter.Meter.attempt`, the shared effect boundary.
+through :meth:`agent_fsm.patterns.meter.Meter.attempt`, the shared effect boundary.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from typing import Any
 
 import attrs
 
-from .._exceptions import DefinitionError, RunError
-from ..gates import Gate, deny_effects
-from ..limits import Stop
-from ..machine import CompiledMachine, Edge, StateSpec
-from ..meter import Meter, Spend
-from ..models import DEFAULT_LAST_WORD, Model
-from ..observe import Observation
-from ..state import RunResult
-from ..tools import Registry, ToolCall
-from ..wire import answer_message, assistant_text, normalise_reply
+from agent_fsm.engine.errors import DefinitionError
+from agent_fsm.engine.failures import RunError
+from agent_fsm.engine.gates import Gate, deny_effects
+from agent_fsm.engine.limits import Stop
+from agent_fsm.engine.machine import CompiledMachine, Edge, StateSpec
+from agent_fsm.engine.models import DEFAULT_LAST_WORD, Model
+from agent_fsm.engine.observe import Observation
+from agent_fsm.engine.state import RunResult
+from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine.wire import answer_message, assistant_text, normalise_reply
+from agent_fsm.patterns.meter import Meter, Spend
 
 __all__ = ["Ending", "PatternResult", "Plan", "Results", "ScriptedReplies", "Step"]
 
@@ -119,7 +120,7 @@ class ScriptedReplies:
     The workflow patterns send each model call a fresh prompt (code, not a
     transcript, carries the state), so a script cannot find its place in the
     prompt the way :class:`agent_fsm.ScriptedModel` does; this one counts
-    calls instead. When the script is spent it answers :data:`agent_fsm.models.DEFAULT_LAST_WORD`.
+    calls instead. When the script is spent it answers :data:`agent_fsm.engine.models.DEFAULT_LAST_WORD`.
     """
 
     def __init__(self, replies: Sequence[Any]) -> None:

@@ -15,16 +15,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._exceptions import NotPaused
-from ..gates import Gate
-from ..limits import Limits, Stop
-from ..machine import RUN_MACHINE, Edge, MachineSpec, StateSpec, compile_machine
-from ..meter import Meter
-from ..models import Model
-from ..run import resume as _resume_run
-from ..run import run as _run
-from ..tools import Registry
-from ._common import READY, PatternResult, _drive, _new_run, _PatternRun
+from agent_fsm.engine.driver import resume as _resume_run
+from agent_fsm.engine.driver import run as _run
+from agent_fsm.engine.failures import NotPaused
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.machine import (
+    RUN_MACHINE,
+    Edge,
+    MachineSpec,
+    StateSpec,
+    compile_machine,
+)
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.tools import Registry
+from agent_fsm.patterns._common import (
+    READY,
+    PatternResult,
+    _drive,
+    _new_run,
+    _PatternRun,
+)
+from agent_fsm.patterns.meter import Meter
 
 __all__ = ["AGENT_MACHINE", "agent", "resume_agent"]
 

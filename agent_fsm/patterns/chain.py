@@ -9,12 +9,11 @@ situation the plan never anticipated has nowhere to go.
 
 from __future__ import annotations
 
-from ..gates import Gate
-from ..machine import MachineSpec, compile_machine
-from ..meter import Meter
-from ..models import Model
-from ..tools import Registry
-from ._common import (
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.machine import MachineSpec, compile_machine
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.tools import Registry
+from agent_fsm.patterns._common import (
     PLAN_EDGES,
     PLAN_STATES,
     READY,
@@ -26,6 +25,7 @@ from ._common import (
     _new_run,
     continue_plan,
 )
+from agent_fsm.patterns.meter import Meter
 
 __all__ = ["CHAIN_MACHINE", "chain"]
 

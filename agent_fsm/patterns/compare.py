@@ -16,17 +16,22 @@ from collections.abc import Callable
 
 import attrs
 
-from ..demo import TASK, overreaching_model
-from ..examples.support_desk import SYSTEM_PROMPT, SupportDesk, make_support_desk, refund_gate
-from ..meter import Meter
-from ..tools import ToolCall
-from ..wire import answer_message
-from ._common import PatternResult, Plan, Results, ScriptedReplies
-from .agent import agent
-from .chain import chain
-from .evaluator import evaluator
-from .parallel import parallel
-from .router import router
+from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine.wire import answer_message
+from agent_fsm.examples.demo import TASK, overreaching_model
+from agent_fsm.examples.support_desk import (
+    SYSTEM_PROMPT,
+    SupportDesk,
+    make_support_desk,
+    refund_gate,
+)
+from agent_fsm.patterns._common import PatternResult, Plan, Results, ScriptedReplies
+from agent_fsm.patterns.agent import agent
+from agent_fsm.patterns.chain import chain
+from agent_fsm.patterns.evaluator import evaluator
+from agent_fsm.patterns.meter import Meter
+from agent_fsm.patterns.parallel import parallel
+from agent_fsm.patterns.router import router
 
 __all__ = ["CORRECT_EFFECTS", "Row", "compare_command", "compare_rows", "format_table"]
 

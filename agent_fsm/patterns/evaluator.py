@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .._exceptions import DefinitionError
-from ..gates import Gate
-from ..machine import Edge, MachineSpec, StateSpec, compile_machine
-from ..meter import Meter
-from ..models import Model
-from ..tools import Registry
-from ._common import (
+from agent_fsm.engine.errors import DefinitionError
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec, compile_machine
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.tools import Registry
+from agent_fsm.patterns._common import (
     PROVIDER_ERROR,
     READY,
     SHARED_VOCABULARY,
@@ -37,6 +36,7 @@ from ._common import (
     continue_plan,
     stepping_edges,
 )
+from agent_fsm.patterns.meter import Meter
 
 __all__ = ["EVALUATOR_MACHINE", "Criterion", "evaluator"]
 

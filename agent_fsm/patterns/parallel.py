@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from ..gates import Gate
-from ..machine import Edge, MachineSpec, StateSpec, compile_machine
-from ..meter import Meter
-from ..models import Model
-from ..observe import Observation
-from ..tools import Registry, ToolCall
-from ._common import (
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec, compile_machine
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.observe import Observation
+from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.patterns._common import (
     PLAN_EDGES,
     PLAN_STATES,
     READY,
@@ -34,6 +33,7 @@ from ._common import (
     _record,
     continue_plan,
 )
+from agent_fsm.patterns.meter import Meter
 
 __all__ = ["PARALLEL_MACHINE", "parallel"]
 

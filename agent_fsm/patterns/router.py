@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ..gates import Gate
-from ..machine import Edge, MachineSpec, StateSpec, compile_machine
-from ..meter import Meter
-from ..models import Model
-from ..tools import Registry
-from ._common import (
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec, compile_machine
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.tools import Registry
+from agent_fsm.patterns._common import (
     PLAN_EDGES,
     PLAN_STATES,
     READY,
@@ -32,6 +31,7 @@ from ._common import (
     _PatternRun,
     continue_plan,
 )
+from agent_fsm.patterns.meter import Meter
 
 __all__ = ["ROUTER_MACHINE", "route_prompt", "router"]
 

@@ -18,12 +18,16 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised in a subproc
         name="httpx",
     ) from _exc
 
-from ._adapter import HttpModel
-from ._anthropic import AnthropicMessages, from_anthropic_message, to_anthropic_messages
-from ._factory import PROVIDERS, build_model
-from ._http import FAILURE_KINDS, ProviderConfigError
-from ._ollama import OllamaChat
-from ._openai import OpenAIChat
+from agent_fsm.providers._adapter import HttpModel
+from agent_fsm.providers._anthropic import (
+    AnthropicMessages,
+    from_anthropic_message,
+    to_anthropic_messages,
+)
+from agent_fsm.providers._factory import PROVIDERS, build_model
+from agent_fsm.providers._http import FAILURE_KINDS, ProviderConfigError
+from agent_fsm.providers._ollama import OllamaChat
+from agent_fsm.providers._openai import OpenAIChat
 
 __all__ = [
     # Adapters

@@ -17,8 +17,13 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..models import ModelReply
-from ._http import HttpSettings, ProviderConfigError, check_base_url, display_url
+from agent_fsm.engine.models import ModelReply
+from agent_fsm.providers._http import (
+    HttpSettings,
+    ProviderConfigError,
+    check_base_url,
+    display_url,
+)
 
 __all__ = ["HttpModel"]
 

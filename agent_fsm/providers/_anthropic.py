@@ -15,10 +15,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models import ModelReply
-from ..wire import assistant_text
-from ._adapter import HttpModel, arguments_object, object_of
-from ._http import ProviderConfigError, prompt_tokens
+from agent_fsm.engine.models import ModelReply
+from agent_fsm.engine.wire import assistant_text
+from agent_fsm.providers._adapter import HttpModel, arguments_object, object_of
+from agent_fsm.providers._http import ProviderConfigError, prompt_tokens
 
 __all__ = ["AnthropicMessages", "from_anthropic_message", "to_anthropic_messages"]
 

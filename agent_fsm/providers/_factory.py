@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._adapter import HttpModel
-from ._anthropic import AnthropicMessages
-from ._http import ProviderConfigError
-from ._ollama import OllamaChat
-from ._openai import OpenAIChat
+from agent_fsm.providers._adapter import HttpModel
+from agent_fsm.providers._anthropic import AnthropicMessages
+from agent_fsm.providers._http import ProviderConfigError
+from agent_fsm.providers._ollama import OllamaChat
+from agent_fsm.providers._openai import OpenAIChat
 
 __all__ = ["PROVIDERS", "build_model"]
 

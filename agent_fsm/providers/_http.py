@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from .._exceptions import AgentFSMError, ProviderFailure
+from agent_fsm.engine.errors import AgentFSMError, ProviderFailure
 
 __all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError"]
 

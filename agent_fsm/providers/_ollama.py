@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..models import ModelReply
-from ..wire import assistant_text
-from ._adapter import HttpModel, arguments_object, object_of
-from ._http import prompt_tokens
+from agent_fsm.engine.models import ModelReply
+from agent_fsm.engine.wire import assistant_text
+from agent_fsm.providers._adapter import HttpModel, arguments_object, object_of
+from agent_fsm.providers._http import prompt_tokens
 
 __all__ = ["OllamaChat"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models import ModelReply
-from ._adapter import HttpModel, object_of
-from ._http import prompt_tokens
+from agent_fsm.engine.models import ModelReply
+from agent_fsm.providers._adapter import HttpModel, object_of
+from agent_fsm.providers._http import prompt_tokens
 
 __all__ = ["OpenAIChat"]
 

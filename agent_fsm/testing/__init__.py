@@ -13,7 +13,7 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 See ``docs/testing.md``.
 """
 
-from ._drive import (
+from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     Driver,
     Outcome,
@@ -26,10 +26,21 @@ from ._drive import (
     drive,
     world_of,
 )
-from ._harness import RunHarness, run_harness
-from ._invariants import INVARIANTS, InvariantViolation, assert_nothing_forbidden, assert_run_invariants, executed_calls
-from ._schema import UnsupportedSchema, constants_of, schema_values, schema_violations
-from ._strategies import (
+from agent_fsm.testing._harness import RunHarness, run_harness
+from agent_fsm.testing._invariants import (
+    INVARIANTS,
+    InvariantViolation,
+    assert_nothing_forbidden,
+    assert_run_invariants,
+    executed_calls,
+)
+from agent_fsm.testing._schema import (
+    UnsupportedSchema,
+    constants_of,
+    schema_values,
+    schema_violations,
+)
+from agent_fsm.testing._strategies import (
     MESSAGE_KINDS,
     TableGate,
     answer_messages,

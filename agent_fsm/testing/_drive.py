@@ -18,17 +18,21 @@ from hypothesis import Phase, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from ..gates import Gate
-from ..limits import Limits, Stop
-from ..models import Model
-from ..run import resume, run
-from ..state import RunResult
-from ..tools import Registry, ToolCall
-from ._invariants import InvariantViolation, assert_nothing_forbidden, assert_run_invariants
-from ._schema import constants_of
-from ._strategies import gates as gate_tables
-from ._strategies import MessageKind, scripted_models
-from ._strategies import limits as limit_ranges
+from agent_fsm.engine.driver import resume, run
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.state import RunResult
+from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.testing._invariants import (
+    InvariantViolation,
+    assert_nothing_forbidden,
+    assert_run_invariants,
+)
+from agent_fsm.testing._schema import constants_of
+from agent_fsm.testing._strategies import MessageKind, scripted_models
+from agent_fsm.testing._strategies import gates as gate_tables
+from agent_fsm.testing._strategies import limits as limit_ranges
 
 __all__ = [
     "DEFAULT_TASK",
@@ -64,7 +68,7 @@ class World:
 def world_of(made: Any) -> World:
     """
     Read what a tools factory made: a registry alone, or anything with
-    ``.tools`` and ``.effects`` (a support desk, an :class:`agent_fsm.environment.Environment`).
+    ``.tools`` and ``.effects`` (a support desk, an :class:`agent_fsm.scenarios.environment.Environment`).
 
     Raises:
         TypeError: it is neither.

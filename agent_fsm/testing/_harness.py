@@ -19,16 +19,28 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from .._exceptions import ProviderFailure
-from ..gates import Gate, deny_effects
-from ..limits import Limits, Stop
-from ..run import resume, run
-from ..state import RunResult, RunState
-from ..tools import ToolCall
-from ._drive import DEFAULT_TASK, GateFactory, RunContext, World, _Watched, describe_run, world_of
-from ._invariants import InvariantViolation, assert_nothing_forbidden, assert_run_invariants
-from ._schema import constants_of
-from ._strategies import MessageKind, assistant_messages
+from agent_fsm.engine.driver import resume, run
+from agent_fsm.engine.errors import ProviderFailure
+from agent_fsm.engine.gates import Gate, deny_effects
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine.tools import ToolCall
+from agent_fsm.testing._drive import (
+    DEFAULT_TASK,
+    GateFactory,
+    RunContext,
+    World,
+    _Watched,
+    describe_run,
+    world_of,
+)
+from agent_fsm.testing._invariants import (
+    InvariantViolation,
+    assert_nothing_forbidden,
+    assert_run_invariants,
+)
+from agent_fsm.testing._schema import constants_of
+from agent_fsm.testing._strategies import MessageKind, assistant_messages
 
 __all__ = ["RunHarness", "run_harness"]
 

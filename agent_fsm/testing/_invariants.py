@@ -14,13 +14,13 @@ import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from ..gates import Gate, as_verdict
-from ..invariants import check_run
-from ..limits import Limits, Stop
-from ..machine import RUN_MACHINE
-from ..state import RunResult, RunState
-from ..tools import Registry, ToolCall, validate_call
-from ..wire import assistant_text, parse_tool_calls, tool_message
+from agent_fsm.engine.gates import Gate, as_verdict
+from agent_fsm.engine.invariants import check_run
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine.tools import Registry, ToolCall, validate_call
+from agent_fsm.engine.wire import assistant_text, parse_tool_calls, tool_message
 
 __all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
 

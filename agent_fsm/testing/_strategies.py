@@ -15,12 +15,12 @@ from typing import Any, Literal
 import attrs
 from hypothesis import strategies as st
 
-from ..gates import Verdict
-from ..limits import Limits
-from ..models import ScriptedModel
-from ..tools import Registry, ToolCall
-from ..wire import answer_message
-from ._schema import schema_values, schema_violations
+from agent_fsm.engine.gates import Verdict
+from agent_fsm.engine.limits import Limits
+from agent_fsm.engine.models import ScriptedModel
+from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine.wire import answer_message
+from agent_fsm.testing._schema import schema_values, schema_violations
 
 __all__ = [
     "MESSAGE_KINDS",

@@ -14,10 +14,16 @@ from pathlib import Path
 import pytest
 
 from agent_fsm import Limits, ScriptedModel, Stop, ToolError, check_run, run
+from agent_fsm.engine.wire import answer_message, tool_call_message
 from agent_fsm.examples import doc_lookup
-from agent_fsm.examples.doc_lookup import EXPECTED, LIMITS, Corpus, environment, outcome_ok
-from agent_fsm.scenario import run_scenario, scenario_from_data
-from agent_fsm.wire import answer_message, tool_call_message
+from agent_fsm.examples.doc_lookup import (
+    EXPECTED,
+    LIMITS,
+    Corpus,
+    environment,
+    outcome_ok,
+)
+from agent_fsm.scenarios import run_scenario, scenario_from_data
 
 TASK = "How do I roll back staging to the last good release?"
 FINAL_SPEC = Path(__file__).resolve().parents[2] / "specs" / "doc_lookup" / "final.toml"

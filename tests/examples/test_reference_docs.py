@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.scenario import load_scenario, run_scenario
+from agent_fsm.scenarios import load_scenario, run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reference-systems.md"

@@ -14,7 +14,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from agent_fsm import Limits, Stop, ToolCall, ToolError, check_run, run
-from agent_fsm.examples.retrieval import LIMITS, PASSAGES, Controller, PinnedCorpus, environment, rule_for
+from agent_fsm.examples.retrieval import (
+    LIMITS,
+    PASSAGES,
+    Controller,
+    PinnedCorpus,
+    environment,
+    rule_for,
+)
 
 EXISTING = "Does put replace the value of a key that already exists?"
 

@@ -8,8 +8,24 @@ from __future__ import annotations
 
 import pytest
 
-from agent_fsm import RunError, Stop, ToolCall, allow_all, ask_for_effects, check_run, resume, run
-from agent_fsm.examples.ticket_desk import LIMITS, Session, TicketDesk, environment, reply_text, rules
+from agent_fsm import (
+    RunError,
+    Stop,
+    ToolCall,
+    allow_all,
+    ask_for_effects,
+    check_run,
+    resume,
+    run,
+)
+from agent_fsm.examples.ticket_desk import (
+    LIMITS,
+    Session,
+    TicketDesk,
+    environment,
+    reply_text,
+    rules,
+)
 
 CLOSE = "Please close the ticket about login."
 RECEIPT = {"id": "TKT-3", "subject": "Login page returns a 500 error", "status": "closed"}

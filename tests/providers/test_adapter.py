@@ -6,7 +6,12 @@ import httpx
 import pytest
 
 from agent_fsm import Model
-from agent_fsm.providers import AnthropicMessages, OllamaChat, OpenAIChat, ProviderConfigError
+from agent_fsm.providers import (
+    AnthropicMessages,
+    OllamaChat,
+    OpenAIChat,
+    ProviderConfigError,
+)
 
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": "ok"}}]}
 

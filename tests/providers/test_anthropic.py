@@ -10,7 +10,11 @@ from hypothesis import strategies as st
 
 from agent_fsm import Stop, run, tool_call_message
 from agent_fsm.examples.support_desk import refund_gate
-from agent_fsm.providers import AnthropicMessages, from_anthropic_message, to_anthropic_messages
+from agent_fsm.providers import (
+    AnthropicMessages,
+    from_anthropic_message,
+    to_anthropic_messages,
+)
 
 from .loopback import anthropic_reply, json_reply, truncated
 

@@ -8,7 +8,12 @@ from typer.testing import CliRunner
 
 from agent_fsm.cli import app
 
-from .loopback import LoopbackServer, free_port_refusing, openai_answer, openai_tool_call
+from .loopback import (
+    LoopbackServer,
+    free_port_refusing,
+    openai_answer,
+    openai_tool_call,
+)
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 runner = CliRunner()

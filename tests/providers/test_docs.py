@@ -10,7 +10,13 @@ import pytest
 from agent_fsm import Stop
 from agent_fsm.providers import FAILURE_KINDS
 
-from .loopback import anthropic_reply, free_port_refusing, ollama_reply, openai_answer, openai_tool_call
+from .loopback import (
+    anthropic_reply,
+    free_port_refusing,
+    ollama_reply,
+    openai_answer,
+    openai_tool_call,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOKUP = '{"order_id": "A-17"}'

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agent_fsm.providers import PROVIDERS, AnthropicMessages, OllamaChat, OpenAIChat, ProviderConfigError, build_model
+from agent_fsm.providers import (
+    PROVIDERS,
+    AnthropicMessages,
+    OllamaChat,
+    OpenAIChat,
+    ProviderConfigError,
+    build_model,
+)
 
 
 @pytest.mark.parametrize(

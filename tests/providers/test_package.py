@@ -14,7 +14,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_core_does_not_import_httpx():
     """Importing agent_fsm and running the demo model leaves httpx unimported."""
-    done = _python("import sys, agent_fsm, agent_fsm.demo; print('httpx' in sys.modules)")
+    done = _python("import sys, agent_fsm, agent_fsm.examples.demo; print('httpx' in sys.modules)")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
 

@@ -1,7 +1,7 @@
 """
 Static checks on a machine declaration: termination is proved from the table, not hoped for.
 
-The four properties, for any :class:`~agent_fsm.machine.MachineSpec`:
+The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
 
 * every state is reachable from the initial state;
 * every state that is not absorbing can reach an absorbing state;
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from .machine import Edge, MachineSpec
+from agent_fsm.engine.machine import Edge, MachineSpec
 
 __all__ = ["MachineReport", "Violation", "check_machine"]
 

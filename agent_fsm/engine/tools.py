@@ -18,7 +18,7 @@ import attrs
 import jsonschema
 from jsonschema.validators import Draft202012Validator, extend
 
-from ._exceptions import ToolDefinitionError
+from agent_fsm.engine.errors import ToolDefinitionError
 
 __all__ = [
     "Registry",

@@ -1,6 +1,10 @@
 """
 The exceptions agent_fsm raises, and why each is separate.
 
+This module imports nothing from the package, so every module can raise
+from it. The errors raised *during* a run carry the run's state and live in
+:mod:`agent_fsm.engine.failures`, above the state they hold.
+
 Model text never raises: a malformed proposal becomes an ``invalid``
 observation. What raises is a *programmer* error (a bad tool definition, a
 handler bug, resuming a run that is not paused) or a broken machine
@@ -21,11 +25,7 @@ definition. The tree::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .state import RunState
-    from .tools import ToolCall
+from typing import Any
 
 
 class AgentFSMError(Exception):
@@ -42,55 +42,6 @@ class ToolDefinitionError(DefinitionError):
 
 class MachineDefinitionError(DefinitionError):
     """A machine definition names unknown states, guards or callbacks."""
-
-
-class RunError(AgentFSMError, RuntimeError):
-    """A run could not continue because of a bug outside the model's control.
-
-    ``state`` is the run's state at the moment of failure, so nothing the run
-    did before the failure is lost.
-    """
-
-    def __init__(self, message: str, *, state: RunState | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.state = state
-
-
-class HandlerError(RunError):
-    """A tool handler raised an exception that is not an expected tool failure.
-
-    Expected failures (:class:`ToolError`, ``KeyError``, ``ValueError``,
-    ``TimeoutError``) become ``error`` observations. Anything else is a bug in
-    the handler; reporting it to the model as an observation would only
-    encourage it to work around a defect, so the run halts loudly instead. The original
-    exception is ``__cause__``.
-    """
-
-    def __init__(self, message: str, *, state: RunState | None, call: ToolCall) -> None:
-        super().__init__(message, state=state)
-        self.call = call
-
-
-class GateError(RunError):
-    """A gate raised, or returned something that is neither a Verdict nor ``(bool, str)``."""
-
-
-class InvalidTransition(RunError):
-    """No edge of the machine could be taken from the current state.
-
-    This is a defect of the machine definition (a state without a fallback
-    edge), never of model text.
-    """
-
-    def __init__(self, message: str, *, state: RunState | None, machine_state: str, event: str) -> None:
-        super().__init__(message, state=state)
-        self.machine_state = machine_state
-        self.event = event
-
-
-class NotPaused(RunError, ValueError):
-    """``resume`` was called on a run that is not awaiting approval."""
 
 
 class ProviderFailure(AgentFSMError, OSError):

@@ -1,7 +1,7 @@
 """
 Collect scenario specs as pytest items: every ``*.toml`` under a ``specs`` directory is one test.
 
-Enable it from a ``conftest.py`` beside the specs (``from agent_fsm.spec_plugin
+Enable it from a ``conftest.py`` beside the specs (``from agent_fsm.scenarios.plugin
 import pytest_collect_file``). A failing spec reports each expectation with
 ok or FAILED, then the run's transcript; a malformed spec reports the file
 and the key at fault, without a traceback into the loader.
@@ -14,8 +14,13 @@ from typing import Any
 
 import pytest
 
-from .scenario import ScenarioResult, SpecFormatError, load_scenario, run_scenario
-from .transcript import format_result
+from agent_fsm.engine.transcript import format_result
+from agent_fsm.scenarios import (
+    ScenarioResult,
+    SpecFormatError,
+    load_scenario,
+    run_scenario,
+)
 
 __all__ = ["SpecFailed", "SpecFile", "SpecItem", "pytest_collect_file"]
 

@@ -13,8 +13,8 @@ from typing import Literal, Union
 
 import attrs
 
-from ._exceptions import GateError
-from .tools import Registry, ToolCall
+from agent_fsm.engine.failures import GateError
+from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = [
     "Gate",

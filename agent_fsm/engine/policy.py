@@ -36,10 +36,10 @@ from typing import Any
 
 import attrs
 
-from .run import AnswerCheck
-from .state import RunState
-from .tools import ToolSpec
-from .wire import answer_message, assistant_text
+from agent_fsm.engine.driver import AnswerCheck
+from agent_fsm.engine.state import RunState
+from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.engine.wire import answer_message, assistant_text
 
 __all__ = [
     "Decide",

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._exceptions import GateError, HandlerError, ToolError
-from .gates import Gate, as_verdict
-from .observe import Observation, to_json_data
-from .state import Judgement, RunState
-from .tools import Registry, ToolCall, validate_call
+from agent_fsm.engine.errors import ToolError
+from agent_fsm.engine.failures import GateError, HandlerError
+from agent_fsm.engine.gates import Gate, as_verdict
+from agent_fsm.engine.observe import Observation, to_json_data
+from agent_fsm.engine.state import Judgement, RunState
+from agent_fsm.engine.tools import Registry, ToolCall, validate_call
 
 __all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "execute", "judge"]
 

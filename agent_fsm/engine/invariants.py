@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .limits import Limits, Stop
-from .machine import RUN_MACHINE
-from .state import RunResult
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine.state import RunResult
 
 __all__ = ["check_run"]
 

@@ -1,8 +1,8 @@
 """
 The ``agent-fsm`` command line.
 
-Each command lives with the concept it serves and is registered here, so
-this file stays a table of contents. Exit codes: 0 success, 1 a failure
+One module per command group (``diagram``, ``run``); each is registered
+here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
 reported in one line, 2 a usage error (from the CLI library).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import typer
 
-from .diagrams import diagram_command
-from .patterns.compare import compare_command
-from .scenario_cli import run_command
+from agent_fsm.cli.diagram import diagram_command
+from agent_fsm.cli.run import run_command
+from agent_fsm.patterns.compare import compare_command
 
 app = typer.Typer(
     name="agent-fsm",
@@ -31,7 +31,7 @@ def _root() -> None:
 @app.command()
 def demo() -> None:
     """Run the support-desk demo: an over-reaching refund, denied by the gate, then corrected."""
-    from .demo import main
+    from agent_fsm.examples.demo import main
 
     raise typer.Exit(main())
 
@@ -45,6 +45,3 @@ def main() -> None:
     """Entry point of the ``agent-fsm`` console script."""
     app()
 
-
-if __name__ == "__main__":
-    main()

@@ -13,11 +13,11 @@ from typing import Any
 
 import attrs
 
-from .gates import Gate
-from .models import Model
-from .run import AnswerCheck
-from .state import RunResult
-from .tools import ToolSpec
+from agent_fsm.engine.driver import AnswerCheck
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.state import RunResult
+from agent_fsm.engine.tools import ToolSpec
 
 __all__ = ["Check", "Environment"]
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .state import RunResult
+from agent_fsm.engine.state import RunResult
 
 __all__ = ["format_result", "format_transcript"]
 

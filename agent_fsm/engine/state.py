@@ -14,9 +14,9 @@ from typing import Any
 import attrs
 import cattrs
 
-from .limits import Stop
-from .observe import Observation
-from .tools import ToolCall
+from agent_fsm.engine.limits import Stop
+from agent_fsm.engine.observe import Observation
+from agent_fsm.engine.tools import ToolCall
 
 __all__ = ["Judgement", "ProviderFault", "RunResult", "RunState"]
 
@@ -111,7 +111,7 @@ class RunState:
     @property
     def stop(self) -> Stop | None:
         """The typed ending this state is in, or ``None`` while the run is still working."""
-        from .machine import RUN_MACHINE
+        from agent_fsm.engine.machine import RUN_MACHINE
 
         return RUN_MACHINE.stop_of(self.machine_state)
 

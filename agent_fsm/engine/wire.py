@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .observe import Observation
-from .tools import ToolCall
+from agent_fsm.engine.observe import Observation
+from agent_fsm.engine.tools import ToolCall
 
 __all__ = [
     "answer_message",

@@ -18,8 +18,9 @@ from typing import Any, Literal
 import attrs
 from transitions import Event, Machine, State, Transition
 
-from ._exceptions import InvalidTransition, MachineDefinitionError
-from .limits import Stop
+from agent_fsm.engine.errors import MachineDefinitionError
+from agent_fsm.engine.failures import InvalidTransition
+from agent_fsm.engine.limits import Stop
 
 __all__ = [
     "RUN_MACHINE",
@@ -78,7 +79,7 @@ class MachineSpec:
     A machine declaration: states, edges, the initial state and named budgets.
 
     Only consistency is checked here (names, budgets, one event per working
-    state); whether the machine terminates is :func:`agent_fsm.analysis.check_machine`'s
+    state); whether the machine terminates is :func:`agent_fsm.engine.analysis.check_machine`'s
     question, so a broken machine can still be declared and examined.
 
     Raises:

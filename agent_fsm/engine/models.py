@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from .wire import answer_message
+from agent_fsm.engine.wire import answer_message
 
 __all__ = ["Model", "ModelReply", "ScriptedModel"]
 

@@ -5,7 +5,7 @@ Comparing workflow patterns is only fair when each is charged the same way
 and crosses the same effect boundary. The meter does both: every model call
 goes through :meth:`Meter.ask` (one call, the estimated size of the prompt
 sent), and every tool proposal goes through :meth:`Meter.attempt`, which is
-:func:`agent_fsm.boundary.attempt` (validation, the gate, the handler) plus
+:func:`agent_fsm.engine.boundary.attempt` (validation, the gate, the handler) plus
 one tool call charged, whether the call ran or was refused. Differences
 between patterns can then only stem from how each steers.
 """
@@ -18,11 +18,11 @@ from typing import Any
 
 import attrs
 
-from .boundary import attempt
-from .gates import Gate
-from .models import Model, ModelReply
-from .observe import Observation, TokenEstimator, estimate_tokens
-from .tools import Registry, ToolCall
+from agent_fsm.engine.boundary import attempt
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.models import Model, ModelReply
+from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
+from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = ["Meter", "Spend"]
 

@@ -1,18 +1,22 @@
 """
 The demo: a support-desk run where the model over-reaches, the gate refuses, and the model recovers.
 
-Run it with ``agent-fsm demo`` (or ``python -m agent_fsm.demo``).
+Run it with ``agent-fsm demo`` (or ``python -m agent_fsm.examples.demo``).
 """
 
 from __future__ import annotations
 
-from .examples.support_desk import SYSTEM_PROMPT, make_support_desk, refund_gate
-from .invariants import check_run
-from .limits import Limits
-from .models import ScriptedModel
-from .run import run
-from .transcript import format_result
-from .wire import answer_message, tool_call_message
+from agent_fsm.engine.driver import run
+from agent_fsm.engine.invariants import check_run
+from agent_fsm.engine.limits import Limits
+from agent_fsm.engine.models import ScriptedModel
+from agent_fsm.engine.transcript import format_result
+from agent_fsm.engine.wire import answer_message, tool_call_message
+from agent_fsm.examples.support_desk import (
+    SYSTEM_PROMPT,
+    make_support_desk,
+    refund_gate,
+)
 
 __all__ = ["main", "overreaching_model"]
 

@@ -4,7 +4,7 @@
 Exit codes: 0 every expectation and required invariant held; 1 something did
 not hold, or the spec is missing or malformed (one line, no traceback); 2 a
 usage error. Options choosing a real model provider belong here too, passed
-on to :func:`agent_fsm.scenario.run_scenario` as its ``model``.
+on to :func:`agent_fsm.scenarios.run_scenario` as its ``model``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from .scenario import ScenarioResult, SpecFormatError, discover, load_scenario, run_scenario
-from .transcript import format_result
+from agent_fsm.engine.transcript import format_result
+from agent_fsm.scenarios import (
+    ScenarioResult,
+    SpecFormatError,
+    discover,
+    load_scenario,
+    run_scenario,
+)
 
 if TYPE_CHECKING:
-    from .models import Model
+    from agent_fsm.engine.models import Model
 
 __all__ = ["run_command"]
 
@@ -58,7 +64,7 @@ def _list(root: Path) -> int:
 
 def _provider_model(provider: Provider, base_url: str | None, model: str | None, read_timeout: float | None) -> Model:
     try:
-        from .providers import ProviderConfigError, build_model
+        from agent_fsm.providers import ProviderConfigError, build_model
     except ImportError as exc:
         raise _fail(str(exc)) from None
     options = {} if read_timeout is None else {"read_timeout": read_timeout}

@@ -1,0 +1,102 @@
+"""
+A machine as Graphviz DOT, and drawn as SVG or PNG by the real ``dot`` program.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Literal
+
+import graphviz
+
+from agent_fsm.diagrams.labels import (
+    check_path,
+    edge_label,
+    paused_note,
+    taken_label,
+    title_of,
+)
+from agent_fsm.diagrams.path import RunPath
+from agent_fsm.engine.errors import AgentFSMError
+from agent_fsm.engine.machine import MachineSpec
+
+__all__ = ["GraphvizMissing", "render", "to_dot"]
+
+
+
+class GraphvizMissing(AgentFSMError, RuntimeError):
+    """The Graphviz ``dot`` program is not installed, so SVG or PNG cannot be drawn."""
+
+
+
+
+_FONT = "Helvetica"
+_DOT_STATE = {
+    "working": {"shape": "box", "style": "rounded"},
+    "absorbing": {"shape": "doublecircle", "style": "filled", "fillcolor": "#e9ecef", "fontsize": "11"},
+    "paused": {"shape": "box", "style": "rounded,dashed,filled", "fillcolor": "#fff3bf", "color": "#f08c00"},
+}
+
+
+def to_dot(machine: MachineSpec, *, path: RunPath | None = None) -> str:
+    """
+    ``machine`` as Graphviz DOT text.
+
+    Absorbing states are double circles, the initial state is marked by an
+    edge from a point, paused states are dashed, filled and say they are
+    paused. With ``path``, visited states are green, the state the run rests
+    in is outlined heavily, edges taken are bold with a count, and edges not
+    taken fade.
+    """
+    check_path(machine, path)
+    counts = path.counts() if path is not None else collections.Counter()
+    graph = graphviz.Digraph(machine.name)
+    graph.attr(rankdir="TB", fontname=_FONT, labelloc="t", label=graphviz.escape(title_of(machine, path)))
+    graph.attr("node", fontname=_FONT)
+    graph.attr("edge", fontname=_FONT, fontsize="10")
+    start = "__start__"
+    while start in {s.name for s in machine.states}:
+        start = f"_{start}_"
+    graph.node(start, label="", shape="point", width="0.18")
+    for state in machine.states:
+        attrs_ = dict(_DOT_STATE[state.kind])
+        label = graphviz.escape(state.name)
+        if state.kind == "paused":
+            label += "\\n(" + graphviz.escape(paused_note(machine, state)) + ")"
+        if path is not None and state.name in path.visited:
+            attrs_["style"] = ",".join(dict.fromkeys([*attrs_["style"].split(","), "filled"]))
+            attrs_["fillcolor"] = "#d3f9d8"
+            attrs_["color"] = "#2b8a3e"
+            attrs_["penwidth"] = "4" if state.name == path.end else "2"
+        graph.node(state.name, label=graphviz.nohtml(label), tooltip=graphviz.escape(state.doc), **attrs_)
+    graph.edge(start, machine.initial)
+    for edge in machine.edges:
+        label = edge_label(machine, edge)
+        extra: dict[str, str] = {}
+        if path is not None:
+            if counts[edge]:
+                label += f"  {taken_label(counts[edge])}"
+                extra = {"color": "#2b8a3e", "fontcolor": "#2b8a3e", "penwidth": "2.5"}
+            else:
+                extra = {"color": "#adb5bd", "fontcolor": "#868e96"}
+        graph.edge(edge.source, edge.dest, label=graphviz.escape(label), **extra)
+    return graph.source
+
+
+def render(machine: MachineSpec, format: Literal["svg", "png"], *, path: RunPath | None = None) -> bytes:
+    """
+    ``machine`` drawn by Graphviz's ``dot`` program, as SVG or PNG bytes.
+
+    Raises:
+        GraphvizMissing: the ``dot`` program is not on ``PATH``.
+    """
+    if format not in ("svg", "png"):
+        raise ValueError(f"format must be 'svg' or 'png', got {format!r}")
+    try:
+        return graphviz.Source(to_dot(machine, path=path)).pipe(format=format)
+    except graphviz.ExecutableNotFound as exc:
+        raise GraphvizMissing(
+            "Graphviz's `dot` program is not installed (on Debian or Ubuntu: apt-get install graphviz)"
+        ) from exc
+
+

@@ -1,0 +1,278 @@
+"""
+The run machine's guards and effects, and the machine compiled from them.
+
+Guards are pure predicates over one run in flight; effects are the on-enter
+callbacks that ask the model, judge proposals and cross the effect boundary.
+The table they serve is :data:`agent_fsm.engine.machine.RUN_MACHINE`; the
+public functions that drive it are in :mod:`agent_fsm.engine.driver`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agent_fsm.engine.boundary import execute, judge
+from agent_fsm.engine.failures import RunError
+from agent_fsm.engine.gates import Gate, deny_effects
+from agent_fsm.engine.limits import Limits
+from agent_fsm.engine.machine import RUN_MACHINE, compile_machine
+from agent_fsm.engine.models import Model, ModelReply
+from agent_fsm.engine.observe import Observation, TokenEstimator
+from agent_fsm.engine.state import Judgement, ProviderFault, RunState
+from agent_fsm.engine.tools import Registry, function_declarations
+from agent_fsm.engine.wire import assistant_text, normalise_reply, tool_message
+
+__all__ = ["MACHINE", "AnswerCheck", "RunContext"]
+
+AnswerCheck = Callable[[str, RunState], "str | None"]
+"""Judges a final answer before it is accepted: ``None`` accepts, a reason refuses (``answer_rejected``)."""
+
+
+class RunContext:
+    """One run in flight: its plain-data state plus what it runs against (never saved)."""
+
+    __slots__ = (
+        "answer_check",
+        "declaration_tokens",
+        "declarations",
+        "estimator",
+        "gate",
+        "limits",
+        "model",
+        "state",
+        "tools",
+    )
+
+    def __init__(
+        self,
+        state: RunState,
+        model: Model,
+        tools: Registry,
+        gate: Gate | None,
+        limits: Limits,
+        estimator: TokenEstimator,
+        answer_check: AnswerCheck | None = None,
+    ) -> None:
+        self.state = state
+        self.answer_check = answer_check
+        self.model = model
+        self.tools = tools
+        self.gate = gate if gate is not None else deny_effects(tools)
+        self.limits = limits
+        self.estimator = estimator
+        self.declarations = function_declarations(tools)
+        self.declaration_tokens = sum(estimator(d) for d in self.declarations)
+
+    @property
+    def machine_state(self) -> str:
+        return self.state.machine_state
+
+    @machine_state.setter
+    def machine_state(self, value: str) -> None:
+        self.state.machine_state = value
+        self.state.path.append(value)
+
+    def append(self, message: dict[str, Any]) -> None:
+        """Append a message, measuring it once (token accounting stays O(n) over a run)."""
+        self.state.messages.append(message)
+        self.state.message_tokens += self.estimator(message)
+
+    def next_prompt_tokens(self) -> int:
+        """Estimated size of the prompt the next model call would send."""
+        return self.state.message_tokens + self.declaration_tokens + self.state.usage_offset
+
+
+# --- guards: pure predicates over the run -----------------------------------
+
+
+def turn_budget_spent(run: RunContext) -> bool:
+    """``max_turns`` model calls were made."""
+    return run.state.turns >= run.limits.max_turns
+
+
+def prompt_over_budget(run: RunContext) -> bool:
+    """The next prompt is estimated above ``max_prompt_tokens``."""
+    return run.next_prompt_tokens() > run.limits.max_prompt_tokens
+
+
+def provider_failed(run: RunContext) -> bool:
+    """The last model call raised an ``OSError``."""
+    return run.state.fault is not None
+
+
+def answer_refused(run: RunContext) -> bool:
+    """The reply was a plain answer and the answer check refused it."""
+    return not run.state.pending and run.state.judgement is not None
+
+
+def reply_has_no_calls(run: RunContext) -> bool:
+    """Nothing is pending: the reply was a plain answer."""
+    return not run.state.pending
+
+
+def tool_budget_spent(run: RunContext) -> bool:
+    """``max_tool_calls`` handler attempts were made."""
+    limit = run.limits.max_tool_calls
+    return limit is not None and run.state.tool_attempts >= limit
+
+
+def call_rejected(run: RunContext) -> bool:
+    """The head proposal broke its contract or the gate denied it."""
+    judgement = run.state.judgement
+    return judgement is not None and judgement.kind in ("invalid", "denied")
+
+
+def approval_needed(run: RunContext) -> bool:
+    """The gate asked for a human's decision."""
+    judgement = run.state.judgement
+    return judgement is not None and judgement.kind == "ask"
+
+
+def call_allowed(run: RunContext) -> bool:
+    """The head proposal is valid and the gate allowed it."""
+    judgement = run.state.judgement
+    return judgement is not None and judgement.kind == "allow"
+
+
+def failed_permanently(run: RunContext) -> bool:
+    """The call just executed reported a failure that retrying cannot fix."""
+    observations = run.state.observations
+    return bool(observations) and observations[-1].permanent
+
+
+def calls_pending(run: RunContext) -> bool:
+    """The current reply has calls not yet judged."""
+    return bool(run.state.pending)
+
+
+def denial_repeated(run: RunContext) -> bool:
+    """Some rejected proposal came back ``repeated_denials`` times."""
+    threshold = run.limits.repeated_denials
+    return any(count >= threshold for count in run.state.denials.values())
+
+
+# --- effects: the on-enter callbacks of states --------------------------------
+
+
+def _ask_model(run: RunContext) -> None:
+    state = run.state
+    estimate = run.next_prompt_tokens()
+    state.prompt_token_log.append(estimate)
+    state.turns += 1
+    try:
+        reply = run.model.chat(state.messages, run.declarations)
+    except OSError as exc:
+        state.fault = ProviderFault(
+            type=type(exc).__name__,
+            kind=getattr(exc, "kind", "timeout" if isinstance(exc, TimeoutError) else "transport"),
+            message=str(exc),
+            status=getattr(exc, "status", None),
+        )
+        return
+    except Exception as exc:
+        raise RunError(f"the model raised {type(exc).__name__}: {exc}", state=state) from exc
+    if isinstance(reply, ModelReply):
+        if reply.prompt_tokens is not None:
+            # The provider counted this prompt: adopt its figure and carry the
+            # correction forward so later estimates start from the real size.
+            state.usage_offset += reply.prompt_tokens - estimate
+            state.prompt_token_log[-1] = reply.prompt_tokens
+        reply = reply.message
+    message, calls = normalise_reply(reply, state.turns)
+    run.append(message)
+    state.pending = calls
+
+
+def take_proposal(run: RunContext) -> None:
+    """Take the next proposal (asking the model when the reply is used up) and judge it."""
+    state = run.state
+    if not state.pending:
+        _ask_model(run)
+    state.judgement = None
+    if state.fault is not None:
+        return
+    if not state.pending:
+        if run.answer_check is not None:
+            text = assistant_text(state.messages[-1]) or ""
+            reason = run.answer_check(text, state)
+            if reason is not None:
+                state.judgement = Judgement("invalid", str(reason))
+    elif not tool_budget_spent(run):
+        state.judgement = judge(state.pending[0], run.tools, run.gate, state=state)
+
+
+def _observe(run: RunContext, observation: Observation) -> None:
+    state = run.state
+    state.observations.append(observation)
+    run.append(tool_message(observation))
+    state.pending.pop(0)
+    state.judgement = None
+
+
+def execute_call(run: RunContext) -> None:
+    """Run the head call's handler: the only place a tool's authority is used."""
+    state = run.state
+    state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
+    _observe(run, execute(state.pending[0], run.tools, state=state))
+
+
+def record_rejection(run: RunContext) -> None:
+    """Send the rejection back to the model and count it toward no-progress."""
+    state = run.state
+    call = state.pending[0]
+    judgement = state.judgement
+    assert judgement is not None and judgement.kind in ("invalid", "denied")
+    key = call.fingerprint()
+    state.denials[key] = state.denials.get(key, 0) + 1
+    _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
+
+
+def close_pending(run: RunContext) -> None:
+    """
+    Answer every call the run stops before judging, as ``denied``.
+
+    A transcript whose assistant message proposes calls that no tool message
+    answers is not valid wire history: a provider would refuse it if the
+    conversation went on with ``history=``. The calls did not run; saying so
+    keeps the record complete.
+    """
+    state = run.state
+    stop = RUN_MACHINE.ending_of(state.machine_state)
+    while state.pending:
+        call = state.pending[0]
+        _observe(run, Observation(call.call_id, False, "denied", f"not run: the run stopped ({stop})"))
+
+
+def record_answer(run: RunContext) -> None:
+    """Keep the answer text of the final assistant message."""
+    run.state.answer = assistant_text(run.state.messages[-1]) or ""
+
+
+MACHINE = compile_machine(
+    RUN_MACHINE,
+    {
+        f.__name__: f
+        for f in (
+            turn_budget_spent,
+            prompt_over_budget,
+            provider_failed,
+            answer_refused,
+            reply_has_no_calls,
+            tool_budget_spent,
+            call_rejected,
+            approval_needed,
+            call_allowed,
+            calls_pending,
+            failed_permanently,
+            denial_repeated,
+            take_proposal,
+            execute_call,
+            record_rejection,
+            record_answer,
+            close_pending,
+        )
+    },
+)
+
+

@@ -1,0 +1,179 @@
+"""
+The driver: run a task through the run machine to a typed ending, or resume a paused run.
+
+The guards and effects these functions fire live in
+:mod:`agent_fsm.engine.callbacks`; the table they serve is
+:data:`agent_fsm.engine.machine.RUN_MACHINE`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
+from agent_fsm.engine.failures import NotPaused
+from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
+from agent_fsm.engine.state import Judgement, RunResult, RunState
+from agent_fsm.engine.tools import Registry
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "AnswerCheck", "advance", "resume", "run", "start_state"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You act only through the tools you are given. Each tool result comes back as JSON with "
+    "ok, kind and content. A call that comes back invalid or denied is information: read the "
+    "reason and change your proposal, or answer in plain text."
+)
+
+
+
+# --- the public driver ---------------------------------------------------------
+
+
+def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
+    if stop is Stop.ANSWERED:
+        return None
+    if stop in (Stop.ANSWER_REJECTED, Stop.AWAITING_APPROVAL):
+        return state.judgement.reason if state.judgement is not None else None
+    if stop is Stop.PROVIDER_ERROR:
+        return state.fault.message if state.fault is not None else None
+    if stop is Stop.NO_PROGRESS:
+        return f"the same rejected proposal came back {limits.repeated_denials} times: {state.observations[-1].content}"
+    if stop is Stop.STEP_LIMIT:
+        return f"{state.turns} of {limits.max_turns} model calls made"
+    if stop is Stop.TOKEN_LIMIT:
+        return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
+    if stop is Stop.HANDOFF:
+        content = state.observations[-1].content
+        return f"a tool failed permanently: {content if isinstance(content, str) else json.dumps(content)}"
+    return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
+
+
+def _result(state: RunState, limits: Limits) -> RunResult:
+    stop = RUN_MACHINE.stop_of(state.machine_state)
+    assert stop is not None, "the driver returned from a working state"
+    return RunResult(
+        stop=stop,
+        answer=state.answer if stop is Stop.ANSWERED else None,
+        state=state,
+        blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL else None,
+        reason=_reason(stop, state, limits),
+    )
+
+
+def start_state(
+    task: str,
+    *,
+    system_prompt: str | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+    estimator: TokenEstimator = estimate_tokens,
+) -> RunState:
+    """
+    A fresh state in ``Ready``: the system prompt (``""`` for none), any earlier
+    ``history`` of a conversation, then the task as the newest user message.
+
+    The system prompt is added only when ``history`` has none of its own.
+    """
+    state = RunState()
+    prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    opening: list[dict[str, Any]] = []
+    if prompt and not any(m.get("role") == "system" for m in history):
+        opening.append({"role": "system", "content": prompt})
+    for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
+        state.messages.append(message)
+        state.message_tokens += estimator(message)
+    state.opening = len(state.messages)
+    return state
+
+
+def run(
+    task: str,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None = None,
+    limits: Limits = Limits(),
+    system_prompt: str | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+) -> RunResult:
+    """
+    Run ``task`` to a typed ending.
+
+    The model only proposes. Each proposal is validated against its tool's
+    contract, judged by ``gate`` immediately before execution (``None`` runs
+    effect-free tools and refuses effectful ones), executed, and observed;
+    budgets in ``limits`` are checked before any work is admitted.
+    ``history`` continues a conversation (earlier messages, e.g.
+    ``previous.state.messages``); ``answer_check`` may refuse a final answer,
+    which then ends the run ``answer_rejected`` instead of ``answered``.
+
+    Returns:
+        A :class:`RunResult`; ``stop`` is absorbing, or ``awaiting_approval``
+        (continue with :func:`resume`).
+
+    Raises:
+        HandlerError: a handler raised an unexpected exception (``.state`` keeps the run).
+        GateError: the gate raised or answered something that is not a verdict.
+    """
+    state = start_state(task, system_prompt=system_prompt, history=history, estimator=estimator)
+    return advance(state, model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator)
+
+
+def advance(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None = None,
+    limits: Limits = Limits(),
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+) -> RunResult:
+    """Drive ``state`` (modified in place) from where it is until it rests."""
+    context = RunContext(state, model, tools, gate, limits, estimator, answer_check)
+    MACHINE.advance(context)
+    return _result(state, limits)
+
+
+def resume(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    *,
+    approve: bool,
+    gate: Gate | None = None,
+    limits: Limits = Limits(),
+    reason: str = "",
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+) -> RunResult:
+    """
+    Continue a run paused in ``awaiting_approval``.
+
+    ``approve=True`` runs the blocked call once, without asking the gate again;
+    ``approve=False`` turns it into a ``denied`` observation carrying
+    ``reason``. Either way the run goes on under ``gate`` and ``limits``.
+    ``state`` itself is left as it was; the result holds a new state.
+
+    Raises:
+        NotPaused: ``state`` is not awaiting approval.
+    """
+    if state.machine_state != "AwaitingApproval":
+        raise NotPaused(f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state)
+    state = copy.deepcopy(state)
+    context = RunContext(state, model, tools, gate, limits, estimator, answer_check)
+    if approve:
+        MACHINE.fire(context, "approve")
+    else:
+        state.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
+        MACHINE.fire(context, "reject")
+    MACHINE.advance(context)
+    return _result(state, limits)
