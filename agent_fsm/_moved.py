@@ -43,9 +43,7 @@ class _Alias(importlib.abc.Loader):
         self.target = target
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(
-            f"{spec.name} moved to {self.target}; import it from there", DeprecationWarning, stacklevel=2
-        )
+        warnings.warn(f"{spec.name} moved to {self.target}; import it from there", DeprecationWarning, stacklevel=2)
         return importlib.import_module(self.target)
 
     def exec_module(self, module: ModuleType) -> None:

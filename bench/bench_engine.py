@@ -46,6 +46,7 @@ TASK = "My order A-17 came broken. Could you sort this out?"
 
 # --- scenarios: (name, model factory, limits, gate factory) ---------------------
 
+
 def wanderer() -> ScriptedModel:
     again = tool_call_message("w", "lookup_order", {"order_id": "A-17"})
     return ScriptedModel([again], reactions={"order_id": again})
@@ -76,7 +77,10 @@ def bare_loop(task: str, model: Any, tools: Any, gate: Any, limits: Limits) -> d
     """A hand-written while loop with the engine's semantics (budgets first, one boundary)."""
     messages: list[dict[str, Any]] = []
     tokens = 0
-    for message in ({"role": "system", "content": "You act only through the tools."}, {"role": "user", "content": task}):
+    for message in (
+        {"role": "system", "content": "You act only through the tools."},
+        {"role": "user", "content": task},
+    ):
         messages.append(message)
         tokens += estimate_tokens(message)
     declarations = function_declarations(tools)
@@ -102,8 +106,16 @@ def bare_loop(task: str, model: Any, tools: Any, gate: Any, limits: Limits) -> d
             call = calls[0]
             verdict = judge(call, tools, gate)
             if verdict.kind == "ask":
-                return {"stop": "awaiting_approval", "messages": messages, "observations": observations,
-                        "pending": calls, "log": log, "denials": denials, "turns": turns, "attempts": attempts}
+                return {
+                    "stop": "awaiting_approval",
+                    "messages": messages,
+                    "observations": observations,
+                    "pending": calls,
+                    "log": log,
+                    "denials": denials,
+                    "turns": turns,
+                    "attempts": attempts,
+                }
             if verdict.kind == "allow":
                 attempts += 1
                 observation = execute(call, tools)
@@ -170,7 +182,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per scenario (median reported)")
     args = parser.parse_args()
-    print(f"{'scenario':24} {'bare µs/turn':>13} {'engine µs/turn':>15} {'engine/bare':>12} {'machine-per-run/bare':>21}")
+    print(
+        f"{'scenario':24} {'bare µs/turn':>13} {'engine µs/turn':>15} {'engine/bare':>12} {'machine-per-run/bare':>21}"
+    )
     for name, factory, limits in SCENARIOS:
         turns = run(TASK, factory(), make_support_desk().tools, gate=refund_gate, limits=limits).state.turns
         repeat = max(3, 400 // turns)
@@ -185,7 +199,9 @@ def main() -> None:
     def engine_paused() -> RunState:
         desk = make_support_desk()
         model = ScriptedModel([tool_call_message("c1", "refund_order", {"order_id": "A-17", "amount_cents": 100})])
-        return run(TASK, model, desk.tools, gate=ask_for_effects(desk.tools), system_prompt="You act only through the tools.").state
+        return run(
+            TASK, model, desk.tools, gate=ask_for_effects(desk.tools), system_prompt="You act only through the tools."
+        ).state
 
     def bare_paused() -> dict[str, Any]:
         desk = make_support_desk()

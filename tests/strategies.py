@@ -54,8 +54,9 @@ def make_ledger() -> Ledger:
         found = [{"invoice_id": f"INV-{n}", "status": status} for n in range(1, 4)][:limit]
         return [{**f, "lines": []} if include_lines else f for f in found]
 
-    def issue_credit(customer_id: str, amount_cents: int, reason: str, tier: str = "standard",
-                     approval: dict[str, str] | None = None) -> dict[str, Any]:
+    def issue_credit(
+        customer_id: str, amount_cents: int, reason: str, tier: str = "standard", approval: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         if customer_id not in customers.values():
             raise ToolError(f"unknown customer {customer_id}")
         receipt = {"credit": customer_id, "amount_cents": amount_cents, "reason": reason, "tier": tier}
@@ -96,7 +97,9 @@ def make_ledger() -> Ledger:
             },
             search_invoices,
         ),
-        "issue_credit": ToolSpec("Credit a customer's account. Moves money.", CREDIT_SCHEMA, issue_credit, effectful=True),
+        "issue_credit": ToolSpec(
+            "Credit a customer's account. Moves money.", CREDIT_SCHEMA, issue_credit, effectful=True
+        ),
         "tag_invoices": ToolSpec(
             "Tag invoices. Changes records.",
             {

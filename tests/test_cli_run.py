@@ -30,7 +30,7 @@ def test_passing_spec_prints_everything_and_exits_0() -> None:
     """Transcript, typed ending, effect log and every expectation and invariant, then exit 0."""
     code, out, _ = _run(str(OVERREACH))
     assert code == 0
-    assert "-> refund_order {\"order_id\": \"A-17\", \"amount_cents\": 9999}" in out
+    assert '-> refund_order {"order_id": "A-17", "amount_cents": 9999}' in out
     assert "ending: answered" in out
     assert 'effect log: [{"order_id": "A-17", "refunded_cents": 4999}]' in out
     assert "ok      observation_kinds: ['result', 'denied', 'result']" in out
@@ -118,7 +118,9 @@ def test_list_of_nothing_exits_1(tmp_path: Path) -> None:
 def test_directory_runs_every_spec(tmp_path: Path) -> None:
     """A directory runs each spec, one line each, exit 1 when any fails."""
     shutil.copy(OVERREACH, tmp_path / "a.toml")
-    (tmp_path / "b.toml").write_text(OVERREACH.read_text().replace("turns = 4", "turns = 5").replace("overreach-denied", "b"))
+    (tmp_path / "b.toml").write_text(
+        OVERREACH.read_text().replace("turns = 4", "turns = 5").replace("overreach-denied", "b")
+    )
     code, out, _ = _run(str(tmp_path))
     assert code == 1
     assert "ok      support-desk/overreach-denied  (answered)" in out

@@ -417,7 +417,7 @@ def test_path_of_a_continued_conversation_skips_the_history() -> None:
         second = run(
             "And order A-17's status?", _InOrder([_reply(("x", *LOOKUP)), ANSWER]), tools, history=first.state.messages
         )
-    assert _states(path_of(second)) == entered == "Ready Proposing Executing Ready Proposing Answered".split()
+    assert _states(path_of(second)) == entered == ["Ready", "Proposing", "Executing", "Ready", "Proposing", "Answered"]
 
 
 def test_path_of_human_rejection_goes_through_the_pause() -> None:
@@ -428,7 +428,8 @@ def test_path_of_human_rejection_goes_through_the_pause() -> None:
         paused = run(TASK, script, tools, gate=ask_for_effects(tools))
         done = resume(paused.state, script, tools, approve=False, gate=ask_for_effects(tools), reason="not today")
     path = path_of(done)
-    assert _states(path) == entered == "Ready Proposing AwaitingApproval Denied Ready Proposing Answered".split()
+    expected = ["Ready", "Proposing", "AwaitingApproval", "Denied", "Ready", "Proposing", "Answered"]
+    assert _states(path) == entered == expected
     assert ("AwaitingApproval", "reject", "Denied") in [(e.source, e.event, e.dest) for e in path.steps]
 
 
@@ -439,7 +440,7 @@ def test_path_of_human_approval_comes_from_the_recorded_path() -> None:
     with _recording() as entered:
         paused = run(TASK, script, tools, gate=ask_for_effects(tools))
         done = resume(paused.state, script, tools, approve=True, gate=ask_for_effects(tools))
-    assert entered == "Ready Proposing AwaitingApproval Executing Ready Proposing Answered".split()
+    assert entered == ["Ready", "Proposing", "AwaitingApproval", "Executing", "Ready", "Proposing", "Answered"]
     assert _states(path_of(done)) == entered
     assert ("AwaitingApproval", "approve", "Executing") in [(e.source, e.event, e.dest) for e in path_of(done).steps]
     # without the recorded path, an approval leaves no mark: documented limit of reconstruct_path

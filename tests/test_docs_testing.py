@@ -39,7 +39,7 @@ def test_code_blocks_run_as_written() -> None:
     try:
         namespace: dict[str, object] = {"__name__": "docs_testing"}
         for block in blocks:
-            exec(compile(block, str(DOC), "exec"), namespace)  # noqa: S102 - the doc's own examples
+            exec(compile(block, str(DOC), "exec"), namespace)
     finally:
         settings.load_profile(active)
     assert "TestDeskRun" in namespace and "failure" in namespace
@@ -64,5 +64,5 @@ def test_readme_section_runs_and_points_to_the_doc() -> None:
     blocks = _python_blocks(section)
     assert len(blocks) == 1
     namespace: dict[str, object] = {"__name__": "readme_testing"}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
     assert callable(namespace["my_gate"])

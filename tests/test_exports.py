@@ -12,8 +12,22 @@ def test_all_names_exist():
 def test_contract_names_are_exported():
     """The names other code builds on stay exported."""
     contract = {
-        "run", "resume", "ToolSpec", "ToolCall", "Observation", "Limits", "Stop", "RunResult", "RunState",
-        "ScriptedModel", "tool_call_message", "answer_message", "Verdict", "allow_all", "check_run", "ToolError",
+        "run",
+        "resume",
+        "ToolSpec",
+        "ToolCall",
+        "Observation",
+        "Limits",
+        "Stop",
+        "RunResult",
+        "RunState",
+        "ScriptedModel",
+        "tool_call_message",
+        "answer_message",
+        "Verdict",
+        "allow_all",
+        "check_run",
+        "ToolError",
         "function_declarations",
     }
     assert contract <= set(agent_fsm.__all__)

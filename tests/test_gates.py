@@ -59,7 +59,9 @@ def test_gate_sees_only_validated_calls():
         seen.append(call)
         return Verdict.allow()
 
-    model = ScriptedModel([tool_call_message("c", "ship", {"qty": "lots"}), tool_call_message("d", "ship", ship_args())])
+    model = ScriptedModel(
+        [tool_call_message("c", "ship", {"qty": "lots"}), tool_call_message("d", "ship", ship_args())]
+    )
     run("t", model, tools, gate=recording_gate)
     assert [c.call_id for c in seen] == ["d"]
 

@@ -73,7 +73,11 @@ def test_permanent_failure_policies_differ_only_in_when_they_stop() -> None:
     events = [{"action": "tool", "status": "permanent"}, "finish"]
     immediate = replay(events, limit=3, policy="immediate")
     deferred = replay(events, limit=3, policy="deferred")
-    assert (immediate.ending, immediate.attempts, immediate.decisions) == (Ending.SERVICE_FAILURE, 1, ("continue", "handoff"))
+    assert (immediate.ending, immediate.attempts, immediate.decisions) == (
+        Ending.SERVICE_FAILURE,
+        1,
+        ("continue", "handoff"),
+    )
     assert (deferred.ending, deferred.attempts) == (Ending.ANSWERED, 1)
     tool_after = [{"action": "tool", "status": "permanent"}, "tool"]
     assert replay(tool_after, limit=3, policy="deferred").attempts == 1

@@ -32,7 +32,14 @@ def test_bad_values_are_refused(kwargs, error):
 def test_every_stop_value_is_its_name_in_lowercase():
     """Stop values are stable strings callers can store and compare."""
     assert {s.value for s in Stop} == {
-        "answered", "answer_rejected", "step_limit", "token_limit", "no_progress", "tool_limit",
-        "handoff", "awaiting_approval", "provider_error",
+        "answered",
+        "answer_rejected",
+        "step_limit",
+        "token_limit",
+        "no_progress",
+        "tool_limit",
+        "handoff",
+        "awaiting_approval",
+        "provider_error",
     }
     assert all(s.value == s.name.lower() for s in Stop)

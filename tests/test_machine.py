@@ -27,7 +27,12 @@ def test_run_machine_declares_the_designed_states():
     assert {n for n, k in kinds.items() if k == "working"} == {"Ready", "Proposing", "Executing", "Denied"}
     assert {n for n, k in kinds.items() if k == "paused"} == {"AwaitingApproval"}
     assert {n for n, k in kinds.items() if k == "absorbing"} >= {
-        "Answered", "StepLimit", "TokenLimit", "NoProgress", "ToolLimit", "ProviderError"
+        "Answered",
+        "StepLimit",
+        "TokenLimit",
+        "NoProgress",
+        "ToolLimit",
+        "ProviderError",
     }
     assert all(s.doc for s in RUN_MACHINE.states)
 
@@ -52,8 +57,12 @@ def test_no_machine_is_built_per_run(monkeypatch):
     attached: list[object] = []
     original_init = transitions.Machine.__init__
     original_add = transitions.Machine.add_model
-    monkeypatch.setattr(transitions.Machine, "__init__", lambda self, *a, **k: (built.append(1), original_init(self, *a, **k))[1])
-    monkeypatch.setattr(transitions.Machine, "add_model", lambda self, *a, **k: (attached.append(1), original_add(self, *a, **k))[1])
+    monkeypatch.setattr(
+        transitions.Machine, "__init__", lambda self, *a, **k: (built.append(1), original_init(self, *a, **k))[1]
+    )
+    monkeypatch.setattr(
+        transitions.Machine, "add_model", lambda self, *a, **k: (attached.append(1), original_add(self, *a, **k))[1]
+    )
     tools, _ = make_warehouse()
     for _ in range(3):
         run("t", ScriptedModel([tool_call_message("c", "count_stock", {"sku": "BOLT"}), answer_message("x")]), tools)
@@ -62,9 +71,11 @@ def test_no_machine_is_built_per_run(monkeypatch):
 
 def test_compile_is_cached_per_process():
     """Compiling the same declaration with the same functions twice returns the same machine."""
-    guard = lambda run: True  # noqa: E731
+    guard = lambda run: True
     spec = MachineSpec(
-        "tiny", "A", (StateSpec("A", "working"), StateSpec("B", "absorbing", stop="answered")),
+        "tiny",
+        "A",
+        (StateSpec("A", "working"), StateSpec("B", "absorbing", stop="answered")),
         (Edge("A", "go", "B", guard="always"),),
     )
     assert compile_machine(spec, {"always": guard}) is compile_machine(spec, {"always": guard})
@@ -73,7 +84,9 @@ def test_compile_is_cached_per_process():
 def test_compile_names_missing_functions():
     """A guard or effect the vocabulary lacks is a definition error naming it."""
     spec = MachineSpec(
-        "tiny2", "A", (StateSpec("A", "working", on_enter=("prepare",)), StateSpec("B", "absorbing", stop="answered")),
+        "tiny2",
+        "A",
+        (StateSpec("A", "working", on_enter=("prepare",)), StateSpec("B", "absorbing", stop="answered")),
         (Edge("A", "go", "B", guard="ready"),),
     )
     with pytest.raises(MachineDefinitionError, match=r"\['prepare', 'ready'\]"):
@@ -114,7 +127,9 @@ def test_a_gap_in_the_guards_raises_invalid_transition():
     from agent_fsm import InvalidTransition
 
     spec = MachineSpec(
-        "gappy", "A", (StateSpec("A", "working"), StateSpec("B", "absorbing", stop="answered")),
+        "gappy",
+        "A",
+        (StateSpec("A", "working"), StateSpec("B", "absorbing", stop="answered")),
         (Edge("A", "go", "B", guard="never"),),
     )
     machine = compile_machine(spec, {"never": lambda run: False})

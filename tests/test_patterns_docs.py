@@ -41,4 +41,4 @@ def test_docs_examples_run():
     assert len(blocks) >= 2
     namespace: dict[str, object] = {}
     for block in blocks:
-        exec(compile(block, "docs/patterns.md", "exec"), namespace)  # noqa: S102 - our own documentation
+        exec(compile(block, "docs/patterns.md", "exec"), namespace)

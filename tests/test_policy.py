@@ -232,7 +232,7 @@ def test_any_decision_sequence_ends_typed_and_handlers_see_only_valid_arguments(
     log: list = []
     result, _ = _run(lambda task, obs: next(turn, {"action": "final", "answer": "end", "citation": ""}), log=log)
     assert isinstance(result.stop, Stop)
-    assert all(isinstance(key, str) and 0 < len(key.strip()) and len(key) <= 10 for key in log)
+    assert all(isinstance(key, str) and len(key.strip()) > 0 and len(key) <= 10 for key in log)
     assert result.state.tool_attempts == len(log)
     if result.stop is Stop.ANSWERED:
         fields, reason = FINAL.read(result.answer)

@@ -1,4 +1,4 @@
-"""The engine's own property tests: whatever the model proposes, the gate says and the human decides, runs stay inside the rules."""
+"""The engine's property tests: whatever the model proposes, the gate says or the human decides, rules hold."""
 
 from __future__ import annotations
 
@@ -116,7 +116,9 @@ def test_resuming_a_loaded_copy_ends_as_resuming_in_memory(world: str, data: st.
     pauses = 0
     while live_result.stop is Stop.AWAITING_APPROVAL:
         approve = data.draw(st.booleans(), label="approve")
-        live_result = resume(live_result.state, ScriptedModel(turns), live.tools, approve=approve, gate=gate, limits=chosen)
+        live_result = resume(
+            live_result.state, ScriptedModel(turns), live.tools, approve=approve, gate=gate, limits=chosen
+        )
         saved_state = RunState.from_json(text)
         saved_result = resume(saved_state, ScriptedModel(turns), saved.tools, approve=approve, gate=gate, limits=chosen)
         text = saved_result.state.to_json()

@@ -132,7 +132,9 @@ def test_model_reply_of_the_wrong_shape_never_crashes():
 def test_secure_default_runs_reads_and_denies_effects():
     """With gate=None, effect-free tools run and effectful ones are denied with a reason naming the missing gate."""
     tools, effects = make_warehouse()
-    model = ScriptedModel([multi_call(("a", "count_stock", {"sku": "BOLT"}), ("b", "ship", ship_args())), answer_message("x")])
+    model = ScriptedModel(
+        [multi_call(("a", "count_stock", {"sku": "BOLT"}), ("b", "ship", ship_args())), answer_message("x")]
+    )
     result = run("t", model, tools)
     read, shipment = result.state.observations
     assert read.kind == "result" and read.content == 40
@@ -184,7 +186,9 @@ def test_expected_handler_failures_become_error_observations():
 def test_handler_bug_propagates_loudly_with_the_state():
     """An unexpected exception from a handler stops the run; the state up to that point is on the error."""
     tools, _ = make_warehouse()
-    model = ScriptedModel([tool_call_message("c1", "count_stock", {"sku": "BOLT"}), tool_call_message("c2", "broken_report", {})])
+    model = ScriptedModel(
+        [tool_call_message("c1", "count_stock", {"sku": "BOLT"}), tool_call_message("c2", "broken_report", {})]
+    )
     with pytest.raises(HandlerError) as caught:
         run("t", model, tools, gate=allow_all)
     error = caught.value
@@ -231,8 +235,13 @@ def test_token_estimate_is_incremental_and_matches_a_full_recount():
         measured.append(message)
         return estimate_tokens(message)
 
-    result = run("t", ScriptedModel([again], reactions={"result": again}), tools, limits=Limits(max_turns=6),
-                 estimator=counting_estimator)
+    result = run(
+        "t",
+        ScriptedModel([again], reactions={"result": again}),
+        tools,
+        limits=Limits(max_turns=6),
+        estimator=counting_estimator,
+    )
     state = result.state
     declarations = len(tools)
     assert len(measured) == len(state.messages) + declarations  # each message measured exactly once
@@ -257,7 +266,9 @@ def test_no_progress_when_the_same_rejected_proposal_repeats():
 def test_different_rejections_do_not_count_as_no_progress():
     """Distinct rejected proposals are not 'the same proposal' and the run goes on."""
     tools, _ = make_warehouse()
-    model = ScriptedModel([tool_call_message(f"c{q}", "ship", ship_args(qty=q)) for q in (6, 7, 8)] + [answer_message("ok")])
+    model = ScriptedModel(
+        [tool_call_message(f"c{q}", "ship", ship_args(qty=q)) for q in (6, 7, 8)] + [answer_message("ok")]
+    )
     gate = lambda call: Verdict.deny("too many")
     result = run("t", model, tools, gate=gate, limits=Limits(repeated_denials=2))
     assert result.stop is Stop.ANSWERED and result.state.turns == 4
@@ -267,7 +278,13 @@ def test_tool_limit_counts_failed_attempts_and_still_accepts_a_final_answer():
     """Attempts count failures too; no handler runs past max_tool_calls; an answer after the last attempt is fine."""
     tools, _ = make_warehouse()
     limits = Limits(max_tool_calls=2)
-    two = ScriptedModel([tool_call_message("a", "slow_supplier", {}), tool_call_message("b", "slow_supplier", {}), answer_message("gave up")])
+    two = ScriptedModel(
+        [
+            tool_call_message("a", "slow_supplier", {}),
+            tool_call_message("b", "slow_supplier", {}),
+            answer_message("gave up"),
+        ]
+    )
     result = run("t", two, tools, limits=limits)
     assert result.stop is Stop.ANSWERED and result.state.tool_attempts == 2
     three = ScriptedModel([tool_call_message(c, "slow_supplier", {}) for c in "abc"])
@@ -438,7 +455,10 @@ def test_calls_left_when_a_run_stops_are_answered_as_not_run():
     result = run("t", ScriptedModel([insist, insist]), tools, gate=gate)
     assert result.stop is Stop.NO_PROGRESS
     assert [(o.call_id, o.kind) for o in result.state.observations] == [
-        ("a", "denied"), ("b", "result"), ("a", "denied"), ("b", "denied")
+        ("a", "denied"),
+        ("b", "result"),
+        ("a", "denied"),
+        ("b", "denied"),
     ]
     assert result.state.observations[-1].content == "not run: the run stopped (no_progress)"
     assert result.state.tool_attempts == 1 and effects == []
@@ -450,7 +470,9 @@ def test_calls_left_when_a_run_stops_are_answered_as_not_run():
 def test_check_run_counts_only_this_runs_tool_messages():
     """Tool messages carried in as history are the past, not this run's observations."""
     tools, _ = make_warehouse()
-    first = run("t", ScriptedModel([tool_call_message("c", "count_stock", {"sku": "BOLT"}), answer_message("40")]), tools)
+    first = run(
+        "t", ScriptedModel([tool_call_message("c", "count_stock", {"sku": "BOLT"}), answer_message("40")]), tools
+    )
     second = run("more", ScriptedModel([answer_message("ok")]), tools, history=first.state.messages)
     assert second.state.opening == len(first.state.messages) + 1
     assert check_run(second, [], Limits())["observations_correlated"] is True

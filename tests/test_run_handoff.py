@@ -92,7 +92,9 @@ def test_handoff_skips_the_rest_of_the_reply() -> None:
 
 def test_permanent_flag_reaches_the_wire_and_survives_a_round_trip() -> None:
     """The model reads the flag in the tool message, and a saved state keeps it."""
-    result = run("read it", ScriptedModel([tool_call_message("c1", "fetch", {"doc": "locked"})]), _tools([]), gate=allow_all)
+    result = run(
+        "read it", ScriptedModel([tool_call_message("c1", "fetch", {"doc": "locked"})]), _tools([]), gate=allow_all
+    )
     wire = json.loads(result.state.messages[-1]["content"])
     assert wire["permanent"] is True
     restored = RunState.from_json(result.state.to_json())

@@ -72,7 +72,9 @@ def _error(tmp_path: Path, text: str) -> SpecFormatError:
 
 def test_load_reads_every_field(tmp_path: Path) -> None:
     """A complete spec loads into a Scenario with wire-format turns and typed limits."""
-    text = HAPPY.replace('gate = "refund"', 'gate = "refund"\nhistory = [ { role = "user", content = "hi" } ]\n\n[limits]\nmax_turns = 5')
+    text = HAPPY.replace(
+        'gate = "refund"', 'gate = "refund"\nhistory = [ { role = "user", content = "hi" } ]\n\n[limits]\nmax_turns = 5'
+    )
     scenario = load_scenario(_write(tmp_path, text))
     assert scenario.name == "desk/happy"
     assert scenario.limits == Limits(max_turns=5)
@@ -98,17 +100,55 @@ def test_error_is_typed_and_catchable_as_value_error(tmp_path: Path) -> None:
         (('environment = "agent_fsm.examples.support_desk:environment"\n', ""), "environment", "missing"),
         (("turns = 3", "turns = true"), "expect.turns", "got a boolean"),
         (("turns = 3", 'turns = "3"'), "expect.turns", "expected an integer"),
-        (('{ answer = "Refunded 4999 cents." }', '{ answer = "x", call = { id = "c", name = "n" } }'), "model.turns[2]", "exactly one of"),
-        (('{ id = "call_1", name', '{ name'), "model.turns[0].call.id", "missing"),
-        (('arguments = { order_id = "A-17" } }', 'arguments = { order_id = "A-17" }, raw_arguments = "{}" }'), "model.turns[0].call.raw_arguments", "not both"),
-        (('observation_kinds = ["result", "result"]', 'observation_kinds = ["result", "okay"]'), "expect.observation_kinds[1]", "not an observation kind"),
-        (('checks = { refund_verified = true }', 'checks = { refund_verified = "yes" }'), "expect.checks.refund_verified", "true or false"),
-        (('environment = "agent_fsm.examples.support_desk:environment"', 'environment = "os:system"'), "environment", "outside the allowed packages"),
-        (('environment = "agent_fsm.examples.support_desk:environment"', 'environment = "import os"'), "environment", "package.module:function"),
-        (('environment = "agent_fsm.examples.support_desk:environment"', 'environment = "agent_fsm.examples.support_desk:nothing"'), "environment", "has no function"),
-        (('environment = "agent_fsm.examples.support_desk:environment"', 'environment = "agent_fsm.examples.support_desk:make_support_desk"'), "environment", "expected an agent_fsm Environment"),
+        (
+            ('{ answer = "Refunded 4999 cents." }', '{ answer = "x", call = { id = "c", name = "n" } }'),
+            "model.turns[2]",
+            "exactly one of",
+        ),
+        (('{ id = "call_1", name', "{ name"), "model.turns[0].call.id", "missing"),
+        (
+            ('arguments = { order_id = "A-17" } }', 'arguments = { order_id = "A-17" }, raw_arguments = "{}" }'),
+            "model.turns[0].call.raw_arguments",
+            "not both",
+        ),
+        (
+            ('observation_kinds = ["result", "result"]', 'observation_kinds = ["result", "okay"]'),
+            "expect.observation_kinds[1]",
+            "not an observation kind",
+        ),
+        (
+            ("checks = { refund_verified = true }", 'checks = { refund_verified = "yes" }'),
+            "expect.checks.refund_verified",
+            "true or false",
+        ),
+        (
+            ('environment = "agent_fsm.examples.support_desk:environment"', 'environment = "os:system"'),
+            "environment",
+            "outside the allowed packages",
+        ),
+        (
+            ('environment = "agent_fsm.examples.support_desk:environment"', 'environment = "import os"'),
+            "environment",
+            "package.module:function",
+        ),
+        (
+            (
+                'environment = "agent_fsm.examples.support_desk:environment"',
+                'environment = "agent_fsm.examples.support_desk:nothing"',
+            ),
+            "environment",
+            "has no function",
+        ),
+        (
+            (
+                'environment = "agent_fsm.examples.support_desk:environment"',
+                'environment = "agent_fsm.examples.support_desk:make_support_desk"',
+            ),
+            "environment",
+            "expected an agent_fsm Environment",
+        ),
         (('gate = "refund"', 'gate = "open_sesame"'), "gate", "not a gate of this environment"),
-        (('checks = { refund_verified = true }', 'checks = { paid = true }'), "expect.checks.paid", "not a check"),
+        (("checks = { refund_verified = true }", "checks = { paid = true }"), "expect.checks.paid", "not a check"),
         (('stop = "answered"\n', ""), "expect.stop", "missing"),
     ],
 )
@@ -194,7 +234,12 @@ def test_run_passes_and_lists_each_expectation(tmp_path: Path) -> None:
         "check refund_verified",
     ]
     assert all(e.held for e in outcome.expectations)
-    assert [e.name for e in outcome.invariants] == ["effects_authorized", "observations_correlated", "bounded", "typed_ending"]
+    assert [e.name for e in outcome.invariants] == [
+        "effects_authorized",
+        "observations_correlated",
+        "bounded",
+        "typed_ending",
+    ]
     assert outcome.effects == [{"order_id": "A-17", "refunded_cents": 4999}]
 
 
@@ -243,7 +288,9 @@ def test_unused_resume_is_a_failure(tmp_path: Path) -> None:
 
 def test_unresumed_pause_ends_awaiting_approval(tmp_path: Path) -> None:
     """Without a decision the paused run is reported as awaiting_approval."""
-    text = HAPPY.replace('gate = "refund"', 'gate = "ask_for_effects"').replace('stop = "answered"', 'stop = "awaiting_approval"')
+    text = HAPPY.replace('gate = "refund"', 'gate = "ask_for_effects"').replace(
+        'stop = "answered"', 'stop = "awaiting_approval"'
+    )
     outcome = run_scenario(load_scenario(_write(tmp_path, text)))
     assert outcome.result.stop is Stop.AWAITING_APPROVAL
     assert outcome.expectations[0].held
@@ -309,7 +356,9 @@ _values = st.recursive(
     max_leaves=6,
 )
 
-_FULL = HAPPY + """
+_FULL = (
+    HAPPY
+    + """
 history = [ { role = "user", content = "earlier" } ]
 
 [limits]
@@ -320,10 +369,15 @@ max_tool_calls = 4
 approve = true
 reason = "ok"
 """
+)
 # TOML puts top-level keys before tables; move history up so the text parses.
 _FULL = _FULL.replace('gate = "refund"\n', 'gate = "refund"\nhistory = [ { role = "user", content = "earlier" } ]\n', 1)
 _FULL = _FULL.replace('\nhistory = [ { role = "user", content = "earlier" } ]\n\n[limits]', "\n\n[limits]")
-_FULL = _FULL.replace("  { answer = ", '  { call = { id = "c3", name = "read_policy", raw_arguments = "" }, thought = "t" },\n  { answer = ', 1)
+_FULL = _FULL.replace(
+    "  { answer = ",
+    '  { call = { id = "c3", name = "read_policy", raw_arguments = "" }, thought = "t" },\n  { answer = ',
+    1,
+)
 
 
 def _paths(value: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
@@ -364,10 +418,14 @@ _PATHS = _paths(_BASE)
 
 @given(
     mutations=st.lists(
-        st.tuples(st.sampled_from(_PATHS), st.sampled_from(["replace", "delete", "add"]), _values), min_size=1, max_size=2
+        st.tuples(st.sampled_from(_PATHS), st.sampled_from(["replace", "delete", "add"]), _values),
+        min_size=1,
+        max_size=2,
     )
 )
-def test_any_parsed_spec_loads_or_raises_spec_format_error(mutations: list[tuple[tuple[object, ...], str, object]]) -> None:
+def test_any_parsed_spec_loads_or_raises_spec_format_error(
+    mutations: list[tuple[tuple[object, ...], str, object]],
+) -> None:
     """Whatever a valid spec is mutated into, validation returns a Scenario or raises SpecFormatError naming a key."""
     data = _BASE
     for path, how, value in mutations:
@@ -379,7 +437,13 @@ def test_any_parsed_spec_loads_or_raises_spec_format_error(mutations: list[tuple
         scenario = scenario_from_data(data, "fuzz.toml")
     except SpecFormatError as error:
         assert error.path == "fuzz.toml"
-        assert error.key is None or error.key.split(".")[0].split("[")[0] in {*data, "environment", "task", "model", "expect"}
+        assert error.key is None or error.key.split(".")[0].split("[")[0] in {
+            *data,
+            "environment",
+            "task",
+            "model",
+            "expect",
+        }
     else:
         assert isinstance(scenario.expect["stop"], Stop)
         assert all(t["role"] == "assistant" for t in scenario.model.turns)
@@ -397,4 +461,8 @@ def test_every_single_mutation_gets_a_typed_answer(how: str) -> None:
             try:
                 scenario_from_data(data, "panel.toml")
             except SpecFormatError as error:
-                assert error.key is None or error.key.split(".")[0].split("[")[0] in {*data, *_BASE}, (path, value, error)
+                assert error.key is None or error.key.split(".")[0].split("[")[0] in {*data, *_BASE}, (
+                    path,
+                    value,
+                    error,
+                )

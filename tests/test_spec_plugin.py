@@ -22,7 +22,9 @@ def spec_dir(pytester: pytest.Pytester) -> Path:
 def test_specs_are_collected_and_judged(pytester: pytest.Pytester, spec_dir: Path) -> None:
     """A holding spec passes, a wrong one fails with the expectation report and transcript."""
     (spec_dir / "good.toml").write_text(OVERREACH.read_text())
-    (spec_dir / "wrong.toml").write_text(OVERREACH.read_text().replace("turns = 4", "turns = 9").replace("overreach-denied", "wrong"))
+    (spec_dir / "wrong.toml").write_text(
+        OVERREACH.read_text().replace("turns = 4", "turns = 9").replace("overreach-denied", "wrong")
+    )
     (spec_dir / "notes.txt").write_text("not a spec")
     result = pytester.runpytest("specs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
@@ -30,7 +32,7 @@ def test_specs_are_collected_and_judged(pytester: pytest.Pytester, spec_dir: Pat
         [
             "*spec support-desk/wrong*",
             "*FAILED  turns: expected 9, got 4*",
-            "*-> refund_order {\"order_id\": \"A-17\", \"amount_cents\": 9999}*",
+            '*-> refund_order {"order_id": "A-17", "amount_cents": 9999}*',
         ]
     )
     assert "Traceback" not in result.stdout.str()
@@ -38,7 +40,7 @@ def test_specs_are_collected_and_judged(pytester: pytest.Pytester, spec_dir: Pat
 
 def test_malformed_spec_is_a_one_line_failure(pytester: pytest.Pytester, spec_dir: Path) -> None:
     """A malformed spec is collected, fails, and names the file and the key."""
-    (spec_dir / "bad.toml").write_text(OVERREACH.read_text().replace('gate = "refund"', 'gate = 7'))
+    (spec_dir / "bad.toml").write_text(OVERREACH.read_text().replace('gate = "refund"', "gate = 7"))
     result = pytester.runpytest("specs", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*malformed spec: *bad.toml: key 'gate': expected a string, got an integer 7*"])

@@ -88,7 +88,7 @@ def test_resume_in_a_new_process_matches_resume_in_memory(tmp_path):
     program = textwrap.dedent(
         f"""
         import json, sys
-        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).resolve().parent.parent)!r})
+        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).resolve().parent.parent)!r})
         from agent_fsm import RunState, ScriptedModel, resume
         from tests.test_state import SCRIPT
         from tests.warehouse import make_warehouse

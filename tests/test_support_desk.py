@@ -55,7 +55,11 @@ def test_each_environment_is_a_fresh_world() -> None:
 def test_planner_stops_at_the_first_failed_step_and_replans() -> None:
     """Step 3 of the first plan is never proposed after step 2 is denied; the replan runs instead."""
     plans = [
-        [("lookup_order", {"order_id": "A-17"}), ("refund_order", {"order_id": "A-17", "amount_cents": 9999}), ("read_policy", {})],
+        [
+            ("lookup_order", {"order_id": "A-17"}),
+            ("refund_order", {"order_id": "A-17", "amount_cents": 9999}),
+            ("read_policy", {}),
+        ],
         [("refund_order", {"order_id": "A-17", "amount_cents": 4999})],
     ]
     desk = make_support_desk()
@@ -80,5 +84,7 @@ def test_planner_without_a_replan_says_where_it_stopped() -> None:
 def test_planner_reads_foreign_tool_text_as_no_failure() -> None:
     """A tool message that is not the engine's JSON (from earlier history) does not end a plan."""
     planner = PlanningModel([[("read_policy", {})]], "done")
-    reply = planner.chat([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "plain text"}])
+    reply = planner.chat(
+        [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "plain text"}]
+    )
     assert reply["tool_calls"][0]["function"]["name"] == "read_policy"

@@ -239,7 +239,7 @@ def test_a_misdirected_tool_message_is_named() -> None:
 def test_an_executed_denied_call_is_named() -> None:
     """A gate that would deny an executed call breaks gate_consulted unless a human approved it."""
     result, effects = _denied_refund()
-    deny_all = lambda call: Verdict.deny("no")  # noqa: E731
+    deny_all = lambda call: Verdict.deny("no")
     failure = _broken(result, effects, gate=deny_all)
     assert failure.invariant == "gate_consulted" and "lookup_order" in failure.detail
     approved = [o.call_id for o in result.state.observations if o.kind == "result"]
@@ -282,7 +282,9 @@ def test_describe_run_lists_every_message() -> None:
     text = kit.describe_run(result)
     assert text.splitlines()[0] == "stop='answered' reason=None"
     assert len(text.splitlines()) == 1 + len(result.state.messages)
-    assert 'refund_order({"order_id": "A-17", "amount_cents": 9000})' in text and "thought='Checking the order.'" in text
+    assert (
+        'refund_order({"order_id": "A-17", "amount_cents": 9000})' in text and "thought='Checking the order.'" in text
+    )
 
 
 def test_invariants_table_names_every_failure_used() -> None:

@@ -50,9 +50,7 @@ from tests.strategies import make_ledger
 
 # Deterministic search with a fixed budget and no example database: each check
 # finds (or not) the same counterexample every time, so these tests cannot flake.
-FIXED = settings(
-    derandomize=True, database=None, max_examples=100, phases=[p for p in Phase if p is not Phase.explain]
-)
+FIXED = settings(derandomize=True, database=None, max_examples=100, phases=[p for p in Phase if p is not Phase.explain])
 
 
 def _refund(call: ToolCall) -> int | None:
@@ -133,8 +131,12 @@ def test_gate_reading_the_thought_is_caught() -> None:
     )
     with pytest.raises(InvariantViolation) as caught:
         check_gate_contains(
-            None, make_support_desk, forbidden=refund_needs_manager, gate_factory=gate_reading_thoughts,
-            models=only_calls, settings=settings(FIXED, max_examples=300),
+            None,
+            make_support_desk,
+            forbidden=refund_needs_manager,
+            gate_factory=gate_reading_thoughts,
+            models=only_calls,
+            settings=settings(FIXED, max_examples=300),
         )
     failure = caught.value
     assert failure.invariant == "forbidden_effect"
@@ -148,7 +150,10 @@ def test_gate_reading_the_thought_is_caught() -> None:
 def test_gate_reading_arguments_passes_with_the_same_context() -> None:
     """The same gate reading the arguments instead passes, though it is built from the same context."""
     check_gate_contains(
-        None, make_support_desk, forbidden=refund_needs_manager, gate_factory=lambda context: sound_refund_gate,
+        None,
+        make_support_desk,
+        forbidden=refund_needs_manager,
+        gate_factory=lambda context: sound_refund_gate,
         settings=FIXED,
     )
 
@@ -181,8 +186,9 @@ def test_gate_allowing_when_a_field_is_missing_is_caught() -> None:
 
 def test_stateful_harness_catches_the_off_by_one_gate() -> None:
     """The stateful harness, given the policy as its predicate, catches the off-by-one gate step by step."""
-    harness = run_harness(make_support_desk, gate=off_by_one_gate, forbidden=refund_needs_manager,
-                          limits=Limits(max_turns=4))
+    harness = run_harness(
+        make_support_desk, gate=off_by_one_gate, forbidden=refund_needs_manager, limits=Limits(max_turns=4)
+    )
     with pytest.raises(InvariantViolation) as caught:
         run_state_machine_as_test(harness, settings=settings(FIXED, stateful_step_count=8))
     assert caught.value.invariant == "forbidden_effect"
@@ -191,8 +197,9 @@ def test_stateful_harness_catches_the_off_by_one_gate() -> None:
 
 def test_stateful_harness_passes_the_sound_gate() -> None:
     """The same harness run over the sound gate finds nothing."""
-    harness = run_harness(make_support_desk, gate=sound_refund_gate, forbidden=refund_needs_manager,
-                          limits=Limits(max_turns=4))
+    harness = run_harness(
+        make_support_desk, gate=sound_refund_gate, forbidden=refund_needs_manager, limits=Limits(max_turns=4)
+    )
     run_state_machine_as_test(harness, settings=settings(FIXED, max_examples=20, stateful_step_count=8))
 
 
@@ -296,7 +303,9 @@ class StubbornAgent(CarefulAgent):
 
 def test_careful_policy_always_answers() -> None:
     """Under any gate (allow, deny, ask then approve or reject) the careful policy ends answered."""
-    check_policy_ends(CarefulAgent, make_support_desk, stops={Stop.ANSWERED}, limits=Limits(max_turns=4), settings=FIXED)
+    check_policy_ends(
+        CarefulAgent, make_support_desk, stops={Stop.ANSWERED}, limits=Limits(max_turns=4), settings=FIXED
+    )
 
 
 def test_stubborn_policy_is_caught_not_answering() -> None:

@@ -44,4 +44,3 @@ app.command(name="diagram")(diagram_command)
 def main() -> None:
     """Entry point of the ``agent-fsm`` console script."""
     app()
-

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -67,7 +67,7 @@ def _provider_model(provider: Provider, base_url: str | None, model: str | None,
         from agent_fsm.providers import ProviderConfigError, build_model
     except ImportError as exc:
         raise _fail(str(exc)) from None
-    options = {} if read_timeout is None else {"read_timeout": read_timeout}
+    options: dict[str, Any] = {} if read_timeout is None else {"read_timeout": read_timeout}
     try:
         # The API key comes from the provider's environment variable only, never a flag:
         # flags end up in shell history and process listings.
@@ -98,23 +98,25 @@ def _show(outcome: ScenarioResult) -> None:
 
 def run_command(
     spec: Annotated[
-        Optional[Path], typer.Argument(help="A spec file, or a directory of specs (default for --list: specs/).")
+        Path | None, typer.Argument(help="A spec file, or a directory of specs (default for --list: specs/).")
     ] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the specs and their descriptions; run nothing.")] = False,
     save: Annotated[
-        Optional[Path], typer.Option("--save", help="Write the trace (spec, run state, effects, expectations) as JSON.")
+        Path | None, typer.Option("--save", help="Write the trace (spec, run state, effects, expectations) as JSON.")
     ] = None,
     provider: Annotated[
-        Optional[Provider],
+        Provider | None,
         typer.Option(
             "--provider",
-            help="Run against a real model instead of the spec's own (API key from the provider's environment variable).",
+            help=(
+                "Run against a real model instead of the spec's own (API key from the provider's environment variable)."
+            ),
         ),
     ] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="The provider's base URL.")] = None,
-    model_name: Annotated[Optional[str], typer.Option("--model", help="The provider's model name.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="The provider's base URL.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model", help="The provider's model name.")] = None,
     read_timeout: Annotated[
-        Optional[float], typer.Option("--read-timeout", help="Seconds to wait for the provider's reply.", min=0.001)
+        float | None, typer.Option("--read-timeout", help="Seconds to wait for the provider's reply.", min=0.001)
     ] = None,
 ) -> None:
     """Run a scenario spec: transcript, typed ending, effect log, and each expectation with ok or FAILED."""
@@ -133,7 +135,9 @@ def run_command(
         model = None if provider is None else _provider_model(provider, base_url, model_name, read_timeout)
         outcomes = [_run_one(path, model) for path in paths]
         for outcome in outcomes:
-            typer.echo(f"{'ok    ' if outcome.passed else 'FAILED'}  {outcome.scenario.name}  ({outcome.result.stop.value})")
+            typer.echo(
+                f"{'ok    ' if outcome.passed else 'FAILED'}  {outcome.scenario.name}  ({outcome.result.stop.value})"
+            )
             for failure in outcome.failures:
                 typer.echo(f"          {failure.line()}")
         failed = sum(not o.passed for o in outcomes)

@@ -43,5 +43,3 @@ def write_all(folder: Path) -> list[Path]:
     for file, data in contents.items():
         file.write_bytes(data)
     return list(contents)
-
-

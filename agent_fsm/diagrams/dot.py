@@ -5,7 +5,7 @@ A machine as Graphviz DOT, and drawn as SVG or PNG by the real ``dot`` program.
 from __future__ import annotations
 
 import collections
-from typing import Literal
+from typing import Literal, cast
 
 import graphviz
 
@@ -23,11 +23,8 @@ from agent_fsm.engine.machine import MachineSpec
 __all__ = ["GraphvizMissing", "render", "to_dot"]
 
 
-
 class GraphvizMissing(AgentFSMError, RuntimeError):
     """The Graphviz ``dot`` program is not installed, so SVG or PNG cannot be drawn."""
-
-
 
 
 _FONT = "Helvetica"
@@ -80,7 +77,7 @@ def to_dot(machine: MachineSpec, *, path: RunPath | None = None) -> str:
             else:
                 extra = {"color": "#adb5bd", "fontcolor": "#868e96"}
         graph.edge(edge.source, edge.dest, label=graphviz.escape(label), **extra)
-    return graph.source
+    return cast(str, graph.source)
 
 
 def render(machine: MachineSpec, format: Literal["svg", "png"], *, path: RunPath | None = None) -> bytes:
@@ -93,10 +90,8 @@ def render(machine: MachineSpec, format: Literal["svg", "png"], *, path: RunPath
     if format not in ("svg", "png"):
         raise ValueError(f"format must be 'svg' or 'png', got {format!r}")
     try:
-        return graphviz.Source(to_dot(machine, path=path)).pipe(format=format)
+        return cast(bytes, graphviz.Source(to_dot(machine, path=path)).pipe(format=format))
     except graphviz.ExecutableNotFound as exc:
         raise GraphvizMissing(
             "Graphviz's `dot` program is not installed (on Debian or Ubuntu: apt-get install graphviz)"
         ) from exc
-
-

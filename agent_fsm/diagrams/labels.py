@@ -14,8 +14,6 @@ REGENERATE_COMMAND = "agent-fsm diagram --all --output diagrams/"
 """The one command that regenerates the committed ``diagrams/`` folder."""
 
 
-
-
 def edge_label(machine: MachineSpec, edge: Edge) -> str:
     """``event [guard]``; an unguarded edge beside guarded siblings is the ``[else]`` fallback."""
     label = edge.event
@@ -44,5 +42,3 @@ def title_of(machine: MachineSpec, path: RunPath | None) -> str:
 def check_path(machine: MachineSpec, path: RunPath | None) -> None:
     if path is not None and path.machine != machine:
         raise ValueError(f"the path is through machine {path.machine.name!r}, not {machine.name!r}")
-
-

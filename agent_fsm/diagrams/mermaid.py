@@ -22,7 +22,6 @@ from agent_fsm.engine.machine import MachineSpec
 __all__ = ["mermaid_text", "to_mermaid"]
 
 
-
 # Mermaid reads ';' as a statement break and '#...;' as an entity, and renders
 # '<...>' as HTML: write those as numeric entities so text shows as written.
 _MERMAID_ESCAPES = {"#": "#35;", ";": "#59;", "<": "#60;", ">": "#62;"}
@@ -141,5 +140,3 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
         if members[name]:
             lines.append(f"    class {','.join(members[name])} {name}")
     return "\n".join(lines) + "\n"
-
-

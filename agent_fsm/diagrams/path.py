@@ -21,12 +21,22 @@ from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunResult, RunState
 
-__all__ = ["CallRecord", "RunPath", "TRACE_KEY", "TraceError", "TurnRecord", "load_trace", "path_of", "reconstruct_path", "state_of", "turns_of"]
+__all__ = [
+    "TRACE_KEY",
+    "CallRecord",
+    "RunPath",
+    "TraceError",
+    "TurnRecord",
+    "load_trace",
+    "path_of",
+    "reconstruct_path",
+    "state_of",
+    "turns_of",
+]
 
 
 TRACE_KEY = "state"
 """A trace file is a saved :class:`RunState`, or a JSON object holding one under this key."""
-
 
 
 class TraceError(AgentFSMError, ValueError):
@@ -35,9 +45,6 @@ class TraceError(AgentFSMError, ValueError):
 
     Subclasses ``ValueError``: it is bad input, like any unreadable file.
     """
-
-
-
 
 
 @attrs.frozen
@@ -155,7 +162,7 @@ HUMAN_REJECTION = "rejected by a human reviewer:"
 NOT_RUN = "not run: the run stopped ("
 
 
-def _run_messages(state: RunState) -> list[Mapping[str, Any]]:
+def _run_messages(state: RunState) -> list[dict[str, Any]]:
     """The messages this run appended, after its opening (system prompt, history, task)."""
     start = state.opening
     if start == 0:  # saved before states counted their opening: the trailing assistant and tool messages
@@ -244,7 +251,7 @@ def path_of(run: RunResult | RunState) -> RunPath:
         return reconstruct_path(state)
     machine = RUN_MACHINE
     steps = []
-    for source, dest in zip([machine.initial, *state.path], state.path):
+    for source, dest in zip([machine.initial, *state.path], state.path, strict=False):
         events = {e.event for e in machine.edges if (e.source, e.dest) == (source, dest)}
         if len(events) != 1:
             raise TraceError(f"the recorded path moves {source} -> {dest}, which is not one edge of the run machine")
@@ -321,5 +328,3 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
             raise TraceError(f"the record leads to {where!r}, but the run rests in {final!r}")
         go(closing[0].event, final)
     return RunPath(machine, tuple(steps))
-
-

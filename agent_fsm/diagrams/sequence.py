@@ -16,7 +16,6 @@ from agent_fsm.engine.wire import assistant_text
 __all__ = ["sequence_diagram"]
 
 
-
 _TEXT_LIMIT = 80
 
 
@@ -124,5 +123,3 @@ def sequence_diagram(run: RunResult | RunState) -> str:
         ending += f" ({state.judgement.reason})"
     lines.append(f"    Note over engine: {mermaid_text(ending, _TEXT_LIMIT)}")
     return "\n".join(lines) + "\n"
-
-

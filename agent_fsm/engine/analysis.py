@@ -56,7 +56,9 @@ class MachineReport:
         return not self.violations
 
     def __str__(self) -> str:
-        head = f"machine {self.machine!r}: " + ("all checks hold" if self.ok else f"{len(self.violations)} violation(s)")
+        head = f"machine {self.machine!r}: " + (
+            "all checks hold" if self.ok else f"{len(self.violations)} violation(s)"
+        )
         lines = [head]
         lines += [f"  [{v.rule}] {v.message}" for v in self.violations]
         lines += [f"  warning [{w.rule}] {w.message}" for w in self.warnings]
@@ -138,16 +140,16 @@ def check_machine(spec: MachineSpec) -> MachineReport:
     reachable = _closure([spec.initial], forward)
     for name in names:
         if name not in reachable:
-            violations.append(Violation("reachable", (name,), f"state {name!r} cannot be reached from {spec.initial!r}"))
+            violations.append(
+                Violation("reachable", (name,), f"state {name!r} cannot be reached from {spec.initial!r}")
+            )
 
     if not absorbing:
         violations.append(Violation("can_end", (), "the machine declares no absorbing state"))
     can_end = _closure(absorbing, backward)
     for name in names:
         if name not in can_end:
-            violations.append(
-                Violation("can_end", (name,), f"no path leads from {name!r} to an absorbing state")
-            )
+            violations.append(Violation("can_end", (name,), f"no path leads from {name!r} to an absorbing state"))
 
     for e in spec.edges:
         if e.source in absorbing:
@@ -168,8 +170,7 @@ def check_machine(spec: MachineSpec) -> MachineReport:
                 "budgeted_cycles",
                 tuple(cycle),
                 "cycle through " + " -> ".join(cycle) + " consumes no declared budget, so nothing bounds it;"
-                " its edges: " + "; ".join(_edge_text(e) for e in edges)
-                + " (mark one with consumes=<budget>)",
+                " its edges: " + "; ".join(_edge_text(e) for e in edges) + " (mark one with consumes=<budget>)",
                 edges,
             )
         )

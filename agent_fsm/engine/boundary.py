@@ -9,7 +9,7 @@ Both go through the same two functions here, so there is one boundary.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.failures import GateError, HandlerError
@@ -93,6 +93,6 @@ def attempt(call: ToolCall, tools: Registry, gate: Gate) -> Observation:
     judgement = judge(call, tools, gate)
     if judgement.kind == "allow":
         return execute(call, tools)
-    kind = "invalid" if judgement.kind == "invalid" else "denied"
+    kind: Literal["invalid", "denied"] = "invalid" if judgement.kind == "invalid" else "denied"
     reason = judgement.reason if judgement.kind != "ask" else f"needs a human's approval: {judgement.reason}"
     return Observation(call.call_id, False, kind, reason)

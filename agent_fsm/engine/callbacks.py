@@ -274,5 +274,3 @@ MACHINE = compile_machine(
         )
     },
 )
-
-

@@ -32,7 +32,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-
 # --- the public driver ---------------------------------------------------------
 
 
@@ -167,7 +166,9 @@ def resume(
         NotPaused: ``state`` is not awaiting approval.
     """
     if state.machine_state != "AwaitingApproval":
-        raise NotPaused(f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state)
+        raise NotPaused(
+            f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state
+        )
     state = copy.deepcopy(state)
     context = RunContext(state, model, tools, gate, limits, estimator, answer_check)
     if approve:

@@ -20,8 +20,8 @@ __all__ = [
     "Gate",
     "Verdict",
     "allow_all",
-    "ask_for_effects",
     "as_verdict",
+    "ask_for_effects",
     "deny_effects",
 ]
 

@@ -28,7 +28,8 @@ def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict
         of some ``ok`` observation (no effect without an allowed, executed call);
         ``observations_correlated``: every tool message answers a call id
         proposed earlier in the transcript, and this run's observations and
-        tool messages (those after ``state.opening``) agree one to one; ``bounded``: turns, tool attempts and every prompt
+        tool messages (those after ``state.opening``) agree one to one;
+        ``bounded``: turns, tool attempts and every prompt
         sent stayed within ``limits``; ``typed_ending``: ``stop`` is a
         :class:`Stop` and agrees with the machine state the run rests in.
     """
@@ -44,9 +45,11 @@ def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict
             tool_messages += 1
             correlated = correlated and message.get("tool_call_id") in proposed
     correlated = correlated and tool_messages == len(state.observations)
-    resting = RUN_MACHINE.state(state.machine_state).is_resting if state.machine_state in {
-        s.name for s in RUN_MACHINE.states
-    } else False
+    resting = (
+        RUN_MACHINE.state(state.machine_state).is_resting
+        if state.machine_state in {s.name for s in RUN_MACHINE.states}
+        else False
+    )
     return {
         "effects_authorized": all(any(effect == r for r in results) for effect in effects),
         "observations_correlated": correlated,

@@ -5,6 +5,7 @@ Budgets, and the fixed set of typed reasons a run ends.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import attrs
 from attrs import validators as v
@@ -34,7 +35,7 @@ class Stop(str, enum.Enum):
         return self.value
 
 
-def _whole_number(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _whole_number(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     # bool is an int subclass; Limits(max_turns=True) is a mistake, not one turn.
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"'{attribute.name}' must be an int (got {value!r} that is a {type(value).__name__}).")

@@ -178,7 +178,7 @@ class _GuardedTransition(Transition):
     def execute(self, event_data: Any) -> bool:
         run = event_data.model
         for condition in self.conditions:
-            if condition.func(run) != condition.target:
+            if condition.func(run) != condition.target:  # type: ignore[operator]  # compiled to callables
                 return False
         run.machine_state = self.dest
         for effect in self.effects:
@@ -193,10 +193,7 @@ class _DirectEvent(Event):
         candidates = self.transitions.get(getattr(model, self.machine.model_attribute))
         if candidates is None:  # not a source of this event: let transitions raise its MachineError
             return super().trigger(model, *args, **kwargs)
-        for transition in candidates:
-            if transition.execute(_FiredEvent(model)):
-                return True
-        return False
+        return any(transition.execute(_FiredEvent(model)) for transition in candidates)  # type: ignore[arg-type]
 
 
 class _FiredEvent:
@@ -258,7 +255,8 @@ class CompiledMachine:
         for event in self.machine.events.values():
             for candidates in event.transitions.values():
                 for transition in candidates:
-                    transition.effects = tuple(self.machine.get_state(transition.dest).on_enter)
+                    assert transition.dest is not None, "every edge has a destination"
+                    transition.effects = tuple(self.machine.get_state(transition.dest).on_enter)  # type: ignore[attr-defined]
         self._events = {name: self.machine.events[name] for name in {e.event for e in spec.edges}}
         self._auto = {s.name: spec.auto_event(s.name) for s in spec.states}
 
@@ -283,10 +281,11 @@ class CompiledMachine:
         auto = self._auto
         while (event := auto[run.machine_state]) is not None:
             self.fire(run, event)
-        return run.machine_state
+        resting: str = run.machine_state
+        return resting
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compile_cached(spec: MachineSpec, vocabulary_items: tuple[tuple[str, Any], ...]) -> CompiledMachine:
     return CompiledMachine(spec, dict(vocabulary_items))
 
@@ -381,13 +380,21 @@ RUN_MACHINE = MachineSpec(
         Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
         Edge(
-            "Executing", "observe", "Proposing", guard="calls_pending", consumes="pending_calls",
+            "Executing",
+            "observe",
+            "Proposing",
+            guard="calls_pending",
+            consumes="pending_calls",
             meaning="next call of the same reply",
         ),
         Edge("Executing", "observe", "Ready", meaning="typed observation appended"),
         Edge("Denied", "observe", "NoProgress", guard="denial_repeated", meaning="same proposal rejected again"),
         Edge(
-            "Denied", "observe", "Proposing", guard="calls_pending", consumes="pending_calls",
+            "Denied",
+            "observe",
+            "Proposing",
+            guard="calls_pending",
+            consumes="pending_calls",
             meaning="next call of the same reply",
         ),
         Edge("Denied", "observe", "Ready", meaning="below repeat threshold"),

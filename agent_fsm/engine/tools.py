@@ -45,7 +45,7 @@ def _is_strict_integer(checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_Validator = extend(
+_Validator = extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
 )
@@ -92,7 +92,7 @@ def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
         raise ToolDefinitionError(f"invalid JSON Schema: {problem}")
     if json_schema.get("type") != "object":
         raise ToolDefinitionError(
-            f"a tool's schema must describe an object (\"type\": \"object\"), got {json_schema.get('type')!r}"
+            f'a tool\'s schema must describe an object ("type": "object"), got {json_schema.get("type")!r}'
         )
     return json_schema
 

@@ -94,7 +94,12 @@ EXPECTED = {"answer": "harborctl rollback --env staging --to last-healthy", "cit
 """What the rollback question should produce; only the outcome check reads it, never a policy."""
 
 # Words too common to tell pages apart; a query is matched on what is left.
-_STOP_WORDS = frozenset("a an the and or of to in on for with is are do does how what which i me my it can".split())
+# fmt: off
+_STOP_WORDS = frozenset((
+    "a", "an", "the", "and", "or", "of", "to", "in", "on", "for", "with", "is",
+    "are", "do", "does", "how", "what", "which", "i", "me", "my", "it", "can",
+))
+# fmt: on
 
 
 def _words(text: str) -> set[str]:

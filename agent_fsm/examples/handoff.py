@@ -191,7 +191,7 @@ SYSTEM_PROMPT = (
     "and cite the manual id. If the manuals do not settle the question, say so and say what would."
 )
 
-_MANUALS = {
+_MANUALS: dict[str, dict[str, Any]] = {
     "M-100": {"manual_id": "M-100", "model": "PX-100", "text": "PX-100 pumps: inspect seals every 90 days."},
     "M-200": {
         "manual_id": "M-200",
@@ -211,7 +211,10 @@ def _tools(effects: list[dict[str, Any]], *, flaky: bool) -> dict[str, ToolSpec]
         if flaky and searches["count"] == 1:
             raise TimeoutError("the manual search did not answer within 5 s; nothing was changed, a retry is safe")
         if "PX-200" in query:
-            return [{"manual_id": "M-200", "title": "PX-200 service manual"}, {"manual_id": "M-300", "title": "PX-200 vendor addendum"}]
+            return [
+                {"manual_id": "M-200", "title": "PX-200 service manual"},
+                {"manual_id": "M-300", "title": "PX-200 vendor addendum"},
+            ]
         return [{"manual_id": "M-100", "title": "PX-100 service manual (older pump)"}]
 
     def read_manual(manual_id: str) -> dict[str, Any]:
@@ -228,7 +231,9 @@ def _tools(effects: list[dict[str, Any]], *, flaky: bool) -> dict[str, ToolSpec]
         return booking
 
     return {
-        "search_manuals": ToolSpec("Search the manual library; returns manual ids and titles.", {"query": str}, search_manuals),
+        "search_manuals": ToolSpec(
+            "Search the manual library; returns manual ids and titles.", {"query": str}, search_manuals
+        ),
         "read_manual": ToolSpec(
             "Read one manual by id.",
             {
@@ -295,7 +300,9 @@ def _resolved(result: RunResult) -> bool:
 def _review_gate(call: ToolCall) -> Verdict:
     """Bookings go to a person with the proposed action in view; reads run."""
     if call.name == "schedule_inspection":
-        return Verdict.ask(f"book {json.dumps(call.arguments)}: a supervisor confirms the interval against the cited manual")
+        return Verdict.ask(
+            f"book {json.dumps(call.arguments)}: a supervisor confirms the interval against the cited manual"
+        )
     return Verdict.allow("read-only tool")
 
 

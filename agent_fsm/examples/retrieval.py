@@ -101,7 +101,7 @@ def _sha256(text: str) -> str:
 
 
 def _config(*values: Any) -> dict[str, Any]:
-    return dict(zip(_FIELDS, values))
+    return dict(zip(_FIELDS, values, strict=True))
 
 
 def rule_for(question: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from agent_fsm.engine.machine import (
     compile_machine,
 )
 from agent_fsm.engine.models import Model
+from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.tools import Registry
 from agent_fsm.patterns._common import (
     READY,
@@ -45,7 +46,8 @@ _RESTING = tuple(s for s in RUN_MACHINE.states if s.is_resting)
 
 def _ended(stop: str) -> Callable[[_PatternRun], bool]:
     def guard(run: _PatternRun) -> bool:
-        return run.extra["run_result"].stop.value == stop
+        result: RunResult = run.extra["run_result"]
+        return result.stop.value == stop
 
     guard.__name__ = f"run_ended_{stop}"
     guard.__doc__ = f"The run machine rested in {stop!r}."

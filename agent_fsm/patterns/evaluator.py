@@ -90,7 +90,8 @@ def draft_accepted(run: _PatternRun) -> bool:
 
 def revision_budget_spent(run: _PatternRun) -> bool:
     """``max_rounds`` drafts were made."""
-    return len(run.drafts) >= run.extra["max_rounds"]
+    max_rounds: int = run.extra["max_rounds"]
+    return len(run.drafts) >= max_rounds
 
 
 def draft_and_evaluate(run: _PatternRun) -> None:

@@ -28,7 +28,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -201,7 +201,7 @@ class HttpSettings:
                 raise _noted(failure, f"not retried: the limit of {self.max_requests} requests is spent")
             outcome, wait = self._attempt(url, where, content, headers, attempt)
             if wait is None:
-                return outcome
+                return cast("tuple[int, Any]", outcome)
             failure = outcome
             if attempt > self.max_retries:
                 raise failure if attempt == 1 else _noted(failure, f"gave up after {attempt} attempts")

@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -109,7 +109,6 @@ class Scenario:
     resumes: tuple[Resume, ...] = ()
 
 
-
 # --- loading -------------------------------------------------------------------
 
 
@@ -135,8 +134,10 @@ class _Reader:
         if allowed is not None:
             unknown = sorted(set(value) - set(allowed))
             if unknown:
-                raise self.fail(f"{key}.{unknown[0]}" if key else unknown[0], f"unknown key; expected one of {sorted(allowed)}")
-        return value
+                raise self.fail(
+                    f"{key}.{unknown[0]}" if key else unknown[0], f"unknown key; expected one of {sorted(allowed)}"
+                )
+        return cast("dict[str, Any]", value)
 
     def strings(self, value: Any, key: str) -> tuple[str, ...]:
         self.typed(value, key, list, "an array of strings")
@@ -195,7 +196,9 @@ def _model(reader: _Reader, value: Any) -> ModelSpec:
             raise reader.fail("model.name", "a named model takes no turns or reactions; use one or the other")
         return ModelSpec(name=reader.typed(model["name"], "model.name", str, "a string"))
     if "turns" not in model:
-        raise reader.fail("model", "expected turns = [...] (a scripted model) or name = \"...\" (a model of the environment)")
+        raise reader.fail(
+            "model", 'expected turns = [...] (a scripted model) or name = "..." (a model of the environment)'
+        )
     turns = reader.typed(model["turns"], "model.turns", list, "an array of turns")
     reactions = reader.table(model.get("reactions", {}), "model.reactions")
     return ModelSpec(
@@ -223,7 +226,9 @@ def _expect(reader: _Reader, value: Any) -> dict[str, Any]:
     try:
         expect["stop"] = Stop(stop)
     except ValueError:
-        raise reader.fail("expect.stop", f"{stop!r} is not a typed ending; expected one of {[s.value for s in Stop]}") from None
+        raise reader.fail(
+            "expect.stop", f"{stop!r} is not a typed ending; expected one of {[s.value for s in Stop]}"
+        ) from None
     for key in ("answer_contains", "reason_contains"):
         if key in expect:
             expect[key] = reader.strings(expect[key], f"expect.{key}")
@@ -236,7 +241,10 @@ def _expect(reader: _Reader, value: Any) -> dict[str, Any]:
         kinds = reader.strings(expect["observation_kinds"], "expect.observation_kinds")
         for index, kind in enumerate(kinds):
             if kind not in _KINDS:
-                raise reader.fail(f"expect.observation_kinds[{index}]", f"{kind!r} is not an observation kind; expected one of {list(_KINDS)}")
+                raise reader.fail(
+                    f"expect.observation_kinds[{index}]",
+                    f"{kind!r} is not an observation kind; expected one of {list(_KINDS)}",
+                )
         expect["observation_kinds"] = list(kinds)
     if "checks" in expect:
         for name, truth in reader.table(expect["checks"], "expect.checks").items():
@@ -302,7 +310,9 @@ def scenario_from_data(data: Mapping[str, Any], path: str | Path = "<spec>") -> 
     history = reader.typed(data.get("history", []), "history", list, "an array of messages")
     for index, message in enumerate(history):
         reader.table(message, f"history[{index}]")
-        reader.typed(message.get("role"), f"history[{index}].role", str, "a role string (system, user, assistant, tool)")
+        reader.typed(
+            message.get("role"), f"history[{index}].role", str, "a role string (system, user, assistant, tool)"
+        )
     resumes = reader.typed(data.get("resume", []), "resume", list, "an array of [[resume]] tables")
     decisions = []
     for index, entry in enumerate(resumes):
@@ -316,7 +326,7 @@ def scenario_from_data(data: Mapping[str, Any], path: str | Path = "<spec>") -> 
             )
         )
     if not REFERENCE.match(text["environment"]):
-        raise reader.fail("environment", f"expected \"package.module:function\", got {text['environment']!r}")
+        raise reader.fail("environment", f'expected "package.module:function", got {text["environment"]!r}')
     return Scenario(
         path=str(path),
         name=text.get("name", _default_name(path)),
@@ -339,5 +349,3 @@ def discover(root: str | Path = "specs") -> list[Path]:
     if root.is_file():
         return [root]
     return sorted(p for p in root.rglob("*.toml") if p.is_file())
-
-

@@ -31,7 +31,14 @@ from agent_fsm.scenarios.format import (
     SpecFormatError,
 )
 
-__all__ = ["ALLOWED_ENVIRONMENT_PREFIXES", "Expectation", "ScenarioResult", "build_model", "load_environment", "run_scenario"]
+__all__ = [
+    "ALLOWED_ENVIRONMENT_PREFIXES",
+    "Expectation",
+    "ScenarioResult",
+    "build_model",
+    "load_environment",
+    "run_scenario",
+]
 
 ALLOWED_ENVIRONMENT_PREFIXES: tuple[str, ...] = ("agent_fsm.examples",)
 """Modules a spec's ``environment`` may name: these packages and their submodules, nothing else."""
@@ -93,7 +100,12 @@ class ScenarioResult:
         """The saved trace: spec name, the run state, the effect log and every expectation."""
 
         def entry(e: Expectation) -> dict[str, Any]:
-            return {"name": e.name, "expected": to_json_data(e.expected), "actual": to_json_data(e.actual), "held": e.held}
+            return {
+                "name": e.name,
+                "expected": to_json_data(e.expected),
+                "actual": to_json_data(e.actual),
+                "held": e.held,
+            }
 
         return {
             "spec": self.scenario.name,
@@ -116,7 +128,6 @@ def _show(value: Any) -> str:
     return repr(to_json_data(value))
 
 
-
 # --- running -------------------------------------------------------------------
 
 
@@ -135,10 +146,12 @@ def load_environment(
     """
     match = REFERENCE.match(reference)
     if match is None:
-        raise SpecFormatError(path, "environment", f"expected \"package.module:function\", got {reference!r}")
+        raise SpecFormatError(path, "environment", f'expected "package.module:function", got {reference!r}')
     module_name, attr = match["module"], match["attr"]
     if not any(module_name == p or module_name.startswith(p + ".") for p in allowed):
-        raise SpecFormatError(path, "environment", f"module {module_name!r} is outside the allowed packages {list(allowed)}")
+        raise SpecFormatError(
+            path, "environment", f"module {module_name!r} is outside the allowed packages {list(allowed)}"
+        )
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -166,7 +179,11 @@ def build_model(scenario: Scenario, environment: Environment) -> Model:
         return ScriptedModel(spec.turns, spec.reactions)
     factory = environment.models.get(spec.name)
     if factory is None:
-        raise SpecFormatError(scenario.path, "model.name", f"{spec.name!r} is not a model of this environment; expected one of {sorted(environment.models)}")
+        raise SpecFormatError(
+            scenario.path,
+            "model.name",
+            f"{spec.name!r} is not a model of this environment; expected one of {sorted(environment.models)}",
+        )
     return factory()
 
 
@@ -205,12 +222,16 @@ def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, u
             found.append(Expectation(key, expect[key], actual_count, actual_count == expect[key]))
     if "observation_kinds" in expect:
         kinds = [o.kind for o in state.observations]
-        found.append(Expectation("observation_kinds", expect["observation_kinds"], kinds, kinds == expect["observation_kinds"]))
+        found.append(
+            Expectation("observation_kinds", expect["observation_kinds"], kinds, kinds == expect["observation_kinds"])
+        )
     for name, truth in expect.get("checks", {}).items():
         check = environment.checks.get(name)
         if check is None:
             raise SpecFormatError(
-                scenario.path, f"expect.checks.{name}", f"not a check of this environment; expected one of {sorted(environment.checks)}"
+                scenario.path,
+                f"expect.checks.{name}",
+                f"not a check of this environment; expected one of {sorted(environment.checks)}",
             )
         actual_truth = bool(check(result))
         found.append(Expectation(f"check {name}", truth, actual_truth, actual_truth is truth))
@@ -244,7 +265,9 @@ def run_scenario(scenario: Scenario, *, model: Model | None = None) -> ScenarioR
     while result.stop is Stop.AWAITING_APPROVAL and used < len(scenario.resumes):
         decision = scenario.resumes[used]
         used += 1
-        result = resume(result.state, model, environment.tools, approve=decision.approve, reason=decision.reason, **common)
+        result = resume(
+            result.state, model, environment.tools, approve=decision.approve, reason=decision.reason, **common
+        )
     expectations = _evaluate(scenario, result, environment, used)
     invariants = check_run(result, environment.effects, scenario.limits)
     return ScenarioResult(
@@ -254,4 +277,3 @@ def run_scenario(scenario: Scenario, *, model: Model | None = None) -> ScenarioR
         expectations=tuple(expectations),
         invariants=tuple(Expectation(name, True, held, held) for name, held in invariants.items()),
     )
-

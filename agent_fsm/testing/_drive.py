@@ -175,7 +175,10 @@ def describe_run(result: RunResult) -> str:
                 f"{c.get('id')}:{c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})"
                 for c in message["tool_calls"]
             )
-            lines.append(f"  [{index}] assistant proposes {calls}" + (f"  thought={message.get('content')!r}" if message.get("content") else ""))
+            lines.append(
+                f"  [{index}] assistant proposes {calls}"
+                + (f"  thought={message.get('content')!r}" if message.get("content") else "")
+            )
         elif role == "tool":
             lines.append(f"  [{index}] tool {message.get('tool_call_id')}: {message.get('content')}")
         else:
@@ -229,9 +232,10 @@ def check_gate_contains(
 
     Models default to :func:`scripted_models` over the registry proposing
     what can reach a gate (valid calls, alone or several at once, with
-    thoughts, among some refused arguments), trying the constants the gate and ``forbidden`` compare against
-    (:func:`constants_of`) wherever an argument can take them. When the gate asks a human, the human rejects (``approve=False``,
-    so only the gate's own allowances are examined) or approves (and the
+    thoughts, among some refused arguments), trying the constants the gate and
+    ``forbidden`` compare against (:func:`constants_of`) wherever an argument
+    can take them. When the gate asks a human, the human rejects
+    (``approve=False``, so only the gate's own allowances are examined) or approves (and the
     approved calls are the human's responsibility). The run invariants are
     checked as well.
 
@@ -253,14 +257,23 @@ def check_gate_contains(
         model = data.draw(model_strategy, label="model")
         chosen_limits = data.draw(limit_strategy, label="limits")
         outcome = drive(
-            model, world_of(tools_factory()), gate=gate, gate_factory=gate_factory, limits=chosen_limits,
+            model,
+            world_of(tools_factory()),
+            gate=gate,
+            gate_factory=gate_factory,
+            limits=chosen_limits,
             decide=lambda call: approve,
         )
 
         def check() -> None:
             assert_nothing_forbidden(outcome.result.state, forbidden, outcome.approved)
-            assert_run_invariants(outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools,
-                                  approved=outcome.approved)
+            assert_run_invariants(
+                outcome.result,
+                outcome.world.effects,
+                chosen_limits,
+                tools=outcome.world.tools,
+                approved=outcome.approved,
+            )
 
         _annotated(outcome, check)
 
@@ -299,8 +312,13 @@ def check_policy_ends(
         chosen_limits = data.draw(limit_strategy, label="limits")
         chosen_gate = data.draw(gate_tables(tools), label="gate") if drawn_gates else gate
         outcome = drive(
-            model, world_of(tools_factory()), gate=chosen_gate, gate_factory=gate_factory, limits=chosen_limits,
-            decide=lambda call: data.draw(st.booleans(), label=f"approve {call.call_id}"), driver=driver,
+            model,
+            world_of(tools_factory()),
+            gate=chosen_gate,
+            gate_factory=gate_factory,
+            limits=chosen_limits,
+            decide=lambda call: data.draw(st.booleans(), label=f"approve {call.call_id}"),
+            driver=driver,
         )
 
         def check() -> None:
@@ -311,8 +329,13 @@ def check_policy_ends(
                     f"the run ended {getattr(stop, 'value', stop)!r} ({outcome.result.reason}); expected one of "
                     f"{sorted(s.value for s in expected)}",
                 )
-            assert_run_invariants(outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools,
-                                  approved=outcome.approved)
+            assert_run_invariants(
+                outcome.result,
+                outcome.world.effects,
+                chosen_limits,
+                tools=outcome.world.tools,
+                approved=outcome.approved,
+            )
 
         _annotated(outcome, check)
 
@@ -342,7 +365,9 @@ def check_driver(
     tools = world_of(tools_factory()).tools
     model_strategy = _models_strategy(models, tools, constants_of(gate))
     limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())
-    gate_strategy = st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny", "allow_tuple"))
+    gate_strategy = (
+        st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny", "allow_tuple"))
+    )
 
     def property_(data: st.DataObject) -> None:
         model = data.draw(model_strategy, label="model")

@@ -14,7 +14,7 @@ the previous one.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -156,11 +156,11 @@ class RunHarness(RuleBasedStateMachine):
         cache = cls.__dict__.get("_reply_strategies")
         if cache is None:
             cache = {}
-            cls._reply_strategies = cache  # type: ignore[attr-defined]
+            cls._reply_strategies = cache
         if kinds not in cache:
             constants = constants_of(self.gate, type(self).forbidden)
             cache[kinds] = assistant_messages(self.world.tools, kinds=kinds, constants=constants)
-        return cache[kinds]
+        return cast("st.SearchStrategy[dict[str, Any]]", cache[kinds])
 
     @property
     def waiting(self) -> bool:

@@ -30,7 +30,9 @@ INVARIANTS: dict[str, str] = {
     "token_budget": "no prompt sent exceeds max_prompt_tokens",
     "tool_budget": "handler attempts never exceed max_tool_calls, and each attempt left one observation",
     "stop_justified": "a budget stop is only reported once that budget is really spent",
-    "observations_correlated": "tool messages answer the latest assistant message's calls, in order, one per observation",
+    "observations_correlated": (
+        "tool messages answer the latest assistant message's calls, in order, one per observation"
+    ),
     "observations_typed": "an observation is ok exactly when it is a result",
     "contract_checked": "every executed call names a registered tool with arguments its schema accepts",
     "gate_consulted": "every executed call was allowed by the gate or approved by a human",
@@ -79,9 +81,12 @@ def executed_calls(state: RunState) -> list[tuple[int, ToolCall]]:
         if message.get("role") == "assistant":
             calls, answered = parse_tool_calls(message), 0
         elif message.get("role") == "tool":
-            if answered < len(calls) and observation_index < len(state.observations):
-                if state.observations[observation_index].kind in ("result", "error"):
-                    found.append((index, calls[answered]))
+            if (
+                answered < len(calls)
+                and observation_index < len(state.observations)
+                and state.observations[observation_index].kind in ("result", "error")
+            ):
+                found.append((index, calls[answered]))
             answered += 1
             observation_index += 1
     return found
@@ -123,7 +128,9 @@ def _check_budgets(result: RunResult, limits: Limits) -> None:
     if stop is Stop.STEP_LIMIT and state.turns < limits.max_turns:
         _fail("stop_justified", f"stopped step_limit after {state.turns} of {limits.max_turns} model calls")
     if stop is Stop.TOOL_LIMIT and (limits.max_tool_calls is None or state.tool_attempts < limits.max_tool_calls):
-        _fail("stop_justified", f"stopped tool_limit after {state.tool_attempts} attempts (max {limits.max_tool_calls})")
+        _fail(
+            "stop_justified", f"stopped tool_limit after {state.tool_attempts} attempts (max {limits.max_tool_calls})"
+        )
     if stop is Stop.NO_PROGRESS and not any(n >= limits.repeated_denials for n in state.denials.values()):
         _fail("stop_justified", f"stopped no_progress but no proposal was rejected {limits.repeated_denials} times")
 
@@ -141,12 +148,17 @@ def _check_correlation(state: RunState) -> None:
             continue
         where = f"message {index}"
         if answered >= len(calls):
-            _fail("observations_correlated", f"tool message {message.get('tool_call_id')!r} answers no pending call", where)
+            _fail(
+                "observations_correlated",
+                f"tool message {message.get('tool_call_id')!r} answers no pending call",
+                where,
+            )
         expected = calls[answered].call_id
         if message.get("tool_call_id") != expected:
             _fail(
                 "observations_correlated",
-                f"tool message answers {message.get('tool_call_id')!r}, the next call awaiting an answer is {expected!r}",
+                f"tool message answers {message.get('tool_call_id')!r},"
+                f" the next call awaiting an answer is {expected!r}",
                 where,
             )
         if observation_index >= len(state.observations):
@@ -167,13 +179,14 @@ def _check_correlation(state: RunState) -> None:
         )
     for index, observation in enumerate(state.observations):
         if observation.ok != (observation.kind == "result"):
-            _fail("observations_typed", f"{observation!r} has ok={observation.ok} with kind {observation.kind!r}",
-                  f"observation {index}")
+            _fail(
+                "observations_typed",
+                f"{observation!r} has ok={observation.ok} with kind {observation.kind!r}",
+                f"observation {index}",
+            )
 
 
-def _check_boundary(
-    state: RunState, tools: Registry | None, gate: Gate | None, approved: Collection[str]
-) -> None:
+def _check_boundary(state: RunState, tools: Registry | None, gate: Gate | None, approved: Collection[str]) -> None:
     for index, call in executed_calls(state):
         where = f"message {index}"
         if tools is not None:
@@ -185,7 +198,8 @@ def _check_boundary(
             if verdict.kind != "allow":
                 _fail(
                     "gate_consulted",
-                    f"{call!r} was executed but the gate answers {verdict.kind!r} ({verdict.reason}) and no human approved it",
+                    f"{call!r} was executed but the gate answers {verdict.kind!r} ({verdict.reason})"
+                    " and no human approved it",
                     where,
                 )
 
@@ -206,24 +220,32 @@ def _check_answer_and_pause(result: RunResult) -> None:
     assistants = [(i, m) for i, m in enumerate(state.messages) if m.get("role") == "assistant"]
     if result.stop in (Stop.ANSWERED, Stop.ANSWER_REJECTED):
         if not assistants or state.messages[-1] is not assistants[-1][1] or parse_tool_calls(assistants[-1][1]):
-            _fail("answer_recorded", f"stopped {result.stop} but the transcript does not end in a plain assistant message")
+            _fail(
+                "answer_recorded", f"stopped {result.stop} but the transcript does not end in a plain assistant message"
+            )
         text = assistant_text(assistants[-1][1]) or ""
         expected = text if result.stop is Stop.ANSWERED else None
         if result.answer != expected:
-            _fail("answer_recorded", f"answer is {result.answer!r}, the final assistant message says {text!r}",
-                  f"message {assistants[-1][0]}")
+            _fail(
+                "answer_recorded",
+                f"answer is {result.answer!r}, the final assistant message says {text!r}",
+                f"message {assistants[-1][0]}",
+            )
     elif result.answer is not None:
         _fail("answer_recorded", f"stopped {result.stop} yet carries the answer {result.answer!r}")
     if result.stop is Stop.AWAITING_APPROVAL:
         blocked = result.blocked_on
         if blocked is None or not assistants:
-            _fail("paused_on_call", "paused with nothing to approve")
+            raise InvariantViolation("paused_on_call", "paused with nothing to approve")
         last_index, last = assistants[-1]
         calls = [c.call_id for c in parse_tool_calls(last)]
         answered = sum(1 for m in state.messages[last_index + 1 :] if m.get("role") == "tool")
         if answered >= len(calls) or calls[answered] != blocked.call_id:
-            _fail("paused_on_call", f"blocked on {blocked!r}, which is not the latest reply's next unanswered call",
-                  f"message {last_index}")
+            _fail(
+                "paused_on_call",
+                f"blocked on {blocked!r}, which is not the latest reply's next unanswered call",
+                f"message {last_index}",
+            )
     elif result.blocked_on is not None:
         _fail("paused_on_call", f"stopped {result.stop} yet blocked on {result.blocked_on!r}")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hypothesis import strategies as st
@@ -25,9 +25,27 @@ Constants = tuple[Any, ...]
 
 _SUPPORTED = frozenset(
     {
-        "type", "properties", "required", "additionalProperties", "enum", "const", "pattern",
-        "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-        "items", "minItems", "maxItems", "description", "title", "default", "examples", "$schema",
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "pattern",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "items",
+        "minItems",
+        "maxItems",
+        "description",
+        "title",
+        "default",
+        "examples",
+        "$schema",
     }
 )
 
@@ -96,7 +114,8 @@ def _strings(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchS
     high = schema.get("maxLength")
     pattern = schema.get("pattern")
     known = [
-        c for c in constants
+        c
+        for c in constants
         if isinstance(c, str) and _in_range(len(c), low, high) and (pattern is None or re.search(pattern, c))
     ]
     if pattern is not None:
@@ -116,7 +135,9 @@ def _objects(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchS
     if extra is False:
         return fixed
     extra_values = _ANY_JSON if extra is True else schema_values(extra, constants)
-    spare = st.dictionaries(st.text(min_size=1, max_size=6).filter(lambda k: k not in properties), extra_values, max_size=2)
+    spare = st.dictionaries(
+        st.text(min_size=1, max_size=6).filter(lambda k: k not in properties), extra_values, max_size=2
+    )
     return st.tuples(fixed, spare).map(lambda pair: {**pair[1], **pair[0]})
 
 
@@ -129,7 +150,7 @@ def _arrays(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchSt
     )
 
 
-_BY_TYPE = {
+_BY_TYPE: dict[str, Callable[[Mapping[str, Any], tuple[Any, ...]], st.SearchStrategy[Any]]] = {
     "object": _objects,
     "string": _strings,
     "integer": _integers,
@@ -207,7 +228,9 @@ def _object_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
     required = [p for p in schema.get("required", []) if p in properties]
     if required:
         options.append(
-            st.tuples(valid, st.sampled_from(required)).map(lambda pair: {k: v for k, v in pair[0].items() if k != pair[1]})
+            st.tuples(valid, st.sampled_from(required)).map(
+                lambda pair: {k: v for k, v in pair[0].items() if k != pair[1]}
+            )
         )
     if schema.get("additionalProperties") is False:
         options.append(
@@ -216,9 +239,17 @@ def _object_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
             )
         )
     for name, sub in properties.items():
-        bad = schema_violations(sub)
-        options.append(st.tuples(valid, bad).map(lambda pair, name=name: {**pair[0], name: pair[1]}))
+        options.append(st.tuples(valid, schema_violations(sub)).map(_with_value(name)))
     return st.one_of(options) if options else st.nothing()
+
+
+def _with_value(name: str) -> Callable[[tuple[dict[str, Any], Any]], dict[str, Any]]:
+    """Put a value (a violation) under ``name`` in a valid object."""
+
+    def put(pair: tuple[dict[str, Any], Any]) -> dict[str, Any]:
+        return {**pair[0], name: pair[1]}
+
+    return put
 
 
 def schema_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
@@ -270,7 +301,7 @@ def constants_of(*functions: Any) -> tuple[Any, ...]:
     for function in functions:
         if function is None:
             continue
-        target = function if hasattr(function, "__code__") else getattr(type(function), "__call__", None)
+        target = function if hasattr(function, "__code__") else type(function).__call__
         code = getattr(target, "__code__", None)
         if code is None:
             continue

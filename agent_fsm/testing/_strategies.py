@@ -92,7 +92,9 @@ def _claim(name: str, arguments: Mapping[str, Any]) -> str:
     return f"Calling {name} with " + ", ".join(f"{k}={json.dumps(v)}" for k, v in arguments.items())
 
 
-def thoughts(tools: Registry, name: str | None = None, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[str | None]:
+def thoughts(
+    tools: Registry, name: str | None = None, *, constants: Iterable[Any] = ()
+) -> st.SearchStrategy[str | None]:
     """
     Text riding beside a call: none, prose, or a *claim* about the arguments.
 
@@ -133,8 +135,11 @@ _UNKNOWN_NAMES = ("delete_everything", "transfer_funds", "shell", "")
 
 @st.composite
 def _entry(
-    draw: st.DrawFn, call_ids: st.SearchStrategy[str | None], names: st.SearchStrategy[str],
-    arguments: Mapping[str, st.SearchStrategy[str]], targeted: bool,
+    draw: st.DrawFn,
+    call_ids: st.SearchStrategy[str | None],
+    names: st.SearchStrategy[str],
+    arguments: Mapping[str, st.SearchStrategy[str]],
+    targeted: bool,
 ) -> tuple[dict[str, Any], str | None]:
     # Built in a composite, not with .map(lambda ...), so failing examples print values, not lambda bodies.
     call_id = draw(call_ids)
@@ -150,7 +155,10 @@ class _Shapes:
         # both favours and shrinks towards the first choices.
         names = sorted(tools, key=lambda n: not tools[n].effectful)
         refusable = [n for n in names if n in _refusable(tools)]
-        as_text = lambda strategy: strategy.map(json.dumps)  # noqa: E731
+
+        def as_text(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[str]:
+            return strategy.map(json.dumps)
+
         unknown = [n for n in _UNKNOWN_NAMES if n not in tools]
         # (names, arguments by name, whether thoughts may talk about the tool), per kind
         plans: dict[str, tuple[list[str], dict[str, st.SearchStrategy[str]], bool]] = {
@@ -297,7 +305,7 @@ class TableGate:
             return True, f"{call.name} allowed by table"
         if decision == "deny_tuple":
             return False, f"{call.name} denied by table"
-        return Verdict(decision, f"{call.name}: {decision} by table")  # type: ignore[arg-type]
+        return Verdict(decision, f"{call.name}: {decision} by table")
 
 
 def gates(tools: Registry, *, decisions: Iterable[Decision] = _DECISIONS) -> st.SearchStrategy[TableGate]:

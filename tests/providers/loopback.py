@@ -128,7 +128,7 @@ class LoopbackServer:
                 # algorithm meets the client's delayed ACK and each reply stalls ~40 ms.
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+            def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: tests read ``requests``, not a log."""
 
             def do_POST(self) -> None:

@@ -27,8 +27,16 @@ def test_spec_runs_against_an_openai_compatible_server(server: LoopbackServer) -
     )
     result = runner.invoke(
         app,
-        ["run", str(SPECS / "support_desk" / "liar.toml"), "--provider", "openai",
-         "--base-url", f"{server.url}/v1", "--model", "test-model"],
+        [
+            "run",
+            str(SPECS / "support_desk" / "liar.toml"),
+            "--provider",
+            "openai",
+            "--base-url",
+            f"{server.url}/v1",
+            "--model",
+            "test-model",
+        ],
     )
     assert "-> lookup_order" in result.stdout and "[srv_1]" in result.stdout
     assert "ending: answered" in result.stdout
@@ -43,8 +51,16 @@ def test_unreachable_provider_ends_provider_error(server: LoopbackServer) -> Non
     """A refused connection is a provider_error ending, reported, not a traceback."""
     result = runner.invoke(
         app,
-        ["run", str(SPECS / "support_desk" / "liar.toml"), "--provider", "openai",
-         "--base-url", f"{free_port_refusing()}/v1", "--model", "m"],
+        [
+            "run",
+            str(SPECS / "support_desk" / "liar.toml"),
+            "--provider",
+            "openai",
+            "--base-url",
+            f"{free_port_refusing()}/v1",
+            "--model",
+            "m",
+        ],
     )
     assert "ending: provider_error" in result.stdout
     assert "provider fault: ProviderFailure (transport)" in result.stdout
@@ -60,7 +76,16 @@ def test_provider_options_without_provider_are_a_usage_error() -> None:
 
 def test_bad_provider_configuration_is_one_line() -> None:
     """A provider that cannot be configured (no model name) exits 1 with one line."""
-    result = runner.invoke(app, ["run", str(SPECS / "support_desk" / "liar.toml"), "--provider", "openai",
-                                 "--base-url", "http://127.0.0.1:9/v1"])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(SPECS / "support_desk" / "liar.toml"),
+            "--provider",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+    )
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1 and "error:" in result.stderr
