@@ -220,7 +220,9 @@ def test_token_limit_refuses_the_model_call_that_would_exceed_the_budget():
     assert all(b > a for a, b in zip(log, log[1:]))
     declared = sum(estimate_tokens(d) for d in function_declarations(tools))
     assert result.state.message_tokens + declared > 900  # the prompt that was refused
-    assert log[-1] == log[0] + (log[1] - log[0]) * (len(log) - 1)  # it grows by one call and one result a turn
+    steps = [b - a for a, b in zip(log, log[1:])]
+    # it grows by one call and one result a turn (the reused id is renamed w~2, w~3 ..., a token more at w~10)
+    assert max(steps) - min(steps) <= 1
 
 
 def test_token_estimate_is_incremental_and_matches_a_full_recount():
@@ -457,8 +459,8 @@ def test_calls_left_when_a_run_stops_are_answered_as_not_run():
     assert [(o.call_id, o.kind) for o in result.state.observations] == [
         ("a", "denied"),
         ("b", "result"),
-        ("a", "denied"),
-        ("b", "denied"),
+        ("a~2", "denied"),  # the second reply reused the ids; each call id stays unique in the transcript
+        ("b~2", "denied"),
     ]
     assert result.state.observations[-1].content == "not run: the run stopped (no_progress)"
     assert result.state.tool_attempts == 1 and effects == []

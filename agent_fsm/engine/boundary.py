@@ -14,9 +14,11 @@ from typing import Any, Literal
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.failures import GateError, HandlerError
 from agent_fsm.engine.gates import Gate, as_verdict
+from agent_fsm.engine.jsondata import storable
+from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.observe import Observation, to_json_data
 from agent_fsm.engine.state import Judgement, RunState
-from agent_fsm.engine.tools import Registry, ToolCall, validate_call
+from agent_fsm.engine.tools import Registry, ToolCall, check_registry, validate_call
 
 __all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "execute", "judge"]
 
@@ -26,17 +28,20 @@ EXPECTED_TOOL_ERRORS: tuple[type[BaseException], ...] = (ToolError, KeyError, Va
 _VERDICT_TO_JUDGEMENT = {"allow": "allow", "deny": "denied", "ask": "ask"}
 
 
-def judge(call: ToolCall, tools: Registry, gate: Gate, *, state: RunState | None = None) -> Judgement:
+def judge(
+    call: ToolCall, tools: Registry, gate: Gate, *, state: RunState | None = None, limits: Limits | None = None
+) -> Judgement:
     """
     Decide about one proposal: ``invalid`` (contract broken), else the gate's verdict.
 
     The gate is consulted only for a well-formed call, immediately before it
-    could run. ``state`` is attached to any :class:`GateError` raised.
+    could run. ``state`` is attached to any :class:`GateError` raised;
+    ``limits`` bound the arguments' depth and size (the defaults when ``None``).
 
     Raises:
         GateError: the gate raised, or returned something that is not a verdict.
     """
-    reason = validate_call(call, tools)
+    reason = validate_call(call, tools, limits=limits)
     if reason is not None:
         return Judgement("invalid", reason)
     try:
@@ -63,13 +68,17 @@ def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -
 
     Expected failures (:data:`EXPECTED_TOOL_ERRORS`) become ``error``
     observations (marked ``permanent`` when a :class:`ToolError` says so);
-    results are stored as JSON data.
+    results are stored as JSON data, or, when JSON cannot hold them, as
+    their text form marked ``text_form``: once the handler returned, the
+    effect happened, and nothing after it may raise and lose that record.
+    The handler gets the arguments its signature takes.
 
     Raises:
         HandlerError: the handler raised anything else (a bug); ``state`` is attached.
     """
+    spec = tools[call.name]
     try:
-        result = tools[call.name].handler(**call.arguments)  # type: ignore[arg-type]
+        result = spec.handler(**spec.handler_arguments(call.arguments))  # type: ignore[arg-type]
     except EXPECTED_TOOL_ERRORS as exc:
         permanent = isinstance(exc, ToolError) and exc.permanent
         return Observation(call.call_id, False, "error", _error_content(exc), permanent=permanent)
@@ -80,7 +89,8 @@ def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -
             state=state,
             call=call,
         ) from exc
-    return Observation(call.call_id, True, "result", to_json_data(result))
+    content, text_form = storable(result)
+    return Observation(call.call_id, True, "result", content, text_form=text_form)
 
 
 def attempt(call: ToolCall, tools: Registry, gate: Gate) -> Observation:
@@ -89,7 +99,11 @@ def attempt(call: ToolCall, tools: Registry, gate: Gate) -> Observation:
 
     A verdict of ``ask`` is refused here (``denied``, with the gate's reason):
     code that calls this directly has no pause to offer a human.
+
+    Raises:
+        TypeError: ``tools`` is not a mapping of names to ToolSpecs (see :func:`check_registry`).
     """
+    check_registry(tools)
     judgement = judge(call, tools, gate)
     if judgement.kind == "allow":
         return execute(call, tools)

@@ -20,8 +20,8 @@ from agent_fsm.engine.machine import RUN_MACHINE, compile_machine
 from agent_fsm.engine.models import Model, ModelReply
 from agent_fsm.engine.observe import Observation, TokenEstimator
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState
-from agent_fsm.engine.tools import Registry, function_declarations
-from agent_fsm.engine.wire import assistant_text, normalise_reply, tool_message
+from agent_fsm.engine.tools import Registry, declaration_tokens, function_declarations
+from agent_fsm.engine.wire import assistant_text, call_ids, normalise_reply, tool_message
 
 __all__ = ["MACHINE", "AnswerCheck", "RunContext"]
 
@@ -34,6 +34,7 @@ class RunContext:
 
     __slots__ = (
         "answer_check",
+        "call_ids",
         "declaration_tokens",
         "declarations",
         "estimator",
@@ -58,11 +59,13 @@ class RunContext:
         self.answer_check = answer_check
         self.model = model
         self.tools = tools
+        # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
+        self.declarations = function_declarations(tools)
+        self.declaration_tokens = declaration_tokens(tools, estimator)
         self.gate = gate if gate is not None else deny_effects(tools)
         self.limits = limits
         self.estimator = estimator
-        self.declarations = function_declarations(tools)
-        self.declaration_tokens = sum(estimator(d) for d in self.declarations)
+        self.call_ids = call_ids(state.messages)  # ids in the transcript; new proposals never reuse one
 
     @property
     def machine_state(self) -> str:
@@ -179,7 +182,7 @@ def _ask_model(run: RunContext) -> None:
             state.usage_offset += reply.prompt_tokens - estimate
             state.prompt_token_log[-1] = reply.prompt_tokens
         reply = reply.message
-    message, calls = normalise_reply(reply, state.turns)
+    message, calls = normalise_reply(reply, state.turns, run.call_ids)
     run.append(message)
     state.pending = calls
 
@@ -199,7 +202,7 @@ def take_proposal(run: RunContext) -> None:
             if reason is not None:
                 state.judgement = Judgement("invalid", str(reason))
     elif not tool_budget_spent(run):
-        state.judgement = judge(state.pending[0], run.tools, run.gate, state=state)
+        state.judgement = judge(state.pending[0], run.tools, run.gate, state=state, limits=run.limits)
 
 
 def _observe(run: RunContext, observation: Observation) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from agent_fsm.engine.jsondata import DEPTH_CEILING
+
 __all__ = ["Limits", "Stop"]
 
 
@@ -54,10 +56,16 @@ class Limits:
     ``max_prompt_tokens``; no handler call once ``max_tool_calls`` attempts
     (failed ones included) were made. ``repeated_denials`` is how many times
     the identical rejected proposal may come back before the run ends
-    ``no_progress``.
+    ``no_progress``. Arguments nested deeper than ``max_argument_depth`` or
+    longer than ``max_argument_chars`` characters of JSON are ``invalid``
+    (see docs/hostile-input.md).
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
     max_prompt_tokens: int = attrs.field(default=4000, validator=_non_negative)
     repeated_denials: int = attrs.field(default=2, validator=[_whole_number, v.ge(1)])
     max_tool_calls: int | None = attrs.field(default=None, validator=v.optional(_non_negative))
+    # Hostile arguments: how deep dicts and lists may nest, and how long their JSON text may be.
+    # Past DEPTH_CEILING a value could not be saved, so no setting goes beyond it.
+    max_argument_depth: int = attrs.field(default=32, validator=[_whole_number, v.ge(1), v.le(DEPTH_CEILING)])
+    max_argument_chars: int = attrs.field(default=100_000, validator=[_whole_number, v.ge(2)])

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import attrs
 
+from agent_fsm.engine.jsondata import storable
+
 __all__ = ["Observation", "ObservationKind", "TokenEstimator", "estimate_tokens", "to_json_data"]
 
 ObservationKind = Literal["result", "invalid", "denied", "error"]
@@ -21,11 +23,13 @@ def to_json_data(value: Any) -> Any:
     ``value`` as plain JSON data (dicts, lists, str, numbers, bools, None).
 
     Observations are stored as JSON data so that a saved run reads back
-    exactly as it was; anything JSON cannot hold is stored as its ``str``.
+    exactly as it was. Plain data is copied as is (no JSON round trip);
+    objects JSON cannot hold are stored as their ``str``, and a value that
+    cannot be stored at all (a cycle, a tuple key, ``NaN``) as its text form:
+    see :func:`agent_fsm.engine.jsondata.storable`, which also says whether
+    text stood in.
     """
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return json.loads(json.dumps(value, default=str))
+    return storable(value)[0]
 
 
 @attrs.frozen
@@ -38,6 +42,8 @@ class Observation:
     way) from a result; a policy that only sees "failed" can only retry blindly.
     ``permanent`` marks an ``error`` the tool declared unrecoverable
     (``ToolError(..., permanent=True)``); such an error ends the run ``handoff``.
+    ``text_form`` marks content that is a text rendering of what the handler
+    returned, because JSON could not hold it (the effect happened all the same).
     """
 
     call_id: str
@@ -45,12 +51,15 @@ class Observation:
     kind: ObservationKind = attrs.field(validator=attrs.validators.in_(_KINDS))
     content: Any
     permanent: bool = attrs.field(default=False, kw_only=True)
+    text_form: bool = attrs.field(default=False, kw_only=True)
 
     def wire_content(self) -> str:
         """The text of the tool message that carries this observation to the model."""
         data = {"ok": self.ok, "kind": self.kind, "content": self.content}
         if self.permanent:
             data["permanent"] = True
+        if self.text_form:
+            data["text_form"] = True
         return json.dumps(data)
 
 

@@ -9,24 +9,33 @@ lets each be tested on its own.
 
 from __future__ import annotations
 
-import functools
+import inspect
 import json
+import re
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import jsonschema
-from jsonschema.validators import Draft202012Validator, extend
 
 from agent_fsm.engine.errors import ToolDefinitionError
+from agent_fsm.engine.jsondata import argument_problem
+from agent_fsm.engine.limits import Limits
+from agent_fsm.engine.schema import compile_checker, make_validator, schema_problem
 
 __all__ = [
+    "TOOL_NAME",
     "Registry",
     "ToolCall",
     "ToolSpec",
+    "check_registry",
+    "declaration_tokens",
     "function_declarations",
     "validate_call",
 ]
+
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""What a tool may be called: the names every provider's API accepts."""
 
 _PY_TO_JSON: dict[type, str] = {
     str: "string",
@@ -37,27 +46,26 @@ _PY_TO_JSON: dict[type, str] = {
     dict: "object",
     type(None): "null",
 }
+_SUPPORTED = ", ".join(t.__name__ for t in _PY_TO_JSON)
+_DEFAULT_LIMITS = Limits()
+# Canonical JSON for fingerprints; one encoder, built once (json.dumps with options builds one per call).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
-def _is_strict_integer(checker: Any, instance: Any) -> bool:
-    # JSON Schema calls 4999.0 an integer. A handler declared to take an int
-    # would then receive a float, so agent_fsm accepts only real integers.
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-_Validator = extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
-)
+def _is_type_like(value: Any) -> bool:
+    # A Python type or a typing construct (list[int], int | None, Optional[str], Any): shorthand intent.
+    return isinstance(value, (type, types.GenericAlias, types.UnionType)) or (
+        type(value).__module__ == "typing" and not isinstance(value, (str, bytes))
+    )
 
 
 def _shorthand_to_schema(shorthand: Mapping[str, Any]) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     for arg, kind in shorthand.items():
-        if kind not in _PY_TO_JSON:
+        if not (isinstance(kind, type) and kind in _PY_TO_JSON):
             raise ToolDefinitionError(
-                f"argument {arg!r} has type {kind!r}; the shorthand schema accepts "
-                f"{sorted(t.__name__ for t in _PY_TO_JSON)} (use a JSON Schema for anything richer)"
+                f"argument {arg!r} has type {kind!r}; the shorthand schema accepts only the plain types"
+                f" {_SUPPORTED} (write a JSON Schema for anything richer, such as list[int] or optional values)"
             )
         properties[arg] = {"type": _PY_TO_JSON[kind]}
     return {
@@ -68,26 +76,13 @@ def _shorthand_to_schema(shorthand: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=1024)
-def _schema_problem(schema_text: str) -> str | None:
-    # Checking a schema against the meta-schema costs milliseconds; worlds are
-    # rebuilt per test example, so each distinct schema is checked once.
-    try:
-        _Validator.check_schema(json.loads(schema_text))
-    except jsonschema.SchemaError as exc:
-        return exc.message
-    return None
-
-
 def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(schema, Mapping):
         raise ToolDefinitionError(f"schema must be a mapping, got {type(schema).__name__}")
-    if schema and all(isinstance(v, type) for v in schema.values()):
+    if not schema or any(_is_type_like(v) for v in schema.values()):
         return _shorthand_to_schema(schema)
-    if not schema:
-        return _shorthand_to_schema({})
     json_schema = dict(schema)
-    problem = _schema_problem(json.dumps(json_schema, sort_keys=True, default=repr))
+    problem = schema_problem(json_schema)
     if problem is not None:
         raise ToolDefinitionError(f"invalid JSON Schema: {problem}")
     if json_schema.get("type") != "object":
@@ -95,6 +90,57 @@ def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
             f'a tool\'s schema must describe an object ("type": "object"), got {json_schema.get("type")!r}'
         )
     return json_schema
+
+
+# Keywords that can require or declare arguments away from the top level.
+_COMPOSING = frozenset(
+    {
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "$ref",
+        "$dynamicRef",
+        "dependentRequired",
+        "dependentSchemas",
+    }
+)
+
+
+def _handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) -> frozenset[str] | None:
+    """
+    The argument names ``handler`` takes, to pass it only those; ``None`` when it takes any (``**kwargs``).
+
+    Refuses, at definition, a handler that a valid call would make raise ``TypeError``.
+    """
+    try:
+        parameters = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):  # some builtins have no signature to read; pass them everything
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    by_name = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+    if positional:
+        raise ToolDefinitionError(f"handler takes positional-only {positional}; arguments are passed by name")
+    names = frozenset(p.name for p in by_name)
+    declared = set(schema.get("properties", {})) | set(schema.get("required", []))
+    unknown = sorted(declared - names)
+    if unknown:
+        raise ToolDefinitionError(
+            f"the schema declares {unknown} but the handler takes no such parameter (it takes {sorted(names)})"
+        )
+    if not (_COMPOSING & schema.keys()):
+        needed = sorted(p.name for p in by_name if p.default is p.empty and p.name not in schema.get("required", []))
+        if needed:
+            raise ToolDefinitionError(
+                f"handler parameters {needed} have no default, but the schema does not require them:"
+                " a valid call could leave them out"
+            )
+    return names
 
 
 @attrs.frozen
@@ -105,11 +151,15 @@ class ToolSpec:
     ``schema`` is what the tool accepts: the model is shown it, and the
     engine holds every call to it before the handler may run. It is either a ``{argument: python_type}``
     shorthand (every argument required, no others allowed) or a JSON Schema
-    object. ``effectful`` flags tools with side effects outside the run; the secure
+    object (Draft 2020-12; ``$ref`` only inside the schema, ``pattern`` on a
+    linear-time engine, the formats of :func:`agent_fsm.checked_formats` checked).
+    The handler is called with the arguments its signature names; extra
+    arguments an open schema allows reach only a handler taking ``**kwargs``.
+    ``effectful`` flags tools with side effects outside the run; the secure
     default gate refuses them.
 
     Raises:
-        ToolDefinitionError: the schema is not usable.
+        ToolDefinitionError: the schema is not usable, or a valid call would not fit the handler.
     """
 
     description: str
@@ -118,21 +168,36 @@ class ToolSpec:
     effectful: bool = False
     json_schema: dict[str, Any] = attrs.field(init=False, repr=False, eq=False)
     _validator: Any = attrs.field(init=False, repr=False, eq=False, alias="_validator")
+    # The schema compiled once into a predicate (None: jsonschema decides), and the names
+    # the handler is given (None: all of them).
+    _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")
+    _accepts: frozenset[str] | None = attrs.field(init=False, repr=False, eq=False, alias="_accepts")
 
     def __attrs_post_init__(self) -> None:
         if not callable(self.handler):
             raise ToolDefinitionError(f"handler must be callable, got {self.handler!r}")
         json_schema = _normalise_schema(self.schema)
         object.__setattr__(self, "json_schema", json_schema)
-        object.__setattr__(self, "_validator", _Validator(json_schema))
+        object.__setattr__(self, "_validator", make_validator(json_schema))
+        object.__setattr__(self, "_checker", compile_checker(json_schema))
+        object.__setattr__(self, "_accepts", _handler_arguments(self.handler, json_schema))
 
     def errors(self, arguments: Any) -> list[str]:
         """Every way ``arguments`` breaks the contract, as readable lines (empty when valid)."""
+        if self._checker is not None and self._checker(arguments):
+            return []
         found = []
-        for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
+        for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(map(str, e.path))):
             where = "/".join(str(p) for p in error.path)
             found.append(f"{where}: {error.message}" if where else error.message)
         return found
+
+    def handler_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The part of valid ``arguments`` the handler takes (an open schema may allow more)."""
+        accepts = self._accepts
+        if accepts is None or accepts.issuperset(arguments):
+            return dict(arguments)
+        return {k: v for k, v in arguments.items() if k in accepts}
 
     def declaration(self, name: str) -> dict[str, Any]:
         """This tool as an OpenAI-compatible function declaration."""
@@ -153,42 +218,169 @@ class ToolCall:
 
     ``arguments`` is ``None`` when the model's argument text did not parse
     as a JSON object; ``raw_arguments`` keeps that text so a denial can quote
-    it and the no-progress detector can fingerprint it.
+    it and the no-progress detector can fingerprint it. ``original_id`` is
+    the id the model sent when the engine had to rename it (a duplicate, or a
+    clash with an id already in the transcript); ``None`` when it was kept.
     """
 
     call_id: str
     name: str
     arguments: dict[str, Any] | None
     raw_arguments: str | None = attrs.field(default=None, eq=False, repr=False)
+    original_id: str | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
     def fingerprint(self) -> str:
         """Tool name and canonical arguments: equal for proposals that mean the same."""
-        if self.arguments is None:
-            return f"{self.name}:<unparsed>{self.raw_arguments}"
-        return f"{self.name}:{json.dumps(self.arguments, sort_keys=True, separators=(',', ':'))}"
+        if self.arguments is not None:
+            try:
+                return f"{self.name}:{_CANONICAL.encode(self.arguments)}"
+            except (TypeError, ValueError, RecursionError):
+                pass  # not JSON data (it will be refused as such); its text stands in
+        return f"{self.name}:<unparsed>{self.raw_arguments}"
 
 
-def validate_call(call: ToolCall, tools: Registry) -> str | None:
+def _quote(text: str | None, limit: int = 200) -> str:
+    if text is None or len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def _unparsed_reason(call: ToolCall, limits: Limits) -> str:
+    # Only the failure path gets here, so reading the text again to say why costs nothing on valid calls.
+    raw = call.raw_arguments
+    prefix = f"arguments for {call.name or '(no name)'} were not a JSON object"
+    if raw is None:
+        return f"{prefix}: none were sent"
+    if len(raw) > limits.max_argument_chars:
+        return f"{prefix} within the size limit: {len(raw):,} characters (at most {limits.max_argument_chars:,})"
+    try:
+        parsed = json.loads(raw)
+    except RecursionError:
+        return f"{prefix}: they nest too deeply to read"
+    except ValueError as exc:
+        return f"{prefix} ({exc}): {_quote(raw)}"
+    if isinstance(parsed, dict):
+        return f"{prefix} that can be stored: {argument_problem(parsed, max_depth=limits.max_argument_depth)}"
+    return f"{prefix}: got a JSON {type(parsed).__name__}: {_quote(raw)}"
+
+
+def validate_call(call: ToolCall, tools: Registry, *, limits: Limits | None = None) -> str | None:
     """
     Hold a proposal up against the contract its tool declares in the registry.
+
+    Before the schema, the arguments must be plain JSON data within
+    ``limits`` (:attr:`Limits.max_argument_depth`, :attr:`Limits.max_argument_chars`;
+    the defaults when ``None``): no ``NaN`` or ``Infinity``, no deeper
+    nesting, no longer text.
 
     Returns:
         ``None`` if the proposal names a known tool with valid arguments;
         otherwise a reason written so the model can fix its call. Permission is not
         judged here at all; the gate decides that separately.
     """
+    limits = _DEFAULT_LIMITS if limits is None else limits
     if call.arguments is None:
-        return f"arguments for {call.name or '(no name)'} were not a JSON object: {call.raw_arguments!r}"
-    tool = tools.get(call.name) if isinstance(call.name, str) else None
+        return _unparsed_reason(call, limits)
+    name = call.name
+    if not isinstance(name, str) or not name:  # never looked up: a registry cannot hold a tool named ""
+        known = ", ".join(sorted(tools)) or "none"
+        return f"unknown tool: the call names no tool (available: {known})"
+    tool = tools.get(name)
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
-        return f"unknown tool: {call.name!r} (available: {known})"
+        return f"unknown tool: {name!r} (available: {known})"
+    problem = argument_problem(call.arguments, max_depth=limits.max_argument_depth)
+    if problem is None:
+        text = call.raw_arguments
+        size = len(text) if text is not None else len(_CANONICAL.encode(call.arguments))
+        if size > limits.max_argument_chars:
+            problem = f"{size:,} characters of arguments (at most {limits.max_argument_chars:,})"
+    if problem is not None:
+        return f"{name} arguments rejected: {problem}"
     problems = tool.errors(call.arguments)
     if problems:
-        return f"{call.name} arguments rejected: " + "; ".join(problems)
+        return f"{name} arguments rejected: " + "; ".join(problems)
     return None
 
 
+# --- registries ------------------------------------------------------------------
+
+
+class _Rendered:
+    """A registry checked and rendered once: its declarations and, per estimator, their token count."""
+
+    __slots__ = ("declarations", "specs", "tokens")
+
+    def __init__(self, specs: tuple[ToolSpec, ...], declarations: list[dict[str, Any]]) -> None:
+        self.specs = specs  # held so the ids in the cache key stay these objects' ids
+        self.declarations = declarations
+        self.tokens: dict[Any, int] = {}
+
+
+_RENDERED: dict[tuple[tuple[str, int], ...], _Rendered] = {}
+_RENDERED_MAX = 256
+
+
+def check_registry(tools: Any) -> None:
+    """
+    Refuse a registry the engine could not use: not a mapping, a bad tool name, a value that is not a ToolSpec.
+
+    Each registry content is checked once (the result is cached with its declarations).
+
+    Raises:
+        TypeError: ``tools`` is not a mapping (a list of ToolSpecs, say).
+        ToolDefinitionError: a name does not match :data:`TOOL_NAME`, or a value is not a ToolSpec.
+    """
+    if not isinstance(tools, Mapping):
+        raise TypeError(
+            f"tools must be a mapping of tool name to ToolSpec, such as {{'lookup': ToolSpec(...)}}"
+            f" (got {type(tools).__name__}: {_quote(repr(tools), 80)})"
+        )
+    _rendered(tools)
+
+
+def _check_entries(tools: Registry) -> None:
+    for name, spec in tools.items():
+        if not isinstance(name, str) or TOOL_NAME.fullmatch(name) is None:
+            raise ToolDefinitionError(
+                f"tool name {name!r} must match ^[a-zA-Z0-9_-]{{1,64}}$ (what the providers' APIs accept)"
+            )
+        if not isinstance(spec, ToolSpec):
+            raise ToolDefinitionError(f"tool {name!r} must be a ToolSpec, got {type(spec).__name__}")
+
+
+def _rendered(tools: Registry) -> _Rendered:
+    if not isinstance(tools, Mapping):
+        check_registry(tools)
+    # A registry is keyed by what it holds, not by its identity: adding, removing or replacing a
+    # tool makes a new key, so a changed registry is never served stale declarations.
+    key = tuple((name, id(spec)) for name, spec in tools.items())
+    hit = _RENDERED.get(key)
+    if hit is None:
+        _check_entries(tools)
+        hit = _Rendered(tuple(tools.values()), [spec.declaration(name) for name, spec in tools.items()])
+        if len(_RENDERED) >= _RENDERED_MAX:
+            _RENDERED.clear()
+        _RENDERED[key] = hit
+    return hit
+
+
 def function_declarations(tools: Registry) -> list[dict[str, Any]]:
-    """Render a registry as OpenAI-compatible ``tools`` entries, in registry order."""
-    return [spec.declaration(name) for name, spec in tools.items()]
+    """
+    Render a registry as OpenAI-compatible ``tools`` entries, in registry order.
+
+    Rendered once per registry content (and checked with :func:`check_registry`);
+    the entries are shared between runs, so treat them as read-only.
+    """
+    return list(_rendered(tools).declarations)
+
+
+def declaration_tokens(tools: Registry, estimator: Callable[[Mapping[str, Any]], int]) -> int:
+    """What the registry's declarations add to every prompt, by ``estimator``; counted once per registry."""
+    rendered = _rendered(tools)
+    tokens = rendered.tokens.get(estimator)
+    if tokens is None:
+        tokens = sum(estimator(d) for d in rendered.declarations)
+        if len(rendered.tokens) < 16:
+            rendered.tokens[estimator] = tokens
+    return tokens

@@ -10,15 +10,18 @@ broken; broken parts become proposals that fail validation, never exceptions.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import reprlib
+from collections.abc import Mapping, MutableSet
 from typing import Any
 
+from agent_fsm.engine.jsondata import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.tools import ToolCall
 
 __all__ = [
     "answer_message",
     "assistant_text",
+    "call_ids",
     "normalise_reply",
     "parse_tool_calls",
     "tool_call_message",
@@ -67,28 +70,57 @@ def assistant_text(message: Mapping[str, Any]) -> str | None:
     return str(content)
 
 
+def _text_of(raw: Any) -> str:
+    # The text that stands for arguments a server sent already parsed; never raises.
+    try:
+        return json.dumps(raw, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return reprlib.repr(raw)  # cyclic, too deep, or keys JSON cannot write
+
+
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if isinstance(raw, Mapping):  # some servers send parsed arguments; accept them as they are
-        return dict(raw), json.dumps(raw, default=str)
+        arguments = dict(raw)
+        # Too deep (or cyclic) to store in a saved state: kept only as text, refused as unparsed.
+        return (None if nesting_exceeds(arguments, DEPTH_CEILING) else arguments), _text_of(raw)
     if not isinstance(raw, str):
-        return None, None if raw is None else repr(raw)
+        return None, None if raw is None else reprlib.repr(raw)
     if raw.strip() == "":  # an empty argument string is how a no-argument call often arrives
         return {}, raw
     try:
         parsed = json.loads(raw)
     except (ValueError, RecursionError):
         return None, raw
-    return (parsed if isinstance(parsed, dict) else None), raw
+    if not isinstance(parsed, dict):
+        return None, raw
+    # Each level of nesting needs a bracket, so counting them is a cheap bound before walking.
+    if raw.count("{") + raw.count("[") > DEPTH_CEILING and nesting_exceeds(parsed, DEPTH_CEILING):
+        return None, raw
+    return parsed, raw
 
 
-def normalise_reply(reply: Any, turn: int) -> tuple[Message, list[ToolCall]]:
+def _unique_id(wanted: str, taken: MutableSet[str]) -> str:
+    # Deterministic: the first free of wanted, wanted~2, wanted~3, ...
+    candidate, n = wanted, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{wanted}~{n}"
+    taken.add(candidate)
+    return candidate
+
+
+def normalise_reply(reply: Any, turn: int, taken: MutableSet[str] | None = None) -> tuple[Message, list[ToolCall]]:
     """
     Turn whatever the model returned into a well-formed assistant message and its proposals.
 
-    The stored message keeps every proposal the model made, with two repairs
-    so the transcript stays valid wire format: a call without a usable id gets
-    ``call_<turn>_<index>``, and the arguments are always a string. Anything
-    that is not a mapping at all is kept as the answer text ``str(reply)``.
+    The stored message keeps every proposal the model made, with repairs so
+    the transcript stays valid wire format: a call without a usable id gets
+    ``call_<turn>_<index>``, the arguments are always a string, and call ids
+    are unique. ``taken`` holds the ids already in the transcript (it is
+    updated); an id that is taken, or repeated within the reply, becomes the
+    first free ``<id>~2``, ``<id>~3`` ..., and the call keeps the model's id
+    as ``original_id``. Anything that is not a mapping at all is kept as the
+    answer text ``str(reply)``.
     """
     if not isinstance(reply, Mapping):
         return {"role": "assistant", "content": str(reply)}, []
@@ -98,23 +130,35 @@ def normalise_reply(reply: Any, turn: int) -> tuple[Message, list[ToolCall]]:
         return message, []
     if not isinstance(raw_calls, list):
         raw_calls = [raw_calls]
+    taken = set() if taken is None else taken
     calls: list[ToolCall] = []
     wire_calls: list[Message] = []
     for index, item in enumerate(raw_calls):
         item = item if isinstance(item, Mapping) else {}
         function = item.get("function")
         function = function if isinstance(function, Mapping) else {}
-        call_id = item.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            call_id = f"call_{turn}_{index}"
+        sent = item.get("id")
+        wanted = sent if isinstance(sent, str) and sent else f"call_{turn}_{index}"
+        call_id = _unique_id(wanted, taken)
+        renamed = sent if call_id != wanted and isinstance(sent, str) and sent else None
         name = function.get("name")
         name = name if isinstance(name, str) else ""
         arguments, raw = _parse_arguments(function.get("arguments"))
         text = raw if raw is not None else ""
-        calls.append(ToolCall(call_id, name, arguments, text))
+        calls.append(ToolCall(call_id, name, arguments, text, original_id=renamed))
         wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
     message["tool_calls"] = wire_calls
     return message, calls
+
+
+def call_ids(messages: list[Message]) -> set[str]:
+    """Every tool-call id the assistant messages of ``messages`` carry (what :func:`normalise_reply` must avoid)."""
+    ids: set[str] = set()
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+        if isinstance(calls, list):
+            ids.update(c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str))
+    return ids
 
 
 def parse_tool_calls(message: Mapping[str, Any]) -> list[ToolCall]:

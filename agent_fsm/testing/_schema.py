@@ -13,11 +13,12 @@ validator (:meth:`agent_fsm.ToolSpec.errors`) rather than trusted.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hypothesis import strategies as st
+
+from agent_fsm.engine.patterns import compile_pattern
 
 __all__ = ["UnsupportedSchema", "constants_of", "schema_values", "schema_violations"]
 
@@ -113,14 +114,15 @@ def _strings(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchS
     low = schema.get("minLength", 0)
     high = schema.get("maxLength")
     pattern = schema.get("pattern")
+    # The engine matches patterns as JSON Schema does (ASCII \d, "$" at the very end), not as Python's re.
+    search = compile_pattern(pattern) if pattern is not None else None
     known = [
-        c
-        for c in constants
-        if isinstance(c, str) and _in_range(len(c), low, high) and (pattern is None or re.search(pattern, c))
+        c for c in constants if isinstance(c, str) and _in_range(len(c), low, high) and (search is None or search(c))
     ]
-    if pattern is not None:
-        base = st.from_regex(pattern, fullmatch=False)
-        base = base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high))
+    if pattern is not None and search is not None:
+        matches = search
+        base = st.from_regex(str(pattern), fullmatch=False)
+        base = base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high) and matches(s))
     else:
         base = st.text(min_size=low, max_size=high if high is not None else max(low, 12))
     return st.one_of(st.sampled_from(known), base) if known else base
