@@ -39,6 +39,7 @@ from agent_fsm.engine.failures import (
     NotPaused,
     RunError,
 )
+from agent_fsm.engine.formats import checked_formats
 from agent_fsm.engine.gates import (
     Gate,
     Verdict,
@@ -100,6 +101,7 @@ __all__ = [
     "Observation",
     "validate_call",
     "function_declarations",
+    "checked_formats",
     # Gates
     "Gate",
     "Verdict",

@@ -29,6 +29,7 @@ def test_contract_names_are_exported():
         "check_run",
         "ToolError",
         "function_declarations",
+        "checked_formats",
     }
     assert contract <= set(agent_fsm.__all__)
 

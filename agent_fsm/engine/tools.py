@@ -49,7 +49,7 @@ _PY_TO_JSON: dict[type, str] = {
 _SUPPORTED = ", ".join(t.__name__ for t in _PY_TO_JSON)
 _DEFAULT_LIMITS = Limits()
 # Canonical JSON for fingerprints; one encoder, built once (json.dumps with options builds one per call).
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _is_type_like(value: Any) -> bool:
@@ -172,6 +172,7 @@ class ToolSpec:
     # the handler is given (None: all of them).
     _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")
     _accepts: frozenset[str] | None = attrs.field(init=False, repr=False, eq=False, alias="_accepts")
+    _rendered: dict[str, Any] = attrs.field(init=False, repr=False, eq=False, factory=dict, alias="_rendered")
 
     def __attrs_post_init__(self) -> None:
         if not callable(self.handler):
@@ -307,61 +308,49 @@ def validate_call(call: ToolCall, tools: Registry, *, limits: Limits | None = No
 
 
 class _Rendered:
-    """A registry checked and rendered once: its declarations and, per estimator, their token count."""
+    """One tool rendered under one name: its declaration and, per estimator, what it adds to a prompt."""
 
-    __slots__ = ("declarations", "specs", "tokens")
+    __slots__ = ("declaration", "tokens")
 
-    def __init__(self, specs: tuple[ToolSpec, ...], declarations: list[dict[str, Any]]) -> None:
-        self.specs = specs  # held so the ids in the cache key stay these objects' ids
-        self.declarations = declarations
+    def __init__(self, declaration: dict[str, Any]) -> None:
+        self.declaration = declaration
         self.tokens: dict[Any, int] = {}
-
-
-_RENDERED: dict[tuple[tuple[str, int], ...], _Rendered] = {}
-_RENDERED_MAX = 256
 
 
 def check_registry(tools: Any) -> None:
     """
     Refuse a registry the engine could not use: not a mapping, a bad tool name, a value that is not a ToolSpec.
 
-    Each registry content is checked once (the result is cached with its declarations).
-
     Raises:
         TypeError: ``tools`` is not a mapping (a list of ToolSpecs, say).
         ToolDefinitionError: a name does not match :data:`TOOL_NAME`, or a value is not a ToolSpec.
     """
+    for name, spec in _entries(tools):
+        _rendering(name, spec)
+
+
+def _entries(tools: Any) -> Any:
     if not isinstance(tools, Mapping):
         raise TypeError(
             f"tools must be a mapping of tool name to ToolSpec, such as {{'lookup': ToolSpec(...)}}"
             f" (got {type(tools).__name__}: {_quote(repr(tools), 80)})"
         )
-    _rendered(tools)
+    return tools.items()
 
 
-def _check_entries(tools: Registry) -> None:
-    for name, spec in tools.items():
+def _rendering(name: Any, spec: Any) -> _Rendered:
+    # The cache lives on the (frozen) ToolSpec, keyed by the name it is registered under: a registry
+    # is read afresh on every call, so adding, removing or replacing a tool is always seen, and no
+    # global cache keeps old registries (and their handlers' worlds) alive.
+    if not isinstance(spec, ToolSpec):
+        raise ToolDefinitionError(f"tool {name!r} must be a ToolSpec, got {type(spec).__name__}")
+    hit: _Rendered | None = spec._rendered.get(name)
+    if hit is None:
         if not isinstance(name, str) or TOOL_NAME.fullmatch(name) is None:
             raise ToolDefinitionError(
                 f"tool name {name!r} must match ^[a-zA-Z0-9_-]{{1,64}}$ (what the providers' APIs accept)"
             )
-        if not isinstance(spec, ToolSpec):
-            raise ToolDefinitionError(f"tool {name!r} must be a ToolSpec, got {type(spec).__name__}")
-
-
-def _rendered(tools: Registry) -> _Rendered:
-    if not isinstance(tools, Mapping):
-        check_registry(tools)
-    # A registry is keyed by what it holds, not by its identity: adding, removing or replacing a
-    # tool makes a new key, so a changed registry is never served stale declarations.
-    key = tuple((name, id(spec)) for name, spec in tools.items())
-    hit = _RENDERED.get(key)
-    if hit is None:
-        _check_entries(tools)
-        hit = _Rendered(tuple(tools.values()), [spec.declaration(name) for name, spec in tools.items()])
-        if len(_RENDERED) >= _RENDERED_MAX:
-            _RENDERED.clear()
-        _RENDERED[key] = hit
+        hit = spec._rendered[name] = _Rendered(spec.declaration(name))
     return hit
 
 
@@ -369,18 +358,21 @@ def function_declarations(tools: Registry) -> list[dict[str, Any]]:
     """
     Render a registry as OpenAI-compatible ``tools`` entries, in registry order.
 
-    Rendered once per registry content (and checked with :func:`check_registry`);
-    the entries are shared between runs, so treat them as read-only.
+    Each tool is rendered (and its name checked, see :func:`check_registry`)
+    once; the entries are shared between runs, so treat them as read-only.
     """
-    return list(_rendered(tools).declarations)
+    return [_rendering(name, spec).declaration for name, spec in _entries(tools)]
 
 
 def declaration_tokens(tools: Registry, estimator: Callable[[Mapping[str, Any]], int]) -> int:
-    """What the registry's declarations add to every prompt, by ``estimator``; counted once per registry."""
-    rendered = _rendered(tools)
-    tokens = rendered.tokens.get(estimator)
-    if tokens is None:
-        tokens = sum(estimator(d) for d in rendered.declarations)
-        if len(rendered.tokens) < 16:
-            rendered.tokens[estimator] = tokens
-    return tokens
+    """What the registry's declarations add to every prompt, by ``estimator``; each counted once."""
+    total = 0
+    for name, spec in _entries(tools):
+        rendered = _rendering(name, spec)
+        tokens = rendered.tokens.get(estimator)
+        if tokens is None:
+            tokens = estimator(rendered.declaration)
+            if len(rendered.tokens) < 8:  # a handful of estimators per tool is all real code has
+                rendered.tokens[estimator] = tokens
+        total += tokens
+    return total

@@ -10,11 +10,10 @@ broken; broken parts become proposals that fail validation, never exceptions.
 from __future__ import annotations
 
 import json
-import reprlib
 from collections.abc import Mapping, MutableSet
 from typing import Any
 
-from agent_fsm.engine.jsondata import DEPTH_CEILING, nesting_exceeds
+from agent_fsm.engine.jsondata import DEPTH_CEILING, describe, nesting_exceeds
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.tools import ToolCall
 
@@ -75,7 +74,7 @@ def _text_of(raw: Any) -> str:
     try:
         return json.dumps(raw, default=str)
     except (TypeError, ValueError, RecursionError):
-        return reprlib.repr(raw)  # cyclic, too deep, or keys JSON cannot write
+        return describe(raw)  # cyclic, too deep, or keys JSON cannot write
 
 
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
@@ -84,7 +83,7 @@ def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         # Too deep (or cyclic) to store in a saved state: kept only as text, refused as unparsed.
         return (None if nesting_exceeds(arguments, DEPTH_CEILING) else arguments), _text_of(raw)
     if not isinstance(raw, str):
-        return None, None if raw is None else reprlib.repr(raw)
+        return None, None if raw is None else describe(raw)
     if raw.strip() == "":  # an empty argument string is how a no-argument call often arrives
         return {}, raw
     try:

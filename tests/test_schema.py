@@ -1,0 +1,156 @@
+"""Schemas compiled once: the fast checker agrees with jsonschema, results are copied without a JSON round trip,
+and declarations are rendered once per tool and registry content."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_fsm import ScriptedModel, ToolSpec, answer_message, estimate_tokens, function_declarations, run
+from agent_fsm.engine.jsondata import storable
+from agent_fsm.engine.observe import to_json_data
+from agent_fsm.engine.schema import compile_checker, make_validator
+from agent_fsm.engine.tools import declaration_tokens
+from tests.strategies import CREDIT_SCHEMA
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "shorthand": ToolSpec("d", {"sku": str, "qty": int, "rush": bool}, lambda sku, qty, rush: 1).json_schema,
+    "credit": CREDIT_SCHEMA,
+    "bounds": {
+        "type": "object",
+        "properties": {
+            "n": {"type": ["integer", "null"], "minimum": -3, "exclusiveMaximum": 7},
+            "x": {"type": "number", "exclusiveMinimum": 0.5, "maximum": 10},
+            "s": {"type": "string", "minLength": 1, "maxLength": 3, "pattern": "^[a-c]+$"},
+            "when": {"type": "string", "format": "date"},
+            "tags": {"type": "array", "items": {"enum": ["a", 1, True, None]}, "minItems": 1, "maxItems": 3},
+            "fixed": {"const": [1, {"k": False}]},
+        },
+        "additionalProperties": {"type": "integer"},
+    },
+    "untyped": {"type": "object", "properties": {"any": {}, "never": False, "always": True}, "required": ["any"]},
+}
+
+_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-10, 12),
+        st.floats(-12, 12, allow_nan=False),
+        st.sampled_from(["a", "abc", "abcd", "", "z", "2024-02-29", "2023-02-30", "C001", "damaged", "T-0001"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.sampled_from(["k", "n", "x", "s", "tags", "any", "sku", "qty", "extra"]), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def _near_valid(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    names = list(schema.get("properties", {})) + ["extra"]
+    return st.dictionaries(st.sampled_from(names), _values, max_size=len(names))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@given(data=st.data())
+def test_the_compiled_checker_agrees_with_jsonschema(name, data):
+    """On any JSON document, valid for the compiled predicate exactly when jsonschema finds no error."""
+    schema = SCHEMAS[name]
+    checker = compile_checker(schema)
+    assert checker is not None
+    instance = data.draw(st.one_of(_near_valid(schema), _values))
+    assert checker(instance) is (next(make_validator(schema).iter_errors(instance), None) is None)
+
+
+def test_schemas_with_other_keywords_fall_back_to_jsonschema():
+    """Keywords the compiler does not know are left to jsonschema, never ignored."""
+    for schema in ({"anyOf": [{"type": "string"}]}, {"$ref": "#"}, {"prefixItems": [True]}, {"multipleOf": 2}):
+        assert compile_checker(schema) is None
+    spec = ToolSpec("d", {"type": "object", "properties": {"n": {"multipleOf": 2}}}, lambda n=0: n)
+    assert spec.errors({"n": 3}) == ["n: 3 is not a multiple of 2"]
+
+
+def test_a_failing_call_is_worded_by_jsonschema_as_before():
+    """The fast path only decides; messages keep jsonschema's wording, in path order."""
+    spec = ToolSpec("d", CREDIT_SCHEMA, lambda customer_id, amount_cents, reason, tier=None, approval=None: 1)
+    assert spec.errors({"customer_id": "X", "amount_cents": 0, "reason": "late", "approval": {"ticket": "T-1"}}) == [
+        "amount_cents: 0 is less than the minimum of 1",
+        "approval: 'approver' is a required property",
+        "approval/ticket: 'T-1' does not match '^T-[0-9]{4}$'",
+        "customer_id: 'X' does not match '^C[0-9]{3}$'",
+    ]
+
+
+# --- results without a JSON round trip ----------------------------------------------------
+
+_plain = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text()),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=4), inner, max_size=4)),
+    max_leaves=15,
+)
+_convertible = st.recursive(
+    st.one_of(_plain, st.sampled_from([(1, 2), ("a",), frozenset({1})])),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers(), st.booleans(), st.none()), inner, max_size=3),
+    ),
+    max_leaves=10,
+)
+
+
+@given(value=st.one_of(_plain, _convertible))
+def test_results_are_stored_exactly_as_the_json_round_trip_stored_them(value):
+    """Byte for byte what json.loads(json.dumps(value, default=str)) gave, without the round trip."""
+    before = json.loads(json.dumps(value, default=str))
+    assert json.dumps(to_json_data(value)) == json.dumps(before)
+
+
+@given(value=_plain)
+def test_plain_results_are_not_marked_as_text(value):
+    """Only a stand-in text sets the flag; plain data is copied, and the copy is not the original."""
+    data, text_form = storable(value)
+    assert data == value and not text_form
+    if isinstance(value, (dict, list)):
+        assert data is not value
+
+
+# --- declarations rendered once ----------------------------------------------------------
+
+
+def test_declarations_are_rendered_once_and_follow_registry_changes():
+    """The same tool renders to the same object; adding or replacing a tool is seen at once."""
+    first = ToolSpec("First.", {}, lambda: 1)
+    tools: dict[str, ToolSpec] = {"first": first}
+    once = function_declarations(tools)
+    assert function_declarations(tools)[0] is once[0]
+    tokens = declaration_tokens(tools, estimate_tokens)
+    assert tokens == sum(estimate_tokens(d) for d in once)
+    tools["second"] = ToolSpec("Second.", {"n": int}, lambda n: n)
+    assert [d["function"]["name"] for d in function_declarations(tools)] == ["first", "second"]
+    assert declaration_tokens(tools, estimate_tokens) > tokens
+    tools["first"] = ToolSpec("Replaced, with a longer description.", {}, lambda: 2)
+    assert function_declarations(tools)[0]["function"]["description"].startswith("Replaced")
+    del tools["second"]
+    assert declaration_tokens(tools, lambda d: 1) == 1  # another estimator is counted on its own
+
+
+def test_a_run_is_shown_the_registry_as_it_is_now():
+    """A tool added to a registry between runs reaches the model's declarations."""
+    shown: list[list[str]] = []
+
+    class Recorder(ScriptedModel):
+        def chat(self, messages: Any, tools: Any = ()) -> Any:
+            shown.append([t["function"]["name"] for t in tools])
+            return super().chat(messages, tools)
+
+    tools = {"a": ToolSpec("A.", {}, lambda: 1)}
+    run("t", Recorder([answer_message("x")]), tools)
+    tools["b"] = ToolSpec("B.", {}, lambda: 2)
+    run("t", Recorder([answer_message("x")]), tools)
+    assert shown == [["a"], ["a", "b"]]
