@@ -29,7 +29,7 @@ from agent_fsm import (
     tool_call_message,
     validate_call,
 )
-from agent_fsm.engine.wire import normalise_reply
+from agent_fsm.engine.wire import CallIds, normalise_reply
 
 AMOUNT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -377,7 +377,7 @@ def test_reused_and_duplicate_call_ids_are_renamed_deterministically_and_the_ori
     ids = [o.call_id for o in result.state.observations]
     assert ids == ["x", "x~2", "call_1_2", "x~3", "call_1_2~2"]
     assert len(set(ids)) == len(ids)
-    _, calls = normalise_reply(second, 2, {"x", "x~2", "call_1_2"})
+    _, calls = normalise_reply(second, 2, CallIds({"x", "x~2", "call_1_2"}))
     assert [(c.call_id, c.original_id) for c in calls] == [("x~3", "x"), ("call_1_2~2", "call_1_2")]
     assert check_run(result, [], Limits())["observations_correlated"]
 

@@ -21,7 +21,7 @@ from agent_fsm.engine.models import Model, ModelReply
 from agent_fsm.engine.observe import Observation, TokenEstimator
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState
 from agent_fsm.engine.tools import Registry, declaration_tokens, function_declarations
-from agent_fsm.engine.wire import assistant_text, call_ids, normalise_reply, tool_message
+from agent_fsm.engine.wire import CallIds, assistant_text, normalise_reply, tool_message
 
 __all__ = ["MACHINE", "AnswerCheck", "RunContext"]
 
@@ -65,7 +65,7 @@ class RunContext:
         self.gate = gate if gate is not None else deny_effects(tools)
         self.limits = limits
         self.estimator = estimator
-        self.call_ids = call_ids(state.messages)  # ids in the transcript; new proposals never reuse one
+        self.call_ids = CallIds.of(state.messages)  # ids in the transcript; new proposals never reuse one
 
     @property
     def machine_state(self) -> str:

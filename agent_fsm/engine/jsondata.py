@@ -41,6 +41,20 @@ def argument_problem(value: Any, *, max_depth: int) -> str | None:
     ``amount > 20`` would both let it through), integers too long to write
     as JSON text, and anything that is not a dict, list, str, number, bool or None.
     """
+    if type(value) is dict and max_depth >= 1:
+        # The common case, flat arguments of plain scalars, without the general walk's bookkeeping.
+        for key, child in value.items():
+            kind = type(child)
+            if type(key) is not str or not (
+                kind is str
+                or kind is bool
+                or child is None
+                or (kind is int and child.bit_length() <= _INT_BITS)
+                or (kind is float and math.isfinite(child))
+            ):
+                break
+        else:
+            return None
     stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 0, ())]
     while stack:
         item, depth, path = stack.pop()

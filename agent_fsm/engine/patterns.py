@@ -116,7 +116,10 @@ def compile_pattern(pattern: str) -> Callable[[str], bool]:
         )
 
     def search(text: str) -> bool:
-        data = text.encode("utf-8", "surrogatepass")
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate, as JSON's "\ud800" makes; RE2 sees its bytes
+            data = text.encode("utf-8", "surrogatepass")
         return bool(regexp.Match(_UNANCHORED, data, 0, len(data))[0][0] >= 0)
 
     return search

@@ -10,7 +10,7 @@ broken; broken parts become proposals that fail validation, never exceptions.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, MutableSet
+from collections.abc import Mapping
 from typing import Any
 
 from agent_fsm.engine.jsondata import DEPTH_CEILING, describe, nesting_exceeds
@@ -20,7 +20,7 @@ from agent_fsm.engine.tools import ToolCall
 __all__ = [
     "answer_message",
     "assistant_text",
-    "call_ids",
+    "CallIds",
     "normalise_reply",
     "parse_tool_calls",
     "tool_call_message",
@@ -98,17 +98,45 @@ def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return parsed, raw
 
 
-def _unique_id(wanted: str, taken: MutableSet[str]) -> str:
-    # Deterministic: the first free of wanted, wanted~2, wanted~3, ...
-    candidate, n = wanted, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{wanted}~{n}"
-    taken.add(candidate)
-    return candidate
+class CallIds:
+    """
+    The tool-call ids a transcript holds, handing out unique ones.
+
+    ``claim(wanted)`` returns ``wanted`` if it is free, else the first free
+    ``wanted~2``, ``wanted~3`` ... Deterministic, and the same after a resume
+    (rebuilt from the messages) as in memory; a counter per id keeps a model
+    that reuses one id every turn from making each claim scan all earlier ones.
+    """
+
+    __slots__ = ("_next", "used")
+
+    def __init__(self, used: set[str] | None = None) -> None:
+        self.used: set[str] = set() if used is None else used
+        self._next: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, messages: list[Message]) -> CallIds:
+        """The ids the assistant messages of ``messages`` carry."""
+        used: set[str] = set()
+        for message in messages:
+            calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+            if isinstance(calls, list):
+                used.update(c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str))
+        return cls(used)
+
+    def claim(self, wanted: str) -> str:
+        """A free id, ``wanted`` if possible; it is taken from then on."""
+        candidate, n = wanted, self._next.get(wanted, 1)
+        while candidate in self.used:
+            n += 1
+            candidate = f"{wanted}~{n}"
+        if n > 1:
+            self._next[wanted] = n
+        self.used.add(candidate)
+        return candidate
 
 
-def normalise_reply(reply: Any, turn: int, taken: MutableSet[str] | None = None) -> tuple[Message, list[ToolCall]]:
+def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tuple[Message, list[ToolCall]]:
     """
     Turn whatever the model returned into a well-formed assistant message and its proposals.
 
@@ -117,8 +145,8 @@ def normalise_reply(reply: Any, turn: int, taken: MutableSet[str] | None = None)
     ``call_<turn>_<index>``, the arguments are always a string, and call ids
     are unique. ``taken`` holds the ids already in the transcript (it is
     updated); an id that is taken, or repeated within the reply, becomes the
-    first free ``<id>~2``, ``<id>~3`` ..., and the call keeps the model's id
-    as ``original_id``. Anything that is not a mapping at all is kept as the
+    first free ``<id>~2``, ``<id>~3`` ... (see :class:`CallIds`), and the call
+    keeps the model's id as ``original_id``. Anything that is not a mapping at all is kept as the
     answer text ``str(reply)``.
     """
     if not isinstance(reply, Mapping):
@@ -129,7 +157,7 @@ def normalise_reply(reply: Any, turn: int, taken: MutableSet[str] | None = None)
         return message, []
     if not isinstance(raw_calls, list):
         raw_calls = [raw_calls]
-    taken = set() if taken is None else taken
+    taken = CallIds() if taken is None else taken
     calls: list[ToolCall] = []
     wire_calls: list[Message] = []
     for index, item in enumerate(raw_calls):
@@ -138,7 +166,7 @@ def normalise_reply(reply: Any, turn: int, taken: MutableSet[str] | None = None)
         function = function if isinstance(function, Mapping) else {}
         sent = item.get("id")
         wanted = sent if isinstance(sent, str) and sent else f"call_{turn}_{index}"
-        call_id = _unique_id(wanted, taken)
+        call_id = taken.claim(wanted)
         renamed = sent if call_id != wanted and isinstance(sent, str) and sent else None
         name = function.get("name")
         name = name if isinstance(name, str) else ""
@@ -148,16 +176,6 @@ def normalise_reply(reply: Any, turn: int, taken: MutableSet[str] | None = None)
         wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
     message["tool_calls"] = wire_calls
     return message, calls
-
-
-def call_ids(messages: list[Message]) -> set[str]:
-    """Every tool-call id the assistant messages of ``messages`` carry (what :func:`normalise_reply` must avoid)."""
-    ids: set[str] = set()
-    for message in messages:
-        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
-        if isinstance(calls, list):
-            ids.update(c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str))
-    return ids
 
 
 def parse_tool_calls(message: Mapping[str, Any]) -> list[ToolCall]:
