@@ -51,9 +51,49 @@ _values = st.recursive(
 )
 
 
+def _constants(schema: Any) -> list[Any]:
+    # Every number, string and list in the schema, and numbers either side of each bound:
+    # the values on which a checker that forgot a keyword would disagree.
+    found: list[Any] = []
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            found.append(item)
+            stack.extend(item)
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            found.extend([item, item - 1, item + 1, item - 0.5, item + 0.5, float(item)])
+        elif isinstance(item, str):
+            found.extend([item, item * 2, item[:1]])
+    return found
+
+
+_SAMPLES = [None, True, False, 0, 1, -1, 2.5, "", "a", "abc", "C001", "T-0001", "2024-02-29", [], [1], {}, {"k": 1}]
+
+
 def _near_valid(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
-    names = list(schema.get("properties", {})) + ["extra"]
-    return st.dictionaries(st.sampled_from(names), _values, max_size=len(names))
+    """Valid documents with at most one property swapped for any value: where a forgotten keyword shows."""
+    pool = _constants(schema) + _SAMPLES
+    properties = schema.get("properties", {})
+    valid = {
+        name: [v for v in pool if make_validator({"$defs": {}, **sub}).is_valid(v)] if isinstance(sub, dict) else pool
+        for name, sub in properties.items()
+    }
+    required = set(schema.get("required", ()))
+    usable = {name: values for name, values in valid.items() if values}
+
+    @st.composite
+    def build(draw: Any) -> dict[str, Any]:
+        chosen = [n for n in usable if n in required or draw(st.booleans())]
+        document = {n: draw(st.sampled_from(usable[n])) for n in chosen}
+        swap = draw(st.sampled_from(["extra", *properties]))
+        near = _constants(properties.get(swap, {})) or pool  # a bound's neighbours break a forgotten bound
+        document[swap] = draw(st.one_of(st.sampled_from(near), st.sampled_from(pool)))
+        return document
+
+    return build()
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
@@ -63,8 +103,29 @@ def test_the_compiled_checker_agrees_with_jsonschema(name, data):
     schema = SCHEMAS[name]
     checker = compile_checker(schema)
     assert checker is not None
-    instance = data.draw(st.one_of(_near_valid(schema), _values))
+    instance = data.draw(st.one_of(_near_valid(schema), _near_valid(schema), _values))
     assert checker(instance) is (next(make_validator(schema).iter_errors(instance), None) is None)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_the_compiled_checker_agrees_on_every_boundary(name):
+    """Exhaustively: a valid document with each property set to each value near the schema's constants."""
+    schema = SCHEMAS[name]
+    checker = compile_checker(schema)
+    validator = make_validator(schema)
+    properties = schema.get("properties", {})
+    base = {}
+    for prop in schema.get("required", ()):
+        sub = properties[prop]
+        base[prop] = next(v for v in _constants(schema) + _SAMPLES if make_validator({"$defs": {}, **sub}).is_valid(v))
+    assert checker is not None and validator.is_valid(base)
+    disagreements = []
+    for prop in [*properties, "extra"]:
+        for value in _constants(properties.get(prop, {})) + _constants(schema) + _SAMPLES:
+            document = {**base, prop: value}
+            if checker(document) is not validator.is_valid(document):
+                disagreements.append(document)
+    assert disagreements == []
 
 
 def test_schemas_with_other_keywords_fall_back_to_jsonschema():
