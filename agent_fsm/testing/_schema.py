@@ -121,7 +121,7 @@ def _strings(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchS
     ]
     if pattern is not None and search is not None:
         matches = search
-        base = st.from_regex(str(pattern), fullmatch=False)
+        base = st.from_regex(str(pattern), fullmatch=True)
         base = base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high) and matches(s))
     else:
         base = st.text(min_size=low, max_size=high if high is not None else max(low, 12))
