@@ -21,7 +21,7 @@ from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 
 runner = CliRunner()
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is not installed")
+needs_dot = pytest.mark.usefixtures("graphviz_dot")
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 ROOT = Path(__file__).resolve().parent.parent
 MERMAID_DIR = Path(__file__).resolve().parent / "mermaid"
 DOT = shutil.which("dot")
-needs_dot = pytest.mark.skipif(DOT is None, reason="Graphviz's `dot` is not installed (apt-get install graphviz)")
+needs_dot = pytest.mark.usefixtures("graphviz_dot")
 
 
 # --- the real Mermaid parser ---------------------------------------------------
@@ -736,6 +736,7 @@ def test_readme_shows_the_generated_run_diagram() -> None:
     assert block.group(1) == (ROOT / "diagrams" / "run.mmd").read_text(encoding="utf-8")
 
 
+@needs_dot
 def test_docs_examples_run() -> None:
     """Every Python block of docs/diagrams.md runs, in order, in one namespace."""
     text = (ROOT / "docs" / "diagrams.md").read_text(encoding="utf-8")

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_fsm.engine.boundary import execute, judge
+from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.machine import RUN_MACHINE, compile_machine
+from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.models import Model, ModelReply
 from agent_fsm.engine.observe import Observation, TokenEstimator
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState

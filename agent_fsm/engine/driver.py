@@ -30,6 +30,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "ok, kind and content. A call that comes back invalid or denied is information: read the "
     "reason and change your proposal, or answer in plain text."
 )
+"""The system prompt a run starts with when ``system_prompt`` is not given: how tool results read."""
 
 
 # --- the public driver ---------------------------------------------------------

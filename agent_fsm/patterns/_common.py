@@ -17,11 +17,12 @@ from typing import Any
 
 import attrs
 
+from agent_fsm.engine.compiled import CompiledMachine
 from agent_fsm.engine.errors import DefinitionError
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Stop
-from agent_fsm.engine.machine import CompiledMachine, Edge, StateSpec
+from agent_fsm.engine.machine import Edge, StateSpec
 from agent_fsm.engine.models import DEFAULT_LAST_WORD, Model
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunResult

@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 DEFAULT_TASK = "Help the customer with their request."
+"""The user message of runs the kit drives when a check is given no task of its own."""
 
 GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "parallel", "bad_arguments")
 """The message kinds :func:`check_gate_contains` proposes by default: the ones that can reach a gate."""
