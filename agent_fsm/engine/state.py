@@ -80,6 +80,9 @@ class RunState:
     # is measured once; ``usage_offset`` corrects it with a provider's count.
     message_tokens: int = 0
     usage_offset: int = 0
+    # How the latest model reply ended, as its adapter reported it
+    # (``ModelReply.finish``: "stop", "length", "refusal", ...), else None.
+    finish: str | None = None
 
     def to_json(self) -> str:
         """This state as JSON text (lossless: ``from_json(s.to_json()) == s``)."""

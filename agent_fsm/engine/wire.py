@@ -9,6 +9,7 @@ broken; broken parts become proposals that fail validation, never exceptions.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+
+_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls"})
+_CALL_KEYS = frozenset({"id", "type", "function"})
 
 
 def tool_call_message(
@@ -87,12 +91,17 @@ def normalise_reply(reply: Any, turn: int) -> tuple[Message, list[ToolCall]]:
 
     The stored message keeps every proposal the model made, with two repairs
     so the transcript stays valid wire format: a call without a usable id gets
-    ``call_<turn>_<index>``, and the arguments are always a string. Anything
-    that is not a mapping at all is kept as the answer text ``str(reply)``.
+    ``call_<turn>_<index>``, and the arguments are always a string. Other
+    fields of the message and of each call (a provider's reasoning or
+    signatures) are kept unchanged. Anything that is not a mapping at all is
+    kept as the answer text ``str(reply)``.
     """
     if not isinstance(reply, Mapping):
         return {"role": "assistant", "content": str(reply)}, []
     message: Message = {"role": "assistant", "content": assistant_text(reply)}
+    # Provider parts beside the text (reasoning, refusal, signed thinking blocks)
+    # are kept as they came: some providers refuse the next turn without them.
+    message.update({k: copy.deepcopy(v) for k, v in reply.items() if k not in _MESSAGE_KEYS and isinstance(k, str)})
     raw_calls = reply.get("tool_calls")
     if not raw_calls:
         return message, []
@@ -112,7 +121,8 @@ def normalise_reply(reply: Any, turn: int) -> tuple[Message, list[ToolCall]]:
         arguments, raw = _parse_arguments(function.get("arguments"))
         text = raw if raw is not None else ""
         calls.append(ToolCall(call_id, name, arguments, text))
-        wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
+        extras = {k: copy.deepcopy(v) for k, v in item.items() if k not in _CALL_KEYS and isinstance(k, str)}
+        wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}, **extras})
     message["tool_calls"] = wire_calls
     return message, calls
 
