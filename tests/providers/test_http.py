@@ -196,4 +196,5 @@ def test_every_kind_raised_is_documented():
         "http",
         "bad_response",
         "request_limit",
+        "invalid_request",
     }
