@@ -20,7 +20,7 @@ from agent_fsm.providers import FAILURE_KINDS, AnthropicMessages, OllamaChat, Op
 
 from .recordings import FIXTURES, RECORDINGS, Recording
 
-KEY = "sk-recorded-test-key-0123456789abcdef"
+KEY = "sk-proj-Zq8WvT3nLx0RkY5bHc2MdP7eJf4G"
 _OPENAI_FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length", "content_filter": "content_filter"}
 _ANTHROPIC_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length", "refusal": "refusal"}
 EXTRAS = ("reasoning_content", "reasoning", "reasoning_details", "refusal", "extra_content")
