@@ -55,7 +55,7 @@ def _counting(tools: dict[str, ToolSpec]) -> tuple[dict[str, ToolSpec], list[str
 
 
 def test_an_openai_refusal_is_a_typed_rejected_answer_with_its_text_kept(server):
-    """content null + refusal (api.openai.com) ends answer_rejected, finish 'refusal', the text in reason and transcript."""
+    """content null + refusal (api.openai.com): answer_rejected, finish 'refusal', the text in reason and transcript."""
     recording = _recording("openai__sdk_test_parse_pydantic_model_refusal")
     server.script(recording.reply(0))
     result = run("task", make_adapter(recording, server.url), {}, limits=LIMITS)
@@ -66,7 +66,7 @@ def test_an_openai_refusal_is_a_typed_rejected_answer_with_its_text_kept(server)
 
 
 def test_a_content_filter_with_null_content_is_a_typed_rejected_answer(server):
-    """Azure's content_filter finish with null content (derived: the refusal recording, filtered) is no provider error."""
+    """Azure's content_filter with null content (derived: the refusal recording, filtered) is no provider error."""
     recording = _recording("openai__sdk_test_parse_pydantic_model_refusal")
 
     def filtered(body: Any) -> None:
@@ -82,7 +82,9 @@ def test_a_content_filter_with_null_content_is_a_typed_rejected_answer(server):
 # --- 2. replies cut off at the token limit --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["huggingface__test_max_completion_tokens", "openai__sdk_test_parse_max_tokens_reached"])
+@pytest.mark.parametrize(
+    "name", ["huggingface__test_max_completion_tokens", "openai__sdk_test_parse_max_tokens_reached"]
+)
 def test_an_answer_cut_off_at_the_token_limit_is_not_accepted_unless_asked(server, name):
     """finish_reason 'length' ends answer_rejected; Limits(accept_truncated=True) takes the text as the answer."""
     recording = _recording(name)
@@ -153,7 +155,7 @@ def test_deepseek_reasoning_content_goes_back_with_the_tool_call(server):
 
 
 def test_gemini_thought_signature_and_a_call_without_id_survive(server):
-    """Gemini's extra_content (thought signature) is kept and sent back; its empty call id gets one the result echoes."""
+    """Gemini's extra_content (thought signature) is kept and sent back; its empty call id gets one, echoed back."""
     recording = _recording("gemini__test_compatible_api_with_tool_calls_without_id")
     server.script(*recording.replies())
     result = run("task", make_adapter(recording, server.url), recording.registry([]), gate=allow_all, limits=LIMITS)
@@ -230,10 +232,13 @@ def test_groq_tool_use_failed_goes_back_to_the_model_as_an_invalid_observation(s
 
 
 def test_unparsable_arguments_go_back_as_an_empty_object_while_the_transcript_keeps_them(server):
-    """llama.cpp answers 500 to unparsable arguments: they are sent back as "{}" (derived from api.openai.com's call)."""
+    """llama.cpp answers 500 to unparsable arguments: they go back as "{}" (derived from api.openai.com's call)."""
     recording = _recording("openai__test_openai_tool_output")
     broken = '{"country": "Mexi'
-    call = lambda b: b["choices"][0]["message"]["tool_calls"][0]["function"].update(arguments=broken)  # noqa: E731
+
+    def call(body: Any) -> None:
+        body["choices"][0]["message"]["tool_calls"][0]["function"].update(arguments=broken)
+
     server.script(json_reply(_derived(recording, 0, call)), recording.reply(1))
     result = run("task", make_adapter(recording, server.url), recording.registry([]), limits=Limits(max_turns=2))
     assert result.state.observations[0].kind == "invalid"
@@ -318,7 +323,7 @@ def test_retry_after_nan_is_ignored_and_the_backoff_used(server):
 
 
 def test_a_key_with_a_newline_is_stripped_and_an_echo_of_it_redacted_everywhere(server, caplog):
-    """The header carries the bare key; a server's partial echo (OpenAI's masked form) never reaches a message or log."""
+    """The header carries the bare key; a server's partial echo (OpenAI's masked form) reaches no message or log."""
     recording = _recording("openai__test_valid_response")
     echoed = f"Incorrect API key provided: {KEY[:8]}{'*' * 20}{KEY[-4:]}. You can find your API key at ..."
     server.script(json_reply({"error": {"message": echoed, "code": "invalid_api_key"}}, status=401))
