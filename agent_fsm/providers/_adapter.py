@@ -264,3 +264,15 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
             return {}
         return parsed if isinstance(parsed, dict) else {}
     return {}
+
+
+def prompt_tokens(value: Any) -> int | None:
+    """A reported prompt token count, or ``None`` when it is missing, not a count, or zero (no prompt is empty)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def cached_tokens(value: Any) -> int:
+    """A reported count of cached prompt tokens (0 when missing or not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -26,11 +26,13 @@ from agent_fsm.engine.wire import assistant_text
 from agent_fsm.providers._adapter import (
     HttpModel,
     arguments_object,
+    cached_tokens,
     check_tool_names,
     object_of,
+    prompt_tokens,
     wire_tool_name,
 )
-from agent_fsm.providers._http import ProviderConfigError, cached_tokens, prompt_tokens
+from agent_fsm.providers._http import ProviderConfigError
 
 __all__ = ["AnthropicMessages", "from_anthropic_message", "to_anthropic_messages"]
 

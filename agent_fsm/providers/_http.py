@@ -23,21 +23,19 @@ the caller opts in with ``retry_unknown_outcome=True``.
 
 from __future__ import annotations
 
-import email.utils
 import itertools
 import json
-import math
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from agent_fsm.engine.errors import AgentFSMError, ProviderFailure
+from agent_fsm.providers._retry import retry_after
+from agent_fsm.providers._secrets import echo_pieces, redact
 
 __all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError", "join_url"]
 
@@ -65,11 +63,6 @@ class ProviderConfigError(AgentFSMError, ValueError):
     Raised when the adapter is built, before any run: it is a set-up mistake,
     not a provider outage, so it never becomes a ``provider_error`` ending.
     """
-
-
-# Pieces of this length shared with the key mark an echo of it (a prefix, a suffix, a masked form).
-_ECHO = 6
-_TOKEN = re.compile(r"[^\s'\"`,;:()\[\]{}<>]+")
 
 
 def join_url(base_url: str, path: str) -> str:
@@ -157,7 +150,7 @@ class HttpSettings:
         # A key pasted with a trailing newline is still the key; the newline
         # would only make the header illegal and the error message quote it.
         self._api_key = api_key.strip() if isinstance(api_key, str) and api_key.strip() else None
-        self._echoes = _echo_pieces(self._api_key)
+        self._echoes = echo_pieces(self._api_key)
         # Connect is usually quick and safe to retry; reading waits for the whole
         # generation, so it gets its own (longer) limit. Writes and the pool share it.
         # The read limit bounds each read; total_timeout bounds the whole reply.
@@ -189,26 +182,8 @@ class HttpSettings:
     # --- messages ----------------------------------------------------------------
 
     def redact(self, text: str) -> str:
-        """
-        ``text`` with the API key blanked out, wherever and however partly it appears.
-
-        The whole key is replaced, and so is every word that shares six
-        characters in a row with it: servers echo keys truncated or masked
-        (``sk-proj-****abcd``), and httpx quotes an illegal header byte-escaped.
-        """
-        key = self._api_key
-        if not key:
-            return text
-        text = text.replace(key, "[redacted]")
-        if not self._echoes:
-            return text
-
-        def scrub(match: re.Match[str]) -> str:
-            word = match.group(0)
-            pieces = (word[i : i + _ECHO] for i in range(len(word) - _ECHO + 1))
-            return "[redacted]" if any(piece in self._echoes for piece in pieces) else word
-
-        return _TOKEN.sub(scrub, text)
+        """``text`` with the API key blanked out, wherever and however partly it appears (see ``redact``)."""
+        return redact(text, self._api_key, self._echoes)
 
     def failure(self, what: str, *, kind: str, status: int | None = None) -> ProviderFailure:
         """A :class:`ProviderFailure` whose message names the adapter, never the secret."""
@@ -301,7 +276,7 @@ class HttpSettings:
                 return (status, data), None
         failure = self.failure(f"{where} answered HTTP {status}{self._server_said(raw)}", kind="http", status=status)
         if status in _RETRY_STATUSES or status >= 500:
-            asked = _retry_after(response.headers)
+            asked = retry_after(response.headers)
             if asked is not None and asked > self.max_retry_wait:
                 raise self.failure(
                     f"{where} answered HTTP {status}{self._server_said(raw)}; the server asked to wait "
@@ -397,13 +372,6 @@ class HttpSettings:
         return self.failure(f"POST {display_url(self.base_url)}: {what}", kind="bad_response", status=status)
 
 
-def _echo_pieces(key: str | None) -> frozenset[str]:
-    """Every run of six characters of ``key`` (none for a key too short to tell from words)."""
-    if key is None or len(key) < 2 * _ECHO:
-        return frozenset()
-    return frozenset(key[i : i + _ECHO] for i in range(len(key) - _ECHO + 1))
-
-
 def _json_or_none(raw: bytes) -> Any:
     try:
         return json.loads(raw)
@@ -415,55 +383,8 @@ def _excerpt(raw: bytes) -> str:
     return raw[:_EXCERPT].decode("utf-8", "replace").strip()
 
 
-def _seconds(text: str, scale: float = 1.0) -> float | None:
-    """A finite, non-negative number of seconds, or ``None`` (``nan``, ``inf``, words)."""
-    try:
-        value = float(text) / scale
-    except (ValueError, OverflowError):
-        return None
-    return max(value, 0.0) if math.isfinite(value) else None
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """
-    Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` seconds or date).
-
-    Never raises: a value that is not a finite number or a date counts as not given.
-    """
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        seconds = _seconds(millis, 1000)
-        if seconds is not None:
-            return seconds
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    seconds = _seconds(value)
-    if seconds is not None:
-        return seconds
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
-
-
 def _noted(failure: ProviderFailure, note: str) -> ProviderFailure:
     """The same failure with ``note`` appended, chained to what caused the original."""
     noted = ProviderFailure(f"{failure.message} ({note})", kind=failure.kind, status=failure.status)
     noted.__cause__ = failure.__cause__ or failure
     return noted
-
-
-def prompt_tokens(value: Any) -> int | None:
-    """A reported prompt token count, or ``None`` when it is missing, not a count, or zero (no prompt is empty)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
-
-
-def cached_tokens(value: Any) -> int:
-    """A reported count of cached prompt tokens (0 when missing or not a count)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 from agent_fsm.engine.models import ModelReply
 from agent_fsm.engine.wire import assistant_text
-from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of
-from agent_fsm.providers._http import ProviderConfigError, prompt_tokens
+from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of, prompt_tokens
+from agent_fsm.providers._http import ProviderConfigError
 
 __all__ = ["OllamaChat"]
 

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_fsm.engine.models import ModelReply
-from agent_fsm.providers._adapter import HttpModel, check_tool_names, object_of, wire_tool_name
-from agent_fsm.providers._http import ProviderConfigError, prompt_tokens
+from agent_fsm.providers._adapter import HttpModel, check_tool_names, object_of, prompt_tokens, wire_tool_name
+from agent_fsm.providers._http import ProviderConfigError
 
 __all__ = ["AzureOpenAIChat", "OpenAIChat"]
 

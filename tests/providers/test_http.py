@@ -11,7 +11,7 @@ import pytest
 
 from agent_fsm import ProviderFailure
 from agent_fsm.providers import FAILURE_KINDS, OpenAIChat
-from agent_fsm.providers._http import _retry_after
+from agent_fsm.providers._retry import retry_after as _retry_after
 
 from .loopback import Reply
 
