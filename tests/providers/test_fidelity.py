@@ -396,3 +396,29 @@ def test_an_implausibly_small_count_never_replaces_the_estimate():
     assert small.usage_offset == 0 and small.prompt_token_log[0] > 1
     fair = run("task", Reports(500), {}, limits=LIMITS).state
     assert fair.prompt_token_log == [500]
+
+
+def test_azure_reads_the_official_sdks_environment_names(server, monkeypatch):
+    """AZURE_OPENAI_ENDPOINT, AZURE_OPENAI_DEPLOYMENT, AZURE_OPENAI_API_KEY and OPENAI_API_VERSION configure it."""
+    monkeypatch.setenv("AZURE_OPENAI_ENDPOINT", server.url)
+    monkeypatch.setenv("AZURE_OPENAI_DEPLOYMENT", "dep-1")
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_API_VERSION", "2025-01-01-preview")
+    recording = _recording("openai__test_valid_response")
+    server.script(recording.reply(0))
+    model = AzureOpenAIChat()
+    assert run("task", model, {}, limits=LIMITS).stop is Stop.ANSWERED
+    assert server.requests[0].path == "/openai/deployments/dep-1/chat/completions?api-version=2025-01-01-preview"
+    assert KEY not in repr(model) and "api-version" not in repr(model)
+
+
+def test_azure_without_an_api_version_or_endpoint_is_a_configuration_error(monkeypatch):
+    """Missing settings are named when the adapter is built, before any run; Azure's /openai/v1 needs no version."""
+    monkeypatch.delenv("OPENAI_API_VERSION", raising=False)
+    monkeypatch.delenv("AZURE_OPENAI_ENDPOINT", raising=False)
+    with pytest.raises(ValueError, match="api_version"):
+        AzureOpenAIChat(base_url="https://r.openai.azure.com", model="d")
+    with pytest.raises(ValueError, match="AZURE_OPENAI_ENDPOINT"):
+        AzureOpenAIChat(model="d", api_version="2024-10-21")
+    v1 = AzureOpenAIChat(base_url="https://r.openai.azure.com/openai/v1", model="gpt-4o")
+    assert v1.base_url == "https://r.openai.azure.com/openai/v1"
