@@ -25,6 +25,7 @@ from agent_fsm.engine.driver import (
     run,
     start_state,
 )
+from agent_fsm.engine.endings import Ending, EndingRule
 from agent_fsm.engine.errors import (
     AgentFSMError,
     DefinitionError,
@@ -76,6 +77,8 @@ __all__ = [
     "start_state",
     "Limits",
     "Stop",
+    "Ending",
+    "EndingRule",
     "RunResult",
     "RunState",
     "Judgement",

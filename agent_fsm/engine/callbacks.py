@@ -14,6 +14,7 @@ from typing import Any
 
 from agent_fsm.engine.boundary import execute, judge
 from agent_fsm.engine.compiled import compile_machine
+from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits
@@ -26,8 +27,11 @@ from agent_fsm.engine.wire import assistant_text, normalise_reply, tool_message
 
 __all__ = ["MACHINE", "AnswerCheck", "RunContext"]
 
-AnswerCheck = Callable[[str, RunState], "str | None"]
-"""Judges a final answer before it is accepted: ``None`` accepts, a reason refuses (``answer_rejected``)."""
+AnswerCheck = Callable[[str, RunState], "str | Ending | None"]
+"""
+Judges a final answer before it is accepted: ``None`` accepts, a reason refuses (``answer_rejected``),
+an :class:`agent_fsm.Ending` names the world's code as well.
+"""
 
 
 class RunContext:

@@ -111,6 +111,7 @@ class ScenarioResult:
             "spec": self.scenario.name,
             "path": self.scenario.path,
             "stop": self.result.stop.value,
+            "code": self.result.code,
             "reason": self.result.reason,
             "passed": self.passed,
             "state": json.loads(self.result.state.to_json()),
@@ -207,6 +208,8 @@ def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, u
     expect = scenario.expect
     state = result.state
     found: list[Expectation] = [Expectation("stop", expect["stop"], result.stop, result.stop is expect["stop"])]
+    if "code" in expect:
+        found.append(Expectation("code", expect["code"], result.code, result.code == expect["code"]))
     answer = result.answer or ""
     for needle in expect.get("answer_contains", ()):
         found.append(Expectation(f"answer contains {needle!r}", needle, result.answer, needle in answer))
@@ -258,6 +261,7 @@ def run_scenario(scenario: Scenario, *, model: Model | None = None) -> ScenarioR
     model = model if model is not None else build_model(scenario, environment)
     system_prompt = scenario.system_prompt if scenario.system_prompt is not None else environment.system_prompt
     common: dict[str, Any] = {"gate": gate, "limits": scenario.limits, "answer_check": environment.answer_check}
+    common["endings"] = environment.endings
     result = run(
         scenario.task, model, environment.tools, system_prompt=system_prompt, history=scenario.history, **common
     )

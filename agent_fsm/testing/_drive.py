@@ -168,7 +168,8 @@ def drive(
 
 def describe_run(result: RunResult) -> str:
     """The run message by message, one line each: what a failing example's reader needs."""
-    lines = [f"stop={result.stop.value if isinstance(result.stop, Stop) else result.stop!r} reason={result.reason!r}"]
+    stop = result.stop.value if isinstance(result.stop, Stop) else repr(result.stop)
+    lines = [f"stop={stop} code={result.code!r} reason={result.reason!r}"]
     for index, message in enumerate(result.state.messages):
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from agent_fsm.engine.endings import CODE_PATTERN
 from agent_fsm.engine.gates import Gate, as_verdict
 from agent_fsm.engine.invariants import check_run
 from agent_fsm.engine.limits import Limits, Stop
@@ -103,6 +104,11 @@ def _check_ending(result: RunResult, limits: Limits) -> None:
         _fail("typed_ending", f"the run returned from working state {state.machine_state!r}")
     if RUN_MACHINE.stop_of(state.machine_state) is not result.stop:
         _fail("typed_ending", f"stop {result.stop!r} disagrees with machine state {state.machine_state!r}")
+    code = getattr(result, "code", None)
+    if not isinstance(code, str) or CODE_PATTERN.fullmatch(code) is None:
+        _fail("typed_ending", f"code {code!r} is not an ending code (a lowercase identifier)")
+    if code != (state.code or result.stop.value):
+        _fail("typed_ending", f"code {code!r} disagrees with the state's {state.code!r} and stop {result.stop.value!r}")
 
 
 def _check_budgets(result: RunResult, limits: Limits) -> None:
