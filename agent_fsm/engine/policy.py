@@ -99,6 +99,10 @@ def string_fields(fields: Mapping[str, int], *, may_be_empty: Sequence[str] = ()
     return {"type": "object", "properties": properties, "required": list(fields), "additionalProperties": False}
 
 
+def _as_codes(codes: Sequence[str]) -> tuple[str, ...]:
+    return tuple(codes)
+
+
 def _no_handler(**_: Any) -> None:  # pragma: no cover - a final decision is never dispatched
     raise AssertionError("a final decision is checked, never executed")
 
@@ -117,7 +121,7 @@ class FinalDecision:
     action: str = "final"
     schema: Mapping[str, Any] = attrs.field(factory=lambda: string_fields({"answer": 2000}))
     # The world's codes a policy may stop with (decide returning Ending(code, reason)).
-    endings: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    endings: tuple[str, ...] = attrs.field(default=(), converter=_as_codes)
     _contract: ToolSpec = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

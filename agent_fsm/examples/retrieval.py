@@ -9,24 +9,33 @@ it. The controller is a plain ``decide(task, observations)`` function
 configured by a rule chosen from the question's words (:data:`RULES`); it
 sees the question and its own observations, never the expected answer.
 
-How the controller's endings map onto the engine (the controller's own
-reason is always kept: in the answer text, or in the stop's ``reason``)::
+How the controller's endings map onto the engine, and the code each has
+(``RunResult.code``; the controller's own reason is always the code, its
+detail is kept in the stop decision)::
 
-    completed  configured_context_marker_found -> answered
-    incomplete duplicate_query                 -> no_progress      (the ``distinct_queries`` gate refuses a
-                                                                    query already searched; repeated_denials=1)
-    incomplete no_new_passages                 -> answer_rejected  ("incomplete: no_new_passages")
-    incomplete no_match                        -> answer_rejected  ("incomplete: no_match")
-    incomplete round_limit                     -> answer_rejected  ("incomplete: round_limit")
-    incomplete no_refinement_rule (no rule)    -> answer_rejected  ("incomplete: no_refinement_rule")
-    failed     invalid_read (forged or stale)  -> answer_rejected  ("failed: invalid_read: <why>")
-    failed     controller step guard           -> step_limit       (``max_turns``; a faulty policy loop)
-    (tool budget, if one is set)               -> tool_limit
+    completed  configured_context_marker_found -> answered         code configured_context_marker_found
+    incomplete duplicate_query                 -> answer_rejected  code duplicate_query (the controller compares
+                                                                   its refinement with every earlier query)
+    incomplete no_new_passages                 -> answer_rejected  code no_new_passages
+    incomplete round_limit                     -> answer_rejected  code round_limit
+    incomplete no_refinement_rule (no rule)    -> answer_rejected  code no_refinement_rule
+    failed     invalid_read (forged or stale)  -> answer_rejected  code invalid_read
+    failed     another tool failure            -> answer_rejected  code tool_failed
+    invalid question (blank, over 512)         -> answer_rejected  code invalid_question
+    controller step guard                      -> step_limit       code controller_step_guard (``max_turns``)
+    (tool budget, if one is set)               -> tool_limit       code tool_limit
+
+An empty search is not an ending: as in the declared policy, the
+controller goes on to its refined query (``no_match`` only describes that
+search), and the round limit or a missing rule ends the run if that finds
+nothing either.
 
 A stop decision is the final action ``stop``: its fields say ``status``,
-``reason``, the full ``query_history`` and the ``read_sources``. Only a
-``completed`` stop is an answer; the answer check refuses every other one,
-so an ``answered`` run always means the configured marker was read.
+``reason`` (the code), ``detail``, the full ``policy`` configuration, the
+``question`` and ``version``, the ``query_history`` and the
+``read_sources``. Only a ``completed`` stop is an answer; the answer check
+refuses every other one, so an ``answered`` run always means the configured
+marker was read. The version is validated when the controller is built.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.gates import Verdict
 from agent_fsm.engine.limits import Limits, Stop
@@ -47,6 +57,7 @@ from agent_fsm.engine.tools import ToolCall, ToolSpec
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
+    "ENDINGS",
     "FINAL",
     "LIMITS",
     "PASSAGES",
@@ -92,6 +103,16 @@ RULES: tuple[tuple[str, frozenset[str], str, str | None, str | None], ...] = (
 )
 """Declared rules. A literal marker is an application's choice; it does not prove the passage answers the question."""
 
+ENDINGS = {Stop.STEP_LIMIT: "controller_step_guard", Stop.TOOL_LIMIT: "tool_limit"}
+"""Codes for the engine's own stops; every other ending is the controller's reason (an Ending)."""
+
+STOP_REASONS = {
+    "completed": ("configured_context_marker_found",),
+    "incomplete": ("duplicate_query", "no_new_passages", "round_limit", "no_refinement_rule"),
+    "failed": ("invalid_read", "tool_failed"),
+}
+"""The controller's stop reasons by status; each reason is also the run's code."""
+
 _FIELDS = ("name", "initial_query", "refinement_query", "required_marker", "max_rounds")
 _QUERY = re.compile(r"[a-z0-9]{1,64}")
 
@@ -131,6 +152,11 @@ def _check_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # --- the pinned corpus and its tools ------------------------------------------
+
+
+def _invalid_read(detail: str) -> ToolError:
+    # The category is data the controller reads; the words are for people.
+    return ToolError(f"invalid_read: {detail}", data={"error": "invalid_read", "detail": detail})
 
 
 class PinnedCorpus:
@@ -185,15 +211,15 @@ class PinnedCorpus:
         """
         issued = self._issued.get(handle["read_token"])
         if issued is None:
-            raise ToolError("invalid_read: this read_token was never issued by search")
+            raise _invalid_read("this read_token was never issued by search")
         if issued != handle:
             changed = sorted(k for k in handle if handle[k] != issued.get(k))
-            raise ToolError(f"invalid_read: the handle was altered after it was issued ({', '.join(changed)})")
+            raise _invalid_read(f"the handle was altered after it was issued ({', '.join(changed)})")
         if handle["corpus_id"] != self.corpus_id:
-            raise ToolError("invalid_read: the handle is stale; the corpus was republished since it was issued")
+            raise _invalid_read("the handle is stale; the corpus was republished since it was issued")
         passage = self.passages[handle["source_id"]]
         if _sha256(passage["text"]) != handle["text_sha256"]:
-            raise ToolError("invalid_read: the passage text no longer matches its hash")
+            raise _invalid_read("the passage text no longer matches its hash")
         return {**handle, "text": passage["text"]}
 
     def tools(self) -> dict[str, ToolSpec]:
@@ -239,7 +265,11 @@ class PinnedCorpus:
         }
 
     def distinct_queries(self, call: ToolCall) -> Verdict:
-        """A gate: a search for a query already searched in this run spends a round for nothing."""
+        """
+        A gate refusing a query already searched: a second line only, for a policy without the controller's rule.
+
+        The controller itself stops ``duplicate_query`` before proposing a repeat.
+        """
         if call.name == "search" and call.arguments and call.arguments.get("query") in self.query_history:
             return Verdict.deny(f"duplicate_query: {call.arguments['query']!r} was already searched")
         return Verdict.allow("effect-free tool")
@@ -247,21 +277,52 @@ class PinnedCorpus:
 
 # --- the controller -----------------------------------------------------------
 
+_CONFIG_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 64},
+        "initial_query": {"type": "string", "pattern": "^[a-z0-9]{1,64}$"},
+        "refinement_query": {"type": ["string", "null"], "pattern": "^[a-z0-9]{1,64}$"},
+        "required_marker": {"type": ["string", "null"], "minLength": 1, "maxLength": 128},
+        "max_rounds": {"type": "integer", "minimum": 1, "maximum": 3},
+    },
+    "required": list(_FIELDS),
+    "additionalProperties": False,
+}
+
 FINAL = FinalDecision(
     "stop",
     {
         "type": "object",
         "properties": {
-            "status": {"enum": ["completed", "incomplete", "failed"]},
-            "reason": {"type": "string", "pattern": "^[a-z_]{1,64}(: .{1,300})?$"},
-            "rule": {"type": "string", "maxLength": 64},
+            "status": {"enum": list(STOP_REASONS)},
+            "reason": {"enum": [r for reasons in STOP_REASONS.values() for r in reasons]},
+            "detail": {"type": "string", "maxLength": 300},
+            "policy": _CONFIG_SCHEMA,
+            "question": {"type": "string", "maxLength": 512},
+            "version": {"type": "string", "pattern": "^[0-9]+[.][0-9]+$"},
             "query_history": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
             "read_sources": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
         },
-        "required": ["status", "reason", "rule", "query_history", "read_sources"],
+        "required": ["status", "reason", "detail", "policy", "question", "version", "query_history", "read_sources"],
         "additionalProperties": False,
     },
+    endings=("invalid_question",),
 )
+
+
+def _check_version(version: object) -> str:
+    if not isinstance(version, str) or re.fullmatch(r"[0-9]+\.[0-9]+", version) is None:
+        raise ValueError(f"invalid_version: a version looks like '2.4'; got {version!r}")
+    if version != VERSION:
+        raise ValueError(f"invalid_version: the pinned corpus documents {VERSION}, not {version}")
+    return version
+
+
+def _question_problem(question: object) -> str | None:
+    if not isinstance(question, str) or not question.strip() or len(question) > 512:
+        return f"the question must be 1..512 characters, not blank; got {str(question)[:40]!r}"
+    return None
 
 
 class Controller:
@@ -269,24 +330,35 @@ class Controller:
     The declared refinement policy, as a ``decide(task, observations)`` callable.
 
     ``config`` overrides the rule chosen from the question (same fields as
-    :func:`rule_for`); it is validated here, so a bad configuration fails
-    before any run starts.
+    :func:`rule_for`) and ``version`` is the documentation version asked
+    about; both are validated here, so a bad configuration fails before any
+    run starts. Every stopping rule is the controller's own (none lives in a gate).
+
+    Raises:
+        ValueError: the configuration or the version is invalid.
     """
 
-    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any] | None = None, *, version: str = VERSION) -> None:
         self.config = None if config is None else _check_config(config)
+        self.version = _check_version(version)
 
-    def __call__(self, task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    def __call__(self, task: str, observations: list[dict[str, Any]]) -> dict[str, Any] | Ending:
+        problem = _question_problem(task)
+        if problem is not None:
+            return Ending("invalid_question", problem)
         config = self.config if self.config is not None else rule_for(task)
         searches = [o for o in observations if o["action"] == "search" and o["ok"]]
         reads = [o for o in observations if o["action"] == "read"]
 
-        def stop(status: str, reason: str) -> dict[str, Any]:
+        def stop(status: str, reason: str, detail: str = "") -> dict[str, Any]:
             return {
                 "action": "stop",
                 "status": status,
                 "reason": reason,
-                "rule": config["name"],
+                "detail": detail[:300],
+                "policy": dict(config),
+                "question": task,
+                "version": self.version,
                 "query_history": [o["arguments"]["query"] for o in searches],
                 "read_sources": [o["result"]["source_id"] for o in reads if o["ok"]],
             }
@@ -298,33 +370,43 @@ class Controller:
             return search(config["initial_query"])
         last = observations[-1]
         if not last["ok"]:
-            return stop("failed", f"{last['kind']}: {last['result']}"[:300])
+            result = last["result"]
+            category = result.get("error") if isinstance(result, dict) else None
+            detail = f"{last['kind']}: {result.get('detail') if isinstance(result, dict) else result}"
+            return stop("failed", "invalid_read" if category == "invalid_read" else "tool_failed", detail)
         if last["action"] == "search":
             already = {o["result"]["source_id"] for o in reads if o["ok"]}
             fresh = [h for h in last["result"]["results"] if h["source_id"] not in already]
             if fresh:
                 return {"action": "read", "handle": fresh[0]}
-            return stop("incomplete", "no_new_passages" if last["result"]["results"] else "no_match")
-        marker = config["required_marker"]
-        if marker is not None and marker in last["result"]["text"]:
-            return stop("completed", "configured_context_marker_found")
+            if last["result"]["results"]:
+                return stop("incomplete", "no_new_passages")
+            # An empty search (no_match) is not an ending: go on to the refined query.
+        else:
+            marker = config["required_marker"]
+            if marker is not None and marker in last["result"]["text"]:
+                return stop("completed", "configured_context_marker_found")
         if len(searches) >= config["max_rounds"]:
             return stop("incomplete", "round_limit")
-        if config["refinement_query"] is None:
+        query = config["refinement_query"]
+        if query is None:
             return stop("incomplete", "no_refinement_rule")
-        return search(config["refinement_query"])
+        if query in [o["arguments"]["query"] for o in observations if o["action"] == "search"]:
+            return stop("incomplete", "duplicate_query", f"{query!r} was already searched")
+        return search(query)
 
 
-def _completed_only(fields: dict[str, Any], state: RunState) -> str | None:
-    if fields["status"] == "completed":
-        return None
-    return f"{fields['status']}: {fields['reason']}"
+def _stop_ending(fields: dict[str, Any], state: RunState) -> Ending:
+    """The controller's reason is the run's code; only a completed stop stands as an answer."""
+    accept = fields["status"] == "completed"
+    detail = f" ({fields['detail']})" if fields["detail"] else ""
+    return Ending(fields["reason"], f"{fields['status']}: {fields['reason']}{detail}", accept=accept)
 
 
-def _forging(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+def _forging(task: str, observations: list[dict[str, Any]]) -> dict[str, Any] | Ending:
     """Alters the first handle it is given (a different passage hash) before reading it."""
     decision = Controller()(task, observations)
-    if decision["action"] == "read" and len(observations) == 1:
+    if isinstance(decision, dict) and decision["action"] == "read" and len(observations) == 1:
         decision["handle"] = {**decision["handle"], "source_id": "put-existing"}
     return decision
 
@@ -347,7 +429,7 @@ def _read_sources(result: RunResult) -> list[str]:
 
 
 def environment() -> Environment:
-    """A fresh pinned corpus with the ``distinct_queries`` gate and the controller variants as models."""
+    """A fresh pinned corpus with the controller variants as models (and the optional ``distinct_queries`` gate)."""
     corpus = PinnedCorpus()
     return Environment(
         tools=corpus.tools(),
@@ -366,6 +448,7 @@ def environment() -> Environment:
             "read_put_existing": lambda result: "put-existing" in _read_sources(result),
             "history_kept": lambda result: _stop_fields(result).get("query_history") == corpus.query_history,
         },
-        answer_check=FINAL.check(_completed_only),
+        answer_check=FINAL.check(_stop_ending),
+        endings=ENDINGS,
         system_prompt="Search the pinned quill 2.4 documentation, read what you find, and stop when the rule says so.",
     )
