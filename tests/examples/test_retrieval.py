@@ -114,7 +114,7 @@ def test_round_limit():
 @pytest.mark.parametrize("gated", [False, True])
 def test_the_controller_itself_stops_a_duplicate_query(gated):
     """The rule lives in the controller: with or without the gate, the repeated query is never issued."""
-    result, env = _run(EXISTING, "duplicate", gated=gated)
+    result, _ = _run(EXISTING, "duplicate", gated=gated)
     assert (result.stop, result.code) == (Stop.ANSWER_REJECTED, "duplicate_query")
     assert "'value' was already searched" in result.reason
     assert _stop_fields(result)["query_history"] == ["value"]
