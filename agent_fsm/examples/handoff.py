@@ -13,6 +13,14 @@ module has two halves that share one vocabulary:
 * the same world as an engine environment (:func:`environment`), whose
   scenario specs end for each of the reasons the controller distinguishes.
 
+Each ending of the engine world carries the controller's code
+(``RunResult.code``, the values of :class:`Ending`): the answer check names
+``missing_evidence`` and ``unsupported_claim``, and :func:`ending_code` names
+``denied_action``, ``invalid_action``, ``exhausted_budget`` and
+``service_failure`` from the typed stop and the last observation's kind.
+:func:`handoff_message` is what the technician reads when the loop cannot
+go on: what is unresolved, which sources were checked, what would resume it.
+
 Error results stay distinct: ``transient`` (a timeout; the call may be
 retried), ``permanent`` (a permission the service will never grant; ends the
 run ``handoff``), ``schema`` (the arguments broke the contract; they may be
@@ -29,8 +37,10 @@ from typing import Any, Literal
 
 import attrs
 
+from agent_fsm.engine import endings
 from agent_fsm.engine.errors import ProviderFailure, ToolError
 from agent_fsm.engine.gates import Verdict
+from agent_fsm.engine.limits import Stop
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import ToolCall, ToolSpec
 from agent_fsm.engine.wire import parse_tool_calls
@@ -42,8 +52,10 @@ __all__ = [
     "Event",
     "Replay",
     "decide",
+    "ending_code",
     "environment",
     "flaky_environment",
+    "handoff_message",
     "replay",
 ]
 
@@ -61,6 +73,7 @@ class Ending(str, enum.Enum):
     INVALID_ACTION = "invalid_action"  # the last tool call broke its schema
     EXHAUSTED_BUDGET = "exhausted_budget"  # another tool was wanted with every attempt spent
     SERVICE_FAILURE = "service_failure"  # the tool service failed (timed out, or permanently)
+    UNSUPPORTED_CLAIM = "unsupported_claim"  # the answer states what no source read supports (refused)
 
     def __str__(self) -> str:
         return self.value
@@ -274,19 +287,81 @@ def _manuals_read(state: RunState) -> list[dict[str, Any]]:
 _INTERVAL = re.compile(r"every\s+(\d+)\s+days", re.IGNORECASE)
 
 
-def check_answer(answer: str, state: RunState) -> str | None:
+def check_answer(answer: str, state: RunState) -> endings.Ending | None:
     """
-    Refuse an answer that states an interval no manual read in this run supports.
+    Refuse an answer that states an interval no manual read in this run supports (``unsupported_claim``).
 
-    An honest "the manuals do not settle it" states no interval and passes:
-    missing evidence is a legitimate answer, a made-up interval is not.
+    An honest "the manuals do not settle it" states no interval: it stands as
+    an answer, coded ``missing_evidence``, since that is not the question resolved.
     """
     stated = {int(n) for n in _INTERVAL.findall(answer)}
     supported = {int(n) for m in _manuals_read(state) for n in _INTERVAL.findall(m.get("text", ""))}
     unsupported = sorted(stated - supported)
     if unsupported:
-        return f"the answer states an interval of {unsupported[0]} days that no manual read in this run supports"
+        return endings.Ending(
+            Ending.UNSUPPORTED_CLAIM.value,
+            f"the answer states an interval of {unsupported[0]} days that no manual read in this run supports",
+        )
+    if not stated:
+        return endings.Ending(Ending.MISSING_EVIDENCE.value, "the answer states no interval", accept=True)
     return None
+
+
+_STOP_CODES = {
+    Stop.TOOL_LIMIT: Ending.EXHAUSTED_BUDGET,
+    Stop.STEP_LIMIT: Ending.EXHAUSTED_BUDGET,
+    Stop.TOKEN_LIMIT: Ending.EXHAUSTED_BUDGET,
+    Stop.HANDOFF: Ending.SERVICE_FAILURE,
+}
+
+
+def ending_code(stop: Stop, state: RunState) -> str | None:
+    """
+    The controller's code for an engine stop, read from typed data only.
+
+    A refusal that came back (``no_progress``) is ``denied_action`` or
+    ``invalid_action`` by the kind of the last observation; a budget is
+    ``exhausted_budget``; a permanent tool failure is ``service_failure``.
+    """
+    if stop is Stop.NO_PROGRESS and state.observations:
+        return str(Ending.DENIED_ACTION if state.observations[-1].kind == "denied" else Ending.INVALID_ACTION)
+    code = _STOP_CODES.get(stop)
+    return None if code is None else str(code)
+
+
+def _sources_checked(state: RunState) -> list[str]:
+    """Every manual the run tried to read, in order, with how it went (``M-300: permission denied ...``)."""
+    calls = {c.call_id: c for m in state.messages for c in parse_tool_calls(m)}
+    found: list[str] = []
+    for observation in state.observations:
+        call = calls.get(observation.call_id)
+        if call is None or call.name != "read_manual" or not call.arguments:
+            continue
+        if observation.ok:
+            found.append(f"{call.arguments.get('manual_id')} (read)")
+        else:
+            detail = observation.content if isinstance(observation.content, str) else observation.kind
+            if isinstance(observation.content, dict):
+                detail = observation.content.get("message", observation.kind)
+            found.append(f"{call.arguments.get('manual_id')} ({observation.kind}: {detail})")
+    return found
+
+
+def handoff_message(result: RunResult) -> str:
+    """
+    What the technician is told when the run did not settle the question.
+
+    It says how the run ended, what remains unresolved, every source checked
+    (read or refused), and what would let the work resume; it never claims
+    that an unconfirmed action succeeded.
+    """
+    sources = _sources_checked(result.state)
+    checked = "; ".join(sources) if sources else "none"
+    return (
+        f"Handed to a person ({result.code}): the inspection interval of pump P-7 (PX-200) is not settled. "
+        f"Sources checked: {checked}. "
+        "To resume: the PX-200 service manual (M-200) or the vendor's stated interval."
+    )
 
 
 def _resolved(result: RunResult) -> bool:
@@ -332,9 +407,15 @@ def environment(*, flaky: bool = False) -> Environment:
         checks={
             "question_resolved": _resolved,
             "inspection_booked": lambda result: bool(effects),
+            # A process check: the handoff message names every manual the run tried to read.
+            "sources_listed": lambda result: (
+                all(source.split(" ", 1)[0] in handoff_message(result) for source in _sources_checked(result.state))
+                and bool(_sources_checked(result.state))
+            ),
         },
         answer_check=check_answer,
         system_prompt=SYSTEM_PROMPT,
+        endings=ending_code,
     )
 
 
