@@ -6,9 +6,14 @@ Closing and deleting are effectful: the secure default refuses them, the
 after the decision. A run has three endings a caller must tell apart, and
 each is a typed stop::
 
-    answer  -> answered            the policy gave its final answer
-    guard   -> step_limit          max_turns model calls were spent (tool_limit if a tool budget is set)
-    pause   -> awaiting_approval   a destructive call waits for a human; ``blocked_on`` names it
+    answer  -> answered            code answer   the policy gave its final answer
+    guard   -> step_limit          code guard    max_turns model calls were spent (tool_limit if a tool budget is set)
+    pause   -> awaiting_approval   code pause    a destructive call waits for a human; ``blocked_on`` names it
+
+The policy knows four intents, as the reference desk does: search, look up,
+close (by id, by topic, or "that one") and create; deleting is a fifth.
+Creating a ticket is an effect too, but not a destructive one: the ``desk``
+gate lets it run and asks a human only before a close or a delete.
 
 :class:`Session` keeps what lives *across* the runs of one conversation:
 the history (earlier questions and answers, passed to the next run as
@@ -29,20 +34,22 @@ import attrs
 from agent_fsm.engine.driver import resume, run
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.gates import Gate, ask_for_effects
+from agent_fsm.engine.gates import Gate, Verdict, as_verdict, ask_for_effects
 from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.policy import DecisionPolicy, FinalDecision, observations_of
 from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.engine.tools import ToolCall, ToolSpec
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
+    "ENDINGS",
     "FINAL",
     "LIMITS",
     "Session",
     "TicketDesk",
     "ToolCallRecord",
+    "desk_gate",
     "environment",
     "policy",
     "reply_text",
@@ -54,6 +61,8 @@ LIMITS = Limits(max_turns=6)
 """The loop guard: at most six model calls per question."""
 
 FINAL = FinalDecision()
+ENDINGS = {Stop.ANSWERED: "answer", Stop.STEP_LIMIT: "guard", Stop.TOOL_LIMIT: "guard", Stop.AWAITING_APPROVAL: "pause"}
+"""The desk's three endings, named as its callers know them."""
 SYSTEM_PROMPT = "You run a support ticket desk through the tools below. Closing and deleting tickets need permission."
 
 _TICKETS = (
@@ -102,6 +111,15 @@ class TicketDesk:
         self.effects.append(receipt)
         return receipt
 
+    def create_ticket(self, subject: str) -> dict[str, Any]:
+        """Open a new ticket; the receipt goes to the effect log."""
+        ticket_id = f"TKT-{max(int(t.split('-')[1]) for t in self.tickets) + 1 if self.tickets else 1}"
+        ticket = {"id": ticket_id, "subject": subject, "status": "open"}
+        self.tickets[ticket_id] = ticket
+        receipt: dict[str, Any] = {**ticket, "created": True}
+        self.effects.append(receipt)
+        return dict(receipt)
+
     def delete_ticket(self, ticket_id: str) -> dict[str, Any]:
         """Delete a ticket for good; the receipt goes to the effect log."""
         ticket = self._ticket(ticket_id)
@@ -125,6 +143,12 @@ class TicketDesk:
             ),
             "get_ticket": ToolSpec("Show one ticket.", _object(ticket_id=_ID), self.get_ticket),
             "close_ticket": ToolSpec("Close a ticket.", _object(ticket_id=_ID), self.close_ticket, effectful=True),
+            "create_ticket": ToolSpec(
+                "Open a new ticket with this subject.",
+                _object(subject={"type": "string", "minLength": 3, "maxLength": 120}),
+                self.create_ticket,
+                effectful=True,
+            ),
             "delete_ticket": ToolSpec(
                 "Delete a ticket permanently.", _object(ticket_id=_ID), self.delete_ticket, effectful=True
             ),
@@ -134,6 +158,7 @@ class TicketDesk:
 # --- the policy: a deterministic router behind decide(task, observations) -------
 
 _INTENTS = (
+    ("create", re.compile(r"\b(?:create|open|file) (?:a )?(?:new )?ticket (?:about|for|saying) (.+?)[.?!]*$", re.I)),
     ("close_topic", re.compile(r"\bclose (?:the )?ticket about ([\w ]+?)[.?!]*$", re.IGNORECASE)),
     ("close_id", re.compile(r"\bclose (?:ticket )?(TKT-\d+)", re.IGNORECASE)),
     ("close_that", re.compile(r"\bclose (?:that(?: one)?|it)\b", re.IGNORECASE)),
@@ -156,7 +181,7 @@ def _intent(task: str, conversation: Sequence[Mapping[str, str]]) -> tuple[str, 
             if found:
                 return "close_id", found[0]
         return "unclear", "which ticket do you mean?"
-    return "unclear", "I can search, show, close or delete tickets."
+    return "unclear", "I can search, show, create, close or delete tickets."
 
 
 def _answer(text: str) -> dict[str, str]:
@@ -185,6 +210,13 @@ def rules(
         if not hits:
             return _answer(f"No open ticket mentions {arg!r}.")
         return _answer(f"Open tickets about {arg}: " + "; ".join(f"{t['id']} ({t['subject']})" for t in hits) + ".")
+    if intent == "create":
+        if n == 0:
+            return {"action": "create_ticket", "subject": arg[0].upper() + arg[1:]}
+        if observations[0]["ok"]:
+            ticket = observations[0]["result"]
+            return _answer(f"Created {ticket['id']}: '{ticket['subject']}'.")
+        return _answer(f"No ticket was created: {observations[0]['result']}")
     if intent == "show_id":
         if n == 0:
             return {"action": "get_ticket", "ticket_id": arg}
@@ -224,7 +256,7 @@ def environment() -> Environment:
     return Environment(
         tools=tools,
         effects=desk.effects,
-        gates={"ask": ask_for_effects(tools, "is destructive and needs a human's approval")},
+        gates={"ask": ask_for_effects(tools, "is destructive and needs a human's approval"), "desk": desk_gate(tools)},
         models={"rules": policy, "stubborn": lambda: policy(stubborn)},
         checks={
             "tkt3_closed": lambda result: desk.tickets["TKT-3"]["status"] == "closed",
@@ -232,7 +264,20 @@ def environment() -> Environment:
         },
         answer_check=FINAL.check(),
         system_prompt=SYSTEM_PROMPT,
+        endings=ENDINGS,
     )
+
+
+def desk_gate(tools: Mapping[str, ToolSpec]) -> Gate:
+    """Reads and creating a ticket run; closing and deleting (destructive) wait for a human."""
+    ask = ask_for_effects(tools, "is destructive and needs a human's approval")
+
+    def gate(call: ToolCall) -> Verdict:
+        if call.name == "create_ticket":
+            return Verdict.allow("creating a ticket destroys nothing")
+        return as_verdict(ask(call))
+
+    return gate
 
 
 # --- the session: state that outlives one run -------------------------------
@@ -325,6 +370,7 @@ class Session:
             system_prompt=SYSTEM_PROMPT,
             history=self.history,
             answer_check=FINAL.check(),
+            endings=ENDINGS,
         )
         return self._settle(result)
 
@@ -341,6 +387,7 @@ class Session:
             gate=self.gate,
             limits=self.limits,
             answer_check=FINAL.check(),
+            endings=ENDINGS,
         )
         return self._settle(result)
 

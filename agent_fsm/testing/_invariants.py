@@ -107,8 +107,8 @@ def _check_ending(result: RunResult, limits: Limits) -> None:
     code = getattr(result, "code", None)
     if not isinstance(code, str) or CODE_PATTERN.fullmatch(code) is None:
         _fail("typed_ending", f"code {code!r} is not an ending code (a lowercase identifier)")
-    if code != (state.code or result.stop.value):
-        _fail("typed_ending", f"code {code!r} disagrees with the state's {state.code!r} and stop {result.stop.value!r}")
+    if state.code is not None and code != state.code:
+        _fail("typed_ending", f"code {code!r} disagrees with the code {state.code!r} the state recorded")
 
 
 def _check_budgets(result: RunResult, limits: Limits) -> None:
