@@ -48,6 +48,8 @@ class Ending(str, enum.Enum):
     UNROUTABLE = "unroutable"  # router: the model's route names no branch
     FAN_OUT_REFUSED = "fan_out_refused"  # parallel: the batch was not safe to fan out; nothing ran
     STEP_FAILED = "step_failed"  # a code-owned call was refused, invalid or failed; later steps did not run
+    STEP_DENIED = "step_denied"  # plan: the gate refused a planned step when its turn came; later steps did not run
+    PLAN_REJECTED = "plan_rejected"  # plan: the model's reply was not a plan; nothing ran
     PROVIDER_ERROR = "provider_error"  # the model could not be reached; no reply is made up
 
     def __str__(self) -> str:
