@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec, compile_machine
+from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.tools import Registry, ToolCall
 from agent_fsm.patterns._common import (
@@ -92,6 +93,7 @@ PLAN_MACHINE = MachineSpec(
         Edge("Stepping", "observe", "Replied", meaning="every step ran; code writes the reply"),
     ),
 )
+"""The plan executor's declaration: plan once, step through the boundary, stop at the first failure or replan."""
 
 
 def plan_prompt(task: str, tools: Registry, max_steps: int) -> str:

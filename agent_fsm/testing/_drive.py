@@ -168,8 +168,10 @@ def drive(
 
 def describe_run(result: RunResult) -> str:
     """The run message by message, one line each: what a failing example's reader needs."""
-    stop = result.stop.value if isinstance(result.stop, Stop) else repr(result.stop)
-    lines = [f"stop={stop} code={result.code!r} reason={result.reason!r}"]
+    stop = result.stop.value if isinstance(result.stop, Stop) else result.stop
+    code = getattr(result, "code", stop)
+    declared = f" code={code!r}" if code != stop else ""  # a world's own ending, when it named one
+    lines = [f"stop={stop!r}{declared} reason={result.reason!r}"]
     for index, message in enumerate(result.state.messages):
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
