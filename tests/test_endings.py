@@ -135,3 +135,17 @@ def test_an_endings_rule_naming_a_bad_code_is_loud():
     """A rule returning something that is not a code fails loudly rather than mislabelling the run."""
     with pytest.raises(ValueError, match="lowercase identifier"):
         run("q", ScriptedModel(turns=[answer_message("a")]), _tools(), endings=lambda stop, state: "Not A Code")
+
+
+def test_the_sequence_diagram_names_the_worlds_code():
+    """The ending note of a drawn run carries the code, read from the saved state."""
+    from agent_fsm.diagrams.sequence import sequence_diagram
+
+    result = run(
+        "q",
+        ScriptedModel(turns=[answer_message("cites page 9")]),
+        _tools(),
+        answer_check=lambda text, state: Ending("unread_citation", "page 9 was never read"),
+    )
+    drawn = sequence_diagram(RunState.from_json(result.state.to_json()))
+    assert "stop: answer_rejected [unread_citation]" in drawn
