@@ -115,16 +115,24 @@ def test_the_plan_machine_passes_the_static_checker_and_needs_its_replan_budget(
     assert any("Planning" in v.states and "Stepping" in v.states for v in report.violations)
 
 
-@given(
-    st.one_of(
-        st.text(max_size=200),
-        st.recursive(
-            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-            lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-            max_leaves=10,
-        ).map(json.dumps),
-    )
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
 )
+_NEAR_STEPS = st.dictionaries(
+    st.sampled_from(["tool", "arguments", "why"]), _JSON | st.just("lookup_order"), max_size=3
+)
+_STEPS = st.fixed_dictionaries({"tool": _JSON | st.text(max_size=12), "arguments": _JSON})
+_REPLIES = st.one_of(
+    st.lists(_STEPS, min_size=1, max_size=9).map(json.dumps),
+    st.text(max_size=120),
+    _JSON.map(json.dumps),
+    st.lists(_NEAR_STEPS | _JSON, max_size=10).map(json.dumps),
+)
+
+
+@given(_REPLIES)
 def test_parse_plan_never_raises_and_returns_only_well_formed_steps(text):
     """Any reply text is a plan of (name, arguments) pairs or a reason; parsing never raises."""
     steps, problem = parse_plan(text, 8)
