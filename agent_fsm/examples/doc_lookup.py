@@ -42,6 +42,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm.engine.driver import run
 from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.limits import Limits, Stop
@@ -63,6 +64,7 @@ __all__ = [
     "Lookup",
     "cited_page_check",
     "environment",
+    "lookup",
     "outcome_ok",
 ]
 
@@ -325,4 +327,26 @@ def environment(version: str = "v2") -> Environment:
         answer_check=FINAL.check(cited_page_check),
         system_prompt=SYSTEM_PROMPT,
         endings=ENDINGS,
+    )
+
+
+def lookup(question: str, *, version: str = "v2", policy: str = "scripted", limits: Limits = LIMITS) -> RunResult:
+    """
+    Validate a lookup, then run it with one of :data:`POLICIES` to a typed ending with its code.
+
+    Raises:
+        ValueError: the question or the version is refused (see :class:`Lookup`), or ``policy`` is unknown.
+    """
+    task = Lookup(question, version)
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
+    env = environment(task.version)
+    return run(
+        task.question,
+        env.models[policy](),
+        env.tools,
+        limits=limits,
+        system_prompt=env.system_prompt,
+        answer_check=env.answer_check,
+        endings=env.endings,
     )

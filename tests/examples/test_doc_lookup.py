@@ -208,3 +208,14 @@ def test_the_saved_trace_names_the_policy_and_provider():
 
     remote = run_scenario(spec, model=Remote()).to_data()
     assert remote["policy"] == {"name": "scripted", "provider": "openai", "model": "gpt-test"}
+
+
+def test_lookup_validates_the_task_before_running_it():
+    """lookup() refuses v3 before any run, and runs a valid task to its coded ending."""
+    with pytest.raises(ValueError, match="unsupported documentation version 'v3'"):
+        doc_lookup.lookup("How do I roll back staging?", version="v3")
+    with pytest.raises(ValueError, match="unknown policy"):
+        doc_lookup.lookup("How do I roll back staging?", policy="oracle")
+    result = doc_lookup.lookup(TASK)
+    assert (result.stop, result.code) == (Stop.ANSWERED, "final") and outcome_ok(result)
+    assert doc_lookup.lookup(TASK, policy="cites_unread").code == "unread_citation"
