@@ -149,3 +149,21 @@ def test_the_sequence_diagram_names_the_worlds_code():
     )
     drawn = sequence_diagram(RunState.from_json(result.state.to_json()))
     assert "stop: answer_rejected [unread_citation]" in drawn
+
+
+def test_the_kit_refuses_a_result_whose_code_is_not_a_name_or_disagrees():
+    """typed_ending: a code that is not an identifier, or that contradicts the state's record, is reported."""
+    import attrs
+
+    from agent_fsm.testing import InvariantViolation
+
+    result = run(
+        "q",
+        ScriptedModel(turns=[answer_message("x")]),
+        _tools(),
+        answer_check=lambda t, s: Ending("unread_citation", "no"),
+    )
+    assert_run_invariants(result, [], Limits())
+    for bad in ("Not A Code", "answer_rejected"):
+        with pytest.raises(InvariantViolation, match="typed_ending"):
+            assert_run_invariants(attrs.evolve(result, code=bad), [], Limits())

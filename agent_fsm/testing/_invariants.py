@@ -26,7 +26,7 @@ from agent_fsm.engine.wire import assistant_text, parse_tool_calls, tool_message
 __all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
 
 INVARIANTS: dict[str, str] = {
-    "typed_ending": "the run rests in a declared absorbing or paused state and its stop agrees with it",
+    "typed_ending": "the run rests in a declared absorbing or paused state, its stop agrees, and its code is a name",
     "turn_budget": "model calls never exceed max_turns, and every call's prompt size is logged",
     "token_budget": "no prompt sent exceeds max_prompt_tokens",
     "tool_budget": "handler attempts never exceed max_tool_calls, and each attempt left one observation",
