@@ -43,7 +43,7 @@ REFERENCE = [
     (
         "Running",
         "running.md",
-        ["agent_fsm.engine.driver", "agent_fsm.engine.limits", "agent_fsm.engine.state"],
+        ["agent_fsm.engine.driver", "agent_fsm.engine.limits", "agent_fsm.engine.endings", "agent_fsm.engine.state"],
     ),
     (
         "Tools, proposals and gates",
