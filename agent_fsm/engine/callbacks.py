@@ -238,7 +238,7 @@ def take_proposal(run: RunContext) -> None:
     if state.fault is not None:
         return
     if not state.pending:
-        reason = _not_an_answer(run)
+        reason: str | Ending | None = _not_an_answer(run)
         if reason is None and run.answer_check is not None:
             text = assistant_text(state.messages[-1]) or ""
             reason = run.answer_check(text, state)
