@@ -16,6 +16,7 @@ and :mod:`agent_fsm.examples`.
 
 from agent_fsm import _moved
 from agent_fsm.engine.boundary import EXPECTED_TOOL_ERRORS, attempt, execute, judge
+from agent_fsm.engine.compiled import CompiledMachine, compile_machine
 from agent_fsm.engine.driver import (
     DEFAULT_SYSTEM_PROMPT,
     AnswerCheck,
@@ -24,6 +25,7 @@ from agent_fsm.engine.driver import (
     run,
     start_state,
 )
+from agent_fsm.engine.endings import Ending, EndingRule
 from agent_fsm.engine.errors import (
     AgentFSMError,
     DefinitionError,
@@ -50,14 +52,7 @@ from agent_fsm.engine.gates import (
 )
 from agent_fsm.engine.invariants import check_run
 from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.machine import (
-    RUN_MACHINE,
-    CompiledMachine,
-    Edge,
-    MachineSpec,
-    StateSpec,
-    compile_machine,
-)
+from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model, ModelReply, ScriptedModel
 from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
 from agent_fsm.engine.state import Judgement, ProviderFault, RunResult, RunState
@@ -83,6 +78,8 @@ __all__ = [
     "start_state",
     "Limits",
     "Stop",
+    "Ending",
+    "EndingRule",
     "RunResult",
     "RunState",
     "Judgement",

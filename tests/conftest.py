@@ -1,7 +1,9 @@
-"""Shared test configuration: Hypothesis profiles sized so the whole suite stays fast."""
+"""Shared test configuration: Hypothesis profiles sized so the whole suite stays fast, and external programs."""
 
 import os
+import shutil
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # "ci" is used when CI is set (as it is in .ci/run); "dev" for a quick local loop;
@@ -10,3 +12,15 @@ settings.register_profile("ci", max_examples=300, deadline=None, suppress_health
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(scope="session")
+def graphviz_dot() -> str:
+    """Graphviz's ``dot``: tests that draw with it skip without it, except under CI, where they fail."""
+    dot = shutil.which("dot")
+    if dot is None:
+        reason = "Graphviz's `dot` is not installed: apt-get install graphviz (.ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return dot

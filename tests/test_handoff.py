@@ -16,6 +16,7 @@ from agent_fsm.examples.handoff import (
     decide,
     environment,
     flaky_environment,
+    handoff_message,
     replay,
 )
 
@@ -136,7 +137,7 @@ def test_replay_properties(events: list[Event], limit: int, policy: str) -> None
 
 
 def test_answer_check_refuses_only_unsupported_intervals() -> None:
-    """An interval no manual read supports is refused; an honest 'unsettled' answer passes."""
+    """An unsupported interval is refused (unsupported_claim); an honest 'unsettled' one stands (missing_evidence)."""
     env = environment()
     model = ScriptedModel(
         [
@@ -146,9 +147,29 @@ def test_answer_check_refuses_only_unsupported_intervals() -> None:
     )
     result = run("How often?", model, env.tools, answer_check=env.answer_check)
     assert result.stop is Stop.ANSWERED
-    assert check_answer("every 90 days", result.state) is not None
-    assert check_answer("The manuals I read do not settle it.", result.state) is None
+    refused = check_answer("every 90 days", result.state)
+    assert (refused.code, refused.accept) == ("unsupported_claim", False)
+    honest = check_answer("The manuals I read do not settle it.", result.state)
+    assert (honest.code, honest.accept) == ("missing_evidence", True)
+    assert check_answer(f"every {INTERVAL_DAYS} days", result.state) is None
     assert env.checks["question_resolved"](result)
+
+
+def test_the_handoff_message_lists_every_source_checked() -> None:
+    """When the loop cannot go on, the message says what is unresolved and names each manual tried, refused ones too."""
+    env = environment()
+    model = ScriptedModel(
+        [
+            tool_call_message("r1", "read_manual", {"manual_id": "M-100"}),
+            tool_call_message("r2", "read_manual", {"manual_id": "M-300"}),
+        ]
+    )
+    result = run("How often?", model, env.tools, answer_check=env.answer_check, endings=env.endings)
+    assert (result.stop, result.code) == (Stop.HANDOFF, "service_failure")
+    message = handoff_message(result)
+    assert "M-100 (read)" in message and "M-300 (error: permission denied" in message
+    assert "not settled" in message and "To resume" in message
+    assert env.checks["sources_listed"](result)
 
 
 def test_flaky_search_times_out_once() -> None:

@@ -6,7 +6,7 @@ from agent_fsm.patterns.compare import Row, compare_rows, format_table
 
 
 def test_every_pattern_lands_the_one_correct_refund_at_the_seeds_call_counts():
-    """Calls per pattern: chain 1/2, router 2/2, parallel 1/3, evaluator 2/2, agent 4/3; every refund correct."""
+    """Calls: chain 1/2, router 2/2, parallel 1/3, evaluator 2/2, agent 4/3, plan 2/3; every refund correct."""
     rows = compare_rows()
     assert [(r.pattern, r.model_calls, r.tool_calls) for r in rows] == [
         ("chain", 1, 2),
@@ -14,9 +14,10 @@ def test_every_pattern_lands_the_one_correct_refund_at_the_seeds_call_counts():
         ("parallel", 1, 3),
         ("evaluator", 2, 2),
         ("agent", 4, 3),
+        ("plan", 2, 3),
     ]
     assert all(r.refund_landed for r in rows)
-    assert [r.ending for r in rows] == ["replied", "replied", "replied", "accepted", "answered"]
+    assert [r.ending for r in rows] == ["replied", "replied", "replied", "accepted", "answered", "replied"]
 
 
 def test_the_agent_pays_most_in_prompt_tokens_and_the_chain_least():

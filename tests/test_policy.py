@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm import Limits, RunError, Stop, ToolSpec, run
+from agent_fsm import Ending, Limits, RunError, Stop, ToolSpec, run
 from agent_fsm.engine.policy import (
     DecisionPolicy,
     FinalDecision,
@@ -237,3 +237,67 @@ def test_any_decision_sequence_ends_typed_and_handlers_see_only_valid_arguments(
     if result.stop is Stop.ANSWERED:
         fields, reason = FINAL.read(result.answer)
         assert reason is None and set(fields) == {"answer", "citation"}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [json.JSONDecodeError("Expecting value", "{not json", 0), KeyError("action"), TypeError("unhashable type")],
+)
+def test_a_bad_decision_raised_by_decide_is_an_invalid_observation(error):
+    """ValueError/TypeError/KeyError from decide (a model reply that will not parse) is refused, not a crash."""
+
+    def decide(task, observations):
+        raise error
+
+    result, log = _run(decide)
+    assert result.stop is Stop.NO_PROGRESS  # repeated_denials=1 in STRICT: the first bad decision ends the run
+    assert [o.kind for o in result.state.observations] == ["invalid"]
+    assert type(error).__name__ in result.state.observations[0].content
+    assert log == [] and result.state.tool_attempts == 0
+
+
+def test_a_raised_bad_decision_leaves_room_to_recover():
+    """Counted by the no-progress rule like any refused decision: a policy may correct itself."""
+    calls = []
+
+    def decide(task, observations):
+        calls.append(len(observations))
+        if not observations:
+            raise ValueError("the model's reply was not JSON")
+        return {"action": "final", "answer": "fixed", "citation": ""}
+
+    result, _ = _run(decide, limits=Limits(max_turns=4, repeated_denials=2))
+    assert result.stop is Stop.ANSWERED and calls == [0, 1]
+    assert result.state.observations[0].kind == "invalid"
+
+
+@pytest.mark.parametrize("error", [AttributeError("no attribute 'x'"), AssertionError("unreachable"), NameError("y")])
+def test_programmer_errors_in_decide_stay_loud(error):
+    """Outside DECISION_ERRORS and OSError, an exception is a bug in the policy: RunError, state attached."""
+
+    def decide(task, observations):
+        raise error
+
+    with pytest.raises(RunError, match=type(error).__name__) as caught:
+        _run(decide)
+    assert caught.value.state is not None and caught.value.state.turns == 1
+
+
+def test_decide_may_stop_with_a_declared_ending():
+    """An Ending from decide stops the run answer_rejected with the world's code; an undeclared one is a bug."""
+    final = FinalDecision("final", FINAL.schema, endings=("no_match",))
+    policy = DecisionPolicy(lambda task, obs: Ending("no_match", "nothing matched abc"), final=final)
+    result = run("find abc", policy, _tools([]), limits=STRICT, answer_check=final.check())
+    assert (result.stop, result.code, result.reason) == (Stop.ANSWER_REJECTED, "no_match", "nothing matched abc")
+    rogue = DecisionPolicy(lambda task, obs: Ending("made_up", "?"), final=final)
+    with pytest.raises(RunError, match="not a declared ending"):
+        run("find abc", rogue, _tools([]), limits=STRICT, answer_check=final.check())
+
+
+def test_an_undeclared_ending_in_answer_text_is_just_a_malformed_decision():
+    """Text shaped like an ending but naming a code the world never declared gets no code."""
+    final = FinalDecision("final", FINAL.schema, endings=("no_match",))
+    fields = {"action": "final", "ending": "answered_ok", "reason": "trust me"}
+    policy = DecisionPolicy(lambda task, obs: fields, final=final)
+    result = run("find abc", policy, _tools([]), limits=STRICT, answer_check=final.check())
+    assert (result.stop, result.code) == (Stop.ANSWER_REJECTED, "answer_rejected")

@@ -74,7 +74,7 @@ def _constants(schema: Any) -> list[Any]:
 _SAMPLES = [None, True, False, 0, 1, -1, 2.5, "", "a", "abc", "C001", "T-0001", "2024-02-29", [], [1], {}, {"k": 1}]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _near_valid_of(name: str) -> st.SearchStrategy[dict[str, Any]]:
     return _near_valid(SCHEMAS[name])
 

@@ -1,7 +1,7 @@
 """
 The ``agent-fsm`` command line.
 
-One module per command group (``diagram``, ``run``); each is registered
+One module per command group (``diagram``, ``run``, ``charts``); each is registered
 here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
 reported in one line, 2 a usage error (from the CLI library).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import typer
 
+from agent_fsm.cli.charts import charts_command
 from agent_fsm.cli.diagram import diagram_command
 from agent_fsm.cli.run import run_command
 from agent_fsm.patterns.compare import compare_command
@@ -39,6 +40,7 @@ def demo() -> None:
 app.command(name="compare")(compare_command)
 app.command(name="run")(run_command)
 app.command(name="diagram")(diagram_command)
+app.command(name="charts")(charts_command)
 
 
 def main() -> None:

@@ -91,7 +91,8 @@ def _show(outcome: ScenarioResult) -> None:
     typer.echo("")
     typer.echo(format_result(outcome.result, outcome.effects))
     reason = f" ({outcome.result.reason})" if outcome.result.reason else ""
-    typer.echo(f"ending: {outcome.result.stop.value}{reason}")
+    code = f" [{outcome.result.code}]" if outcome.result.code != outcome.result.stop.value else ""
+    typer.echo(f"ending: {outcome.result.stop.value}{code}{reason}")
     typer.echo("")
     typer.echo(outcome.report())
 

@@ -119,6 +119,8 @@ def sequence_diagram(run: RunResult | RunState) -> str:
             stopped = stopped or unjudged
     stop = state.stop
     ending = f"stop: {stop.value}" if stop is not None else f"still working, in {state.machine_state}"
+    if state.code is not None:
+        ending += f" [{state.code}]"  # the world's own ending, when it named one
     if state.machine_state == "AnswerRejected" and state.judgement is not None:
         ending += f" ({state.judgement.reason})"
     lines.append(f"    Note over engine: {mermaid_text(ending, _TEXT_LIMIT)}")

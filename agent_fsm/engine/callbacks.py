@@ -13,20 +13,25 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_fsm.engine.boundary import execute, judge
+from agent_fsm.engine.compiled import compile_machine
+from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.machine import RUN_MACHINE, compile_machine
+from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.models import Model, ModelReply
 from agent_fsm.engine.observe import Observation, TokenEstimator
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState
-from agent_fsm.engine.tools import Registry, declaration_tokens, function_declarations
+from agent_fsm.engine.tools import Registry, ToolCall, declaration_tokens, function_declarations
 from agent_fsm.engine.wire import CallIds, assistant_text, normalise_reply, tool_message
 
 __all__ = ["MACHINE", "AnswerCheck", "RunContext"]
 
-AnswerCheck = Callable[[str, RunState], "str | None"]
-"""Judges a final answer before it is accepted: ``None`` accepts, a reason refuses (``answer_rejected``)."""
+AnswerCheck = Callable[[str, RunState], "str | Ending | None"]
+"""
+Judges a final answer before it is accepted: ``None`` accepts, a reason refuses (``answer_rejected``),
+an :class:`agent_fsm.Ending` names the world's code as well.
+"""
 
 
 class RunContext:
@@ -175,16 +180,56 @@ def _ask_model(run: RunContext) -> None:
         return
     except Exception as exc:
         raise RunError(f"the model raised {type(exc).__name__}: {exc}", state=state) from exc
+    state.finish = None
     if isinstance(reply, ModelReply):
-        if reply.prompt_tokens is not None:
+        counted = reply.prompt_tokens
+        if counted is not None and _plausible_count(counted, estimate):
             # The provider counted this prompt: adopt its figure and carry the
             # correction forward so later estimates start from the real size.
-            state.usage_offset += reply.prompt_tokens - estimate
-            state.prompt_token_log[-1] = reply.prompt_tokens
+            state.usage_offset += counted - estimate
+            state.prompt_token_log[-1] = counted
+        state.finish = reply.finish
         reply = reply.message
     message, calls = normalise_reply(reply, state.turns, run.call_ids)
     run.append(message)
     state.pending = calls
+
+
+def _plausible_count(counted: int, estimate: int) -> bool:
+    """
+    Whether a provider's prompt token count may replace the estimate.
+
+    Rationale: adopting a count moves every later estimate by the difference,
+    so a server reporting 0 (or only the few tokens it did not have cached)
+    would switch the token budget off. A count below a quarter of the
+    estimate is taken as such a report and the estimate stands.
+    """
+    return counted > 0 and counted * 4 >= estimate
+
+
+def _not_an_answer(run: RunContext) -> str | None:
+    """Why the latest reply, which proposes nothing, cannot be taken as an answer (``None``: it can)."""
+    state = run.state
+    if state.finish == "length" and not run.limits.accept_truncated:
+        return (
+            "the reply was cut off at the model's output token limit (finish 'length'), so it is not a "
+            "complete answer; raise the provider's max_tokens, or accept it with Limits(accept_truncated=True)"
+        )
+    if state.finish == "refusal":
+        message = state.messages[-1]
+        text = message.get("refusal") or assistant_text(message) or "(no text)"
+        return f"the model refused (finish 'refusal'): {text}"
+    if state.finish == "content_filter":
+        return "the provider's content filter withheld the reply (finish 'content_filter')"
+    return None
+
+
+def _cut_off(call: ToolCall) -> Judgement:
+    return Judgement(
+        "invalid",
+        f"the call to {call.name or '(no name)'} was cut off at the model's output token limit "
+        f"(finish 'length'), so its arguments may be incomplete; it was not run: {call.raw_arguments!r}",
+    )
 
 
 def take_proposal(run: RunContext) -> None:
@@ -196,13 +241,20 @@ def take_proposal(run: RunContext) -> None:
     if state.fault is not None:
         return
     if not state.pending:
-        if run.answer_check is not None:
+        reason: str | Ending | None = _not_an_answer(run)
+        if reason is None and run.answer_check is not None:
             text = assistant_text(state.messages[-1]) or ""
             reason = run.answer_check(text, state)
-            if reason is not None:
-                state.judgement = Judgement("invalid", str(reason))
+        if reason is not None:
+            state.judgement = Judgement("invalid", str(reason))
     elif not tool_budget_spent(run):
-        state.judgement = judge(state.pending[0], run.tools, run.gate, state=state, limits=run.limits)
+        head = state.pending[0]
+        # A reply cut off at the token limit may end inside a call's arguments
+        # that still happen to parse and pass the schema: none of its calls run.
+        cut_off = state.finish == "length"
+        state.judgement = (
+            _cut_off(head) if cut_off else judge(head, run.tools, run.gate, state=state, limits=run.limits)
+        )
 
 
 def _observe(run: RunContext, observation: Observation) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
+from agent_fsm.engine.endings import Ending, EndingRule, code_for
 from agent_fsm.engine.failures import NotPaused
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.limits import Limits, Stop
@@ -30,6 +31,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "ok, kind and content. A call that comes back invalid or denied is information: read the "
     "reason and change your proposal, or answer in plain text."
 )
+"""The system prompt a run starts with when ``system_prompt`` is not given: how tool results read."""
 
 
 # --- the public driver ---------------------------------------------------------
@@ -54,15 +56,34 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
 
 
-def _result(state: RunState, limits: Limits) -> RunResult:
+def _declared(check: AnswerCheck | None) -> Any:
+    """The answer check as the machine calls it: an :class:`Ending` it returns is recorded as the run's code."""
+    if check is None:
+        return None
+
+    def answer_check(text: str, state: RunState) -> str | None:
+        verdict = check(text, state)
+        if not isinstance(verdict, Ending):
+            return verdict
+        state.code = verdict.code
+        return None if verdict.accept else verdict.reason or verdict.code
+
+    return answer_check
+
+
+def _result(state: RunState, limits: Limits, endings: EndingRule | None = None) -> RunResult:
     stop = RUN_MACHINE.stop_of(state.machine_state)
     assert stop is not None, "the driver returned from a working state"
+    code = code_for(endings, stop, state)
+    if stop is not Stop.AWAITING_APPROVAL and code != stop.value:
+        state.code = code  # kept in the state, so a saved run still says how it ended
     return RunResult(
         stop=stop,
         answer=state.answer if stop is Stop.ANSWERED else None,
         state=state,
         blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL else None,
         reason=_reason(stop, state, limits),
+        code=code,
     )
 
 
@@ -102,6 +123,7 @@ def run(
     history: Sequence[Mapping[str, Any]] = (),
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
 ) -> RunResult:
     """
     Run ``task`` to a typed ending.
@@ -112,7 +134,9 @@ def run(
     budgets in ``limits`` are checked before any work is admitted.
     ``history`` continues a conversation (earlier messages, e.g.
     ``previous.state.messages``); ``answer_check`` may refuse a final answer,
-    which then ends the run ``answer_rejected`` instead of ``answered``.
+    which then ends the run ``answer_rejected`` instead of ``answered`` (an
+    :class:`Ending` it returns also names the world's code); ``endings``
+    names the world's code for the engine's stops (``RunResult.code``).
 
     Returns:
         A :class:`RunResult`; ``stop`` is absorbing, or ``awaiting_approval``
@@ -123,7 +147,9 @@ def run(
         GateError: the gate raised or answered something that is not a verdict.
     """
     state = start_state(task, system_prompt=system_prompt, history=history, estimator=estimator)
-    return advance(state, model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator)
+    return advance(
+        state, model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
+    )
 
 
 def advance(
@@ -135,11 +161,12 @@ def advance(
     limits: Limits = Limits(),
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
 ) -> RunResult:
     """Drive ``state`` (modified in place) from where it is until it rests."""
-    context = RunContext(state, model, tools, gate, limits, estimator, answer_check)
+    context = RunContext(state, model, tools, gate, limits, estimator, _declared(answer_check))
     MACHINE.advance(context)
-    return _result(state, limits)
+    return _result(state, limits, endings)
 
 
 def resume(
@@ -153,6 +180,7 @@ def resume(
     reason: str = "",
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
 ) -> RunResult:
     """
     Continue a run paused in ``awaiting_approval``.
@@ -170,11 +198,11 @@ def resume(
             f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state
         )
     state = copy.deepcopy(state)
-    context = RunContext(state, model, tools, gate, limits, estimator, answer_check)
+    context = RunContext(state, model, tools, gate, limits, estimator, _declared(answer_check))
     if approve:
         MACHINE.fire(context, "approve")
     else:
         state.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
         MACHINE.fire(context, "reject")
     MACHINE.advance(context)
-    return _result(state, limits)
+    return _result(state, limits, endings)

@@ -52,6 +52,7 @@ class Verdict:
 
 
 Gate = Callable[[ToolCall], Union[Verdict, "tuple[bool, str]"]]
+"""A gate: a validated call in, a :class:`Verdict` (or ``(allowed, reason)``) out, consulted just before the effect."""
 
 
 def as_verdict(decision: object) -> Verdict:

@@ -24,7 +24,9 @@ class Stop(str, enum.Enum):
     """
 
     ANSWERED = "answered"  # the model answered (and the answer check, if any, accepted it)
-    ANSWER_REJECTED = "answer_rejected"  # the model answered and the answer check refused it
+    # the model answered and the answer check refused it, or the reply was no answer
+    # (cut off at the token limit, a refusal, withheld by a content filter; see RunState.finish)
+    ANSWER_REJECTED = "answer_rejected"
     STEP_LIMIT = "step_limit"  # max_turns model calls were spent
     TOKEN_LIMIT = "token_limit"  # the next prompt would exceed max_prompt_tokens
     NO_PROGRESS = "no_progress"  # the same rejected proposal came back repeated_denials times
@@ -56,15 +58,19 @@ class Limits:
     ``max_prompt_tokens``; no handler call once ``max_tool_calls`` attempts
     (failed ones included) were made. ``repeated_denials`` is how many times
     the identical rejected proposal may come back before the run ends
-    ``no_progress``. Arguments nested deeper than ``max_argument_depth`` or
-    longer than ``max_argument_chars`` characters of JSON are ``invalid``
-    (see docs/hostile-input.md).
+    ``no_progress``. ``accept_truncated=True`` accepts an answer the
+    provider cut off at its output token limit (``finish == "length"``);
+    by default such a reply ends ``answer_rejected``. A call from a cut-off
+    reply is never executed either way. Arguments nested deeper than
+    ``max_argument_depth`` or longer than ``max_argument_chars`` characters
+    of JSON are ``invalid`` (see docs/hostile-input.md).
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
     max_prompt_tokens: int = attrs.field(default=4000, validator=_non_negative)
     repeated_denials: int = attrs.field(default=2, validator=[_whole_number, v.ge(1)])
     max_tool_calls: int | None = attrs.field(default=None, validator=v.optional(_non_negative))
+    accept_truncated: bool = attrs.field(default=False, validator=v.instance_of(bool))
     # Hostile arguments: how deep dicts and lists may nest, and how long their JSON text may be.
     # Past DEPTH_CEILING a value could not be saved, so no setting goes beyond it.
     max_argument_depth: int = attrs.field(default=32, validator=[_whole_number, v.ge(1), v.le(DEPTH_CEILING)])

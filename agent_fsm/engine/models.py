@@ -21,10 +21,20 @@ class ModelReply:
 
     A model may return this instead of a bare message so that the engine can
     replace its token estimate with the provider's real ``prompt_tokens``.
+
+    ``finish`` says how the reply ended, in the adapters' common words:
+    ``"stop"`` (a complete answer), ``"tool_calls"``, ``"length"`` (cut off
+    at the output token limit), ``"refusal"`` (the model declined; the text
+    is in the message's ``refusal`` or ``content``), ``"content_filter"``
+    (the provider withheld the reply), or ``None`` when not reported. The
+    engine never executes a call from a ``"length"`` reply and does not
+    accept a ``"length"``, ``"refusal"`` or ``"content_filter"`` reply as an
+    answer (see :class:`agent_fsm.Limits` ``accept_truncated``).
     """
 
     message: Mapping[str, Any]
     prompt_tokens: int | None = None
+    finish: str | None = None
 
 
 @runtime_checkable

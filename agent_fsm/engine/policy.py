@@ -23,9 +23,26 @@ before any handler runs and spends no tool budget. The policy sees that
 observation and may correct itself; the same refused decision coming back
 ``Limits.repeated_denials`` times ends the run ``no_progress`` (set it to 1 to
 stop on the first bad decision). A bad final decision ends the run
-``answer_rejected``. An ``OSError`` raised by ``decide`` (a policy backed by a
-remote model that cannot be reached) ends it ``provider_error``; any other
-exception is a bug in the policy and propagates as :class:`agent_fsm.RunError`.
+``answer_rejected``.
+
+What ``decide`` raises is sorted at one line, :data:`DECISION_ERRORS`:
+
+* ``ValueError``, ``TypeError``, ``KeyError`` (a model-backed policy whose
+  JSON does not parse, a reply missing a field) are a bad decision like any
+  other: an ``invalid`` observation quoting the error, counted by the
+  no-progress rule (code ``invalid_decision`` in the doc lookup);
+* an ``OSError`` (the remote model cannot be reached) ends the run
+  ``provider_error``; no decision is made up;
+* anything else (``AttributeError``, ``NameError``, ``AssertionError``, ...) is
+  a bug in the policy's own code and stays loud: :class:`agent_fsm.RunError`
+  with the run state attached. The callable is trusted application code, and
+  this adapter is not a sandbox for it.
+
+``decide`` may also return an :class:`agent_fsm.Ending` to stop the run with one
+of the world's codes: it becomes a final decision ``{"ending": code,
+"reason": ...}`` that the answer check of ``FinalDecision.check`` refuses
+with that code. Only codes listed in ``FinalDecision.endings`` are accepted,
+so a reply cannot invent an ending the world never declared.
 """
 
 from __future__ import annotations
@@ -37,11 +54,13 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine.driver import AnswerCheck
+from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.state import RunState
 from agent_fsm.engine.tools import ToolSpec
 from agent_fsm.engine.wire import answer_message, assistant_text
 
 __all__ = [
+    "DECISION_ERRORS",
     "Decide",
     "DecisionPolicy",
     "FinalCheck",
@@ -53,10 +72,13 @@ __all__ = [
     "task_of",
 ]
 
-Decide = Callable[..., Mapping[str, Any]]
+DECISION_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, KeyError)
+"""What ``decide`` may raise for a bad decision (an ``invalid`` observation); others but ``OSError`` are bugs."""
+
+Decide = Callable[..., "Mapping[str, Any] | Ending"]
 """``decide(task, observations) -> decision``; with ``conversation=True`` also a ``conversation=`` keyword."""
 
-FinalCheck = Callable[[dict[str, Any], RunState], "str | None"]
+FinalCheck = Callable[[dict[str, Any], RunState], "str | Ending | None"]
 """Judges a well-formed final decision's fields: ``None`` accepts, a reason refuses."""
 
 
@@ -77,6 +99,10 @@ def string_fields(fields: Mapping[str, int], *, may_be_empty: Sequence[str] = ()
     return {"type": "object", "properties": properties, "required": list(fields), "additionalProperties": False}
 
 
+def _as_codes(codes: Sequence[str]) -> tuple[str, ...]:
+    return tuple(codes)
+
+
 def _no_handler(**_: Any) -> None:  # pragma: no cover - a final decision is never dispatched
     raise AssertionError("a final decision is checked, never executed")
 
@@ -94,6 +120,8 @@ class FinalDecision:
 
     action: str = "final"
     schema: Mapping[str, Any] = attrs.field(factory=lambda: string_fields({"answer": 2000}))
+    # The world's codes a policy may stop with (decide returning Ending(code, reason)).
+    endings: tuple[str, ...] = attrs.field(default=(), converter=_as_codes)
     _contract: ToolSpec = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -117,10 +145,34 @@ class FinalDecision:
             return None, f"{self.action} decision rejected: " + "; ".join(problems)
         return fields, None
 
-    def check(self, then: FinalCheck | None = None) -> AnswerCheck:
-        """An answer check: the final decision must be well formed, and then pass ``then``."""
+    def render_ending(self, ending: Ending) -> str:
+        """
+        The answer text of a policy's decision to stop with ``ending``.
 
-        def answer_check(text: str, state: RunState) -> str | None:
+        Raises:
+            ValueError: the code is not one of :attr:`endings` (a bug in the policy, so it is loud).
+        """
+        if ending.code not in self.endings:
+            raise ValueError(f"the policy stopped with {ending.code!r}, which is not a declared ending {self.endings}")
+        return json.dumps({"ending": ending.code, "reason": ending.reason}, ensure_ascii=False)
+
+    def ending_of(self, text: str) -> Ending | None:
+        """The declared :class:`Ending` an answer text carries, if it is one (see :meth:`render_ending`)."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or set(data) != {"ending", "reason"} or data["ending"] not in self.endings:
+            return None
+        return Ending(data["ending"], str(data["reason"]))
+
+    def check(self, then: FinalCheck | None = None) -> AnswerCheck:
+        """An answer check: a declared ending refuses with its code; else the decision must be well formed and pass."""
+
+        def answer_check(text: str, state: RunState) -> str | Ending | None:
+            ending = self.ending_of(text)
+            if ending is not None:
+                return ending
             fields, reason = self.read(text)
             if fields is None:
                 return reason
@@ -231,18 +283,32 @@ class DecisionPolicy:
         return f"DecisionPolicy({getattr(self.decide, '__name__', self.decide)!r}, final={self.final!r})"
 
     def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-        """Ask for the next decision and put it on the wire (an ``OSError`` from ``decide`` propagates)."""
+        """
+        Ask for the next decision and put it on the wire.
+
+        A :data:`DECISION_ERRORS` exception from ``decide`` becomes a refused
+        decision (an ``invalid`` observation); an ``OSError`` propagates (the
+        engine ends the run ``provider_error``); anything else is a bug and
+        propagates too (the engine raises :class:`agent_fsm.RunError`).
+        """
         since = _since_task(messages)
         call_id = f"decision_{sum(1 for m in since if m.get('role') == 'assistant') + 1}"
         observations = observations_of(messages)
-        if self.conversation:
-            decision = self.decide(task_of(messages), observations, conversation=conversation_of(messages))
-        else:
-            decision = self.decide(task_of(messages), observations)
+        try:
+            if self.conversation:
+                decision = self.decide(task_of(messages), observations, conversation=conversation_of(messages))
+            else:
+                decision = self.decide(task_of(messages), observations)
+        except OSError:
+            raise
+        except DECISION_ERRORS as exc:
+            return _refused(call_id, "", f"the policy raised {type(exc).__name__}: {exc}"[:500])
         return self.to_message(decision, call_id)
 
     def to_message(self, decision: Any, call_id: str) -> dict[str, Any]:
         """The assistant message for one decision (see the module docstring for the mapping)."""
+        if isinstance(decision, Ending):
+            return answer_message(self.final.render_ending(decision))
         if not isinstance(decision, Mapping):
             return _refused(call_id, "", f"a decision must be an object, got {type(decision).__name__}")
         action = decision.get("action")

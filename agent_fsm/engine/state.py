@@ -80,6 +80,13 @@ class RunState:
     # is measured once; ``usage_offset`` corrects it with a provider's count.
     message_tokens: int = 0
     usage_offset: int = 0
+    # How the latest model reply ended, as its adapter reported it
+    # (``ModelReply.finish``: "stop", "length", "refusal", ...), else None.
+    finish: str | None = None
+    # The world's own ending (agent_fsm.Ending), once the run rests on one; kept here so it survives a save.
+    code: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.matches_re(r"[a-z][a-z0-9_]{0,63}"))
+    )
 
     def to_json(self) -> str:
         """This state as JSON text (lossless: ``from_json(s.to_json()) == s``)."""
@@ -135,3 +142,5 @@ class RunResult:
     state: RunState
     blocked_on: ToolCall | None = None
     reason: str | None = None  # why it stopped, in words (None for a plain answer)
+    # The world's ending (see agent_fsm.Ending): always set, the stop's own value when the world declared none.
+    code: str = attrs.field(default=attrs.Factory(lambda self: self.stop.value, takes_self=True))

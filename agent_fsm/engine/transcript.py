@@ -40,6 +40,8 @@ def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> st
         f"stop={result.stop.value}  turns={state.turns}  tool_attempts={state.tool_attempts}"
         f"  observations={len(state.observations)}"
     )
+    if result.code != result.stop.value:
+        lines.append(f"code: {result.code}")
     if result.answer is not None:
         lines.append(f"answer: {result.answer}")
     if result.blocked_on is not None:

@@ -9,6 +9,7 @@ broken; broken parts become proposals that fail validation, never exceptions.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+
+_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls"})
+_CALL_KEYS = frozenset({"id", "type", "function"})
 
 
 def tool_call_message(
@@ -146,12 +150,24 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
     are unique. ``taken`` holds the ids already in the transcript (it is
     updated); an id that is taken, or repeated within the reply, becomes the
     first free ``<id>~2``, ``<id>~3`` ... (see :class:`CallIds`), and the call
-    keeps the model's id as ``original_id``. Anything that is not a mapping at all is kept as the
-    answer text ``str(reply)``.
+    keeps the model's id as ``original_id``. Other fields of the message and
+    of each call (a provider's reasoning or signatures) are kept unchanged,
+    unless they nest too deeply to be saved. Anything that is not a mapping at
+    all is kept as the answer text ``str(reply)``.
     """
     if not isinstance(reply, Mapping):
         return {"role": "assistant", "content": str(reply)}, []
     message: Message = {"role": "assistant", "content": assistant_text(reply)}
+    # Provider parts beside the text (reasoning, refusal, signed thinking blocks)
+    # are kept as they came: some providers refuse the next turn without them.
+    # (One nested past DEPTH_CEILING, or cyclic, could not be copied or saved, and is dropped.)
+    message.update(
+        {
+            k: copy.deepcopy(v)
+            for k, v in reply.items()
+            if k not in _MESSAGE_KEYS and isinstance(k, str) and not nesting_exceeds(v, DEPTH_CEILING)
+        }
+    )
     raw_calls = reply.get("tool_calls")
     if not raw_calls:
         return message, []
@@ -173,7 +189,12 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
         arguments, raw = _parse_arguments(function.get("arguments"))
         text = raw if raw is not None else ""
         calls.append(ToolCall(call_id, name, arguments, text, original_id=renamed))
-        wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
+        extras = {
+            k: copy.deepcopy(v)
+            for k, v in item.items()
+            if k not in _CALL_KEYS and isinstance(k, str) and not nesting_exceeds(v, DEPTH_CEILING)
+        }
+        wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}, **extras})
     message["tool_calls"] = wire_calls
     return message, calls
 

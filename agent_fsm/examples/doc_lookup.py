@@ -12,23 +12,38 @@ validates, dispatches and stops. Three checks stay apart:
   the cited page are the right ones; an ``answered`` stop alone never passes;
 * the run invariants (:func:`agent_fsm.check_run`).
 
-Endings of the decision loop and the engine stops they are::
+Endings of the decision loop, the engine stops they are, and the world's code
+(``RunResult.code``; the table is :data:`ENDINGS`)::
 
-    final (accepted)         -> answered
-    invalid decision         -> an ``invalid`` observation; no_progress when it repeats (repeated_denials=1: at once)
-    provider error (OSError) -> provider_error
-    unread citation          -> answer_rejected
-    tool limit               -> tool_limit (checked before dispatch; failed reads count)
-    turn limit               -> step_limit
+    final (accepted)         -> answered         code final
+    invalid decision         -> no_progress      code invalid_decision (an ``invalid`` observation; with
+                                                 repeated_denials=1 the first one ends the run; a decide that
+                                                 raises ValueError/TypeError/KeyError is one too)
+    malformed final decision -> answer_rejected  code invalid_decision
+    provider error (OSError) -> provider_error   code provider_error
+    unread citation          -> answer_rejected  code unread_citation (the answer check's Ending)
+    tool limit               -> tool_limit       code tool_limit (checked before dispatch; failed reads count)
+    turn limit               -> step_limit       code turn_limit
     wrong-version read       -> an ``error`` observation; the policy may recover within its budget
+
+A lookup is validated before it starts (:class:`Lookup`): a version other
+than ``v1``/``v2`` or an empty or oversized question is refused with a
+``ValueError``, never run against an empty corpus. Search expands the
+question's words through a small glossary (:data:`GLOSSARY`), so "revert"
+finds the rollback page.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
+from agent_fsm.engine.driver import run
+from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.policy import FinalDecision, named, observations_of, string_fields
@@ -38,13 +53,18 @@ from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "CORPUS",
+    "ENDINGS",
     "EXPECTED",
     "FINAL",
+    "GLOSSARY",
     "LIMITS",
     "POLICIES",
+    "VERSIONS",
     "Corpus",
+    "Lookup",
     "cited_page_check",
     "environment",
+    "lookup",
     "outcome_ok",
 ]
 
@@ -90,6 +110,22 @@ CORPUS: tuple[dict[str, str], ...] = (
     },
 )
 
+VERSIONS = ("v1", "v2")
+"""The documentation versions the corpus holds; a lookup pinned to any other is refused."""
+
+GLOSSARY = {"revert": "rollback", "undo": "rollback", "restore": "rollback", "ship": "deploy", "tail": "logs"}
+"""Aliases a search adds to the query's words: a user's word for what the docs call something else."""
+
+ENDINGS = {
+    Stop.ANSWERED: "final",
+    Stop.NO_PROGRESS: "invalid_decision",
+    Stop.ANSWER_REJECTED: "invalid_decision",
+    Stop.STEP_LIMIT: "turn_limit",
+    Stop.TOOL_LIMIT: "tool_limit",
+    Stop.PROVIDER_ERROR: "provider_error",
+}
+"""The lookup's codes for the engine's stops; an unread citation names its own (the answer check's Ending)."""
+
 EXPECTED = {"answer": "harborctl rollback --env staging --to last-healthy", "citation": "rollback-v2"}
 """What the rollback question should produce; only the outcome check reads it, never a policy."""
 
@@ -106,16 +142,46 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.casefold())) - _STOP_WORDS
 
 
+def _bounded(limit: int) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str) or not value.strip() or len(value) > limit:
+            raise ValueError(f"{attribute.name} must be a string of 1..{limit} characters, not blank; got {value!r}")
+
+    return check
+
+
+def _known_version(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in VERSIONS:
+        raise ValueError(f"unsupported documentation version {value!r}; expected one of {list(VERSIONS)}")
+
+
+@attrs.frozen
+class Lookup:
+    """
+    One lookup's task, checked before any run: a bounded question and a version the corpus has.
+
+    Raises:
+        ValueError: the question is blank or over 500 characters, or the version is not ``v1``/``v2``.
+    """
+
+    question: str = attrs.field(validator=_bounded(500))
+    version: str = attrs.field(default="v2", validator=_known_version)
+
+
 class Corpus:
     """The pages of one documentation version; search and read never leave it."""
 
-    def __init__(self, pages: Sequence[Mapping[str, str]], version: str) -> None:
+    def __init__(
+        self, pages: Sequence[Mapping[str, str]], version: str, glossary: Mapping[str, str] = GLOSSARY
+    ) -> None:
         self.version = version
         self.pages = {p["id"]: dict(p) for p in pages}
+        self.glossary = dict(glossary)
 
     def search(self, query: str) -> list[dict[str, str]]:
-        """At most two pages of the pinned version, ranked by words shared with ``query``."""
+        """At most two pages of the pinned version, ranked by words shared with ``query`` and their aliases."""
         terms = _words(query)
+        terms |= {self.glossary[t] for t in tuple(terms) if t in self.glossary}
         overlap = {
             page_id: len(terms & _words(f"{page['title']} {page['text']}"))
             for page_id, page in self.pages.items()
@@ -142,11 +208,11 @@ def _pages_read(state: RunState) -> set[str]:
     }
 
 
-def cited_page_check(fields: dict[str, Any], state: RunState) -> str | None:
+def cited_page_check(fields: dict[str, Any], state: RunState) -> Ending | None:
     """A citation must name a page read in this run; finding a title in a search is not reading it."""
     citation = fields["citation"]
     if citation and citation not in _pages_read(state):
-        return f"the answer cites {citation!r}, which was not read in this run"
+        return Ending("unread_citation", f"the answer cites {citation!r}, which was not read in this run")
     return None
 
 
@@ -210,8 +276,16 @@ def invents_command(task: str, observations: list[dict[str, Any]]) -> dict[str, 
     return decision
 
 
+def unparseable(task: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """A model-backed policy whose model replied prose, not the JSON decision asked for."""
+    reply = "Sure! First I would search the docs for the rollback command."
+    decision: dict[str, Any] = json.loads(reply)  # raises json.JSONDecodeError (a ValueError)
+    return decision
+
+
 POLICIES = {
     "scripted": scripted,
+    "unparseable": unparseable,
     "shell_action": shell_action,
     "provider_down": provider_down,
     "cites_unread": cites_unread,
@@ -222,8 +296,13 @@ POLICIES = {
 
 
 def environment(version: str = "v2") -> Environment:
-    """A fresh lookup pinned to ``version``, with every policy above as a named model."""
-    corpus = Corpus(CORPUS, version)
+    """
+    A fresh lookup pinned to ``version``, with every policy above as a named model.
+
+    Raises:
+        ValueError: ``version`` is not one the documentation has.
+    """
+    corpus = Corpus(CORPUS, Lookup("environment", version).version)
     tools = {
         "search": ToolSpec(
             "Search the pinned documentation; returns page ids and titles.",
@@ -247,4 +326,27 @@ def environment(version: str = "v2") -> Environment:
         checks={"outcome_ok": outcome_ok},
         answer_check=FINAL.check(cited_page_check),
         system_prompt=SYSTEM_PROMPT,
+        endings=ENDINGS,
+    )
+
+
+def lookup(question: str, *, version: str = "v2", policy: str = "scripted", limits: Limits = LIMITS) -> RunResult:
+    """
+    Validate a lookup, then run it with one of :data:`POLICIES` to a typed ending with its code.
+
+    Raises:
+        ValueError: the question or the version is refused (see :class:`Lookup`), or ``policy`` is unknown.
+    """
+    task = Lookup(question, version)
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
+    env = environment(task.version)
+    return run(
+        task.question,
+        env.models[policy](),
+        env.tools,
+        limits=limits,
+        system_prompt=env.system_prompt,
+        answer_check=env.answer_check,
+        endings=env.endings,
     )

@@ -6,12 +6,21 @@ inspected. Manuals can be out of date, searches can time out, some manuals
 are restricted, and booking an inspection moves a technician's day. The
 module has two halves that share one vocabulary:
 
-* the controller on its own: :func:`decide` (finish, continue or handoff,
+* the controller on its own (:mod:`agent_fsm.examples.handoff_replay`,
+  re-exported here): :func:`decide` (finish, continue or handoff,
   judged from attempts so far, their cap and how the latest went) and
   :func:`replay`, which plays a host loop over a supplied list of events and
   reports why it ended and how many tool attempts were made;
 * the same world as an engine environment (:func:`environment`), whose
   scenario specs end for each of the reasons the controller distinguishes.
+
+Each ending of the engine world carries the controller's code
+(``RunResult.code``, the values of :class:`Ending`): the answer check names
+``missing_evidence`` and ``unsupported_claim``, and :func:`ending_code` names
+``denied_action``, ``invalid_action``, ``exhausted_budget`` and
+``service_failure`` from the typed stop and the last observation's kind.
+:func:`handoff_message` is what the technician reads when the loop cannot
+go on: what is unresolved, which sources were checked, what would resume it.
 
 Error results stay distinct: ``transient`` (a timeout; the call may be
 retried), ``permanent`` (a permission the service will never grant; ends the
@@ -21,165 +30,33 @@ corrected) and ``denied`` (the policy refused the action).
 
 from __future__ import annotations
 
-import enum
 import json
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
-import attrs
-
+from agent_fsm.engine import endings
 from agent_fsm.engine.errors import ProviderFailure, ToolError
 from agent_fsm.engine.gates import Verdict
+from agent_fsm.engine.limits import Stop
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import ToolCall, ToolSpec
 from agent_fsm.engine.wire import parse_tool_calls
+from agent_fsm.examples.handoff_replay import STATUSES, Ending, Event, Replay, decide, replay
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "INTERVAL_DAYS",
+    "STATUSES",
     "Ending",
     "Event",
     "Replay",
     "decide",
+    "ending_code",
     "environment",
     "flaky_environment",
+    "handoff_message",
     "replay",
 ]
-
-Action = Literal["finish", "tool"]
-Decision = Literal["answer", "continue", "handoff"]
-STATUSES = ("ok", "transient", "permanent", "schema", "denied")
-
-
-class Ending(str, enum.Enum):
-    """Why a replayed run ended; one completed flag would lose these distinctions."""
-
-    ANSWERED = "answered"  # a checked answer backed by evidence
-    MISSING_EVIDENCE = "missing_evidence"  # an honest answer that the sources did not settle the question
-    DENIED_ACTION = "denied_action"  # the last tool call was refused by policy
-    INVALID_ACTION = "invalid_action"  # the last tool call broke its schema
-    EXHAUSTED_BUDGET = "exhausted_budget"  # another tool was wanted with every attempt spent
-    SERVICE_FAILURE = "service_failure"  # the tool service failed (timed out, or permanently)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-def decide(action: Action, used: int, limit: int, status: str) -> Decision:
-    """
-    Apply the controller's rule, checked in a fixed order: a finish becomes the
-    answer; a tool call goes ahead only while ``used < limit`` and the previous
-    ``status`` was ``ok``; every other case goes to a person.
-
-    Checking the finish first means an answer still counts right after the
-    final permitted attempt, while a model that claims to be almost done never
-    earns one more tool call by saying so.
-
-    Raises:
-        ValueError: ``action`` is not ``finish`` or ``tool``, or ``status`` is unknown.
-    """
-    if status not in STATUSES:
-        raise ValueError(f"status must be one of {list(STATUSES)}, got {status!r}")
-    if action == "finish":
-        return "answer"
-    if action != "tool":
-        raise ValueError(f"action must be 'finish' or 'tool', got {action!r}")
-    if used < limit and status == "ok":
-        return "continue"
-    return "handoff"
-
-
-@attrs.frozen
-class Event:
-    """
-    One proposal in a replay, with what came of it.
-
-    ``action="tool"`` carries the ``status`` its call came back with;
-    ``action="finish"`` carries whether the answer had ``evidence``.
-    """
-
-    action: Action = attrs.field(validator=attrs.validators.in_(("finish", "tool")))
-    status: str = attrs.field(default="ok", validator=attrs.validators.in_(STATUSES))
-    evidence: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any] | str) -> Event:
-        """``"finish"``, ``{"action": "tool", "status": "transient"}`` and the like; ValueError otherwise."""
-        if isinstance(data, str):
-            data = {"action": data}
-        if not isinstance(data, Mapping):
-            raise ValueError(f"an event is a mapping or 'finish'/'tool', got {data!r}")
-        unknown = sorted(set(data) - {"action", "status", "evidence"})
-        if unknown:
-            raise ValueError(f"unknown event keys {unknown}; expected action, status, evidence")
-        try:
-            return cls(**data)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"bad event {dict(data)!r}: {exc}") from exc
-
-
-@attrs.frozen
-class Replay:
-    """How a replay ended, the tool attempts it made, and the decision taken at each event."""
-
-    ending: Ending
-    attempts: int
-    decisions: tuple[Decision, ...]
-
-
-def _handoff_reason(used: int, limit: int, status: str) -> Ending:
-    if status == "denied":
-        return Ending.DENIED_ACTION
-    if status == "schema":
-        return Ending.INVALID_ACTION
-    if status in ("transient", "permanent"):
-        return Ending.SERVICE_FAILURE
-    assert used >= limit, "decide() hands off an ok status only at the limit"
-    return Ending.EXHAUSTED_BUDGET
-
-
-def replay(
-    events: Iterable[Event | Mapping[str, Any] | str],
-    *,
-    limit: int,
-    policy: Literal["immediate", "deferred"] = "immediate",
-) -> Replay:
-    """
-    Play the host loop over ``events``: ask :func:`decide` before each one.
-
-    Attempts are counted when a call is issued, failed ones included, so an
-    unreliable tool cannot be retried for ever. With ``policy="immediate"`` a
-    ``permanent`` failure hands off as soon as it arrives, before another
-    proposal is read; with ``"deferred"`` it only stops further tools, and a
-    prepared final answer may still follow. Neither runs another tool after it.
-
-    Raises:
-        ValueError: a malformed event, a negative limit, an unknown policy, or
-            events that run out before the loop ends.
-    """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
-    if policy not in ("immediate", "deferred"):
-        raise ValueError(f"policy must be 'immediate' or 'deferred', got {policy!r}")
-    used, status = 0, "ok"
-    decisions: list[Decision] = []
-    for raw in events:
-        event = raw if isinstance(raw, Event) else Event.from_data(raw)
-        decision = decide(event.action, used, limit, status)
-        decisions.append(decision)
-        if decision == "answer":
-            ending = Ending.ANSWERED if event.evidence else Ending.MISSING_EVIDENCE
-            return Replay(ending, used, tuple(decisions))
-        if decision == "handoff":
-            return Replay(_handoff_reason(used, limit, status), used, tuple(decisions))
-        used += 1  # counted when issued, before its outcome is known
-        status = event.status
-        if status == "permanent" and policy == "immediate":
-            decisions.append("handoff")
-            return Replay(Ending.SERVICE_FAILURE, used, tuple(decisions))
-    raise ValueError(f"the events ran out after {used} tool attempts before the controller ended the run")
-
 
 # --- the same world as an engine environment -------------------------------------
 
@@ -274,19 +151,81 @@ def _manuals_read(state: RunState) -> list[dict[str, Any]]:
 _INTERVAL = re.compile(r"every\s+(\d+)\s+days", re.IGNORECASE)
 
 
-def check_answer(answer: str, state: RunState) -> str | None:
+def check_answer(answer: str, state: RunState) -> endings.Ending | None:
     """
-    Refuse an answer that states an interval no manual read in this run supports.
+    Refuse an answer that states an interval no manual read in this run supports (``unsupported_claim``).
 
-    An honest "the manuals do not settle it" states no interval and passes:
-    missing evidence is a legitimate answer, a made-up interval is not.
+    An honest "the manuals do not settle it" states no interval: it stands as
+    an answer, coded ``missing_evidence``, since that is not the question resolved.
     """
     stated = {int(n) for n in _INTERVAL.findall(answer)}
     supported = {int(n) for m in _manuals_read(state) for n in _INTERVAL.findall(m.get("text", ""))}
     unsupported = sorted(stated - supported)
     if unsupported:
-        return f"the answer states an interval of {unsupported[0]} days that no manual read in this run supports"
+        return endings.Ending(
+            Ending.UNSUPPORTED_CLAIM.value,
+            f"the answer states an interval of {unsupported[0]} days that no manual read in this run supports",
+        )
+    if not stated:
+        return endings.Ending(Ending.MISSING_EVIDENCE.value, "the answer states no interval", accept=True)
     return None
+
+
+_STOP_CODES = {
+    Stop.TOOL_LIMIT: Ending.EXHAUSTED_BUDGET,
+    Stop.STEP_LIMIT: Ending.EXHAUSTED_BUDGET,
+    Stop.TOKEN_LIMIT: Ending.EXHAUSTED_BUDGET,
+    Stop.HANDOFF: Ending.SERVICE_FAILURE,
+}
+
+
+def ending_code(stop: Stop, state: RunState) -> str | None:
+    """
+    The controller's code for an engine stop, read from typed data only.
+
+    A refusal that came back (``no_progress``) is ``denied_action`` or
+    ``invalid_action`` by the kind of the last observation; a budget is
+    ``exhausted_budget``; a permanent tool failure is ``service_failure``.
+    """
+    if stop is Stop.NO_PROGRESS and state.observations:
+        return str(Ending.DENIED_ACTION if state.observations[-1].kind == "denied" else Ending.INVALID_ACTION)
+    code = _STOP_CODES.get(stop)
+    return None if code is None else str(code)
+
+
+def _sources_checked(state: RunState) -> list[str]:
+    """Every manual the run tried to read, in order, with how it went (``M-300: permission denied ...``)."""
+    calls = {c.call_id: c for m in state.messages for c in parse_tool_calls(m)}
+    found: list[str] = []
+    for observation in state.observations:
+        call = calls.get(observation.call_id)
+        if call is None or call.name != "read_manual" or not call.arguments:
+            continue
+        if observation.ok:
+            found.append(f"{call.arguments.get('manual_id')} (read)")
+        else:
+            detail = observation.content if isinstance(observation.content, str) else observation.kind
+            if isinstance(observation.content, dict):
+                detail = observation.content.get("message", observation.kind)
+            found.append(f"{call.arguments.get('manual_id')} ({observation.kind}: {detail})")
+    return found
+
+
+def handoff_message(result: RunResult) -> str:
+    """
+    What the technician is told when the run did not settle the question.
+
+    It says how the run ended, what remains unresolved, every source checked
+    (read or refused), and what would let the work resume; it never claims
+    that an unconfirmed action succeeded.
+    """
+    sources = _sources_checked(result.state)
+    checked = "; ".join(sources) if sources else "none"
+    return (
+        f"Handed to a person ({result.code}): the inspection interval of pump P-7 (PX-200) is not settled. "
+        f"Sources checked: {checked}. "
+        "To resume: the PX-200 service manual (M-200) or the vendor's stated interval."
+    )
 
 
 def _resolved(result: RunResult) -> bool:
@@ -332,9 +271,15 @@ def environment(*, flaky: bool = False) -> Environment:
         checks={
             "question_resolved": _resolved,
             "inspection_booked": lambda result: bool(effects),
+            # A process check: the handoff message names every manual the run tried to read.
+            "sources_listed": lambda result: (
+                all(source.split(" ", 1)[0] in handoff_message(result) for source in _sources_checked(result.state))
+                and bool(_sources_checked(result.state))
+            ),
         },
         answer_check=check_answer,
         system_prompt=SYSTEM_PROMPT,
+        endings=ending_code,
     )
 
 

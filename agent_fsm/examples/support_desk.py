@@ -26,6 +26,7 @@ __all__ = [
     "TASK",
     "PlanningModel",
     "SupportDesk",
+    "answer_cites_receipt",
     "environment",
     "lookup_preceded_refund",
     "make_support_desk",
@@ -130,6 +131,25 @@ def lookup_preceded_refund(result: RunResult) -> bool:
     return True
 
 
+def answer_cites_receipt(result: RunResult) -> bool:
+    """
+    Process check: the answer cites a receipt the run really obtained (its order and refunded amount).
+
+    A reply that announces a refund with no receipt behind it, or quotes an
+    amount other than the one refunded, fails; so does a run with no receipt.
+    """
+    answer = result.answer or ""
+    calls = _calls_by_id(result)
+    receipts = [
+        o.content
+        for o in result.state.observations
+        if o.ok and o.call_id in calls and calls[o.call_id].name == "refund_order" and isinstance(o.content, dict)
+    ]
+    return bool(receipts) and all(
+        str(r.get("order_id")) in answer and str(r.get("refunded_cents")) in answer for r in receipts
+    )
+
+
 def _tool_outcome(content: Any) -> dict[str, Any]:
     """Decode a tool message the engine wrote (``{"ok", "kind", "content"}``); any other text gives ``{}``."""
     try:
@@ -214,8 +234,8 @@ def environment() -> Environment:
     ``manager`` (sends those same refunds to a human instead). Models:
     ``stubborn``, ``wanderer``, ``planner`` (a plan that gets denied, then a
     fixed one) and ``plan_once`` (that first plan, never revised). Checks:
-    ``refund_verified`` (the outcome), ``lookup_before_refund`` (the process)
-    and ``within_authority`` (nothing over 5000 cents was paid out).
+    ``refund_verified`` (the outcome), ``lookup_before_refund`` and
+    ``answer_cites_receipt`` (the process) and ``within_authority`` (nothing over 5000 cents was paid out).
     """
     desk = make_support_desk()
 
@@ -238,6 +258,7 @@ def environment() -> Environment:
         checks={
             "refund_verified": lambda result: refund_verified(desk.effects),
             "lookup_before_refund": lookup_preceded_refund,
+            "answer_cites_receipt": answer_cites_receipt,
             "within_authority": lambda result: all(
                 e["refunded_cents"] <= AUTO_REFUND_LIMIT_CENTS for e in desk.effects
             ),

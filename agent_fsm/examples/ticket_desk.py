@@ -6,9 +6,14 @@ Closing and deleting are effectful: the secure default refuses them, the
 after the decision. A run has three endings a caller must tell apart, and
 each is a typed stop::
 
-    answer  -> answered            the policy gave its final answer
-    guard   -> step_limit          max_turns model calls were spent (tool_limit if a tool budget is set)
-    pause   -> awaiting_approval   a destructive call waits for a human; ``blocked_on`` names it
+    answer  -> answered            code answer   the policy gave its final answer
+    guard   -> step_limit          code guard    max_turns model calls were spent (tool_limit if a tool budget is set)
+    pause   -> awaiting_approval   code pause    a destructive call waits for a human; ``blocked_on`` names it
+
+The policy knows four intents, as the reference desk does: search, look up,
+close (by id, by topic, or "that one") and create; deleting is a fifth.
+Creating a ticket is an effect too, but not a destructive one: the ``desk``
+gate lets it run and asks a human only before a close or a delete.
 
 :class:`Session` keeps what lives *across* the runs of one conversation:
 the history (earlier questions and answers, passed to the next run as
@@ -27,7 +32,6 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine.driver import resume, run
-from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, ask_for_effects
 from agent_fsm.engine.limits import Limits, Stop
@@ -35,14 +39,17 @@ from agent_fsm.engine.models import Model
 from agent_fsm.engine.policy import DecisionPolicy, FinalDecision, observations_of
 from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.examples.tickets import TicketDesk, desk_gate
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
+    "ENDINGS",
     "FINAL",
     "LIMITS",
     "Session",
     "TicketDesk",
     "ToolCallRecord",
+    "desk_gate",
     "environment",
     "policy",
     "reply_text",
@@ -54,86 +61,14 @@ LIMITS = Limits(max_turns=6)
 """The loop guard: at most six model calls per question."""
 
 FINAL = FinalDecision()
+ENDINGS = {Stop.ANSWERED: "answer", Stop.STEP_LIMIT: "guard", Stop.TOOL_LIMIT: "guard", Stop.AWAITING_APPROVAL: "pause"}
+"""The desk's three endings, named as its callers know them."""
 SYSTEM_PROMPT = "You run a support ticket desk through the tools below. Closing and deleting tickets need permission."
-
-_TICKETS = (
-    ("TKT-1", "Cannot log in after resetting my password"),
-    ("TKT-2", "Invoice PDF downloads blank"),
-    ("TKT-3", "Login page returns a 500 error"),
-    ("TKT-4", "Billing address cannot be changed"),
-)
-_ID = {"type": "string", "pattern": "^TKT-[0-9]{1,6}$"}
-
-
-def _object(**properties: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
-
-
-class TicketDesk:
-    """The tickets, the effect log (one receipt per close or delete) and a count of backend reads."""
-
-    def __init__(self) -> None:
-        self.tickets = {tid: {"id": tid, "subject": subject, "status": "open"} for tid, subject in _TICKETS}
-        self.effects: list[dict[str, Any]] = []
-        self.backend_reads = 0
-
-    def search_tickets(self, query: str) -> list[dict[str, str]]:
-        """Open tickets whose subject contains every word of ``query``."""
-        self.backend_reads += 1
-        wanted = set(re.findall(r"[a-z0-9]+", query.casefold()))
-        return [
-            dict(t)
-            for t in self.tickets.values()
-            if t["status"] == "open" and wanted <= set(re.findall(r"[a-z0-9]+", t["subject"].casefold()))
-        ]
-
-    def get_ticket(self, ticket_id: str) -> dict[str, str]:
-        """One ticket, open or closed."""
-        self.backend_reads += 1
-        return dict(self._ticket(ticket_id))
-
-    def close_ticket(self, ticket_id: str) -> dict[str, str]:
-        """Close an open ticket; the receipt goes to the effect log."""
-        ticket = self._ticket(ticket_id)
-        if ticket["status"] != "open":
-            raise ToolError(f"{ticket_id} is already {ticket['status']}")
-        ticket["status"] = "closed"
-        receipt = dict(ticket)
-        self.effects.append(receipt)
-        return receipt
-
-    def delete_ticket(self, ticket_id: str) -> dict[str, Any]:
-        """Delete a ticket for good; the receipt goes to the effect log."""
-        ticket = self._ticket(ticket_id)
-        del self.tickets[ticket_id]
-        receipt = {"id": ticket_id, "deleted": True, "subject": ticket["subject"]}
-        self.effects.append(receipt)
-        return receipt
-
-    def _ticket(self, ticket_id: str) -> dict[str, str]:
-        if ticket_id not in self.tickets:
-            raise ToolError(f"no ticket {ticket_id}")
-        return self.tickets[ticket_id]
-
-    def tools(self) -> dict[str, ToolSpec]:
-        """The desk's tool registry; close and delete are effectful."""
-        return {
-            "search_tickets": ToolSpec(
-                "Open tickets whose subject has every word of the query.",
-                _object(query={"type": "string", "minLength": 1, "maxLength": 100}),
-                self.search_tickets,
-            ),
-            "get_ticket": ToolSpec("Show one ticket.", _object(ticket_id=_ID), self.get_ticket),
-            "close_ticket": ToolSpec("Close a ticket.", _object(ticket_id=_ID), self.close_ticket, effectful=True),
-            "delete_ticket": ToolSpec(
-                "Delete a ticket permanently.", _object(ticket_id=_ID), self.delete_ticket, effectful=True
-            ),
-        }
-
 
 # --- the policy: a deterministic router behind decide(task, observations) -------
 
 _INTENTS = (
+    ("create", re.compile(r"\b(?:create|open|file) (?:a )?(?:new )?ticket (?:about|for|saying) (.+?)[.?!]*$", re.I)),
     ("close_topic", re.compile(r"\bclose (?:the )?ticket about ([\w ]+?)[.?!]*$", re.IGNORECASE)),
     ("close_id", re.compile(r"\bclose (?:ticket )?(TKT-\d+)", re.IGNORECASE)),
     ("close_that", re.compile(r"\bclose (?:that(?: one)?|it)\b", re.IGNORECASE)),
@@ -156,7 +91,7 @@ def _intent(task: str, conversation: Sequence[Mapping[str, str]]) -> tuple[str, 
             if found:
                 return "close_id", found[0]
         return "unclear", "which ticket do you mean?"
-    return "unclear", "I can search, show, close or delete tickets."
+    return "unclear", "I can search, show, create, close or delete tickets."
 
 
 def _answer(text: str) -> dict[str, str]:
@@ -185,6 +120,13 @@ def rules(
         if not hits:
             return _answer(f"No open ticket mentions {arg!r}.")
         return _answer(f"Open tickets about {arg}: " + "; ".join(f"{t['id']} ({t['subject']})" for t in hits) + ".")
+    if intent == "create":
+        if n == 0:
+            return {"action": "create_ticket", "subject": arg[0].upper() + arg[1:]}
+        if observations[0]["ok"]:
+            ticket = observations[0]["result"]
+            return _answer(f"Created {ticket['id']}: '{ticket['subject']}'.")
+        return _answer(f"No ticket was created: {observations[0]['result']}")
     if intent == "show_id":
         if n == 0:
             return {"action": "get_ticket", "ticket_id": arg}
@@ -224,7 +166,7 @@ def environment() -> Environment:
     return Environment(
         tools=tools,
         effects=desk.effects,
-        gates={"ask": ask_for_effects(tools, "is destructive and needs a human's approval")},
+        gates={"ask": ask_for_effects(tools, "is destructive and needs a human's approval"), "desk": desk_gate(tools)},
         models={"rules": policy, "stubborn": lambda: policy(stubborn)},
         checks={
             "tkt3_closed": lambda result: desk.tickets["TKT-3"]["status"] == "closed",
@@ -232,6 +174,7 @@ def environment() -> Environment:
         },
         answer_check=FINAL.check(),
         system_prompt=SYSTEM_PROMPT,
+        endings=ENDINGS,
     )
 
 
@@ -325,6 +268,7 @@ class Session:
             system_prompt=SYSTEM_PROMPT,
             history=self.history,
             answer_check=FINAL.check(),
+            endings=ENDINGS,
         )
         return self._settle(result)
 
@@ -341,6 +285,7 @@ class Session:
             gate=self.gate,
             limits=self.limits,
             answer_check=FINAL.check(),
+            endings=ENDINGS,
         )
         return self._settle(result)
 

@@ -1,12 +1,13 @@
 """
-The workflow canon as machines over one kernel: chain, router, parallel fan-out, evaluator-optimizer, agent.
+The workflow canon as machines over one kernel (chain, router, fan-out, evaluator, agent), and a plan executor.
 
 Each pattern is a small :class:`agent_fsm.MachineSpec` driven like the run
 machine, and each differs from the others only in what decides the next
 move. They share the effect boundary (every tool call goes through
 :func:`agent_fsm.attempt`, validation then the gate then the handler) and
 the accounting (:class:`agent_fsm.patterns.meter.Meter`), so their costs can be
-compared fairly: ``agent-fsm compare`` runs all five on one task.
+compared fairly: ``agent-fsm compare`` runs all five, and the plan
+executor (:func:`plan_and_execute`), on one task.
 
 Endings: the workflows report an :class:`Ending`; the adaptive agent reports
 the run machine's :class:`agent_fsm.Stop`. ``Ending.PROVIDER_ERROR`` and
@@ -26,6 +27,7 @@ from agent_fsm.patterns.chain import CHAIN_MACHINE, chain
 from agent_fsm.patterns.evaluator import EVALUATOR_MACHINE, Criterion, evaluator
 from agent_fsm.patterns.meter import Meter, Spend
 from agent_fsm.patterns.parallel import PARALLEL_MACHINE, parallel
+from agent_fsm.patterns.plan import PLAN_MACHINE, parse_plan, plan_and_execute, plan_prompt
 from agent_fsm.patterns.router import ROUTER_MACHINE, route_prompt, router
 
 __all__ = [
@@ -36,12 +38,15 @@ __all__ = [
     "evaluator",
     "agent",
     "resume_agent",
+    "plan_and_execute",
     # Their parts
     "Plan",
     "Step",
     "Results",
     "Criterion",
     "route_prompt",
+    "plan_prompt",
+    "parse_plan",
     "ScriptedReplies",
     "Ending",
     "PatternResult",
@@ -53,8 +58,9 @@ __all__ = [
     "PARALLEL_MACHINE",
     "EVALUATOR_MACHINE",
     "AGENT_MACHINE",
+    "PLAN_MACHINE",
     "MACHINES",
 ]
 
-MACHINES = (CHAIN_MACHINE, ROUTER_MACHINE, PARALLEL_MACHINE, EVALUATOR_MACHINE, AGENT_MACHINE)
-"""Every pattern's declaration, in the order of the canon."""
+MACHINES = (CHAIN_MACHINE, ROUTER_MACHINE, PARALLEL_MACHINE, EVALUATOR_MACHINE, AGENT_MACHINE, PLAN_MACHINE)
+"""Every pattern's declaration, in the order of the canon, then the plan executor."""

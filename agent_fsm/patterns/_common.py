@@ -17,11 +17,12 @@ from typing import Any
 
 import attrs
 
+from agent_fsm.engine.compiled import CompiledMachine
 from agent_fsm.engine.errors import DefinitionError
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Stop
-from agent_fsm.engine.machine import CompiledMachine, Edge, StateSpec
+from agent_fsm.engine.machine import Edge, StateSpec
 from agent_fsm.engine.models import DEFAULT_LAST_WORD, Model
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunResult
@@ -47,6 +48,8 @@ class Ending(str, enum.Enum):
     UNROUTABLE = "unroutable"  # router: the model's route names no branch
     FAN_OUT_REFUSED = "fan_out_refused"  # parallel: the batch was not safe to fan out; nothing ran
     STEP_FAILED = "step_failed"  # a code-owned call was refused, invalid or failed; later steps did not run
+    STEP_DENIED = "step_denied"  # plan: the gate refused a planned step when its turn came; later steps did not run
+    PLAN_REJECTED = "plan_rejected"  # plan: the model's reply was not a plan; nothing ran
     PROVIDER_ERROR = "provider_error"  # the model could not be reached; no reply is made up
 
     def __str__(self) -> str:

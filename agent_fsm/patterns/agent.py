@@ -15,18 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.driver import resume as _resume_run
 from agent_fsm.engine.driver import run as _run
 from agent_fsm.engine.failures import NotPaused
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.machine import (
-    RUN_MACHINE,
-    Edge,
-    MachineSpec,
-    StateSpec,
-    compile_machine,
-)
+from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.tools import Registry
@@ -83,6 +78,7 @@ AGENT_MACHINE = MachineSpec(
         Edge("AwaitingApproval", "reject", "Delegating", consumes="decisions", meaning="a human rejected the call"),
     ),
 )
+"""The adaptive agent's machine: one run of the run machine, reported as a pattern result."""
 
 
 def delegate_to_run(run: _PatternRun) -> None:

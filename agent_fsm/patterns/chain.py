@@ -9,8 +9,9 @@ situation the plan never anticipated has nowhere to go.
 
 from __future__ import annotations
 
+from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import MachineSpec, compile_machine
+from agent_fsm.engine.machine import MachineSpec
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.tools import Registry
 from agent_fsm.patterns._common import (
@@ -39,6 +40,7 @@ CHAIN_MACHINE = MachineSpec(
         *PLAN_EDGES,
     ),
 )
+"""The chain's machine: fixed steps in order, then one reply."""
 
 _MACHINE = compile_machine(CHAIN_MACHINE, SHARED_VOCABULARY)
 

@@ -1,5 +1,5 @@
 """
-The five patterns compared on a single support-desk task, under one gate and one meter.
+The five patterns and the plan executor compared on a single support-desk task, under one gate and one meter.
 
 Each pattern gets its own fresh desk behind :func:`refund_gate`. A row of
 the table gives the pattern's spend and says if the right outcome happened:
@@ -31,6 +31,7 @@ from agent_fsm.patterns.chain import chain
 from agent_fsm.patterns.evaluator import evaluator
 from agent_fsm.patterns.meter import Meter
 from agent_fsm.patterns.parallel import parallel
+from agent_fsm.patterns.plan import plan_and_execute
 from agent_fsm.patterns.router import router
 
 __all__ = ["CORRECT_EFFECTS", "Row", "compare_command", "compare_rows", "format_table"]
@@ -111,6 +112,16 @@ def vague_then_exact() -> ScriptedReplies:
     )
 
 
+def stale_planner() -> ScriptedReplies:
+    """Plans before looking anything up (guessing 9999 cents), then replans from the denial and the lookup."""
+    guessed = [
+        {"tool": "lookup_order", "arguments": {"order_id": ORDER_ID}},
+        {"tool": "refund_order", "arguments": {"order_id": ORDER_ID, "amount_cents": 9999}},
+    ]
+    corrected = [{"tool": "refund_order", "arguments": {"order_id": ORDER_ID, "amount_cents": 4999}}]
+    return ScriptedReplies([answer_message(json.dumps(guessed)), answer_message(json.dumps(corrected))])
+
+
 # --- the comparison --------------------------------------------------------------
 
 
@@ -137,6 +148,9 @@ _RUNS: dict[str, Callable[[SupportDesk, Meter], PatternResult]] = {
     ),
     "agent": lambda desk, meter: agent(
         TASK, overreaching_model(), desk.tools, gate=refund_gate, system_prompt=SYSTEM_PROMPT, meter=meter
+    ),
+    "plan": lambda desk, meter: plan_and_execute(
+        TASK, stale_planner(), desk.tools, gate=refund_gate, meter=meter, replans=1
     ),
 }
 
@@ -196,5 +210,5 @@ def format_table(rows: list[Row]) -> str:
 
 
 def compare_command() -> None:
-    """Run the five workflow patterns on one support-desk task and print what each spent."""
+    """Run the five workflow patterns and the plan executor on one support-desk task and print what each spent."""
     print(format_table(compare_rows()))

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.errors import DefinitionError
 from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec, compile_machine
+from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.tools import Registry
 from agent_fsm.patterns._common import (
@@ -81,6 +82,7 @@ EVALUATOR_MACHINE = MachineSpec(
         Edge("Drafting", "evaluate", "Drafting", consumes="rounds", meaning="criterion failed; critique fed back"),
     ),
 )
+"""The evaluator's machine: draft, judge against the criteria, revise within a round budget."""
 
 
 def draft_accepted(run: _PatternRun) -> bool:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec, compile_machine
+from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.tools import Registry, ToolCall
@@ -66,6 +67,7 @@ PARALLEL_MACHINE = MachineSpec(
         *PLAN_EDGES,
     ),
 )
+"""The parallel pattern's machine: fan the reads out, gather, then act."""
 
 
 def _unsafe(reads: Sequence[ToolCall], run: _PatternRun) -> list[str]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec, compile_machine
+from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.tools import Registry
 from agent_fsm.patterns._common import (
@@ -55,6 +56,7 @@ ROUTER_MACHINE = MachineSpec(
         *PLAN_EDGES,
     ),
 )
+"""The router's machine: classify once, then follow the branch's plan."""
 
 
 def route_prompt(task: str, branches: Sequence[str]) -> str:

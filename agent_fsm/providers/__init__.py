@@ -1,5 +1,5 @@
 """
-Real model adapters over HTTP: OpenAI-compatible servers, Anthropic Messages, Ollama.
+Real model adapters over HTTP: OpenAI-compatible servers (Azure OpenAI too), Anthropic Messages, Ollama.
 
 Each adapter is a :class:`agent_fsm.Model`: it takes the engine's
 OpenAI-wire transcript and tool declarations, returns an assistant message
@@ -19,19 +19,16 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised in a subproc
     ) from _exc
 
 from agent_fsm.providers._adapter import HttpModel
-from agent_fsm.providers._anthropic import (
-    AnthropicMessages,
-    from_anthropic_message,
-    to_anthropic_messages,
-)
+from agent_fsm.providers._anthropic import AnthropicMessages, from_anthropic_message, to_anthropic_messages
 from agent_fsm.providers._factory import PROVIDERS, build_model
 from agent_fsm.providers._http import FAILURE_KINDS, ProviderConfigError
 from agent_fsm.providers._ollama import OllamaChat
-from agent_fsm.providers._openai import OpenAIChat
+from agent_fsm.providers._openai import AzureOpenAIChat, OpenAIChat
 
 __all__ = [
     # Adapters
     "OpenAIChat",
+    "AzureOpenAIChat",
     "AnthropicMessages",
     "OllamaChat",
     "HttpModel",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import httpx
 
@@ -42,7 +43,12 @@ class HttpModel:
         temperature: sampling temperature, sent only when given.
         extra_body: extra top-level fields merged into every request body.
         connect_timeout: seconds to establish a connection.
-        read_timeout: seconds to wait for the reply (and for each write).
+        read_timeout: seconds to wait for each read of the reply (and for each write).
+        total_timeout: seconds the whole reply may take, however the server paces its bytes; ``None`` for no bound.
+        tool_choice: ``"auto"``, ``"none"``, ``"required"`` (some call must be made) or a tool's name
+            (that tool must be called); sent only with tools, in each provider's own form.
+        parallel_tool_calls: ``False`` asks for at most one call per reply; ``None`` leaves the provider's default.
+        seed: a sampling seed, for providers that take one.
         max_retries: retries after the first attempt, for transient failures only.
         retry_unknown_outcome: also retry read timeouts and dropped connections, whose request may have been served.
         backoff: first wait between retries when the server gives no ``Retry-After``; doubles each retry.
@@ -71,6 +77,10 @@ class HttpModel:
         extra_body: Mapping[str, Any] | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 120.0,
+        total_timeout: float | None = 600.0,
+        tool_choice: str | None = None,
+        parallel_tool_calls: bool | None = None,
+        seed: int | None = None,
         max_retries: int = 2,
         retry_unknown_outcome: bool = False,
         backoff: float = 0.5,
@@ -90,6 +100,17 @@ class HttpModel:
                 f"{type(self).__name__} needs a model name: pass model=... or set {self.model_env}"
             )
         self.model = name
+        if tool_choice is not None and (not isinstance(tool_choice, str) or not tool_choice):
+            raise ProviderConfigError(
+                f"tool_choice must be 'auto', 'none', 'required' or a tool's name, got {tool_choice!r}"
+            )
+        if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+            raise ProviderConfigError(f"parallel_tool_calls must be True, False or None, got {parallel_tool_calls!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ProviderConfigError(f"seed must be an integer, got {seed!r}")
+        self.tool_choice = tool_choice
+        self.parallel_tool_calls = parallel_tool_calls
+        self.seed = seed
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
         self._http = HttpSettings(
@@ -98,6 +119,7 @@ class HttpModel:
             api_key=api_key if api_key is not None else os.environ.get(self.api_key_env),
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
+            total_timeout=total_timeout,
             max_retries=max_retries,
             retry_unknown_outcome=retry_unknown_outcome,
             backoff=backoff,
@@ -130,7 +152,7 @@ class HttpModel:
         """Release the HTTP connections (only those of a client the adapter created)."""
         self._http.close()
 
-    def __enter__(self) -> HttpModel:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -175,12 +197,49 @@ class HttpModel:
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        status, data = self._http.post_json(self.path, self.request_body(messages, tools), self.headers())
+        body = self.request_body(messages, tools)
+        status, data = self._http.post_json(self.path, body, self.headers(), accept_error=self._reads_as_reply)
         return self._reply_to(messages, data, status)
+
+    def _reads_as_reply(self, status: int, data: Any) -> bool:
+        """Whether an error reply carries something the adapter reads as a model reply (none by default)."""
+        return False
 
     def _reply_to(self, messages: Sequence[Mapping[str, Any]], data: Any, status: int) -> ModelReply:
         """Read the reply; an adapter that needs the transcript to do so (for ids) overrides this."""
         return self.read_reply(data, status)
+
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""The tool names OpenAI, Anthropic and most compatible servers accept."""
+
+
+def check_tool_names(adapter: HttpModel, tools: Sequence[Mapping[str, Any]]) -> None:
+    """
+    Refuse, before anything is sent, declarations whose names the providers reject.
+
+    Raises:
+        ProviderFailure: ``invalid_request``, naming every bad tool name.
+    """
+    bad = []
+    for tool in tools:
+        function = object_of(tool.get("function")) or {}
+        name = function.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            bad.append(repr(name))
+    if bad:
+        raise adapter._http.failure(
+            f"tool names must match ^[a-zA-Z0-9_-]{{1,64}}$ for this provider; not sent: {', '.join(bad)}",
+            kind="invalid_request",
+        )
+
+
+def wire_tool_name(name: Any) -> str:
+    """A proposed call's name as the provider accepts it back (bad characters become ``_``; at most 64)."""
+    text = name if isinstance(name, str) else ""
+    if TOOL_NAME.match(text):
+        return text
+    return (re.sub(r"[^a-zA-Z0-9_-]", "_", text) or "_")[:64]
 
 
 def object_of(data: Any) -> dict[str, Any] | None:
@@ -205,3 +264,15 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
             return {}
         return parsed if isinstance(parsed, dict) else {}
     return {}
+
+
+def prompt_tokens(value: Any) -> int | None:
+    """A reported prompt token count, or ``None`` when it is missing, not a count, or zero (no prompt is empty)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def cached_tokens(value: Any) -> int:
+    """A reported count of cached prompt tokens (0 when missing or not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -7,6 +7,12 @@ is a top-level field; a proposal is a ``tool_use`` content block whose
 block inside a *user* message, and the results of one turn's calls travel
 together in one message. Call ids pass through unchanged both ways, so every
 result stays correlated with its call.
+
+A reply with blocks beyond text and ``tool_use`` (``thinking`` and
+``redacted_thinking`` with their signatures, server tools and their results,
+cited text) keeps the reply's whole ``content`` in the assistant message's
+``anthropic_content`` field, and that list is sent back exactly as it came:
+the API refuses a thinking turn whose signed blocks are missing or changed.
 """
 
 from __future__ import annotations
@@ -17,12 +23,27 @@ from typing import Any
 
 from agent_fsm.engine.models import ModelReply
 from agent_fsm.engine.wire import assistant_text
-from agent_fsm.providers._adapter import HttpModel, arguments_object, object_of
-from agent_fsm.providers._http import ProviderConfigError, prompt_tokens
+from agent_fsm.providers._adapter import (
+    HttpModel,
+    arguments_object,
+    cached_tokens,
+    check_tool_names,
+    object_of,
+    prompt_tokens,
+    wire_tool_name,
+)
+from agent_fsm.providers._http import ProviderConfigError
 
 __all__ = ["AnthropicMessages", "from_anthropic_message", "to_anthropic_messages"]
 
 ANTHROPIC_VERSION = "2023-06-01"
+
+CONTENT_KEY = "anthropic_content"
+"""The assistant message field that keeps a reply's blocks to be sent back verbatim."""
+
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
+           "model_context_window_exceeded": "length", "refusal": "refusal"}  # fmt: skip
+_PLAIN_BLOCKS = frozenset({"text", "tool_use"})
 
 
 def _is_error(content: Any) -> bool:
@@ -46,6 +67,9 @@ def _text_blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _assistant_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    kept = message.get(CONTENT_KEY)
+    if isinstance(kept, list) and kept:
+        return [dict(block) for block in kept if isinstance(block, Mapping)]
     blocks = _text_blocks(message.get("content"))
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
@@ -55,7 +79,7 @@ def _assistant_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
             {
                 "type": "tool_use",
                 "id": str(call.get("id", "")),
-                "name": str(function.get("name", "")),
+                "name": wire_tool_name(function.get("name")),
                 "input": arguments_object(function.get("arguments")),
             }
         )
@@ -119,21 +143,34 @@ def from_anthropic_message(reply: Mapping[str, Any]) -> dict[str, Any] | None:
     """
     An Anthropic reply's content as an OpenAI-wire assistant message.
 
-    Text blocks are joined into ``content``; each ``tool_use`` becomes a
-    ``tool_calls`` entry with the same id and its ``input`` serialized to the
-    JSON string the wire carries. Other blocks (thinking, server tools) are
-    left out. Returns ``None`` when ``content`` is not a list of blocks.
+    Text blocks are joined into ``content`` (adjacent ones directly, as cited
+    pieces of one passage; ones apart, with server-tool blocks between them,
+    by a blank line); each ``tool_use`` becomes a ``tool_calls`` entry with the
+    same id and its ``input`` serialized to the JSON string the wire carries.
+    When other blocks are present (thinking, server tools, citations), the
+    whole list is kept in ``anthropic_content`` to be sent back as it came.
+    Returns ``None`` when ``content`` is not a list of blocks.
     """
     content = reply.get("content")
     if not isinstance(content, list):
         return None
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    apart = False  # a non-text block came since the last text
+    verbatim = False
     for block in content:
         block = object_of(block) or {}
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
+        kind = block.get("type")
+        if kind not in _PLAIN_BLOCKS or block.get("citations"):
+            verbatim = True
+        if kind == "text" and isinstance(block.get("text"), str):
+            if apart and texts:
+                texts.append("\n\n")
             texts.append(block["text"])
-        elif block.get("type") == "tool_use":
+            apart = False
+            continue
+        apart = True
+        if kind == "tool_use":
             arguments = block.get("input")
             text = json.dumps(arguments) if isinstance(arguments, dict) else arguments
             calls.append(
@@ -142,6 +179,8 @@ def from_anthropic_message(reply: Mapping[str, Any]) -> dict[str, Any] | None:
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
         message["tool_calls"] = calls
+    if verbatim:
+        message[CONTENT_KEY] = [dict(b) for b in content if isinstance(b, Mapping)]
     return message
 
 
@@ -152,6 +191,9 @@ class AnthropicMessages(HttpModel):
     Environment: ``ANTHROPIC_BASE_URL`` (default ``https://api.anthropic.com``),
     ``ANTHROPIC_MODEL``, ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``).
     ``max_tokens`` is required by the API and defaults to 1024.
+    A reply that stops with ``pause_turn`` (a server tool's long turn) is
+    continued, up to ``max_continuations`` more requests, and the parts are
+    returned as one reply. ``seed`` is not offered by the API.
     See :class:`HttpModel` for the transport options.
     """
 
@@ -162,11 +204,16 @@ class AnthropicMessages(HttpModel):
     api_key_env = "ANTHROPIC_API_KEY"
     path = "/v1/messages"
 
-    def __init__(self, *, max_tokens: int = 1024, **options: Any) -> None:
+    def __init__(self, *, max_tokens: int = 1024, max_continuations: int = 4, **options: Any) -> None:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise ProviderConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if not isinstance(max_continuations, int) or isinstance(max_continuations, bool) or max_continuations < 0:
+            raise ProviderConfigError(f"max_continuations must be a non-negative integer, got {max_continuations!r}")
         super().__init__(**options)
+        if self.seed is not None:
+            raise ProviderConfigError("the Anthropic Messages API takes no seed; leave seed unset")
         self.max_tokens = max_tokens
+        self.max_continuations = max_continuations
 
     def headers(self) -> dict[str, str]:
         """``x-api-key`` (when a key is set) and the API version."""
@@ -175,13 +222,53 @@ class AnthropicMessages(HttpModel):
 
     def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """System text apart, the rest as alternating messages, tools with ``input_schema``."""
+        check_tool_names(self, tools)
         system, converted = to_anthropic_messages(messages)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": converted}
         if system is not None:
             body["system"] = system
         if tools:
             body["tools"] = to_anthropic_tools(tools)
+            choice = self._tool_choice()
+            if choice is not None:
+                body["tool_choice"] = choice
         return self._with_options(body)
+
+    def _tool_choice(self) -> dict[str, Any] | None:
+        """``tool_choice`` and ``parallel_tool_calls`` in the API's one ``tool_choice`` object."""
+        if self.tool_choice is None and self.parallel_tool_calls is None:
+            return None
+        kinds = {None: "auto", "auto": "auto", "required": "any", "none": "none"}
+        choice: dict[str, Any] = {"type": kinds.get(self.tool_choice, "tool")}
+        if choice["type"] == "tool":
+            choice["name"] = self.tool_choice
+        if self.parallel_tool_calls is False and choice["type"] != "none":
+            choice["disable_parallel_tool_use"] = True
+        return choice
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:
+        """
+        Send the transcript; continue a ``pause_turn`` reply; return the assistant's whole turn.
+
+        Raises:
+            ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
+        """
+        body = self.request_body(messages, tools)
+        asked = body["messages"]
+        earlier: list[Any] = []  # blocks of the paused parts of this turn
+        for _ in range(self.max_continuations + 1):
+            status, data = self._http.post_json(self.path, body, self.headers())
+            reply = object_of(data)
+            if reply is None or not isinstance(reply.get("content"), list):
+                break
+            content = [*earlier, *reply["content"]]
+            data = {**reply, "content": content}
+            if reply.get("stop_reason") != "pause_turn":
+                break
+            # Paused mid-turn: send the turn so far back as the assistant's, and the API goes on.
+            earlier = content
+            body = {**body, "messages": [*asked, {"role": "assistant", "content": list(earlier)}]}
+        return self.read_reply(data, status)
 
     def read_reply(self, data: Any, status: int = 200) -> ModelReply:
         """The reply's blocks as one assistant message; the prompt size from ``usage``."""
@@ -191,13 +278,17 @@ class AnthropicMessages(HttpModel):
         message = from_anthropic_message(reply)
         if message is None:
             raise self._bad(f"the reply has no content blocks (keys: {sorted(reply)})", status)
-        if message["content"] is None and "tool_calls" not in message:
-            reason = reply.get("stop_reason")
+        reason = reply.get("stop_reason")
+        finish = _FINISH.get(reason) if isinstance(reason, str) else None
+        if reason == "pause_turn":
+            finish = "length"  # still paused after max_continuations: the turn is unfinished
+        if message["content"] is None and "tool_calls" not in message and finish not in ("length", "refusal"):
             raise self._bad(f"the reply has neither text nor tool_use blocks (stop_reason={reason!r})", status)
         usage = object_of(reply.get("usage")) or {}
-        counted = prompt_tokens(usage.get("input_tokens"))
-        if counted is not None:
-            # Cached prompt parts are reported apart; the prompt's size is the sum.
-            for key in ("cache_creation_input_tokens", "cache_read_input_tokens"):
-                counted += prompt_tokens(usage.get(key)) or 0
-        return ModelReply(message, prompt_tokens=counted)
+        # Cached prompt parts are reported apart; the prompt's size is the sum.
+        counted = (
+            cached_tokens(usage.get("input_tokens"))
+            + cached_tokens(usage.get("cache_creation_input_tokens"))
+            + cached_tokens(usage.get("cache_read_input_tokens"))
+        )
+        return ModelReply(message, prompt_tokens=prompt_tokens(counted), finish=finish)

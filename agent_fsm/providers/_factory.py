@@ -10,12 +10,13 @@ from agent_fsm.providers._adapter import HttpModel
 from agent_fsm.providers._anthropic import AnthropicMessages
 from agent_fsm.providers._http import ProviderConfigError
 from agent_fsm.providers._ollama import OllamaChat
-from agent_fsm.providers._openai import OpenAIChat
+from agent_fsm.providers._openai import AzureOpenAIChat, OpenAIChat
 
 __all__ = ["PROVIDERS", "build_model"]
 
 PROVIDERS: dict[str, type[HttpModel]] = {
     "openai": OpenAIChat,
+    "azure": AzureOpenAIChat,
     "anthropic": AnthropicMessages,
     "ollama": OllamaChat,
 }
@@ -31,7 +32,7 @@ def build_model(
     **options: Any,
 ) -> HttpModel:
     """
-    The adapter for ``provider`` ("openai", "anthropic" or "ollama").
+    The adapter for ``provider`` ("openai", "azure", "anthropic" or "ollama").
 
     ``base_url``, ``model`` and ``api_key`` fall back to the provider's
     environment variables; ``options`` go to the adapter unchanged (timeouts,

@@ -6,12 +6,13 @@ counting, retrying and translating httpx's exceptions into
 :class:`agent_fsm.ProviderFailure` happen here, once. The failure kinds::
 
     transport       could not connect (refused, DNS, TLS); the request was not sent
-    timeout         connect, pool, write or read timeout (the message names the phase)
+    timeout         connect, pool, write or read timeout, or the whole reply took longer than total_timeout
     disconnected    the connection dropped after the request went out, before a reply
     truncated       the reply's body ended early or broke off mid-way
     http            the server answered with a non-success status (``status`` kept)
     bad_response    the body is not JSON, too large, or not shaped as the provider's reply
     request_limit   the adapter's ``max_requests`` were spent
+    invalid_request the request cannot be sent as built (a tool name the provider refuses); nothing was sent
 
 Rationale: a retry is safe only when the server cannot have acted on the
 request (it was never sent) or told us it did not (429, 408, 5xx). A read
@@ -22,29 +23,31 @@ the caller opts in with ``retry_unknown_outcome=True``.
 
 from __future__ import annotations
 
-import email.utils
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from agent_fsm.engine.errors import AgentFSMError, ProviderFailure
+from agent_fsm.providers._retry import retry_after
+from agent_fsm.providers._secrets import echo_pieces, redact
 
-__all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError"]
+__all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError", "join_url"]
 
 FAILURE_KINDS: dict[str, str] = {
     "transport": "could not connect (refused, DNS, TLS); the request was not sent",
-    "timeout": "a connect, pool, write or read timeout; the message names the phase",
+    "timeout": "a connect, pool, write or read timeout, or the reply outlasted total_timeout (the message says which)",
     "disconnected": "the connection dropped after the request went out, before a reply",
     "truncated": "the reply's body ended early or broke off mid-way",
     "http": "the server answered with a non-success status; status is kept",
     "bad_response": "the body is not JSON, too large, or not shaped as the provider's reply",
     "request_limit": "the adapter's max_requests were spent",
+    "invalid_request": "the request cannot be sent as built (a tool name the provider refuses); nothing was sent",
 }
 """Every ``ProviderFailure.kind`` an adapter raises, with what it means."""
 
@@ -62,6 +65,12 @@ class ProviderConfigError(AgentFSMError, ValueError):
     """
 
 
+def join_url(base_url: str, path: str) -> str:
+    """``path`` appended to the base URL's path, its query string (Azure's ``api-version``) kept."""
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, parts.query, ""))
+
+
 def display_url(url: str) -> str:
     """``url`` without user info and query string: what may appear in a message."""
     parts = urlsplit(url)
@@ -72,11 +81,11 @@ def display_url(url: str) -> str:
 
 
 def check_base_url(url: str, source: str) -> str:
-    """The base URL without a trailing slash, or :class:`ProviderConfigError` saying what is wrong."""
-    parts = urlsplit(url)
+    """The base URL without a trailing slash (its query kept), or :class:`ProviderConfigError` saying what is wrong."""
+    parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ProviderConfigError(f"{source} must be an http:// or https:// URL with a host, got {display_url(url)!r}")
-    return url.rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), parts.query, ""))
 
 
 def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
@@ -110,6 +119,7 @@ class HttpSettings:
         api_key: str | None,
         connect_timeout: float,
         read_timeout: float,
+        total_timeout: float | None,
         max_retries: int,
         retry_unknown_outcome: bool,
         backoff: float,
@@ -122,6 +132,7 @@ class HttpSettings:
     ) -> None:
         _positive("connect_timeout", connect_timeout)
         _positive("read_timeout", read_timeout)
+        _positive("total_timeout", total_timeout, allow_none=True)
         _positive("backoff", backoff)
         _positive("max_retry_wait", max_retry_wait)
         _count("max_retries", max_retries)
@@ -129,12 +140,23 @@ class HttpSettings:
         _count("max_response_bytes", max_response_bytes)
         if transport is not None and client is not None:
             raise ProviderConfigError("pass either transport or client, not both (a client brings its own transport)")
+        if isinstance(api_key, str) and any(not "\x21" <= ch <= "\x7e" for ch in api_key.strip()):
+            raise ProviderConfigError(
+                f"{name}: the API key holds a space, a control or a non-ASCII character, which no HTTP header can "
+                "carry; check how it was pasted (the key itself is not shown)"
+            )
         self.name = name
         self.base_url = base_url
-        self._api_key = api_key or None
+        # A key pasted with a trailing newline is still the key; the newline
+        # would only make the header illegal and the error message quote it.
+        self._api_key = api_key.strip() if isinstance(api_key, str) and api_key.strip() else None
+        self._echoes = echo_pieces(self._api_key)
         # Connect is usually quick and safe to retry; reading waits for the whole
         # generation, so it gets its own (longer) limit. Writes and the pool share it.
-        self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        # The read limit bounds each read; total_timeout bounds the whole reply.
+        read = read_timeout if total_timeout is None else min(read_timeout, total_timeout)
+        self.timeout = httpx.Timeout(read, connect=connect_timeout)
+        self.total_timeout = total_timeout
         self.max_retries = max_retries
         self.retry_unknown_outcome = retry_unknown_outcome
         self.backoff = backoff
@@ -160,10 +182,8 @@ class HttpSettings:
     # --- messages ----------------------------------------------------------------
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key blanked out, wherever a server echoed it."""
-        if self._api_key and len(self._api_key) >= 4:
-            text = text.replace(self._api_key, "[redacted]")
-        return text
+        """``text`` with the API key blanked out, wherever and however partly it appears (see ``redact``)."""
+        return redact(text, self._api_key, self._echoes)
 
     def failure(self, what: str, *, kind: str, status: int | None = None) -> ProviderFailure:
         """A :class:`ProviderFailure` whose message names the adapter, never the secret."""
@@ -178,17 +198,26 @@ class HttpSettings:
             self.requests_made += 1
             return True
 
-    def post_json(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[int, Any]:
+    def post_json(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        *,
+        accept_error: Callable[[int, Any], bool] | None = None,
+    ) -> tuple[int, Any]:
         """
         POST ``body`` as JSON to ``base_url + path``; return the status and the parsed JSON reply.
 
         Retries what is clearly transient within ``max_retries``; every
-        attempt counts toward ``max_requests``.
+        attempt counts toward ``max_requests``. ``accept_error(status, data)``
+        may claim an error reply the adapter reads as a reply (Groq's
+        ``tool_use_failed``); it is then returned instead of raised.
 
         Raises:
             ProviderFailure: the reply could not be obtained; ``kind`` says why.
         """
-        url = self.base_url + path
+        url = join_url(self.base_url, path)
         where = f"POST {display_url(url)}"
         content = json.dumps(body).encode()
         failure: ProviderFailure | None = None
@@ -199,7 +228,7 @@ class HttpSettings:
                         f"request limit reached: {self.max_requests} requests already made", kind="request_limit"
                     )
                 raise _noted(failure, f"not retried: the limit of {self.max_requests} requests is spent")
-            outcome, wait = self._attempt(url, where, content, headers, attempt)
+            outcome, wait = self._attempt(url, where, content, headers, attempt, accept_error)
             if wait is None:
                 return cast("tuple[int, Any]", outcome)
             failure = outcome
@@ -209,13 +238,20 @@ class HttpSettings:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _attempt(
-        self, url: str, where: str, content: bytes, headers: Mapping[str, str], attempt: int
+        self,
+        url: str,
+        where: str,
+        content: bytes,
+        headers: Mapping[str, str],
+        attempt: int,
+        accept_error: Callable[[int, Any], bool] | None = None,
     ) -> tuple[Any, float | None]:
         """One request: ``((status, data), None)`` on success, ``(failure, wait)`` to retry, or raise."""
         backoff = min(self.backoff * 2 ** (attempt - 1), self.max_retry_wait)
         request = self.client.build_request(
             "POST", url, content=content, headers={"content-type": "application/json", **headers}, timeout=self.timeout
         )
+        started = time.monotonic()
         try:
             response = self.client.send(request, stream=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
@@ -224,7 +260,7 @@ class HttpSettings:
         except httpx.HTTPError as exc:
             return self._after_sending(self._translate(exc, where, body_started=False), backoff)
         try:
-            raw = self._read_body(response, where)
+            raw = self._read_body(response, where, started)
         except httpx.HTTPError as exc:
             return self._after_sending(
                 self._translate(exc, where, body_started=True, status=response.status_code), backoff
@@ -234,9 +270,13 @@ class HttpSettings:
         status = response.status_code
         if 200 <= status < 300:
             return (status, self._parse(raw, where, status)), None
+        if accept_error is not None:
+            data = _json_or_none(raw)
+            if data is not None and accept_error(status, data):
+                return (status, data), None
         failure = self.failure(f"{where} answered HTTP {status}{self._server_said(raw)}", kind="http", status=status)
         if status in _RETRY_STATUSES or status >= 500:
-            asked = _retry_after(response.headers)
+            asked = retry_after(response.headers)
             if asked is not None and asked > self.max_retry_wait:
                 raise self.failure(
                     f"{where} answered HTTP {status}{self._server_said(raw)}; the server asked to wait "
@@ -253,10 +293,19 @@ class HttpSettings:
             return failure, backoff
         raise failure
 
-    def _read_body(self, response: httpx.Response, where: str) -> bytes:
+    def _read_body(self, response: httpx.Response, where: str, started: float | None = None) -> bytes:
         chunks: list[bytes] = []
         size = 0
+        total = self.total_timeout
         for chunk in response.iter_bytes():
+            # Each read is bounded by read_timeout; a server trickling bytes is
+            # stopped here, at most one read past the deadline.
+            if total is not None and started is not None and time.monotonic() - started > total:
+                raise self.failure(
+                    f"{where} timed out: the reply took longer than total_timeout={total:g}s",
+                    kind="timeout",
+                    status=response.status_code,
+                )
             size += len(chunk)
             if size > self.max_response_bytes:
                 raise self.failure(
@@ -323,32 +372,15 @@ class HttpSettings:
         return self.failure(f"POST {display_url(self.base_url)}: {what}", kind="bad_response", status=status)
 
 
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _excerpt(raw: bytes) -> str:
     return raw[:_EXCERPT].decode("utf-8", "replace").strip()
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` seconds or date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 def _noted(failure: ProviderFailure, note: str) -> ProviderFailure:
@@ -356,10 +388,3 @@ def _noted(failure: ProviderFailure, note: str) -> ProviderFailure:
     noted = ProviderFailure(f"{failure.message} ({note})", kind=failure.kind, status=failure.status)
     noted.__cause__ = failure.__cause__ or failure
     return noted
-
-
-def prompt_tokens(value: Any) -> int | None:
-    """A reported token count, or ``None`` when the figure is missing or not a count."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None

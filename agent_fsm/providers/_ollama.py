@@ -5,7 +5,8 @@ Ids are what correlate a result with its call, so the adapter makes them:
 ``ollama_<n>_<i>`` for the ``i``-th call of the reply that follows ``n``
 assistant messages. The name depends only on the transcript, so replaying or
 resuming the same run gives the same ids. On the way back a tool message is
-sent with ``tool_name``, looked up from the call it answers.
+sent with ``tool_name``, looked up from the call it answers, and an
+assistant message with the ``thinking`` the model returned.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from urllib.parse import urlsplit
 
 from agent_fsm.engine.models import ModelReply
 from agent_fsm.engine.wire import assistant_text
-from agent_fsm.providers._adapter import HttpModel, arguments_object, object_of
-from agent_fsm.providers._http import prompt_tokens
+from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of, prompt_tokens
+from agent_fsm.providers._http import ProviderConfigError
 
 __all__ = ["OllamaChat"]
 
@@ -38,6 +39,8 @@ def _to_ollama_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
                 names[str(call.get("id", ""))] = name
                 calls.append({"function": {"name": name, "arguments": arguments_object(function.get("arguments"))}})
             entry["tool_calls"] = calls
+        if role == "assistant" and isinstance(message.get("thinking"), str):
+            entry["thinking"] = message["thinking"]
         elif role == "tool":
             entry["tool_name"] = names.get(str(message.get("tool_call_id", "")), "")
         out.append(entry)
@@ -51,7 +54,9 @@ class OllamaChat(HttpModel):
     Environment: ``OLLAMA_HOST`` (default ``http://127.0.0.1:11434``; a bare ``host``
     or ``host:port`` means http and port 11434, as Ollama itself reads it), ``OLLAMA_MODEL``,
     ``OLLAMA_API_KEY`` (a bearer token, for servers behind a proxy).
-    ``options`` is Ollama's own options object (``num_ctx``, ``seed``, ...).
+    ``options`` is Ollama's own options object (``num_ctx``, ``seed``, ...);
+    ``seed`` and ``temperature`` go into it. Ollama has no ``tool_choice`` or
+    ``parallel_tool_calls``, so setting them is refused when the adapter is built.
     See :class:`HttpModel` for the transport options.
     """
 
@@ -64,6 +69,8 @@ class OllamaChat(HttpModel):
 
     def __init__(self, *, options: Mapping[str, Any] | None = None, **settings: Any) -> None:
         super().__init__(**settings)
+        if self.tool_choice is not None or self.parallel_tool_calls is not None:
+            raise ProviderConfigError("Ollama's /api/chat takes neither tool_choice nor parallel_tool_calls")
         self.options = dict(options or {})
 
     @staticmethod
@@ -77,12 +84,15 @@ class OllamaChat(HttpModel):
 
     def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Messages with object arguments and ``tool_name``; ``stream`` off; temperature inside ``options``."""
+        check_tool_names(self, tools)
         body: dict[str, Any] = {"model": self.model, "messages": _to_ollama_messages(messages), "stream": False}
         if tools:
             body["tools"] = [dict(t) for t in tools]
         options = dict(self.options)
         if self.temperature is not None:
             options["temperature"] = self.temperature
+        if self.seed is not None:
+            options["seed"] = self.seed
         if options:
             body["options"] = options
         body.update(self.extra_body)
@@ -96,15 +106,23 @@ class OllamaChat(HttpModel):
         message = object_of(reply.get("message"))
         if message is None:
             raise self._bad(f"the reply has no message object (keys: {sorted(reply)})", status)
-        message = dict(message)
+        out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
         calls = message.get("tool_calls")
-        if message.get("content") is None and not calls:
-            raise self._bad(
-                f"the message has neither content nor tool_calls (done_reason={reply.get('done_reason')!r})", status
-            )
+        done = reply.get("done_reason")
+        if done in ("load", "unload"):
+            raise self._bad(f"the server only {done}ed the model and generated nothing (done_reason={done!r})", status)
+        finish = "length" if done == "length" else ("tool_calls" if calls else "stop")
+        if out["content"] is None and not calls and finish != "length":
+            raise self._bad(f"the message has neither content nor tool_calls (done_reason={done!r})", status)
         if isinstance(calls, list):
-            message["tool_calls"] = [_with_id(call, turn, index) for index, call in enumerate(calls)]
-        return ModelReply(message, prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")))
+            out["tool_calls"] = [_with_id(call, turn, index) for index, call in enumerate(calls)]
+        elif calls:
+            out["tool_calls"] = calls
+        if isinstance(message.get("thinking"), str) and message["thinking"]:
+            out["thinking"] = message["thinking"]
+        # With a warm cache Ollama counts only the prompt tokens it evaluated anew;
+        # the engine ignores a count that implausibly small.
+        return ModelReply(out, prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")), finish=finish)
 
     def _reply_to(self, messages: Sequence[Mapping[str, Any]], data: Any, status: int) -> ModelReply:
         """Number the reply's calls by the assistant messages before it."""
@@ -118,5 +136,7 @@ def _with_id(call: Any, turn: int, index: int) -> Any:
     function = object_of(call.get("function"))
     if function is not None and isinstance(function.get("arguments"), dict):
         function = {**function, "arguments": json.dumps(function["arguments"])}
+    elif function is not None and function.get("arguments") is None:
+        function = {**function, "arguments": "{}"}
     call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"ollama_{turn}_{index}"
     return {"id": call_id, "type": "function", "function": function if function is not None else call.get("function")}

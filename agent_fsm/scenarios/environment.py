@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine.driver import AnswerCheck
+from agent_fsm.engine.endings import EndingRule
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.state import RunResult
@@ -42,3 +43,5 @@ class Environment:
     checks: dict[str, Check] = attrs.field(factory=dict)
     answer_check: AnswerCheck | None = None
     system_prompt: str | None = None
+    # The world's codes for the engine's stops (RunResult.code); see agent_fsm.Ending.
+    endings: EndingRule | None = None

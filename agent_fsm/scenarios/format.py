@@ -37,6 +37,7 @@ _TOP_KEYS = {
 }
 _EXPECT_KEYS = {
     "stop",
+    "code",
     "answer_contains",
     "effects",
     "turns",
@@ -235,6 +236,8 @@ def _expect(reader: _Reader, value: Any) -> dict[str, Any]:
     for key in ("turns", "tool_attempts", "observations"):
         if key in expect:
             reader.typed(expect[key], f"expect.{key}", int, "an integer")
+    if "code" in expect:
+        reader.typed(expect["code"], "expect.code", str, "a string (the world's ending code)")
     if "effects" in expect:
         reader.typed(expect["effects"], "expect.effects", list, "an array (the exact effect log)")
     if "observation_kinds" in expect:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,8 @@ class ScenarioResult:
     effects: list[Any]
     expectations: tuple[Expectation, ...]
     invariants: tuple[Expectation, ...]
+    # Who proposed: the spec's policy (or "scripted turns"), and the provider and model name when a real one ran.
+    policy: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
     def failures(self) -> list[Expectation]:
@@ -111,8 +113,10 @@ class ScenarioResult:
             "spec": self.scenario.name,
             "path": self.scenario.path,
             "stop": self.result.stop.value,
+            "code": self.result.code,
             "reason": self.result.reason,
             "passed": self.passed,
+            "policy": dict(self.policy),
             "state": json.loads(self.result.state.to_json()),
             "effects": to_json_data(list(self.effects)),
             "expectations": [entry(e) for e in self.expectations],
@@ -207,6 +211,8 @@ def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, u
     expect = scenario.expect
     state = result.state
     found: list[Expectation] = [Expectation("stop", expect["stop"], result.stop, result.stop is expect["stop"])]
+    if "code" in expect:
+        found.append(Expectation("code", expect["code"], result.code, result.code == expect["code"]))
     answer = result.answer or ""
     for needle in expect.get("answer_contains", ()):
         found.append(Expectation(f"answer contains {needle!r}", needle, result.answer, needle in answer))
@@ -255,9 +261,15 @@ def run_scenario(scenario: Scenario, *, model: Model | None = None) -> ScenarioR
     """
     environment = load_environment(scenario.environment, path=scenario.path)
     gate = _gate(scenario, environment)
+    policy = {
+        "name": scenario.model.name or "scripted turns",
+        "provider": getattr(model, "provider", type(model).__name__) if model is not None else "scripted",
+        "model": None if getattr(model, "model", None) is None else str(getattr(model, "model", "")),
+    }
     model = model if model is not None else build_model(scenario, environment)
     system_prompt = scenario.system_prompt if scenario.system_prompt is not None else environment.system_prompt
     common: dict[str, Any] = {"gate": gate, "limits": scenario.limits, "answer_check": environment.answer_check}
+    common["endings"] = environment.endings
     result = run(
         scenario.task, model, environment.tools, system_prompt=system_prompt, history=scenario.history, **common
     )
@@ -276,4 +288,5 @@ def run_scenario(scenario: Scenario, *, model: Model | None = None) -> ScenarioR
         effects=list(environment.effects),
         expectations=tuple(expectations),
         invariants=tuple(Expectation(name, True, held, held) for name, held in invariants.items()),
+        policy=policy,
     )

@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 DEFAULT_TASK = "Help the customer with their request."
+"""The user message of runs the kit drives when a check is given no task of its own."""
 
 GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "parallel", "bad_arguments")
 """The message kinds :func:`check_gate_contains` proposes by default: the ones that can reach a gate."""
@@ -167,7 +168,10 @@ def drive(
 
 def describe_run(result: RunResult) -> str:
     """The run message by message, one line each: what a failing example's reader needs."""
-    lines = [f"stop={result.stop.value if isinstance(result.stop, Stop) else result.stop!r} reason={result.reason!r}"]
+    stop = result.stop.value if isinstance(result.stop, Stop) else result.stop
+    code = getattr(result, "code", stop)
+    declared = f" code={code!r}" if code != stop else ""  # a world's own ending, when it named one
+    lines = [f"stop={stop!r}{declared} reason={result.reason!r}"]
     for index, message in enumerate(result.state.messages):
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):

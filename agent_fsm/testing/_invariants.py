@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from agent_fsm.engine.endings import CODE_PATTERN
 from agent_fsm.engine.gates import Gate, as_verdict
 from agent_fsm.engine.invariants import check_run
 from agent_fsm.engine.limits import Limits, Stop
@@ -25,7 +26,7 @@ from agent_fsm.engine.wire import assistant_text, parse_tool_calls, tool_message
 __all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
 
 INVARIANTS: dict[str, str] = {
-    "typed_ending": "the run rests in a declared absorbing or paused state and its stop agrees with it",
+    "typed_ending": "the run rests in a declared absorbing or paused state, its stop agrees, and its code is a name",
     "turn_budget": "model calls never exceed max_turns, and every call's prompt size is logged",
     "token_budget": "no prompt sent exceeds max_prompt_tokens",
     "tool_budget": "handler attempts never exceed max_tool_calls, and each attempt left one observation",
@@ -103,6 +104,11 @@ def _check_ending(result: RunResult, limits: Limits) -> None:
         _fail("typed_ending", f"the run returned from working state {state.machine_state!r}")
     if RUN_MACHINE.stop_of(state.machine_state) is not result.stop:
         _fail("typed_ending", f"stop {result.stop!r} disagrees with machine state {state.machine_state!r}")
+    code = getattr(result, "code", None)
+    if not isinstance(code, str) or CODE_PATTERN.fullmatch(code) is None:
+        _fail("typed_ending", f"code {code!r} is not an ending code (a lowercase identifier)")
+    if state.code is not None and code != state.code:
+        _fail("typed_ending", f"code {code!r} disagrees with the code {state.code!r} the state recorded")
 
 
 def _check_budgets(result: RunResult, limits: Limits) -> None:

@@ -140,3 +140,82 @@ def test_corpus_is_pinned_to_its_version():
     with pytest.raises(ToolError, match="no page 'nope'"):
         v1.read("nope")
     assert Corpus(doc_lookup.CORPUS, "v2").search("unrelated words only") == []
+
+
+@pytest.mark.parametrize(
+    ("question", "version", "fragment"),
+    [
+        ("How do I roll back?", "v3", "unsupported documentation version 'v3'"),
+        ("   ", "v2", "question must be a string of 1..500"),
+        ("x" * 501, "v2", "question must be a string of 1..500"),
+        (7, "v2", "question must be a string"),
+    ],
+)
+def test_a_lookup_is_validated_before_it_runs(question, version, fragment):
+    """A version the docs lack, or a blank or oversized question, is refused, never run on an empty corpus."""
+    with pytest.raises(ValueError, match=fragment):
+        doc_lookup.Lookup(question, version)
+
+
+def test_an_environment_pinned_to_an_unknown_version_is_refused():
+    """environment("v3") used to search an empty corpus; it now says what it expected."""
+    with pytest.raises(ValueError, match=r"expected one of \['v1', 'v2'\]"):
+        environment("v3")
+    assert doc_lookup.Lookup("How do I roll back?", "v1").version == "v1"
+
+
+def test_the_glossary_makes_revert_find_the_rollback_page():
+    """Without alias expansion the deploy page ranks first for "revert"; with it, the rollback page does."""
+    question = "How do I revert the staging release?"
+    assert Corpus(doc_lookup.CORPUS, "v2", glossary={}).search(question)[0]["id"] == "deploy-v2"
+    assert Corpus(doc_lookup.CORPUS, "v2").search(question)[0]["id"] == "rollback-v2"
+
+
+@pytest.mark.parametrize(
+    ("policy", "stop", "code"),
+    [
+        ("scripted", Stop.ANSWERED, "final"),
+        ("shell_action", Stop.NO_PROGRESS, "invalid_decision"),
+        ("unparseable", Stop.NO_PROGRESS, "invalid_decision"),
+        ("provider_down", Stop.PROVIDER_ERROR, "provider_error"),
+        ("cites_unread", Stop.ANSWER_REJECTED, "unread_citation"),
+        ("always_search", Stop.TOOL_LIMIT, "tool_limit"),
+    ],
+)
+def test_each_ending_of_the_text_has_its_code(policy, stop, code):
+    """The lookup's six endings are told apart by RunResult.code, not by reading reason strings."""
+    env = environment()
+    result = run(
+        TASK, env.models[policy](), env.tools, limits=LIMITS, answer_check=env.answer_check, endings=env.endings
+    )
+    assert (result.stop, result.code) == (stop, code)
+
+
+def test_the_saved_trace_names_the_policy_and_provider():
+    """The --save trace says which policy proposed, and that no real provider or model was involved."""
+    from agent_fsm.scenarios import load_scenario
+
+    spec = load_scenario(FINAL_SPEC)
+    data = run_scenario(spec).to_data()
+    assert data["policy"] == {"name": "scripted", "provider": "scripted", "model": None}
+    assert data["code"] == "final"
+
+    class Remote:
+        provider, model = "openai", "gpt-test"
+
+        def chat(self, messages, tools=()):
+            return answer_message(json.dumps({"answer": "x", "citation": ""}))
+
+    remote = run_scenario(spec, model=Remote()).to_data()
+    assert remote["policy"] == {"name": "scripted", "provider": "openai", "model": "gpt-test"}
+
+
+def test_lookup_validates_the_task_before_running_it():
+    """lookup() refuses v3 before any run, and runs a valid task to its coded ending."""
+    with pytest.raises(ValueError, match="unsupported documentation version 'v3'"):
+        doc_lookup.lookup("How do I roll back staging?", version="v3")
+    with pytest.raises(ValueError, match="unknown policy"):
+        doc_lookup.lookup("How do I roll back staging?", policy="oracle")
+    result = doc_lookup.lookup(TASK)
+    assert (result.stop, result.code) == (Stop.ANSWERED, "final") and outcome_ok(result)
+    assert doc_lookup.lookup(TASK, policy="cites_unread").code == "unread_citation"

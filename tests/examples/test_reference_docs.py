@@ -37,3 +37,18 @@ def test_readme_specs_exist_and_pass(relative):
     """Each spec the README runs exists and meets its own expectations."""
     outcome = run_scenario(load_scenario(ROOT / relative))
     assert outcome.passed, outcome.report()
+
+
+def test_every_reference_spec_asserts_its_code():
+    """Each spec of the five reference systems states the world's ending code, and the code held."""
+    specs = sorted((ROOT / "specs").glob("*/*.toml"))
+    assert len(specs) >= 55
+    missing = [str(p.relative_to(ROOT)) for p in specs if "code" not in load_scenario(p).expect]
+    assert missing == []
+
+
+def test_the_doc_maps_every_code_the_specs_assert():
+    """docs/reference-systems.md names each code a spec asserts (the mapping a reader looks up)."""
+    doc = DOC.read_text()
+    codes = {load_scenario(p).expect["code"] for p in (ROOT / "specs").glob("*/*.toml")}
+    assert sorted(c for c in codes if f"`{c}`" not in doc) == []

@@ -26,10 +26,18 @@ from agent_fsm.examples.retrieval import (
 EXISTING = "Does put replace the value of a key that already exists?"
 
 
-def _run(task, model="controller", *, gated=True, limits=LIMITS):
+def _run(task, model="controller", *, gated=False, limits=LIMITS):
     env = environment()
     gate = env.gates["distinct_queries"] if gated else None
-    result = run(task, env.models[model](), env.tools, gate=gate, limits=limits, answer_check=env.answer_check)
+    result = run(
+        task,
+        env.models[model](),
+        env.tools,
+        gate=gate,
+        limits=limits,
+        answer_check=env.answer_check,
+        endings=env.endings,
+    )
     assert all(check_run(result, env.effects, limits).values())
     return result, env
 
@@ -41,73 +49,114 @@ def _stop_fields(result):
 def test_marker_found_after_one_refinement():
     """value -> read put-basic (no marker) -> exists -> read put-existing (marker): answered."""
     result, env = _run(EXISTING)
-    assert result.stop is Stop.ANSWERED
+    assert (result.stop, result.code) == (Stop.ANSWERED, "configured_context_marker_found")
     fields = json.loads(result.answer)
     assert fields == {
         "status": "completed",
         "reason": "configured_context_marker_found",
-        "rule": "existing-key",
+        "detail": "",
+        "policy": rule_for(EXISTING),
+        "question": EXISTING,
+        "version": "2.4",
         "query_history": ["value", "exists"],
         "read_sources": ["put-basic", "put-existing"],
     }
     assert env.checks["read_put_existing"](result) and env.checks["history_kept"](result)
 
 
+def test_the_result_carries_the_full_policy_configuration():
+    """Not only the rule's name: every field the controller ran with, as it ran with it."""
+    result, _ = _run(EXISTING, "one_round")
+    assert _stop_fields(result)["policy"] == {
+        "name": "existing-key",
+        "initial_query": "value",
+        "refinement_query": "exists",
+        "required_marker": "replaces",
+        "max_rounds": 1,
+    }
+
+
 @pytest.mark.parametrize(
-    "task, reason, queries",
+    "task, code, queries",
     [
         ("How do I store a value durably?", "no_new_passages", ["value", "saves"]),
-        ("Can I group writes in a transaction?", "no_match", ["transaction"]),
+        ("Can I group writes in a transaction?", "round_limit", ["transaction", "commit"]),
         ("What does the revision number mean?", "no_refinement_rule", ["value"]),
     ],
 )
-def test_incomplete_stops_are_answer_rejected_with_the_reason(task, reason, queries):
-    """An incomplete stop is refused as an answer, and its reason and query history are kept."""
+def test_incomplete_stops_are_answer_rejected_with_their_code(task, code, queries):
+    """An incomplete stop is refused as an answer; its code is the controller's reason, its history is kept."""
     result, _ = _run(task)
-    assert result.stop is Stop.ANSWER_REJECTED
-    assert result.reason == f"incomplete: {reason}"
+    assert (result.stop, result.code) == (Stop.ANSWER_REJECTED, code)
+    assert result.reason == f"incomplete: {code}"
     assert _stop_fields(result)["query_history"] == queries
+
+
+def test_an_empty_search_goes_on_to_the_refined_query():
+    """no_match is not an ending: the transaction rule's first query finds nothing, so it searches 'commit'."""
+    result, _ = _run("Can I group writes in a transaction?")
+    searched = [
+        json.loads(c["function"]["arguments"])["query"]
+        for m in result.state.messages
+        for c in m.get("tool_calls") or ()
+    ]
+    assert searched == ["transaction", "commit"]
+    assert [o.content["results"] for o in result.state.observations] == [[], []]
 
 
 def test_round_limit():
     """With max_rounds=1 a read without the marker ends at the round limit."""
     result, _ = _run(EXISTING, "one_round")
-    assert result.reason == "incomplete: round_limit"
+    assert result.code == "round_limit"
     assert _stop_fields(result)["read_sources"] == ["put-basic"]
 
 
-def test_duplicate_query_is_refused_at_the_boundary():
-    """The repeated query is denied by the gate before it runs: no_progress, with the duplicate named."""
-    result, _ = _run(EXISTING, "duplicate")
-    assert result.stop is Stop.NO_PROGRESS
-    assert "duplicate_query: 'value' was already searched" in result.reason
-    assert result.state.tool_attempts == 2
-
-
-def test_without_the_gate_a_duplicate_round_is_spent():
-    """Ungated, the same controller spends its second round on the same query and ends at the round limit."""
-    result, _ = _run(EXISTING, "duplicate", gated=False)
-    assert result.reason == "incomplete: round_limit"
-    assert _stop_fields(result)["query_history"] == ["value", "value"]
+@pytest.mark.parametrize("gated", [False, True])
+def test_the_controller_itself_stops_a_duplicate_query(gated):
+    """The rule lives in the controller: with or without the gate, the repeated query is never issued."""
+    result, _ = _run(EXISTING, "duplicate", gated=gated)
+    assert (result.stop, result.code) == (Stop.ANSWER_REJECTED, "duplicate_query")
+    assert "'value' was already searched" in result.reason
+    assert _stop_fields(result)["query_history"] == ["value"]
+    assert result.state.tool_attempts == 2 and [o.kind for o in result.state.observations] == ["result", "result"]
 
 
 def test_forged_handle_is_refused_and_the_controller_fails():
-    """An altered handle is refused by read; the controller stops failed with that reason."""
+    """An altered handle is refused by read; the controller stops failed, code invalid_read read from typed data."""
     result, _ = _run(EXISTING, "forging")
-    assert result.stop is Stop.ANSWER_REJECTED
-    assert result.reason == "failed: error: invalid_read: the handle was altered after it was issued (source_id)"
+    assert (result.stop, result.code) == (Stop.ANSWER_REJECTED, "invalid_read")
+    assert result.reason == "failed: invalid_read (error: the handle was altered after it was issued (source_id))"
+    assert _stop_fields(result)["status"] == "failed"
 
 
 def test_step_guard_ends_a_faulty_loop():
     """A policy that never stops meets the step guard."""
     result, _ = _run(EXISTING, "looping")
-    assert result.stop is Stop.STEP_LIMIT and result.state.turns == LIMITS.max_turns
+    assert (result.stop, result.code) == (Stop.STEP_LIMIT, "controller_step_guard")
+    assert result.state.turns == LIMITS.max_turns
 
 
 def test_tool_budget_is_checked_before_dispatch():
     """With three tool attempts the final read is never dispatched."""
     result, _ = _run(EXISTING, limits=Limits(max_turns=7, repeated_denials=1, max_tool_calls=3))
-    assert result.stop is Stop.TOOL_LIMIT and result.state.tool_attempts == 3
+    assert (result.stop, result.code) == (Stop.TOOL_LIMIT, "tool_limit") and result.state.tool_attempts == 3
+
+
+@pytest.mark.parametrize("question", ["", "   ", "x" * 513])
+def test_an_invalid_question_is_a_typed_ending(question):
+    """A blank or oversized question stops invalid_question before any search."""
+    result, _ = _run(question)
+    assert (result.stop, result.code, result.state.tool_attempts) == (Stop.ANSWER_REJECTED, "invalid_question", 0)
+
+
+@pytest.mark.parametrize(
+    ("version", "fragment"),
+    [("3", "looks like '2.4'"), ("v2.4", "looks like"), (2.4, "looks like"), ("3.1", "documents 2.4")],
+)
+def test_an_invalid_version_fails_when_the_controller_is_built(version, fragment):
+    """The version is validated before any run, as the configuration is."""
+    with pytest.raises(ValueError, match=f"invalid_version: .*{re.escape(fragment)}"):
+        Controller(version=version)
 
 
 def test_rules_are_chosen_from_question_words_only():

@@ -170,3 +170,18 @@ def test_session_rejection_and_decide_without_pause():
     result = session.decide(approve=False, reason="customer replied")
     assert desk.effects == [] and "customer replied" in result.answer
     assert session.paused is None
+
+
+def test_create_intent_opens_a_ticket_in_a_session():
+    """ "Create a ticket about ..." runs create_ticket under the desk gate; the next search finds it."""
+    from agent_fsm.examples.ticket_desk import Session, TicketDesk, desk_gate
+
+    desk = TicketDesk()
+    session = Session(desk=desk, gate=desk_gate(desk.tools()))
+    created = session.ask("Please file a new ticket about login emails arriving late.")
+    assert (created.stop, created.code) == (Stop.ANSWERED, "answer")
+    assert desk.effects == [{"id": "TKT-5", "subject": "Login emails arriving late", "status": "open", "created": True}]
+    found = session.ask("Which tickets mention login?")
+    assert "TKT-5" in found.answer
+    paused = session.ask("Close TKT-5.")
+    assert (paused.stop, paused.code) == (Stop.AWAITING_APPROVAL, "pause")

@@ -38,5 +38,7 @@ def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         for suffix in ("BASE_URL", "MODEL", "API_KEY"):
             monkeypatch.delenv(f"{provider}_{suffix}", raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    for name in ("AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_DEPLOYMENT", "AZURE_OPENAI_API_KEY", "OPENAI_API_VERSION"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")

@@ -31,6 +31,8 @@ class Reply:
     drop: bool = False
     # Seconds to stall after sending the headers and half the body.
     body_delay: float = 0.0
+    # Seconds between the body's pieces when it is trickled out a few bytes at a time.
+    trickle: float = 0.0
 
 
 def json_reply(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
@@ -51,6 +53,11 @@ def slow(reply: Reply, seconds: float) -> Reply:
 def stalled(reply: Reply, seconds: float) -> Reply:
     """``reply`` whose body stops half-way for ``seconds`` after the headers went out."""
     return attrs.evolve(reply, body_delay=seconds)
+
+
+def trickled(reply: Reply, seconds: float) -> Reply:
+    """``reply`` whose body leaves in eight pieces, ``seconds`` apart: every read is quick, the whole is slow."""
+    return attrs.evolve(reply, trickle=seconds)
 
 
 def truncated(reply: Reply, missing_bytes: int = 50) -> Reply:
@@ -154,7 +161,14 @@ class LoopbackServer:
                         self.send_header("connection", "close")
                         self.close_connection = True
                     self.end_headers()
-                    if reply.body_delay:
+                    if reply.trickle:
+                        step = max(len(reply.body) // 8, 1)
+                        for start in range(0, len(reply.body), step):
+                            self.wfile.write(reply.body[start : start + step])
+                            self.wfile.flush()
+                            if server._stopping.wait(reply.trickle):
+                                break
+                    elif reply.body_delay:
                         half = len(reply.body) // 2
                         self.wfile.write(reply.body[:half])
                         self.wfile.flush()

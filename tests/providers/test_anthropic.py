@@ -97,7 +97,7 @@ def test_a_user_message_after_tool_results_joins_their_message():
 
 
 def test_reply_blocks_become_an_openai_wire_message_with_string_arguments():
-    """Text joined, tool_use kept with its id and input serialized to a JSON string; thinking left out."""
+    """Text joined, tool_use kept with its id and input serialized to a JSON string; with thinking, all blocks kept."""
     message = from_anthropic_message(
         {
             "content": [
@@ -116,6 +116,11 @@ def test_reply_blocks_become_an_openai_wire_message_with_string_arguments():
                 "type": "function",
                 "function": {"name": "lookup_order", "arguments": '{"order_id": "A-17"}'},
             }
+        ],
+        "anthropic_content": [
+            {"type": "thinking", "thinking": "hmm"},
+            {"type": "text", "text": "Checking."},
+            _tool_use("toolu_9", "lookup_order", {"order_id": "A-17"}),
         ],
     }
 
@@ -199,12 +204,20 @@ def test_an_error_status_keeps_the_status_and_the_message(server, sleeps, desk):
 
 def test_a_reply_without_content_blocks_ends_bad_response(server, sleeps, desk):
     """No ``content`` list, or one with nothing usable, is not a reply: bad_response."""
-    server.script(json_reply({"type": "message", "usage": {}}), anthropic_reply(stop_reason="max_tokens"))
+    server.script(json_reply({"type": "message", "usage": {}}), anthropic_reply(stop_reason="end_turn"))
     first = run(TASK, _model(server, sleeps), desk.tools)
     second = run(TASK, _model(server, sleeps), desk.tools)
     assert first.state.fault.kind == second.state.fault.kind == "bad_response"
     assert "no content blocks" in first.reason
-    assert "stop_reason='max_tokens'" in second.reason
+    assert "stop_reason='end_turn'" in second.reason
+
+
+def test_an_empty_reply_cut_off_at_max_tokens_is_a_rejected_answer_not_a_fault(server, sleeps, desk):
+    """Nothing but a ``max_tokens`` stop is an unfinished turn the engine refuses, not a transport failure."""
+    server.script(anthropic_reply(stop_reason="max_tokens"))
+    result = run(TASK, _model(server, sleeps), desk.tools)
+    assert (result.stop, result.state.finish, result.state.fault) == (Stop.ANSWER_REJECTED, "length", None)
+    assert "cut off" in result.reason
 
 
 def test_truncated_reply_ends_truncated(server, sleeps, desk):

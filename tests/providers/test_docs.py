@@ -17,8 +17,10 @@ from .loopback import (
     openai_answer,
     openai_tool_call,
 )
+from .recordings import RECORDINGS
 
 ROOT = Path(__file__).resolve().parents[2]
+BY_NAME = {r.name: r for r in RECORDINGS}
 LOOKUP = '{"order_id": "A-17"}'
 
 
@@ -58,8 +60,8 @@ def test_readme_example_runs_against_a_local_openai_compatible_server(server, ca
 
 
 def test_docs_has_one_example_per_topic(doc):
-    """Four runnable examples: OpenAI-compatible, Anthropic, Ollama, reading a failure."""
-    assert len(_python_blocks(doc)) == 4
+    """Six runnable examples: OpenAI-compatible, Anthropic, Ollama, Azure, a cut-off reply, reading a failure."""
+    assert len(_python_blocks(doc)) == 6
 
 
 def test_openai_example_refunds_within_policy(server, doc, capsys):
@@ -103,7 +105,7 @@ def test_ollama_example_prints_synthesized_ids(server, doc, capsys):
 
 def test_failure_example_ends_provider_error(doc, capsys):
     """The failure example: nothing listens, so the run ends provider_error with kind transport."""
-    _execute(_python_blocks(doc)[3], {"http://127.0.0.1:9/v1": free_port_refusing() + "/v1"})
+    _execute(_python_blocks(doc)[5], {"http://127.0.0.1:9/v1": free_port_refusing() + "/v1"})
     out = capsys.readouterr().out
     assert out.startswith("transport None openai: POST http://127.0.0.1:")
     assert "could not connect" in out
@@ -122,3 +124,47 @@ def test_readme_example_without_a_server_ends_provider_error_at_once(capsys):
     assert namespace["result"].stop is Stop.PROVIDER_ERROR
     assert namespace["model"].requests_made == 1
     assert capsys.readouterr().out.startswith("provider_error ProviderFault(type='ProviderFailure', kind='transport'")
+
+
+def test_azure_example_posts_to_the_deployment_with_the_api_key_header(server, doc, capsys):
+    """The Azure example: the deployment path, ?api-version=, the api-key header; a recorded OpenAI answer."""
+    recording = BY_NAME["openai__test_valid_response"]
+    server.script(recording.reply(0))
+    _execute(_python_blocks(doc)[3], {"https://my-resource.openai.azure.com": server.url})
+    text = recording.response(0)["choices"][0]["message"]["content"]
+    assert capsys.readouterr().out == f"answered {text}\n"
+    assert server.requests[0].path == "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+    assert server.requests[0].headers["api-key"] == "azure-key"
+
+
+def test_cut_off_example_refuses_then_accepts_the_recorded_length_reply(server, doc, capsys):
+    """The finish example, over Hugging Face's recorded finish_reason 'length': refused, then accepted on request."""
+    recording = BY_NAME["huggingface__test_max_completion_tokens"]
+    server.script(recording.reply(0), recording.reply(0))
+    _execute(_python_blocks(doc)[4], {"http://127.0.0.1:8080/v1": server.url + "/v1"})
+    text = recording.response(0)["choices"][0]["message"]["content"]
+    assert capsys.readouterr().out == f"answered {text}\n"
+    assert server.requests[0].body["max_tokens"] == 5
+
+
+def test_the_hosts_table_counts_the_recordings(doc):
+    """The 'Providers and hosts tried' table gives each host the number of recordings the fixtures hold."""
+    table = _section(doc, "## Providers and hosts tried")
+    counts = {name: int(n) for name, n in re.findall(r"^\| ([^|]+?) \| `\w+` \| (\d+) \|", table, flags=re.M)}
+    hosts = {
+        "api.openai.com": ["openai"],
+        "api.anthropic.com": ["anthropic"],
+        "Ollama (`/api/chat`)": ["ollama"],
+        "Groq": ["groq"],
+        "OpenRouter": ["openrouter"],
+        "DeepSeek": ["deepseek"],
+        "Cerebras": ["cerebras"],
+        "Hugging Face router (Together and others)": ["huggingface"],
+        "Mistral": ["mistral"],
+        "Gemini (OpenAI-compatible)": ["gemini"],
+        "Z.ai": ["zai"],
+        "Crusoe": ["crusoe"],
+        "Ollama Cloud and local `/v1`": ["ollama-cloud", "ollama-v1"],
+    }
+    assert counts == {name: sum(1 for r in RECORDINGS if r.host in keys) for name, keys in hosts.items()}
+    assert f"replays {len(RECORDINGS)} recordings" in table

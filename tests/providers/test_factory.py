@@ -33,9 +33,9 @@ def test_adapter_specific_options_pass_through():
 
 def test_an_unknown_provider_names_the_known_ones():
     """A typo lists what is accepted."""
-    with pytest.raises(ProviderConfigError, match="expected one of anthropic, ollama, openai"):
+    with pytest.raises(ProviderConfigError, match="expected one of anthropic, azure, ollama, openai"):
         build_model("opneai", model="m")
-    assert sorted(PROVIDERS) == ["anthropic", "ollama", "openai"]
+    assert sorted(PROVIDERS) == ["anthropic", "azure", "ollama", "openai"]
 
 
 def test_an_option_the_adapter_does_not_take_is_a_configuration_error():

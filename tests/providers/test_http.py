@@ -11,7 +11,7 @@ import pytest
 
 from agent_fsm import ProviderFailure
 from agent_fsm.providers import FAILURE_KINDS, OpenAIChat
-from agent_fsm.providers._http import _retry_after
+from agent_fsm.providers._retry import retry_after as _retry_after
 
 from .loopback import Reply
 
@@ -196,4 +196,5 @@ def test_every_kind_raised_is_documented():
         "http",
         "bad_response",
         "request_limit",
+        "invalid_request",
     }

@@ -211,7 +211,7 @@ def test_truncated_body_ends_truncated_with_the_status(server, sleeps, desk):
         (json_reply({"choices": []}), "no choices"),
         (json_reply({"object": "list"}), "no choices"),
         (json_reply({"choices": [{"finish_reason": "stop"}]}), "no message"),
-        (json_reply({"choices": [{"message": {"role": "assistant"}, "finish_reason": "length"}]}), "neither content"),
+        (json_reply({"choices": [{"message": {"role": "assistant"}, "finish_reason": "stop"}]}), "neither content"),
         (json_reply(["not", "an", "object"]), "expected a JSON object"),
     ],
 )

@@ -31,6 +31,7 @@ def test_the_public_surface_is_pinned():
     """__all__ lists exactly the public names, and each one exists."""
     assert sorted(providers.__all__) == [
         "AnthropicMessages",
+        "AzureOpenAIChat",
         "FAILURE_KINDS",
         "HttpModel",
         "OllamaChat",

@@ -1,0 +1,210 @@
+"""
+The layout's rules, checked on the source: no import cycles, dependencies pointing one way, small modules.
+
+Imports are read from each module's syntax tree as Python runs them at
+import time: module-level statements, including those inside a module-level
+``try``/``if``, but not ``if TYPE_CHECKING:`` blocks (never executed) nor
+imports inside functions (lazy on purpose, e.g. optional dependencies).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import agent_fsm
+from agent_fsm._moved import MOVED
+
+PACKAGE = Path(agent_fsm.__file__).parent
+
+# Applications may import the kernel and anything on a lower line; never a higher one.
+LAYERS: list[set[str]] = [
+    {"engine"},
+    {"providers", "testing", "scenarios"},
+    {"examples"},
+    {"patterns"},  # patterns.compare meters the patterns on the support-desk example
+    {"diagrams"},  # the catalog draws the pattern machines
+    {"cli"},
+]
+
+# What the kernel may import besides the standard library and itself: its core dependencies.
+KERNEL_THIRD_PARTY = {"attr", "attrs", "cattrs", "jsonschema", "referencing", "transitions"}
+
+MAX_LINES = 400
+
+
+def _is_module(name: str) -> bool:
+    if not name.startswith(f"{PACKAGE.name}."):
+        return False
+    path = PACKAGE.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _module_name(path: Path) -> str:
+    parts = [PACKAGE.name, *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(body: list[ast.stmt]) -> Iterator[str]:
+    for node in body:
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from package import module`` imports that module; ``from module import name`` the module.
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                yield submodule if _is_module(submodule) else node.module
+        elif isinstance(node, ast.If):
+            test = node.test
+            if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+                yield from _runtime_imports(node.orelse)
+                continue
+            yield from _runtime_imports(node.body)
+            yield from _runtime_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _runtime_imports(block)
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        graph[_module_name(path)] = set(_runtime_imports(tree.body))
+    return graph
+
+
+def _internal(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {m: {t for t in targets if t in graph} for m, targets in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph[node]:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _area(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and not parts[1].startswith("_") else "<facade>"
+
+
+def _layer(area: str) -> int:
+    return next(i for i, members in enumerate(LAYERS) if area in members)
+
+
+def test_no_import_cycles() -> None:
+    """No module of the package imports itself back, directly or through others, at import time."""
+    assert _cycles(_internal(_graph())) == []
+
+
+def test_cycle_finder_finds_a_planted_cycle() -> None:
+    """The check is not vacuous: a cycle planted in the real graph is reported."""
+    graph = _internal(_graph())
+    graph["agent_fsm.engine.errors"] = {*graph["agent_fsm.engine.errors"], "agent_fsm.engine.state"}
+    assert any("agent_fsm.engine.errors" in cycle for cycle in _cycles(graph))
+
+
+def test_every_area_has_a_layer() -> None:
+    """A new subpackage must be placed in LAYERS (that is where its allowed dependencies are decided)."""
+    areas = {_area(m) for m in _graph()} - {"<facade>"}
+    placed = set().union(*LAYERS)
+    assert areas <= placed, f"place {sorted(areas - placed)} in LAYERS"
+
+
+def test_dependencies_point_one_way() -> None:
+    """Applications import the kernel and lower layers, never a higher one; the kernel imports no application."""
+    wrong = []
+    for module, targets in _internal(_graph()).items():
+        source = _area(module)
+        for target in targets:
+            area = _area(target)
+            if area == "<facade>" or source == "<facade>" or area == source:
+                continue
+            if _layer(area) >= _layer(source):
+                wrong.append(f"{module} imports {target}")
+    assert wrong == []
+
+
+def test_facade_imports_only_the_kernel() -> None:
+    """``import agent_fsm`` loads the kernel, not the applications (fast import, no optional dependency)."""
+    facade = _graph()["agent_fsm"]
+    internal = {t for t in facade if t.startswith("agent_fsm.")}
+    assert all(t.startswith("agent_fsm.engine.") or t == "agent_fsm._moved" for t in internal), internal
+
+
+def test_kernel_imports_only_core_dependencies() -> None:
+    """The kernel needs the standard library and its core dependencies only, never an extra."""
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    wrong = []
+    for module, targets in _graph().items():
+        if _area(module) != "engine":
+            continue
+        for target in targets:
+            top = target.split(".")[0]
+            if top in stdlib or target.startswith("agent_fsm.engine") or top in KERNEL_THIRD_PARTY:
+                continue
+            wrong.append(f"{module} imports {target}")
+    assert wrong == []
+
+
+def test_no_module_is_too_long() -> None:
+    """One concept per module: none grows past MAX_LINES lines."""
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_moved_paths_still_import(old: str) -> None:
+    """A 0.1 module path gives the very module at its new home, with a DeprecationWarning naming it."""
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(MOVED[old])
+    assert any(issubclass(w.category, DeprecationWarning) and MOVED[old] in str(w.message) for w in caught)
+
+
+def test_run_is_still_the_function() -> None:
+    """``agent_fsm.run`` stays the facade's function, whatever old paths were imported."""
+    importlib.import_module("agent_fsm.machine")
+    assert callable(agent_fsm.run) and agent_fsm.run.__module__ == "agent_fsm.engine.driver"
