@@ -34,7 +34,16 @@ LAYERS: list[set[str]] = [
 ]
 
 # What the kernel may import besides the standard library and itself: its core dependencies.
-KERNEL_THIRD_PARTY = {"attr", "attrs", "cattrs", "jsonschema", "referencing", "transitions"}
+KERNEL_THIRD_PARTY = {
+    "attr",
+    "attrs",
+    "cattrs",
+    "jsonschema",
+    "jsonschema_specifications",
+    "re2",
+    "referencing",
+    "transitions",
+}
 
 MAX_LINES = 400
 

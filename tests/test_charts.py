@@ -36,13 +36,14 @@ def test_the_refund_chart_shows_what_bounded_the_refund():
 
 
 def test_the_token_chart_climbs_linearly_until_the_budget_ends_the_wanderer():
-    """Figure 16.4: each turn resends the transcript, about 88 tokens more; the wanderer ends token_limit."""
+    """Figure 16.4: each turn resends the transcript, about 90 tokens more; the wanderer ends token_limit."""
     data = chart_data()["token_budget"]
     wanderer = data["wanderer"]["prompt_tokens"]
     assert data["wanderer"]["stop"] == "token_limit" and data["max_prompt_tokens"] == 1200
     steps = {b - a for a, b in zip(wanderer, wanderer[1:], strict=False)}
-    assert steps <= {87, 88, 89}
-    assert wanderer[-1] <= 1200 < wanderer[-1] + 88
+    # the wanderer reuses one call id; from its second call on the engine renames it w~2, w~3 ... (two tokens)
+    assert steps <= {87, 88, 89, 90, 91}
+    assert wanderer[-1] <= 1200 < wanderer[-1] + 90
     assert len(data["denial run"]["prompt_tokens"]) == 4 and data["denial run"]["stop"] == "answered"
 
 

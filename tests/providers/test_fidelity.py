@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm import Limits, ProviderFailure, Stop, ToolSpec, allow_all, run
+from agent_fsm import Limits, ProviderFailure, Stop, ToolDefinitionError, ToolSpec, allow_all, run
 from agent_fsm.providers import AnthropicMessages, AzureOpenAIChat, OpenAIChat
 
 from .loopback import json_reply, trickled
@@ -252,12 +252,16 @@ def test_unparsable_arguments_go_back_as_an_empty_object_while_the_transcript_ke
 
 @pytest.mark.parametrize("adapter", ["openai", "anthropic", "ollama"])
 def test_a_tool_name_the_providers_refuse_ends_before_anything_is_sent(server, adapter):
-    """A name outside ^[a-zA-Z0-9_-]{1,64}$ is refused by every adapter as invalid_request; no request goes out."""
+    """A name outside ^[a-zA-Z0-9_-]{1,64}$ is refused when the run starts, and by every adapter as invalid_request
+    when declarations reach it some other way; no request goes out either way."""
     recording = next(r for r in RECORDINGS if r.adapter == adapter)
     tools = {"lookup.order": ToolSpec("d", {}, lambda: None), "x" * 65: ToolSpec("d", {}, lambda: None)}
-    result = run("task", make_adapter(recording, server.url), tools, limits=LIMITS)
-    assert (result.stop, result.state.fault.kind) == (Stop.PROVIDER_ERROR, "invalid_request")
-    assert "'lookup.order'" in result.reason
+    with pytest.raises(ToolDefinitionError, match="'lookup.order'"):
+        run("task", make_adapter(recording, server.url), tools, limits=LIMITS)
+    declarations = [spec.declaration(name) for name, spec in tools.items()]
+    with pytest.raises(ProviderFailure) as refused:
+        make_adapter(recording, server.url).chat([{"role": "user", "content": "task"}], declarations)
+    assert refused.value.kind == "invalid_request" and "'lookup.order'" in str(refused.value)
     assert server.requests == []
 
 
