@@ -50,6 +50,10 @@ REFERENCE = [
         "tools.md",
         [
             "agent_fsm.engine.tools",
+            "agent_fsm.engine.schema",
+            "agent_fsm.engine.patterns",
+            "agent_fsm.engine.formats",
+            "agent_fsm.engine.jsondata",
             "agent_fsm.engine.boundary",
             "agent_fsm.engine.gates",
             "agent_fsm.engine.observe",
