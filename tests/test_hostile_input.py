@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 import urllib.request
 from typing import Any
@@ -476,3 +477,22 @@ def test_hostile_argument_documents_never_raise_anything_but_documented_errors(a
     RunState.from_json(result.state.to_json())
     for amount in paid:  # whatever ran was a real, finite, allowed number
         assert isinstance(amount, (int, float)) and math.isfinite(amount) and amount <= 20
+
+
+def test_a_recursive_schema_on_a_deep_stack_gives_a_reason_not_a_recursion_error():
+    """jsonschema recurses per level; called with little stack left, validation still answers with a reason."""
+    node = {"anyOf": [{"type": "array", "items": {"$ref": "#/$defs/node"}}, {"type": "integer"}]}
+    schema = {"type": "object", "properties": {"t": {"$ref": "#/$defs/node"}}, "$defs": {"node": node}}
+    tools = {"d": ToolSpec("d", schema, lambda t=None: t)}
+    value: Any = "x"
+    for _ in range(99):
+        value = [value]
+    call = ToolCall("c", "d", {"t": value})
+    limits = Limits(max_argument_depth=100)
+
+    def with_little_stack(depth: int) -> str | None:
+        return validate_call(call, tools, limits=limits) if depth == 0 else with_little_stack(depth - 1)
+
+    reason = with_little_stack(sys.getrecursionlimit() - 250)
+    assert reason is not None and reason.startswith("d arguments rejected: ")
+    assert len(reason) < 1200  # jsonschema's quote of the whole value is clipped

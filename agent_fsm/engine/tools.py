@@ -298,9 +298,13 @@ def validate_call(call: ToolCall, tools: Registry, *, limits: Limits | None = No
             problem = f"{size:,} characters of arguments (at most {limits.max_argument_chars:,})"
     if problem is not None:
         return f"{name} arguments rejected: {problem}"
-    problems = tool.errors(call.arguments)
+    try:
+        problems = tool.errors(call.arguments)
+    except RecursionError:  # a recursive schema walked by jsonschema, on a stack already deep
+        problems = ["the arguments nest too deeply to check against this schema"]
     if problems:
-        return f"{name} arguments rejected: " + "; ".join(problems)
+        # jsonschema quotes the offending value whole; a hostile one may be 100,000 characters.
+        return f"{name} arguments rejected: " + "; ".join(p if len(p) <= 500 else f"{p[:500]}..." for p in problems)
     return None
 
 
