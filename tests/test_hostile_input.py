@@ -86,6 +86,22 @@ def test_non_finite_numbers_in_json_text_never_reach_the_gate_or_handler(text):
     json.loads(result.state.to_json(), parse_constant=_refuse)  # strict JSON: the NaN is only quoted text
 
 
+def test_a_paused_run_whose_reply_holds_a_nan_call_saves_as_strict_json():
+    """The NaN call waits behind the paused one as text only, so the saved state has no NaN to write."""
+    tools, _ = _payments()
+    reply = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "c1", "function": {"name": "pay", "arguments": '{"amount": 5}'}},
+            {"id": "c2", "function": {"name": "pay", "arguments": '{"amount": NaN}'}},
+        ],
+    }
+    paused = run("t", ScriptedModel([reply]), tools, gate=ask_for_effects(tools))
+    assert paused.stop is Stop.AWAITING_APPROVAL and paused.state.pending[1].arguments is None
+    json.loads(paused.state.to_json(), parse_constant=_refuse)
+    assert "NaN and Infinity are refused" in validate_call(paused.state.pending[1], tools)
+
+
 def test_non_finite_numbers_built_in_code_are_refused_too():
     """A ToolCall made by code (no JSON text) gets the same refusal, nested or not."""
     tools, _ = _payments()
@@ -125,7 +141,7 @@ def test_very_deep_arguments_never_raise_and_a_paused_run_holding_them_still_sav
     assert paused.stop is Stop.AWAITING_APPROVAL
     assert RunState.from_json(paused.state.to_json()) == paused.state  # the pause can be saved
     reason = validate_call(paused.state.pending[1], tools)
-    assert reason is not None and "were not a JSON object" in reason and paid == []
+    assert reason is not None and ("nest" in reason or "size limit" in reason) and paid == []
 
 
 def test_arguments_longer_than_the_size_limit_are_invalid():

@@ -260,8 +260,8 @@ def _unparsed_reason(call: ToolCall, limits: Limits) -> str:
         return f"{prefix}: they nest too deeply to read"
     except ValueError as exc:
         return f"{prefix} ({exc}): {_quote(raw)}"
-    if isinstance(parsed, dict):
-        return f"{prefix} that can be stored: {argument_problem(parsed, max_depth=limits.max_argument_depth)}"
+    if isinstance(parsed, dict):  # parsed, but not kept as data: NaN, or nested past DEPTH_CEILING
+        return f"{call.name} arguments rejected: {argument_problem(parsed, max_depth=limits.max_argument_depth)}"
     return f"{prefix}: got a JSON {type(parsed).__name__}: {_quote(raw)}"
 
 

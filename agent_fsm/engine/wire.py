@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_fsm.engine.jsondata import DEPTH_CEILING, describe, nesting_exceeds
+from agent_fsm.engine.jsondata import DEPTH_CEILING, argument_problem, describe, nesting_exceeds
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.tools import ToolCall
 
@@ -81,17 +81,31 @@ def _text_of(raw: Any) -> str:
         return describe(raw)  # cyclic, too deep, or keys JSON cannot write
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# Python's json reads NaN and Infinity; arguments holding them are kept as text only (and refused),
+# so a saved state stays strict JSON. One decoder, built once: json.loads(..., parse_constant=) builds one per call.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def _storable(value: Any) -> bool:
+    # What may be kept as parsed data in a state that must save: plain JSON, finite, not too deep.
+    return argument_problem(value, max_depth=DEPTH_CEILING) is None
+
+
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if isinstance(raw, Mapping):  # some servers send parsed arguments; accept them as they are
         arguments = dict(raw)
-        # Too deep (or cyclic) to store in a saved state: kept only as text, refused as unparsed.
-        return (None if nesting_exceeds(arguments, DEPTH_CEILING) else arguments), _text_of(raw)
+        # Not plain JSON data (cyclic, too deep, NaN, a set ...): kept only as text, refused as unparsed.
+        return (arguments if _storable(arguments) else None), _text_of(raw)
     if not isinstance(raw, str):
         return None, None if raw is None else describe(raw)
     if raw.strip() == "":  # an empty argument string is how a no-argument call often arrives
         return {}, raw
     try:
-        parsed = json.loads(raw)
+        parsed = _DECODER.decode(raw)
     except (ValueError, RecursionError):
         return None, raw
     if not isinstance(parsed, dict):
@@ -152,7 +166,7 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
     first free ``<id>~2``, ``<id>~3`` ... (see :class:`CallIds`), and the call
     keeps the model's id as ``original_id``. Other fields of the message and
     of each call (a provider's reasoning or signatures) are kept unchanged,
-    unless they nest too deeply to be saved. Anything that is not a mapping at
+    unless they are not JSON data a saved state can hold. Anything that is not a mapping at
     all is kept as the answer text ``str(reply)``.
     """
     if not isinstance(reply, Mapping):
@@ -160,12 +174,12 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
     message: Message = {"role": "assistant", "content": assistant_text(reply)}
     # Provider parts beside the text (reasoning, refusal, signed thinking blocks)
     # are kept as they came: some providers refuse the next turn without them.
-    # (One nested past DEPTH_CEILING, or cyclic, could not be copied or saved, and is dropped.)
+    # (One that is not plain JSON data, or nests past DEPTH_CEILING, could not be saved, and is dropped.)
     message.update(
         {
             k: copy.deepcopy(v)
             for k, v in reply.items()
-            if k not in _MESSAGE_KEYS and isinstance(k, str) and not nesting_exceeds(v, DEPTH_CEILING)
+            if k not in _MESSAGE_KEYS and isinstance(k, str) and _storable(v)
         }
     )
     raw_calls = reply.get("tool_calls")
@@ -190,9 +204,7 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
         text = raw if raw is not None else ""
         calls.append(ToolCall(call_id, name, arguments, text, original_id=renamed))
         extras = {
-            k: copy.deepcopy(v)
-            for k, v in item.items()
-            if k not in _CALL_KEYS and isinstance(k, str) and not nesting_exceeds(v, DEPTH_CEILING)
+            k: copy.deepcopy(v) for k, v in item.items() if k not in _CALL_KEYS and isinstance(k, str) and _storable(v)
         }
         wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}, **extras})
     message["tool_calls"] = wire_calls
