@@ -67,20 +67,28 @@ EndingRule = Mapping[Stop, str] | Callable[[Stop, "RunState"], "str | None"]
 """How a world names the code of an engine stop: a ``{Stop: code}`` table, or ``(stop, state) -> code | None``."""
 
 
+# A reply the engine refused as an answer because of how the provider said it ended.
+_FINISH_CODES = {"refusal": "refusal", "content_filter": "content_filter", "length": "truncated"}
+
+
 def code_for(rule: EndingRule | None, stop: Stop, state: RunState) -> str:
     """
-    The code of a run that stopped ``stop``: the one already recorded, else the rule's, else the stop's value.
+    The code of a run that stopped ``stop``: the one already recorded, else the rule's, else the engine's own.
+
+    The engine's own code is the stop's value, except for an answer refused
+    because of how the reply ended: ``refusal``, ``content_filter`` or
+    ``truncated`` (cut off at the output token limit).
 
     Raises:
         ValueError: the rule named something that is not a code (a programmer error, so it is loud).
     """
     if state.code is not None:
         return state.code
-    if rule is None:
-        return stop.value
-    code = rule.get(stop) if isinstance(rule, Mapping) else rule(stop, state)
+    code: object = None if rule is None else rule.get(stop) if isinstance(rule, Mapping) else rule(stop, state)
     if code is None:
-        return stop.value
+        own = _FINISH_CODES.get(state.finish or "") if stop is Stop.ANSWER_REJECTED else None
+        return own or str(stop.value)
     if not isinstance(code, str) or CODE_PATTERN.fullmatch(code) is None:
         raise ValueError(f"the ending rule named {code!r} for {stop.value}; expected a lowercase identifier")
-    return code
+    named: str = code
+    return named

@@ -60,6 +60,7 @@ def test_an_openai_refusal_is_a_typed_rejected_answer_with_its_text_kept(server)
     server.script(recording.reply(0))
     result = run("task", make_adapter(recording, server.url), {}, limits=LIMITS)
     assert (result.stop, result.state.finish, result.state.fault) == (Stop.ANSWER_REJECTED, "refusal", None)
+    assert result.code == "refusal"
     assert "I'm very sorry, but I can't assist with that." in result.reason
     assert result.state.messages[-1]["refusal"] == "I'm very sorry, but I can't assist with that."
     assert result.answer is None
@@ -76,6 +77,7 @@ def test_a_content_filter_with_null_content_is_a_typed_rejected_answer(server):
     server.script(json_reply(_derived(recording, 0, filtered)))
     result = run("task", make_adapter(recording, server.url), {}, limits=LIMITS)
     assert (result.stop, result.state.finish, result.state.fault) == (Stop.ANSWER_REJECTED, "content_filter", None)
+    assert result.code == "content_filter"
     assert "content filter" in result.reason
 
 
@@ -91,7 +93,7 @@ def test_an_answer_cut_off_at_the_token_limit_is_not_accepted_unless_asked(serve
     text = recording.response(0)["choices"][0]["message"]["content"]
     server.script(recording.reply(0), recording.reply(0))
     refused = run("task", make_adapter(recording, server.url), {}, limits=LIMITS)
-    assert (refused.stop, refused.state.finish) == (Stop.ANSWER_REJECTED, "length")
+    assert (refused.stop, refused.state.finish, refused.code) == (Stop.ANSWER_REJECTED, "length", "truncated")
     assert "cut off" in refused.reason
     accepted = run("task", make_adapter(recording, server.url), {}, limits=Limits(accept_truncated=True))
     assert (accepted.stop, accepted.answer) == (Stop.ANSWERED, text)
