@@ -97,6 +97,16 @@ def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return json_schema
 
 
+def _check_retries(spec: Any, retries: Any) -> None:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ToolDefinitionError(f"retries must be a whole number >= 0, got {retries!r}")
+    if retries and not spec.idempotent:
+        raise ToolDefinitionError(
+            f"retries={retries} on a tool that is not idempotent: running it again could repeat its effect"
+            " (declare ToolSpec(idempotent=True) only if the handler is safe to repeat under the same key)"
+        )
+
+
 @attrs.frozen
 class ToolSpec:
     """
@@ -118,6 +128,12 @@ class ToolSpec:
     effectful: bool = False
     json_schema: dict[str, Any] = attrs.field(init=False, repr=False, eq=False)
     _validator: Any = attrs.field(init=False, repr=False, eq=False, alias="_validator")
+    # Durable runs (see agent_fsm.store): an idempotent tool may be run again
+    # under the same idempotency key, after a crash or on a failure; only such
+    # a tool is retried, up to ``retries`` times, ``backoff`` seconds doubling.
+    idempotent: bool = False
+    retries: int = attrs.field(default=0, validator=lambda spec, _, value: _check_retries(spec, value))
+    backoff: float = 0.1
 
     def __attrs_post_init__(self) -> None:
         if not callable(self.handler):

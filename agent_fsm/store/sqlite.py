@@ -1,0 +1,79 @@
+"""
+:class:`SqliteStore`: the embedded run store, one file on local disk, no set-up.
+
+WAL mode lets readers (the inbox, ``agent-fsm runs list``) read while a run
+commits; every write takes the database's write lock up front
+(``BEGIN IMMEDIATE``), so concurrent processes queue instead of failing
+half-way through a transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agent_fsm.store.sql import SqlStore, Transaction
+
+__all__ = ["SqliteStore"]
+
+
+class _SqliteTransaction:
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._connection.execute(sql, tuple(params)).rowcount
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._connection.execute(sql, tuple(params)).fetchall())
+
+
+class SqliteStore(SqlStore):
+    """
+    Runs stored in the SQLite database at ``path`` (created, and its schema migrated, on opening).
+
+    ``synchronous`` is SQLite's setting: ``"NORMAL"`` (the default) makes
+    every commit survive the process being killed; ``"FULL"`` also survives
+    the machine losing power, at the cost of a disk flush per commit.
+    ``timeout`` is how long a write waits for another process's lock.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", timeout: float = 30.0) -> None:
+        super().__init__()
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA (got {synchronous!r})")
+        self.path = Path(path)
+        # isolation_level=None: no implicit transactions; every write is an explicit BEGIN IMMEDIATE ... COMMIT.
+        self._connection = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()  # one connection, used by one thread at a time
+        self._connection.execute("PRAGMA journal_mode=WAL")
+        self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        self._connection.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        self.migrate()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Transaction]:
+        with self._lock:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield _SqliteTransaction(self._connection)
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+
+    def _is_duplicate(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError)
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._connection.close()
