@@ -42,7 +42,7 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def ledger_tools(path: Path, *, die: str | None = None) -> dict[str, ToolSpec]:
+def ledger_tools(path: Path, *, die: str | None = None, token: str = "") -> dict[str, ToolSpec]:
     """
     The world's tools writing to the ledger at ``path``.
 
@@ -50,15 +50,17 @@ def ledger_tools(path: Path, *, die: str | None = None) -> dict[str, ToolSpec]:
     crash tests: ``"before:pay"`` after the intent is committed but before the
     effect, ``"after:pay"`` after the effect but before the observation is
     committed (and the same for ``send_receipt``). The kill happens once per
-    ledger (a marker line records it), so recovery runs unhindered.
+    ``token`` (a marker line in the ledger records it), so recovery runs unhindered.
     """
 
     def maybe_die(moment: str, tool: str, context: ToolContext) -> None:
         if die != f"{moment}:{tool}":
             return
-        if any(e["event"] == "killed" for e in read_ledger(path)):
+        if any(e["event"] == "killed" and e["token"] == token for e in read_ledger(path)):
             return
-        _append(path, {"event": "killed", "moment": moment, "tool": tool, "key": context.idempotency_key})
+        _append(
+            path, {"event": "killed", "token": token, "moment": moment, "tool": tool, "key": context.idempotency_key}
+        )
         os.kill(os.getpid(), signal.SIGKILL)
 
     def effect(tool: str, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
