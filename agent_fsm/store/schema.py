@@ -55,7 +55,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
             outcome TEXT
         )""",
         "CREATE INDEX agent_fsm_effects_by_run ON agent_fsm_effects (run_id, intent_at)",
-        "CREATE INDEX agent_fsm_runs_by_status ON agent_fsm_runs (status, updated_at)",
+        "CREATE INDEX agent_fsm_runs_by_status ON agent_fsm_runs (status)",
     ),
 ]
 """Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
