@@ -147,6 +147,8 @@ def crash_and_recover(url: str, ledger: Path, *, runs: int, workers: int, seed: 
         process.join(120)
         if process.exitcode == -signal.SIGKILL:
             killed_workers.add(w)
+        else:  # a worker that was not killed must have finished cleanly: anything else is a bug found
+            assert process.exitcode == 0, f"worker {w} failed on its own (exit code {process.exitcode})"
     report.kills = len(killed_workers)
     report.self_kills = sum(1 for e in read_ledger(ledger) if e["event"] == "killed")
     interrupted = {f"run-{i}" for w in killed_workers for i in plan[w]}

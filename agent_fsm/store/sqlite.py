@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,10 +53,24 @@ class SqliteStore(SqlStore):
         # isolation_level=None: no implicit transactions; every write is an explicit BEGIN IMMEDIATE ... COMMIT.
         self._connection = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()  # one connection, used by one thread at a time
-        self._connection.execute("PRAGMA journal_mode=WAL")
+        self._use_wal(timeout)
         self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self._connection.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
         self.migrate()
+
+    def _use_wal(self, timeout: float) -> None:
+        # WAL is a property of the file, set once; switching to it needs a moment alone with the
+        # database, which SQLite refuses at once (no busy wait) while another process opens it too.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self._connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self._connection.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
