@@ -15,8 +15,8 @@ from typing import Any
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.checkpoint import Checkpointer, new_run_id
 from agent_fsm.engine.compiled import compile_machine
-from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.durable import commit_intent, commit_observation, run_call
+from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits

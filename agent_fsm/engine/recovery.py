@@ -21,7 +21,8 @@ from __future__ import annotations
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
 from agent_fsm.engine.checkpoint import Checkpointer, Intent, fingerprint, idempotency_key
-from agent_fsm.engine.driver import _rest, _result
+from agent_fsm.engine.driver import _declared, _rest, _result
+from agent_fsm.engine.endings import EndingRule
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.limits import Limits
@@ -92,6 +93,7 @@ def continue_run(
     limits: Limits = Limits(),
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
 ) -> RunResult:
     """
     Continue a stored run (``state``, modified in place) from its last checkpoint until it rests again.
@@ -103,10 +105,11 @@ def continue_run(
     Raises:
         RunError: the checkpoint and its intent disagree (a store written by something else).
     """
-    context = RunContext(state, model, tools, gate, limits, estimator, answer_check, store, run_id)
+    context = RunContext(state, model, tools, gate, limits, estimator, _declared(answer_check), store, run_id)
     if intent is not None:
         _settle(context, intent)
     if not RUN_MACHINE.state(state.machine_state).is_resting:
         MACHINE.advance(context)
-    _rest(context)
-    return _result(state, limits)
+    result = _result(state, limits, endings)
+    _rest(context)  # after _result, which records the run's code in its state
+    return result

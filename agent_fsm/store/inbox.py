@@ -16,6 +16,7 @@ from typing import Any
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.callbacks import AnswerCheck
 from agent_fsm.engine.driver import resume
+from agent_fsm.engine.endings import EndingRule
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.models import Model
@@ -55,6 +56,7 @@ def approve(
     limits: Limits = Limits(),
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
 ) -> RunResult:
     """
     Approve the stored run's blocked call, and continue the run here until it rests again.
@@ -95,6 +97,7 @@ def approve(
         limits=limits,
         answer_check=answer_check,
         estimator=estimator,
+        endings=endings,
         store=store,
         run_id=run_id,
     )
@@ -113,6 +116,7 @@ def reject(
     limits: Limits = Limits(),
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
 ) -> RunResult:
     """
     Reject the stored run's blocked call (the model is told ``reason``), and continue the run here.
@@ -138,6 +142,7 @@ def reject(
         limits=limits,
         answer_check=answer_check,
         estimator=estimator,
+        endings=endings,
         store=store,
         run_id=run_id,
     )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import attrs
 
 from agent_fsm.engine.callbacks import AnswerCheck
+from agent_fsm.engine.endings import EndingRule
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.limits import Limits
@@ -55,6 +56,7 @@ def recover(
     older_than: float = 60.0,
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
     progress: Callable[[Recovered], None] | None = None,
 ) -> list[Recovered]:
     """
@@ -82,6 +84,7 @@ def recover(
                 limits=limits,
                 answer_check=answer_check,
                 estimator=estimator,
+                endings=endings,
             )
             outcome = Recovered(stored.run_id, result, interrupted)
         except (RunError, StoreError) as exc:
