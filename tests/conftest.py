@@ -32,10 +32,17 @@ def postgres_server():
     from tests.postgres_server import INSTALL_HINT, PostgresServer, find_bin
 
     bin_dir = find_bin()
-    if bin_dir is None:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing = "psycopg is not installed: pip install -e '.[test]' (or the postgres extra)"
+    else:
+        missing = INSTALL_HINT if bin_dir is None else ""
+    if missing:
         if os.environ.get("CI"):
-            pytest.fail(INSTALL_HINT)
-        pytest.skip(INSTALL_HINT)
+            pytest.fail(missing)
+        pytest.skip(missing)
+    assert bin_dir is not None
     server = PostgresServer(bin_dir).start()
     yield server
     server.stop()

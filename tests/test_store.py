@@ -37,7 +37,6 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     if request.param == "sqlite":
         path = tmp_path / "runs.db"
         return lambda: SqliteStore(path)
-    pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'agent_fsm[postgres]'")
     dsn = request.getfixturevalue("postgres_dsn")
     return lambda: PostgresStore(dsn)
 

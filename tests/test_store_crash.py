@@ -14,7 +14,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store URL for each backend, on a database of its own."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'runs.db'}"
-    pytest.importorskip("psycopg", reason="psycopg is not installed: pip install 'agent_fsm[postgres]'")
     dsn: str = request.getfixturevalue("postgres_dsn")
     return dsn
 

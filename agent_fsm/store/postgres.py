@@ -68,7 +68,7 @@ class PostgresStore(SqlStore):
         return f"PostgresStore({_redacted(self.dsn)!r})"
 
     @contextmanager
-    def _transaction(self) -> Iterator[Transaction]:
+    def _transaction(self, *, write: bool = True) -> Iterator[Transaction]:
         with self._lock, self._connection.transaction():
             yield _PostgresTransaction(self._connection)
 

@@ -88,7 +88,8 @@ class SqlStore:
 
     # --- what a backend supplies ------------------------------------------------
 
-    def _transaction(self) -> AbstractContextManager[Transaction]:
+    def _transaction(self, *, write: bool = True) -> AbstractContextManager[Transaction]:
+        """One transaction; ``write=False`` for reads, which need no write lock."""
         raise NotImplementedError("a SqlStore backend must implement '_transaction'")
 
     def _lock_for_migration(self, tx: Transaction) -> None:
@@ -231,7 +232,7 @@ class SqlStore:
             RunNotFound: nothing is stored under ``run_id``.
             StoreError: the stored state cannot be read (written by something else).
         """
-        with self._transaction() as tx:
+        with self._transaction(write=False) as tx:
             rows = tx.rows(f"SELECT {_SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise RunNotFound(f"no run is stored under {run_id!r}")
@@ -240,7 +241,7 @@ class SqlStore:
     def runs(self, status: str | None = None) -> list[RunSummary]:
         """Every stored run (or those with ``status``), most recently changed first."""
         where, params = ("WHERE status = ?", (status,)) if status is not None else ("", ())
-        with self._transaction() as tx:
+        with self._transaction(write=False) as tx:
             rows = tx.rows(f"SELECT {_SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
         return [_summary(row) for row in rows]
 
@@ -250,7 +251,7 @@ class SqlStore:
 
     def history(self, run_id: str) -> list[Decision]:
         """The decisions taken on the run's pauses, oldest first."""
-        with self._transaction() as tx:
+        with self._transaction(write=False) as tx:
             rows = tx.rows(
                 "SELECT run_id, pause_id, decision, reviewer, reason, arguments, at FROM agent_fsm_decisions"
                 " WHERE run_id = ? ORDER BY at",
@@ -260,7 +261,7 @@ class SqlStore:
 
     def effects(self, run_id: str) -> list[Effect]:
         """Every effectful call's intent and observation, oldest first."""
-        with self._transaction() as tx:
+        with self._transaction(write=False) as tx:
             rows = tx.rows(
                 "SELECT run_id, idempotency_key, tool, call_id, fingerprint, intent_at, observed_at, outcome"
                 " FROM agent_fsm_effects WHERE run_id = ? ORDER BY intent_at",
@@ -332,7 +333,7 @@ class SqlStore:
         gets :class:`RunTakenOver` at its next checkpoint.
         """
         cutoff = time.time() - older_than
-        with self._transaction() as tx:
+        with self._transaction(write=False) as tx:
             seen = tx.rows(
                 "SELECT run_id, version FROM agent_fsm_runs WHERE status = 'running' AND updated_at <= ?"
                 " ORDER BY updated_at",

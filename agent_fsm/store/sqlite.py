@@ -76,9 +76,10 @@ class SqliteStore(SqlStore):
         return f"SqliteStore({str(self.path)!r})"
 
     @contextmanager
-    def _transaction(self) -> Iterator[Transaction]:
+    def _transaction(self, *, write: bool = True) -> Iterator[Transaction]:
         with self._lock:
-            self._connection.execute("BEGIN IMMEDIATE")
+            # A write takes the lock up front: a deferred one could read a snapshot another writer then outdates.
+            self._connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield _SqliteTransaction(self._connection)
             except BaseException:
