@@ -12,7 +12,7 @@ from agent_fsm.engine.checkpoint import fingerprint, idempotency_key
 from agent_fsm.engine.models import ScriptedModel
 from agent_fsm.engine.tools import ToolCall
 from agent_fsm.engine.wire import answer_message
-from agent_fsm.store import OUTCOME_UNKNOWN, SqliteStore, approve, recover, reject
+from agent_fsm.store import OUTCOME_UNKNOWN, AlreadyDecided, SqliteStore, approve, recover, reject
 from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
 
 
@@ -251,3 +251,28 @@ def test_recover_leaves_fresh_runs_to_their_owner(tmp_path: Path) -> None:
     """A run committed a moment ago is not claimed with the default ``older_than``."""
     _crash(tmp_path, "pay", after_effect=False)
     assert recover(SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(tmp_path / "ledger")) == []
+
+
+def test_a_decision_whose_process_died_opens_the_pause_again_under_a_new_id(tmp_path: Path) -> None:
+    """Rejected, then killed before the run moved on: recovery pauses it again, and the old pause id decides nothing."""
+    store = SqliteStore(tmp_path / "runs.db")
+    ledger = tmp_path / "ledger"
+    run(task_for(["BIG-1"]), LedgerModel(), ledger_tools(ledger), gate=pay_gate, store=store, run_id="r1")
+    old = store.paused()[0].pause_id
+
+    class DyingModel(LedgerModel):
+        def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+            raise Crash
+
+    with pytest.raises(Crash):
+        reject(store, "r1", DyingModel(), ledger_tools(ledger), gate=pay_gate, reviewer="ana", reason="no")
+    assert SqliteStore(tmp_path / "runs.db").load("r1").status == "running"
+    [done] = recover(
+        SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(ledger), gate=pay_gate, older_than=0
+    )
+    assert done.result is not None and done.result.stop.value == "awaiting_approval"
+    [waiting] = SqliteStore(tmp_path / "runs.db").paused()
+    assert waiting.pause_id not in (None, old)
+    with pytest.raises(AlreadyDecided):
+        SqliteStore(tmp_path / "runs.db").decide("r1", old or "", "approve", reviewer="bo")
+    assert [d.reviewer for d in store.history("r1")] == ["ana"]

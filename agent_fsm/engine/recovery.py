@@ -108,6 +108,10 @@ def continue_run(
     context = RunContext(state, model, tools, gate, limits, estimator, _declared(answer_check), store, run_id)
     if intent is not None:
         _settle(context, intent)
+    elif state.machine_state == "AwaitingApproval":
+        # Stored as paused but claimed as running: a decision was taken and its process died before the
+        # run moved on. The decision did not take effect; the pause opens again, under a new id.
+        state.pause_id = None
     if not RUN_MACHINE.state(state.machine_state).is_resting:
         MACHINE.advance(context)
     result = _result(state, limits, endings)
