@@ -116,7 +116,9 @@ class ToolSpec:
     engine holds every call to it before the handler may run. It is either a ``{argument: python_type}``
     shorthand (every argument required, no others allowed) or a JSON Schema
     object. ``effectful`` flags tools with side effects outside the run; the secure
-    default gate refuses them.
+    default gate refuses them. ``idempotent`` declares that running the same
+    call twice under one idempotency key has the effect of running it once:
+    only such a tool is re-run after a crash or retried (``retries``).
 
     Raises:
         ToolDefinitionError: the schema is not usable.
