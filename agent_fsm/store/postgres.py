@@ -68,9 +68,13 @@ class PostgresStore(SqlStore):
         return f"PostgresStore({_redacted(self.dsn)!r})"
 
     @contextmanager
-    def _transaction(self, *, write: bool = True) -> Iterator[Transaction]:
-        with self._lock, self._connection.transaction():
-            yield _PostgresTransaction(self._connection)
+    def _transaction(self, *, write: bool = True, single: bool = False) -> Iterator[Transaction]:
+        with self._lock:
+            if single:  # the connection is in autocommit mode: one statement is its own transaction
+                yield _PostgresTransaction(self._connection)
+                return
+            with self._connection.transaction():
+                yield _PostgresTransaction(self._connection)
 
     def _lock_for_migration(self, tx: Transaction) -> None:
         tx.rows("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))

@@ -88,8 +88,14 @@ class SqlStore:
 
     # --- what a backend supplies ------------------------------------------------
 
-    def _transaction(self, *, write: bool = True) -> AbstractContextManager[Transaction]:
-        """One transaction; ``write=False`` for reads, which need no write lock."""
+    def _transaction(self, *, write: bool = True, single: bool = False) -> AbstractContextManager[Transaction]:
+        """
+        One transaction; ``write=False`` for reads, which need no write lock.
+
+        ``single``: the work is one write statement, atomic by itself (a
+        backend may then skip BEGIN and COMMIT: a commit is the costly part).
+        Statements run after it fails (to explain why) read only.
+        """
         raise NotImplementedError("a SqlStore backend must implement '_transaction'")
 
     def _lock_for_migration(self, tx: Transaction) -> None:
@@ -155,7 +161,7 @@ class SqlStore:
         status, stop = _status(state)
         now = time.time()
         try:
-            with self._transaction() as tx:
+            with self._transaction(single=True) as tx:
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, owner, created_at,"
                     " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
@@ -177,7 +183,8 @@ class SqlStore:
         status, stop = _status(state)
         paused = status == "paused" and bool(state.pending)
         now = time.time()
-        with self._transaction() as tx:
+        previous = self._open.get(run_id)
+        with self._transaction(single=previous is None and intent is None) as tx:
             changed = tx.run(
                 "UPDATE agent_fsm_runs SET status = ?, stop = ?, machine_state = ?, state = ?, pause_id = ?,"
                 " reason = ?, blocked = ?, intent = ?, updated_at = ?, version = version + 1"
@@ -204,7 +211,6 @@ class SqlStore:
                     f"run {run_id!r} is now held by {owners[0][0]!r}, not by this store ({self.owner!r});"
                     " it was claimed by recover() or a decision while this process was still running it"
                 )
-            previous = self._open.pop(run_id, None)
             if previous is not None:
                 last = state.observations[-1] if state.observations else None
                 outcome = last.kind if last is not None and last.call_id == previous.call_id else "interrupted"
@@ -219,6 +225,7 @@ class SqlStore:
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     (run_id, intent.idempotency_key, intent.tool, intent.call_id, intent.fingerprint, now),
                 )
+        self._open.pop(run_id, None)
         if intent is not None:
             self._open[run_id] = intent
 

@@ -76,8 +76,11 @@ class SqliteStore(SqlStore):
         return f"SqliteStore({str(self.path)!r})"
 
     @contextmanager
-    def _transaction(self, *, write: bool = True) -> Iterator[Transaction]:
+    def _transaction(self, *, write: bool = True, single: bool = False) -> Iterator[Transaction]:
         with self._lock:
+            if single:  # one write statement in autocommit mode: its own transaction, waiting for the lock
+                yield _SqliteTransaction(self._connection)
+                return
             # A write takes the lock up front: a deferred one could read a snapshot another writer then outdates.
             self._connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
