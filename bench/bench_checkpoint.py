@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200, help="runs per round")
     parser.add_argument("--synchronous", default="NORMAL", help="SQLite's synchronous setting (FULL: flush per commit)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(dir=Path.cwd()) as folder:  # local disk, not a RAM-backed /tmp
+    with tempfile.TemporaryDirectory(prefix=".agent-fsm-bench-", dir=Path.cwd()) as folder:  # local disk, not RAM
         store = SqliteStore(Path(folder) / "runs.db", synchronous=args.synchronous)
         memory, stored = [], []
         for r in range(args.rounds):
