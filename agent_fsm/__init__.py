@@ -10,12 +10,13 @@ This module is the facade: every name a user needs, re-exported from the
 kernel (:mod:`agent_fsm.engine`). The applications built on the kernel are
 subpackages imported by name when wanted: :mod:`agent_fsm.diagrams`,
 :mod:`agent_fsm.scenarios`, :mod:`agent_fsm.patterns`,
-:mod:`agent_fsm.providers`, :mod:`agent_fsm.testing`, :mod:`agent_fsm.cli`
+:mod:`agent_fsm.providers`, :mod:`agent_fsm.store`, :mod:`agent_fsm.testing`, :mod:`agent_fsm.cli`
 and :mod:`agent_fsm.examples`.
 """
 
 from agent_fsm import _moved
 from agent_fsm.engine.boundary import EXPECTED_TOOL_ERRORS, attempt, execute, judge
+from agent_fsm.engine.checkpoint import Checkpointer, Intent, ToolContext
 from agent_fsm.engine.compiled import CompiledMachine, compile_machine
 from agent_fsm.engine.driver import (
     DEFAULT_SYSTEM_PROMPT,
@@ -91,6 +92,10 @@ __all__ = [
     "execute",
     "attempt",
     "EXPECTED_TOOL_ERRORS",
+    # Durable runs (the stores themselves are in agent_fsm.store)
+    "Checkpointer",
+    "Intent",
+    "ToolContext",
     # Tools and proposals
     "ToolSpec",
     "ToolCall",

@@ -31,6 +31,7 @@ GUIDES = [
     ("Hostile input", "hostile-input.md"),
     ("Diagrams", "diagrams.md"),
     ("Specs", "specs.md"),
+    ("Durable runs", "durability.md"),
     ("Testing your gates and models", "testing.md"),
     ("Workflow patterns", "patterns.md"),
     ("Providers", "providers.md"),
@@ -54,6 +55,7 @@ REFERENCE = [
             "agent_fsm.engine.patterns",
             "agent_fsm.engine.formats",
             "agent_fsm.engine.jsondata",
+            "agent_fsm.engine.handlers",
             "agent_fsm.engine.boundary",
             "agent_fsm.engine.gates",
             "agent_fsm.engine.observe",
@@ -80,6 +82,7 @@ REFERENCE = [
     ("Scenario specs", "scenarios.md", ["agent_fsm.scenarios"]),
     ("Workflow patterns", "patterns.md", ["agent_fsm.patterns"]),
     ("Providers", "providers.md", ["agent_fsm.providers"]),
+    ("Durable runs", "store.md", ["agent_fsm.store", "agent_fsm.engine.checkpoint", "agent_fsm.engine.recovery"]),
     ("Testing kit", "testing.md", ["agent_fsm.testing"]),
 ]
 

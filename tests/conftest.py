@@ -24,3 +24,31 @@ def graphviz_dot() -> str:
             pytest.fail(reason)
         pytest.skip(reason)
     return dot
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for the session; skips without one, except under CI, where it fails."""
+    from tests.postgres_server import INSTALL_HINT, PostgresServer, find_bin
+
+    bin_dir = find_bin()
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing = "psycopg is not installed: pip install -e '.[test]' (or the postgres extra)"
+    else:
+        missing = INSTALL_HINT if bin_dir is None else ""
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    assert bin_dir is not None
+    server = PostgresServer(bin_dir).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server) -> str:
+    """A fresh database on the session's PostgreSQL server."""
+    return postgres_server.new_database()

@@ -17,6 +17,7 @@ PUBLIC = [
     "agent_fsm.scenarios",
     "agent_fsm.patterns",
     "agent_fsm.providers",
+    "agent_fsm.store",
     "agent_fsm.testing",
 ]
 

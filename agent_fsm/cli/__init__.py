@@ -1,7 +1,7 @@
 """
 The ``agent-fsm`` command line.
 
-One module per command group (``diagram``, ``run``, ``charts``); each is registered
+One module per command group (``diagram``, ``run``, ``charts``, ``runs``); each is registered
 here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
 reported in one line, 2 a usage error (from the CLI library).
 """
@@ -13,6 +13,7 @@ import typer
 from agent_fsm.cli.charts import charts_command
 from agent_fsm.cli.diagram import diagram_command
 from agent_fsm.cli.run import run_command
+from agent_fsm.cli.runs import runs_app
 from agent_fsm.patterns.compare import compare_command
 
 app = typer.Typer(
@@ -41,6 +42,7 @@ app.command(name="compare")(compare_command)
 app.command(name="run")(run_command)
 app.command(name="diagram")(diagram_command)
 app.command(name="charts")(charts_command)
+app.add_typer(runs_app, name="runs")
 
 
 def main() -> None:

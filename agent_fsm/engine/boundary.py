@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from agent_fsm.engine.checkpoint import ToolContext, fingerprint, takes_context
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.failures import GateError, HandlerError
 from agent_fsm.engine.gates import Gate, as_verdict
@@ -62,7 +63,9 @@ def _error_content(exc: BaseException) -> Any:
     return str(exc) or type(exc).__name__
 
 
-def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -> Observation:
+def execute(
+    call: ToolCall, tools: Registry, *, state: RunState | None = None, context: ToolContext | None = None
+) -> Observation:
     """
     Run a validated, allowed call's handler and observe what happened.
 
@@ -71,14 +74,24 @@ def execute(call: ToolCall, tools: Registry, *, state: RunState | None = None) -
     results are stored as JSON data, or, when JSON cannot hold them, as
     their text form marked ``text_form``: once the handler returned, the
     effect happened, and nothing after it may raise and lose that record.
-    The handler gets the arguments its signature takes.
+    The handler gets the arguments its signature takes; a handler with a
+    ``context`` parameter receives ``context`` (a run's own, or one for this
+    call alone).
 
     Raises:
         HandlerError: the handler raised anything else (a bug); ``state`` is attached.
     """
     spec = tools[call.name]
+    handler = spec.handler
+    arguments = spec.handler_arguments(call.arguments)  # type: ignore[arg-type]  # validated: a JSON object
+    # ``context`` is the engine's argument, never the model's: a handler that
+    # names it gets the call's ToolContext, replacing any argument the model
+    # sent under that name, so the idempotency key cannot be forged.
+    if takes_context(handler):
+        given = context if context is not None else ToolContext("", call.call_id, fingerprint(call)[:32])
+        arguments = {**arguments, "context": given}
     try:
-        result = spec.handler(**spec.handler_arguments(call.arguments))  # type: ignore[arg-type]
+        result = handler(**arguments)
     except EXPECTED_TOOL_ERRORS as exc:
         permanent = isinstance(exc, ToolError) and exc.permanent
         return Observation(call.call_id, False, "error", _error_content(exc), permanent=permanent)

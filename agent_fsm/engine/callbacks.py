@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent_fsm.engine.boundary import execute, judge
+from agent_fsm.engine.boundary import judge
+from agent_fsm.engine.checkpoint import Checkpointer, new_run_id
 from agent_fsm.engine.compiled import compile_machine
+from agent_fsm.engine.durable import commit_intent, commit_observation, run_call
 from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
@@ -40,12 +42,14 @@ class RunContext:
     __slots__ = (
         "answer_check",
         "call_ids",
+        "checkpointer",
         "declaration_tokens",
         "declarations",
         "estimator",
         "gate",
         "limits",
         "model",
+        "run_id",
         "state",
         "tools",
     )
@@ -59,8 +63,14 @@ class RunContext:
         limits: Limits,
         estimator: TokenEstimator,
         answer_check: AnswerCheck | None = None,
+        checkpointer: Checkpointer | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.state = state
+        # Where the run is committed (None: in memory only), and its id, from
+        # which every call's idempotency key is derived.
+        self.checkpointer = checkpointer
+        self.run_id = run_id if run_id is not None else new_run_id()
         self.answer_check = answer_check
         self.model = model
         self.tools = tools
@@ -268,8 +278,10 @@ def _observe(run: RunContext, observation: Observation) -> None:
 def execute_call(run: RunContext) -> None:
     """Run the head call's handler: the only place a tool's authority is used."""
     state = run.state
-    state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
-    _observe(run, execute(state.pending[0], run.tools, state=state))
+    call = state.pending[0]
+    intent = commit_intent(run.checkpointer, run.run_id, state, call, run.tools)  # before the handler, always
+    _observe(run, run_call(call, run.tools, state, run.run_id, run.limits))
+    commit_observation(run.checkpointer, run.run_id, state, intent)
 
 
 def record_rejection(run: RunContext) -> None:

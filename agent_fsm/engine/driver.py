@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
+from agent_fsm.engine.checkpoint import Checkpointer, mark_pause
 from agent_fsm.engine.endings import Ending, EndingRule, code_for
 from agent_fsm.engine.failures import NotPaused
 from agent_fsm.engine.gates import Gate
@@ -124,6 +125,8 @@ def run(
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
     endings: EndingRule | None = None,
+    store: Checkpointer | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """
     Run ``task`` to a typed ending.
@@ -137,6 +140,9 @@ def run(
     which then ends the run ``answer_rejected`` instead of ``answered`` (an
     :class:`Ending` it returns also names the world's code); ``endings``
     names the world's code for the engine's stops (``RunResult.code``).
+    With ``store`` (e.g. :class:`agent_fsm.store.SqliteStore`) the run is
+    committed under ``run_id`` when it begins, around every effectful call
+    and whenever it rests (see docs/durability.md).
 
     Returns:
         A :class:`RunResult`; ``stop`` is absorbing, or ``awaiting_approval``
@@ -147,9 +153,37 @@ def run(
         GateError: the gate raised or answered something that is not a verdict.
     """
     state = start_state(task, system_prompt=system_prompt, history=history, estimator=estimator)
+    if store is not None:
+        store.begin(_required_id(run_id), state)
     return advance(
-        state, model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
+        state,
+        model,
+        tools,
+        gate=gate,
+        limits=limits,
+        answer_check=answer_check,
+        estimator=estimator,
+        endings=endings,
+        store=store,
+        run_id=run_id,
     )
+
+
+def _required_id(run_id: str | None) -> str:
+    if not isinstance(run_id, str) or not run_id:
+        raise TypeError(f"a run kept in a store needs a run_id to be found by (a non-empty str, got {run_id!r})")
+    return run_id
+
+
+def _stored_id(store: Checkpointer | None, run_id: str | None) -> str | None:
+    return _required_id(run_id) if store is not None else run_id
+
+
+def _rest(context: RunContext) -> None:
+    """The run rests (paused or ended): commit it, a pause under its own id."""
+    if context.checkpointer is not None:
+        mark_pause(context.state)
+        context.checkpointer.save(context.run_id, context.state)
 
 
 def advance(
@@ -162,11 +196,17 @@ def advance(
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
     endings: EndingRule | None = None,
+    store: Checkpointer | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
-    """Drive ``state`` (modified in place) from where it is until it rests."""
-    context = RunContext(state, model, tools, gate, limits, estimator, _declared(answer_check))
+    """Drive ``state`` (modified in place) from where it is until it rests (committed to ``store``)."""
+    context = RunContext(
+        state, model, tools, gate, limits, estimator, _declared(answer_check), store, _stored_id(store, run_id)
+    )
     MACHINE.advance(context)
-    return _result(state, limits, endings)
+    result = _result(state, limits, endings)
+    _rest(context)  # after _result, which records the run's code in its state
+    return result
 
 
 def resume(
@@ -181,6 +221,8 @@ def resume(
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
     endings: EndingRule | None = None,
+    store: Checkpointer | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """
     Continue a run paused in ``awaiting_approval``.
@@ -189,6 +231,8 @@ def resume(
     ``approve=False`` turns it into a ``denied`` observation carrying
     ``reason``. Either way the run goes on under ``gate`` and ``limits``.
     ``state`` itself is left as it was; the result holds a new state.
+    ``store``/``run_id`` commit the run as :func:`run` does; to decide a
+    stored pause from any process, use :func:`agent_fsm.store.approve`.
 
     Raises:
         NotPaused: ``state`` is not awaiting approval.
@@ -198,11 +242,16 @@ def resume(
             f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state
         )
     state = copy.deepcopy(state)
-    context = RunContext(state, model, tools, gate, limits, estimator, _declared(answer_check))
+    state.pause_id = None  # this pause is being decided; a later one gets its own id
+    context = RunContext(
+        state, model, tools, gate, limits, estimator, _declared(answer_check), store, _stored_id(store, run_id)
+    )
     if approve:
         MACHINE.fire(context, "approve")
     else:
         state.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
         MACHINE.fire(context, "reject")
     MACHINE.advance(context)
-    return _result(state, limits, endings)
+    result = _result(state, limits, endings)
+    _rest(context)
+    return result

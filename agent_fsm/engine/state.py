@@ -87,6 +87,9 @@ class RunState:
     code: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.matches_re(r"[a-z][a-z0-9_]{0,63}"))
     )
+    # Set while the run rests in ``AwaitingApproval``: unique to this pause,
+    # so a decision names the pause it decides and is applied once.
+    pause_id: str | None = None
 
     def to_json(self) -> str:
         """This state as JSON text (lossless: ``from_json(s.to_json()) == s``)."""

@@ -9,7 +9,6 @@ lets each be tested on its own.
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import types
@@ -19,6 +18,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine.errors import ToolDefinitionError
+from agent_fsm.engine.handlers import handler_arguments
 from agent_fsm.engine.jsondata import argument_problem
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.schema import compile_checker, make_validator, schema_problem
@@ -92,55 +92,14 @@ def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return json_schema
 
 
-# Keywords that can require or declare arguments away from the top level.
-_COMPOSING = frozenset(
-    {
-        "allOf",
-        "anyOf",
-        "oneOf",
-        "not",
-        "if",
-        "then",
-        "else",
-        "$ref",
-        "$dynamicRef",
-        "dependentRequired",
-        "dependentSchemas",
-    }
-)
-
-
-def _handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) -> frozenset[str] | None:
-    """
-    The argument names ``handler`` takes, to pass it only those; ``None`` when it takes any (``**kwargs``).
-
-    Refuses, at definition, a handler that a valid call would make raise ``TypeError``.
-    """
-    try:
-        parameters = list(inspect.signature(handler).parameters.values())
-    except (TypeError, ValueError):  # some builtins have no signature to read; pass them everything
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    by_name = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
-    if positional:
-        raise ToolDefinitionError(f"handler takes positional-only {positional}; arguments are passed by name")
-    names = frozenset(p.name for p in by_name)
-    declared = set(schema.get("properties", {})) | set(schema.get("required", []))
-    unknown = sorted(declared - names)
-    if unknown:
+def _check_retries(spec: Any, retries: Any) -> None:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ToolDefinitionError(f"retries must be a whole number >= 0, got {retries!r}")
+    if retries and not spec.idempotent:
         raise ToolDefinitionError(
-            f"the schema declares {unknown} but the handler takes no such parameter (it takes {sorted(names)})"
+            f"retries={retries} on a tool that is not idempotent: running it again could repeat its effect"
+            " (declare ToolSpec(idempotent=True) only if the handler is safe to repeat under the same key)"
         )
-    if not (_COMPOSING & schema.keys()):
-        needed = sorted(p.name for p in by_name if p.default is p.empty and p.name not in schema.get("required", []))
-        if needed:
-            raise ToolDefinitionError(
-                f"handler parameters {needed} have no default, but the schema does not require them:"
-                " a valid call could leave them out"
-            )
-    return names
 
 
 @attrs.frozen
@@ -156,7 +115,9 @@ class ToolSpec:
     The handler is called with the arguments its signature names; extra
     arguments an open schema allows reach only a handler taking ``**kwargs``.
     ``effectful`` flags tools with side effects outside the run; the secure
-    default gate refuses them.
+    default gate refuses them. ``idempotent`` declares that running the same
+    call twice under one idempotency key has the effect of running it once:
+    only such a tool is re-run after a crash or retried (``retries``).
 
     Raises:
         ToolDefinitionError: the schema is not usable, or a valid call would not fit the handler.
@@ -168,6 +129,12 @@ class ToolSpec:
     effectful: bool = False
     json_schema: dict[str, Any] = attrs.field(init=False, repr=False, eq=False)
     _validator: Any = attrs.field(init=False, repr=False, eq=False, alias="_validator")
+    # Durable runs (see agent_fsm.store): an idempotent tool may be run again
+    # under the same idempotency key, after a crash or on a failure; only such
+    # a tool is retried, up to ``retries`` times, ``backoff`` seconds doubling.
+    idempotent: bool = False
+    retries: int = attrs.field(default=0, validator=lambda spec, _, value: _check_retries(spec, value))
+    backoff: float = 0.1
     # The schema compiled once into a predicate (None: jsonschema decides), and the names
     # the handler is given (None: all of them).
     _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")
@@ -181,7 +148,7 @@ class ToolSpec:
         object.__setattr__(self, "json_schema", json_schema)
         object.__setattr__(self, "_validator", make_validator(json_schema))
         object.__setattr__(self, "_checker", compile_checker(json_schema))
-        object.__setattr__(self, "_accepts", _handler_arguments(self.handler, json_schema))
+        object.__setattr__(self, "_accepts", handler_arguments(self.handler, json_schema))
 
     def errors(self, arguments: Any) -> list[str]:
         """Every way ``arguments`` breaks the contract, as readable lines (empty when valid)."""

@@ -1,0 +1,245 @@
+"""
+``agent-fsm runs``: the runs in a store: list them, show one, decide a pause, recover crashed runs, export a state.
+
+Every command takes ``--store URL`` (``sqlite:///runs.db``,
+``postgresql://user@host/db``). Deciding and recovering continue a run, so
+they need what it runs against: ``--world MODULE:NAME`` names a function
+returning a mapping with ``model``, ``tools`` and optionally ``gate`` and
+``limits`` (e.g. ``agent_fsm.examples.durable:world``). Exit codes: 0 done,
+1 a failure said in one line (a pause already decided, no such run), 2 a
+usage error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agent_fsm.engine.limits import Limits
+from agent_fsm.engine.state import RunResult
+from agent_fsm.engine.transcript import format_transcript
+from agent_fsm.store import StoreError, approve, open_store, recover, reject
+from agent_fsm.store.records import RunSummary
+from agent_fsm.store.sql import SqlStore
+
+__all__ = ["runs_app"]
+
+runs_app = typer.Typer(
+    name="runs",
+    help="The runs kept in a store: list, show, approve, reject, recover, export.",
+    no_args_is_help=True,
+)
+
+StoreOption = Annotated[str, typer.Option("--store", help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB")]
+WorldOption = Annotated[
+    str, typer.Option("--world", help="MODULE:NAME of a function returning {model, tools, gate?, limits?}")
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _open(url: str) -> SqlStore:
+    try:
+        return open_store(url)
+    except (ValueError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _world(spec: str) -> dict[str, Any]:
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise typer.BadParameter(f"expected MODULE:NAME, got {spec!r}", param_hint="--world")
+    try:
+        factory = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise _fail(f"cannot load the world {spec!r}: {exc}") from None
+    world = dict(factory())
+    missing = {"model", "tools"} - set(world)
+    if missing:
+        raise _fail(f"the world {spec!r} gave no {', '.join(sorted(missing))} (it must return model and tools)")
+    return world
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + " UTC"
+
+
+def _line(summary: RunSummary) -> str:
+    text = f"{summary.run_id}  {summary.status:<7}  {summary.stop or '-':<17}  {_when(summary.updated_at)}"
+    if summary.status == "paused" and summary.blocked is not None:
+        call = summary.blocked
+        text += (
+            f"\n    pause {summary.pause_id}: {call.name} {json.dumps(call.arguments)}\n    reason: {summary.reason}"
+        )
+    return text
+
+
+def _ended(run_id: str, result: RunResult) -> str:
+    text = f"{run_id}: {result.stop.value}"
+    return f"{text} ({result.reason})" if result.reason else text
+
+
+@runs_app.command("list")
+def list_command(
+    store: StoreOption,
+    status: Annotated[str | None, typer.Option("--status", help="running, paused or ended")] = None,
+) -> None:
+    """List the stored runs, most recent first; a paused run shows its blocked call and the reason."""
+    with _open(store) as opened:
+        summaries = opened.runs(status)
+    for summary in summaries:
+        typer.echo(_line(summary))
+    if not summaries:
+        typer.echo("no runs" + (f" {status}" if status else ""))
+
+
+@runs_app.command("show")
+def show_command(
+    run_id: str,
+    store: StoreOption,
+    diagram: Annotated[
+        bool, typer.Option("--diagram", help="Also draw the run's path on the machine (Mermaid).")
+    ] = False,
+) -> None:
+    """Show one run: status, transcript, the path it took, its effects and the decisions on its pauses."""
+    with _open(store) as opened:
+        try:
+            stored = opened.load(run_id)
+        except StoreError as exc:
+            raise _fail(str(exc)) from None
+        effects, history = opened.effects(run_id), opened.history(run_id)
+    typer.echo(_line(stored.summary))
+    typer.echo(format_transcript(stored.state.messages))
+    typer.echo("path: " + " -> ".join(stored.state.path))
+    for effect in effects:
+        typer.echo(
+            f"effect: {effect.tool} {effect.call_id} key {effect.idempotency_key}: {effect.outcome or 'in flight'}"
+        )
+    for decision in history:
+        why = f" ({decision.reason})" if decision.reason else ""
+        typer.echo(f"decision: {decision.decision} by {decision.reviewer} at {_when(decision.at)}{why}")
+    if diagram:
+        from agent_fsm.diagrams.mermaid import to_mermaid
+        from agent_fsm.diagrams.path import path_of
+        from agent_fsm.engine.machine import RUN_MACHINE
+
+        typer.echo(to_mermaid(RUN_MACHINE, path=path_of(stored.state)))
+
+
+@runs_app.command("export")
+def export_command(
+    run_id: str,
+    store: StoreOption,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
+) -> None:
+    """Write the run's state as JSON: what ``agent-fsm diagram --trace`` and ``RunState.from_json`` read."""
+    with _open(store) as opened:
+        try:
+            text = opened.load(run_id).state.to_json()
+        except StoreError as exc:
+            raise _fail(str(exc)) from None
+    if output is None:
+        typer.echo(text)
+    else:
+        output.write_text(text + "\n", encoding="utf-8")
+
+
+@runs_app.command("approve")
+def approve_command(
+    run_id: str,
+    store: StoreOption,
+    world: WorldOption,
+    reviewer: Annotated[str, typer.Option("--reviewer", help="Who decides (kept in the run's history).")],
+    arguments: Annotated[str | None, typer.Option("--arguments", help="The call's arguments, edited (JSON).")] = None,
+    pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
+) -> None:
+    """Approve a paused run's blocked call and continue the run until it rests again."""
+    edited = None
+    if arguments is not None:
+        try:
+            edited = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--arguments") from None
+    chosen = _world(world)
+    with _open(store) as opened:
+        try:
+            result = approve(
+                opened,
+                run_id,
+                chosen["model"],
+                chosen["tools"],
+                gate=chosen.get("gate"),
+                limits=chosen.get("limits", Limits()),
+                reviewer=reviewer,
+                arguments=edited,
+                pause_id=pause_id,
+            )
+        except (StoreError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+    typer.echo(_ended(run_id, result))
+
+
+@runs_app.command("reject")
+def reject_command(
+    run_id: str,
+    store: StoreOption,
+    world: WorldOption,
+    reviewer: Annotated[str, typer.Option("--reviewer", help="Who decides (kept in the run's history).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why, in words the model is told.")],
+    pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
+) -> None:
+    """Reject a paused run's blocked call (the model is told why) and continue the run."""
+    chosen = _world(world)
+    with _open(store) as opened:
+        try:
+            result = reject(
+                opened,
+                run_id,
+                chosen["model"],
+                chosen["tools"],
+                gate=chosen.get("gate"),
+                limits=chosen.get("limits", Limits()),
+                reviewer=reviewer,
+                reason=reason,
+                pause_id=pause_id,
+            )
+        except (StoreError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+    typer.echo(_ended(run_id, result))
+
+
+@runs_app.command("recover")
+def recover_command(
+    store: StoreOption,
+    world: WorldOption,
+    older_than: Annotated[
+        float, typer.Option("--older-than", help="Seconds without a commit before a running run counts as crashed.")
+    ] = 60.0,
+) -> None:
+    """Continue the runs a dead process left in flight; an interrupted non-idempotent call waits for a person."""
+    chosen = _world(world)
+    with _open(store) as opened:
+        typer.echo(f"claiming runs with no commit for {older_than:g}s ...")
+        done = recover(
+            opened,
+            chosen["model"],
+            chosen["tools"],
+            gate=chosen.get("gate"),
+            limits=chosen.get("limits", Limits()),
+            older_than=older_than,
+            progress=lambda r: typer.echo(
+                f"  {r.run_id}: " + (_ended(r.run_id, r.result).split(": ", 1)[1] if r.result else f"failed: {r.error}")
+            ),
+        )
+    failed = sum(1 for r in done if r.error)
+    typer.echo(f"recovered {len(done) - failed} run(s)" + (f", {failed} failed" if failed else ""))
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,55 @@
+"""
+Durable runs: a store that keeps every run, its pauses and its effects, across processes and crashes.
+
+    store = SqliteStore("runs.db")
+    result = run(task, model, tools, gate=gate, store=store, run_id="ticket-42")
+    # ... any process, later:
+    for waiting in store.paused():
+        approve(store, waiting.run_id, model, tools, gate=gate, reviewer="ana")
+    recover(store, model, tools, gate=gate)  # after a crash
+
+The guarantees (what is exactly-once, what needs an idempotent tool, what
+a person decides) are stated in docs/durability.md.
+"""
+
+from agent_fsm.engine.checkpoint import Checkpointer, Intent, ToolContext
+from agent_fsm.engine.recovery import OUTCOME_UNKNOWN
+from agent_fsm.store.errors import AlreadyDecided, RunExists, RunNotFound, RunTakenOver, SchemaError, StoreError
+from agent_fsm.store.inbox import approve, reject
+from agent_fsm.store.postgres import PostgresStore
+from agent_fsm.store.protocol import RunStore
+from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
+from agent_fsm.store.recovery import Recovered, recover
+from agent_fsm.store.sql import SqlStore
+from agent_fsm.store.sqlite import SqliteStore
+from agent_fsm.store.url import open_store
+
+__all__ = [
+    # Stores
+    "RunStore",
+    "SqliteStore",
+    "PostgresStore",
+    "SqlStore",
+    "open_store",
+    # Records
+    "RunSummary",
+    "StoredRun",
+    "Decision",
+    "Effect",
+    "Intent",
+    "ToolContext",
+    "Checkpointer",
+    # Deciding and recovering
+    "approve",
+    "reject",
+    "recover",
+    "Recovered",
+    "OUTCOME_UNKNOWN",
+    # Errors
+    "StoreError",
+    "RunNotFound",
+    "RunExists",
+    "AlreadyDecided",
+    "RunTakenOver",
+    "SchemaError",
+]

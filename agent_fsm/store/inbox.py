@@ -1,0 +1,148 @@
+"""
+The approval inbox: decide a stored pause from any process, exactly once.
+
+A decision is a compare-and-set on the pause's id (:meth:`RunStore.decide`):
+of two people (or two processes) deciding the same pause at once, exactly
+one wins and continues the run; the other gets :class:`AlreadyDecided`.
+Who decided and when is kept in the run's history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agent_fsm.engine.boundary import judge
+from agent_fsm.engine.callbacks import AnswerCheck
+from agent_fsm.engine.driver import resume
+from agent_fsm.engine.endings import EndingRule
+from agent_fsm.engine.gates import Gate, deny_effects
+from agent_fsm.engine.limits import Limits
+from agent_fsm.engine.models import Model
+from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
+from agent_fsm.engine.recovery import OUTCOME_UNKNOWN
+from agent_fsm.engine.state import RunResult
+from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.store.errors import AlreadyDecided
+from agent_fsm.store.protocol import RunStore
+from agent_fsm.store.records import StoredRun
+
+__all__ = ["approve", "reject"]
+
+
+def _open_pause(store: RunStore, run_id: str, pause_id: str | None, reviewer: str) -> StoredRun:
+    if not isinstance(reviewer, str) or not reviewer.strip():
+        raise ValueError(f"a decision needs the reviewer's name (a non-empty str, got {reviewer!r})")
+    stored = store.load(run_id)
+    current = stored.summary.pause_id
+    if stored.status != "paused" or current is None:
+        raise AlreadyDecided(f"run {run_id!r} is {stored.status}, not waiting for a decision")
+    if pause_id is not None and pause_id != current:
+        raise AlreadyDecided(f"pause {pause_id!r} of run {run_id!r} is not open (the open one is {current!r})")
+    return stored
+
+
+def approve(
+    store: RunStore,
+    run_id: str,
+    model: Model,
+    tools: Registry,
+    *,
+    reviewer: str,
+    gate: Gate | None = None,
+    arguments: Mapping[str, Any] | None = None,
+    pause_id: str | None = None,
+    limits: Limits = Limits(),
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
+) -> RunResult:
+    """
+    Approve the stored run's blocked call, and continue the run here until it rests again.
+
+    ``arguments`` replaces the call's arguments (a reviewer's edit): the
+    edited call must satisfy its tool's contract and must not be denied by
+    ``gate``, or nothing is decided. ``pause_id`` (from the inbox) makes
+    sure the pause approved is the one the reviewer saw.
+
+    Raises:
+        AlreadyDecided: the pause was decided by someone else first, or is not open.
+        ValueError: no reviewer was named, or the edited call is invalid or denied.
+    """
+    stored = _open_pause(store, run_id, pause_id, reviewer)
+    edited = None
+    if arguments is not None:
+        call = stored.state.pending[0]
+        edited = ToolCall(call.call_id, call.name, dict(arguments), json.dumps(dict(arguments), default=repr))
+        judgement = judge(edited, tools, gate if gate is not None else deny_effects(tools))
+        if judgement.kind in ("invalid", "denied"):
+            raise ValueError(f"the edited call cannot be approved: {judgement.kind}: {judgement.reason}")
+    decided = store.decide(
+        run_id,
+        stored.summary.pause_id or "",
+        "approve",
+        reviewer=reviewer,
+        arguments=dict(arguments) if arguments is not None else None,
+    )
+    state = decided.state
+    if edited is not None:
+        state.pending[0] = edited
+    return resume(
+        state,
+        model,
+        tools,
+        approve=True,
+        gate=gate,
+        limits=limits,
+        answer_check=answer_check,
+        estimator=estimator,
+        endings=endings,
+        store=store,
+        run_id=run_id,
+    )
+
+
+def reject(
+    store: RunStore,
+    run_id: str,
+    model: Model,
+    tools: Registry,
+    *,
+    reviewer: str,
+    reason: str,
+    gate: Gate | None = None,
+    pause_id: str | None = None,
+    limits: Limits = Limits(),
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
+) -> RunResult:
+    """
+    Reject the stored run's blocked call (the model is told ``reason``), and continue the run here.
+
+    A call whose outcome was unknown after a crash is recorded as not run.
+
+    Raises:
+        AlreadyDecided: the pause was decided by someone else first, or is not open.
+        ValueError: no reviewer was named.
+    """
+    stored = _open_pause(store, run_id, pause_id, reviewer)
+    decided = store.decide(run_id, stored.summary.pause_id or "", "reject", reviewer=reviewer, reason=reason)
+    told = reason
+    if (stored.summary.reason or "").startswith(OUTCOME_UNKNOWN):
+        told = f"recorded as not run ({reason or 'no reason given'})"
+    return resume(
+        decided.state,
+        model,
+        tools,
+        approve=False,
+        reason=told,
+        gate=gate,
+        limits=limits,
+        answer_check=answer_check,
+        estimator=estimator,
+        endings=endings,
+        store=store,
+        run_id=run_id,
+    )

@@ -1,0 +1,62 @@
+"""The :class:`RunStore` protocol: what the inbox, recovery and the CLI need of a store."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from agent_fsm.engine.checkpoint import Intent
+from agent_fsm.engine.state import RunState
+from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
+
+__all__ = ["RunStore"]
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """
+    Durable storage of runs: the kernel's checkpointer plus the reads and takeovers around it.
+
+    :class:`~agent_fsm.store.SqliteStore` and :class:`~agent_fsm.store.PostgresStore`
+    implement it; both are checked by the same tests.
+    """
+
+    owner: str
+
+    def begin(self, run_id: str, state: RunState) -> None:
+        """Record a new run owned by this store (``RunExists`` if the id is taken)."""
+
+    def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
+        """Commit ``state`` (and an intent) while this store owns the run (``RunTakenOver`` if not)."""
+
+    def load(self, run_id: str) -> StoredRun:
+        """The run with its state (``RunNotFound`` if none)."""
+
+    def runs(self, status: str | None = None) -> list[RunSummary]:
+        """Every run, or those with ``status`` (``running``, ``paused``, ``ended``)."""
+
+    def paused(self) -> list[RunSummary]:
+        """The approval inbox."""
+
+    def history(self, run_id: str) -> list[Decision]:
+        """The decisions taken on the run's pauses."""
+
+    def effects(self, run_id: str) -> list[Effect]:
+        """The run's effectful calls: intent and observation of each."""
+
+    def decide(
+        self,
+        run_id: str,
+        pause_id: str,
+        decision: str,
+        *,
+        reviewer: str,
+        reason: str | None = None,
+        arguments: dict[str, Any] | None = None,
+    ) -> StoredRun:
+        """Close the open pause atomically and take the run over (``AlreadyDecided`` if it is not open)."""
+
+    def claim_stale(self, older_than: float) -> list[StoredRun]:
+        """Take over the runs left ``running`` with no commit for ``older_than`` seconds."""
+
+    def close(self) -> None:
+        """Release the store's connection."""

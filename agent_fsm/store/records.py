@@ -1,0 +1,86 @@
+"""What a store returns: a run's summary, the run with its state, a decision, an effect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from agent_fsm.engine.checkpoint import Intent
+from agent_fsm.engine.state import RunState
+from agent_fsm.engine.tools import ToolCall
+
+__all__ = ["Decision", "Effect", "RunSummary", "StoredRun"]
+
+
+@attrs.frozen
+class RunSummary:
+    """
+    One stored run without its state: enough for a list or an inbox.
+
+    ``status`` is ``running``, ``paused`` or ``ended``; ``stop`` the typed
+    ending (or ``awaiting_approval``) once it rests. While paused,
+    ``pause_id`` names the pause, ``blocked`` is the call waiting for a
+    person and ``reason`` the gate's (or "outcome unknown ...").
+    """
+
+    run_id: str
+    status: str
+    stop: str | None
+    machine_state: str
+    pause_id: str | None
+    reason: str | None
+    blocked: ToolCall | None
+    owner: str | None
+    created_at: float
+    updated_at: float
+    version: int
+
+
+@attrs.frozen
+class StoredRun:
+    """A stored run: its summary, its state, and the intent left open by its last checkpoint."""
+
+    summary: RunSummary
+    state: RunState
+    intent: Intent | None
+
+    @property
+    def run_id(self) -> str:
+        return self.summary.run_id
+
+    @property
+    def status(self) -> str:
+        return self.summary.status
+
+
+@attrs.frozen
+class Decision:
+    """A person's decision on one pause: who, when, which way, why, and any edited arguments."""
+
+    run_id: str
+    pause_id: str
+    decision: str
+    reviewer: str
+    reason: str | None
+    arguments: dict[str, Any] | None
+    at: float
+
+
+@attrs.frozen
+class Effect:
+    """
+    One effectful call's record: its intent, and when (and how) it was observed.
+
+    ``outcome`` is the observation's kind (``result``, ``error``), or
+    ``interrupted`` when the process died between intent and observation.
+    """
+
+    run_id: str
+    idempotency_key: str
+    tool: str
+    call_id: str
+    fingerprint: str
+    intent_at: float
+    observed_at: float | None
+    outcome: str | None

@@ -1,0 +1,98 @@
+"""
+:class:`SqliteStore`: the embedded run store, one file on local disk, no set-up.
+
+WAL mode lets readers (the inbox, ``agent-fsm runs list``) read while a run
+commits; every write takes the database's write lock up front
+(``BEGIN IMMEDIATE``), so concurrent processes queue instead of failing
+half-way through a transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agent_fsm.store.sql import SqlStore, Transaction
+
+__all__ = ["SqliteStore"]
+
+
+class _SqliteTransaction:
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._connection.execute(sql, tuple(params)).rowcount
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._connection.execute(sql, tuple(params)).fetchall())
+
+
+class SqliteStore(SqlStore):
+    """
+    Runs stored in the SQLite database at ``path`` (created, and its schema migrated, on opening).
+
+    ``synchronous`` is SQLite's setting: ``"NORMAL"`` (the default) makes
+    every commit survive the process being killed; ``"FULL"`` also survives
+    the machine losing power, at the cost of a disk flush per commit.
+    ``timeout`` is how long a write waits for another process's lock.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", timeout: float = 30.0) -> None:
+        super().__init__()
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA (got {synchronous!r})")
+        self.path = Path(path)
+        # isolation_level=None: no implicit transactions; every write is an explicit BEGIN IMMEDIATE ... COMMIT.
+        self._connection = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()  # one connection, used by one thread at a time
+        self._use_wal(timeout)
+        self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        self._connection.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        self.migrate()
+
+    def _use_wal(self, timeout: float) -> None:
+        # WAL is a property of the file, set once; switching to it needs a moment alone with the
+        # database, which SQLite refuses at once (no busy wait) while another process opens it too.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self._connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self._connection.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    @contextmanager
+    def _transaction(self, *, write: bool = True, single: bool = False) -> Iterator[Transaction]:
+        with self._lock:
+            if single:  # one write statement in autocommit mode: its own transaction, waiting for the lock
+                yield _SqliteTransaction(self._connection)
+                return
+            # A write takes the lock up front: a deferred one could read a snapshot another writer then outdates.
+            self._connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield _SqliteTransaction(self._connection)
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+
+    def _is_duplicate(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError)
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._connection.close()

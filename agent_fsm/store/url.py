@@ -1,0 +1,26 @@
+"""Open a store from a URL: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, ``postgresql://...``."""
+
+from __future__ import annotations
+
+from agent_fsm.store.postgres import PostgresStore
+from agent_fsm.store.sql import SqlStore
+from agent_fsm.store.sqlite import SqliteStore
+
+__all__ = ["open_store"]
+
+
+def open_store(url: str) -> SqlStore:
+    """
+    The store a URL names (its schema migrated on opening).
+
+    Raises:
+        ValueError: the URL is neither ``sqlite:///PATH`` nor ``postgresql://...``.
+    """
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+        if not path:
+            raise ValueError("sqlite:/// needs a file path, e.g. sqlite:///runs.db")
+        return SqliteStore(path)
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresStore(url)
+    raise ValueError(f"a store URL is sqlite:///PATH or postgresql://USER@HOST:PORT/DB (got {url!r})")

@@ -1,0 +1,113 @@
+"""``agent-fsm runs``: list, show, approve, reject, recover and export against a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent_fsm import RunState, run
+from agent_fsm.cli import app
+from agent_fsm.examples.demo import TASK
+from agent_fsm.examples.durable import world
+from agent_fsm.store import SqliteStore
+
+runner = CliRunner()
+WORLD = "agent_fsm.examples.durable:world"
+
+
+@pytest.fixture
+def paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A store URL holding ticket-1, paused on a 9999-cent refund."""
+    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
+    desk = world()
+    store = SqliteStore(tmp_path / "runs.db")
+    run(TASK, desk["model"], desk["tools"], gate=desk["gate"], store=store, run_id="ticket-1")
+    return f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+def _runs(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["runs", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_list_shows_the_pause_with_its_call_and_reason(paused: str) -> None:
+    """The inbox line names the run, its pause id, the blocked call's arguments and the gate's reason."""
+    code, out, _ = _runs("list", "--store", paused)
+    assert code == 0
+    assert out.startswith("ticket-1  paused   awaiting_approval")
+    assert 'refund_order {"order_id": "A-17", "amount_cents": 9999}' in out
+    assert "reason: refunds above 5000 cents need a person's approval" in out
+    assert _runs("list", "--store", paused, "--status", "ended")[1] == "no runs ended\n"
+
+
+def test_approve_from_another_process_then_a_second_decision_fails(paused: str, tmp_path: Path) -> None:
+    """A separate ``agent-fsm`` process approves an edited refund; deciding again exits 1 with the reason."""
+    command = [sys.executable, "-m", "agent_fsm.cli", "runs", "approve", "ticket-1", "--store", paused]
+    command += ["--world", WORLD, "--reviewer", "ana", "--arguments", '{"order_id": "A-17", "amount_cents": 4999}']
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ticket-1: answered"
+    assert [r["refunded_cents"] for r in map(json.loads, (tmp_path / "refunds.jsonl").read_text().splitlines())] == [
+        4999
+    ]
+    code, _, err = _runs("approve", "ticket-1", "--store", paused, "--world", WORLD, "--reviewer", "bo")
+    assert code == 1 and "ticket-1" in err and "not waiting for a decision" in err
+
+
+def test_show_prints_transcript_path_effects_and_decisions(paused: str) -> None:
+    """After a rejection, ``show`` has the transcript, the path, each effect and the reviewer's decision."""
+    code, out, _ = _runs(
+        "reject", "ticket-1", "--store", paused, "--world", WORLD, "--reviewer", "ana", "--reason", "no"
+    )
+    assert code == 0 and out.strip() == "ticket-1: answered"
+    code, out, _ = _runs("show", "ticket-1", "--store", paused, "--diagram")
+    assert code == 0
+    assert "rejected by a human reviewer: no" in out
+    assert "path: Proposing -> Executing -> Ready -> Proposing -> AwaitingApproval -> Denied" in out
+    assert "effect: refund_order call_3 key " in out and ": result" in out
+    assert "decision: reject by ana at " in out and "(no)" in out
+    assert "stateDiagram-v2" in out
+
+
+def test_export_writes_what_diagram_trace_reads(paused: str, tmp_path: Path) -> None:
+    """The exported file is the stored state, and ``agent-fsm diagram --trace`` draws its path."""
+    target = tmp_path / "t.json"
+    assert _runs("export", "ticket-1", "--store", paused, "-o", str(target))[0] == 0
+    assert RunState.from_json(target.read_text()) == SqliteStore(paused[len("sqlite:///") :]).load("ticket-1").state
+    drawn = runner.invoke(app, ["diagram", "--trace", str(target)])
+    assert drawn.exit_code == 0 and "AwaitingApproval" in drawn.stdout
+
+
+def test_recover_reports_each_run_and_an_unknown_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed inside its refund is recovered to an "outcome unknown" pause, reported as it goes."""
+    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    crashed = subprocess.run(
+        [sys.executable, "-m", "agent_fsm.examples.durable", "crash", "t2", "--store", url], timeout=120
+    )
+    assert crashed.returncode == -9
+    code, out, _ = _runs(
+        "recover", "--store", url, "--world", "agent_fsm.examples.durable:direct_world", "--older-than", "0"
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "claiming runs with no commit for 0s ..."
+    assert lines[1].startswith("  t2: awaiting_approval (outcome unknown: refund_order (call_2)")
+    assert lines[-1] == "recovered 1 run(s)"
+
+
+def test_bad_store_urls_and_worlds_fail_in_one_line(tmp_path: Path) -> None:
+    """An unknown URL scheme, a missing run and a world that cannot load exit 1 or 2 with the reason."""
+    code, _, err = _runs("list", "--store", "mysql://x")
+    assert code == 1 and "sqlite:///PATH" in err
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    code, _, err = _runs("show", "nope", "--store", url)
+    assert code == 1 and "no run is stored under 'nope'" in err
+    code, _, err = _runs("recover", "--store", url, "--world", "no.such.module:world")
+    assert code == 1 and "cannot load the world" in err
+    assert _runs("recover", "--store", url, "--world", "nocolon")[0] == 2
