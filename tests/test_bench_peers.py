@@ -1,0 +1,87 @@
+"""
+bench/peers.py does the same work in every implementation: checked here once per scenario, never timed.
+
+The peer frameworks come with the ``bench`` extra; without it their cases
+skip (``pip install -e '.[bench]'``) and the rest still run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+PEERS = Path(__file__).resolve().parent.parent / "bench" / "peers.py"
+
+
+def _load() -> ModuleType:
+    # bench/ is a folder of scripts, not a package: load the script by its path.
+    spec = importlib.util.spec_from_file_location("bench_peers", PEERS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+peers = _load()
+SCENARIOS = [*peers.scenarios(12), peers.PAUSED]
+
+
+def _cases() -> list:
+    cases = []
+    for contestant in peers.CONTESTANTS:
+        marks = []
+        if not contestant.available:
+            reason = f"{contestant.package} is not installed: pip install -e '.[bench]'"
+            marks.append(pytest.mark.skip(reason=reason))
+        forms = [("sync", False)] if contestant.sync is not None else []
+        forms += [("async", True)] if contestant.asynchronous is not None else []
+        for form, use_async in forms:
+            for scenario in SCENARIOS:
+                if scenario is peers.PAUSED and contestant.name != "bare loop":
+                    continue  # pausing is compared for the bare loop, as the memory figure is
+                cases.append(
+                    pytest.param(contestant, scenario, use_async, id=f"{contestant.name}-{form}-{scenario.key}", marks=marks)
+                )
+    return cases
+
+
+@pytest.mark.parametrize(("contestant", "scenario", "use_async"), _cases())
+def test_implementation_matches_agent_fsm(contestant, scenario, use_async):
+    """One run ends, acts and records (transcript, observations, prompt sizes) exactly as agent_fsm's."""
+    if scenario is peers.PAUSED:
+        peers.verify_paused()
+        return
+    outcome = peers.run_once(contestant, peers.new_job(scenario), use_async=use_async)
+    peers.verify(peers.reference(scenario), outcome, contestant.name, scenario.title)
+
+
+def test_reference_runs_end_as_scripted():
+    """agent_fsm's own runs end as each scenario says: answered with one 4999 refund, or step_limit with none."""
+    overreach, wanderer, parallel = (peers.reference(s) for s in peers.scenarios(12))
+    refund = [{"order_id": "A-17", "refunded_cents": 4999}]
+    assert (overreach.stop, overreach.effects) == ("answered", refund)
+    assert (wanderer.stop, wanderer.effects, len(wanderer.prompt_log)) == ("step_limit", [], 12)
+    assert (parallel.stop, parallel.effects) == ("answered", refund)
+    assert [o[2] for o in parallel.observations] == ["result", "denied", "result", "result"]
+    assert wanderer.prompt_log == sorted(set(wanderer.prompt_log)), "the prompt grows every turn"
+
+
+@pytest.mark.parametrize("field", ["stop", "effects", "messages", "observations", "prompt_log"])
+def test_verification_fails_loudly(field):
+    """A contestant that differs in any compared field is refused, and the message names the field."""
+    want = peers.reference(peers.scenarios(12)[0])
+    wrong = {
+        "stop": "step_limit",
+        "effects": [],
+        "messages": want.messages[:-1],
+        "observations": want.observations[1:],
+        "prompt_log": [n + 1 for n in want.prompt_log],
+    }[field]
+    with pytest.raises(peers.Mismatch, match=field):
+        peers.verify(want, dataclasses.replace(want, **{field: wrong}), "tampered", "over-reach")
