@@ -1318,18 +1318,39 @@ def _time_batch(contestant: Contestant, scenario: Scenario, repeat: int) -> floa
     return asyncio.run(batch()) / repeat
 
 
-def time_scenario(contestants: Sequence[Contestant], scenario: Scenario, rounds: int, sample: float) -> dict[str, float]:
-    """Median seconds per run of each contestant, over ``rounds`` interleaved rounds of ``sample``-second batches."""
+def time_scenario(
+    contestants: Sequence[Contestant], scenario: Scenario, rounds: int, sample: float
+) -> tuple[float, dict[str, float]]:
+    """
+    The bare loop's median seconds per run, and every contestant's median ratio to it.
+
+    A round runs the bare loop, one contestant, the bare loop again, the
+    next contestant, and so on (the contestants in an order that rotates
+    from round to round). A contestant's ratio in a round is its time over
+    the mean of the two bare-loop batches around it, so load that comes and
+    goes on a shared machine weighs on both sides of each ratio alike.
+    Batches last about ``sample`` seconds.
+    """
+    base = next(c for c in contestants if c.name == "bare loop")
+    others = [c for c in contestants if c is not base]
     repeat = {}
     for contestant in contestants:  # calibrate: enough runs for a batch to last about ``sample`` seconds
         once = min(_time_batch(contestant, scenario, 1) for _ in range(3))
         repeat[contestant.name] = max(1, round(sample / max(once, 1e-7)))
-    times: dict[str, list[float]] = {c.name: [] for c in contestants}
+    bare: list[float] = []
+    ratios: dict[str, list[float]] = {c.name: [] for c in others}
     for index in range(rounds):
-        shift = index % len(contestants)  # rotate the order, so no contestant always runs first
-        for contestant in [*contestants[shift:], *contestants[:shift]]:
-            times[contestant.name].append(_time_batch(contestant, scenario, repeat[contestant.name]))
-    return {name: statistics.median(values) for name, values in times.items()}
+        shift = index % len(others)
+        before = _time_batch(base, scenario, repeat[base.name])
+        bare.append(before)
+        for contestant in [*others[shift:], *others[:shift]]:
+            took = _time_batch(contestant, scenario, repeat[contestant.name])
+            after = _time_batch(base, scenario, repeat[base.name])
+            bare.append(after)
+            ratios[contestant.name].append(took / ((before + after) / 2))
+            before = after
+    medians = {name: statistics.median(values) for name, values in ratios.items()}
+    return statistics.median(bare), {base.name: 1.0, **medians}
 
 
 def retained_bytes(make: Callable[[], Any], count: int) -> float:
@@ -1372,8 +1393,8 @@ def measure_serialization(count: int, rounds: int) -> dict[str, float]:
     states = [agent_fsm_state(new_job(PAUSED)) for _ in range(count)]
     texts = [s.to_json() for s in states]
     plain = [json.loads(t) for t in texts]  # the very fields to_json writes, as plain data
-    assert json.dumps(plain[0]) == texts[0], "the plain dump must write the same text"
-    assert RunState.from_json(texts[0]) == states[0], "from_json must restore the state"
+    if json.dumps(plain[0]) != texts[0] or RunState.from_json(texts[0]) != states[0]:
+        raise Mismatch("json.dumps of the plain data must write to_json's text, and from_json restore the state")
 
     def timed(fn: Callable[[Any], Any], items: list[Any]) -> float:
         gc.collect()
@@ -1389,6 +1410,9 @@ def measure_serialization(count: int, rounds: int) -> dict[str, float]:
         samples["from_json"].append(timed(RunState.from_json, texts))
         samples["loads"].append(timed(json.loads, texts))
     result: dict[str, float] = {name: statistics.median(values) for name, values in samples.items()}
+    # Ratios are paired within a round, as in the timing table.
+    result["write"] = statistics.median(a / b for a, b in zip(samples["to_json"], samples["dumps"]))
+    result["read"] = statistics.median(a / b for a, b in zip(samples["from_json"], samples["loads"]))
     result["count"] = count
     return result
 
@@ -1536,22 +1560,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     verify_paused()
     print("verified: every contestant ends, acts and records exactly as agent_fsm does on every scenario\n")
 
-    medians = {s.key: time_scenario(contestants, s, rounds, sample) for s in timed}
+    bare_seconds, ratios = {}, {}
+    for scenario in timed:
+        bare_seconds[scenario.key], ratios[scenario.key] = time_scenario(contestants, scenario, rounds, sample)
+    print(f"[timed in {time.perf_counter() - started:.0f} s]")
     turns_of = {s.key: len(reference(s).prompt_log) for s in timed}
     header = f"{'per run, ratio to the bare loop':32}" + "".join(f"{s.title:>30}" for s in timed)
     print(header)
     print("-" * len(header))
     for contestant in contestants:
-        cells = "".join(f"{medians[s.key][contestant.name] / medians[s.key]['bare loop']:29.2f}x" for s in timed)
+        cells = "".join(f"{ratios[s.key][contestant.name]:29.2f}x" for s in timed)
         print(f"{contestant.name:32}{cells}")
-    bare_us = "".join(f"{medians[s.key]['bare loop'] / turns_of[s.key] * 1e6:28.1f}µs" for s in timed)
+    bare_us = "".join(f"{bare_seconds[s.key] / turns_of[s.key] * 1e6:28.1f}µs" for s in timed)
     print(f"{'(bare loop per turn)':32}{bare_us}")
     for peer in ("LangGraph", "Burr", "python-statemachine", "pydantic-graph", "transitions (shared machine)"):
-        if peer in medians[timed[0].key]:
-            ratios = ", ".join(f"{medians[s.key][peer] / medians[s.key]['agent_fsm']:.1f}x" for s in timed)
-            print(f"agent_fsm is faster than {peer} by: {ratios}")
+        if peer in ratios[timed[0].key]:
+            faster = ", ".join(f"{ratios[s.key][peer] / ratios[s.key]['agent_fsm']:.1f}x" for s in timed)
+            print(f"agent_fsm is faster than {peer} by: {faster}")
 
     memory = measure_memory(paused)
+    print(f"[memory in {time.perf_counter() - started:.0f} s]")
     print(
         f"\npaused run retained (tracemalloc, {memory['count']:,} kept): agent_fsm {memory['engine']:,.0f} B,"
         f" bare loop {memory['bare']:,.0f} B ({memory['engine'] / memory['bare']:.2f}x);"
@@ -1565,9 +1593,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ser = measure_serialization(paused, 3 if quick else 5)
     print(
         f"{ser['count']:,.0f} paused runs: to_json {ser['to_json'] * 1e3:.0f} ms, json.dumps {ser['dumps'] * 1e3:.0f} ms"
-        f" ({ser['to_json'] / ser['dumps']:.2f}x); from_json {ser['from_json'] * 1e3:.0f} ms,"
-        f" json.loads {ser['loads'] * 1e3:.0f} ms ({ser['from_json'] / ser['loads']:.2f}x)"
+        f" ({ser['write']:.2f}x); from_json {ser['from_json'] * 1e3:.0f} ms,"
+        f" json.loads {ser['loads'] * 1e3:.0f} ms ({ser['read']:.2f}x)"
     )
+    print(f"[serialization in {time.perf_counter() - started:.0f} s]")
     imported = measure_import(3 if quick else 7)
     print(
         f"fresh process: import agent_fsm {imported['import'] * 1e3:.0f} ms;"
