@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import importlib.util
 import json
@@ -336,7 +337,8 @@ def execute_call(call: Call, desk: SupportDesk) -> tuple[str, bool, str, Any]:
 
 def tool_message(observation: tuple[str, bool, str, Any]) -> dict[str, Any]:
     call_id, ok, kind, content = observation
-    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps({"ok": ok, "kind": kind, "content": content})}
+    content = json.dumps({"ok": ok, "kind": kind, "content": content})
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 def fingerprint(call: Call) -> str:
@@ -372,8 +374,16 @@ def _bare_core(job: Job) -> Generator[list[dict[str, Any]], Any, dict[str, Any]]
 
     def state(stop: str) -> dict[str, Any]:
         return {
-            "stop": stop, "answer": answer, "messages": messages, "observations": observations, "prompt_log": log,
-            "turns": turns, "attempts": attempts, "tokens": tokens, "denials": denials, "pending": pending,
+            "stop": stop,
+            "answer": answer,
+            "messages": messages,
+            "observations": observations,
+            "prompt_log": log,
+            "turns": turns,
+            "attempts": attempts,
+            "tokens": tokens,
+            "denials": denials,
+            "pending": pending,
         }
 
     while True:
@@ -663,9 +673,7 @@ def _transitions_machine() -> Any:
     return Machine(
         model=None,  # runs are passed to each event, never attached
         states=states,
-        transitions=[
-            {"trigger": t, "source": s, "dest": d, "conditions": [g] if g else []} for t, s, d, g in edges
-        ],
+        transitions=[{"trigger": t, "source": s, "dest": d, "conditions": [g] if g else []} for t, s, d, g in edges],
         initial="Ready",
         auto_transitions=False,
         send_event=False,  # guards and effects receive the record, the trigger's one argument
@@ -822,8 +830,18 @@ class GraphContext:
 def _initial_graph_state(job: Job) -> dict[str, Any]:
     messages, tokens = opening()
     return {
-        "messages": messages, "observations": [], "prompt_log": [], "tokens": tokens, "turns": 0, "attempts": 0,
-        "denials": {}, "pending": [], "verdict": None, "answer": None, "stop": None, "limits": job.limits,
+        "messages": messages,
+        "observations": [],
+        "prompt_log": [],
+        "tokens": tokens,
+        "turns": 0,
+        "attempts": 0,
+        "denials": {},
+        "pending": [],
+        "verdict": None,
+        "answer": None,
+        "stop": None,
+        "limits": job.limits,
     }
 
 
@@ -928,7 +946,9 @@ def _langgraph(asynchronous: bool) -> Any:
                 closing = [not_run(call, stop) for call in state["pending"]]
                 messages = [tool_message(o) for o in closing]
                 update.update(
-                    observations=closing, messages=messages, pending=[],
+                    observations=closing,
+                    messages=messages,
+                    pending=[],
                     tokens=state["tokens"] + sum(estimate_tokens(m) for m in messages),
                 )
             return update
@@ -994,8 +1014,10 @@ def _burr_graph() -> Any:
         """Where a run starts: the budgets are checked on leaving it."""
         return state
 
-    @action(reads=["messages", "tokens", "turns", "attempts", "pending"],
-            writes=["messages", "tokens", "turns", "prompt_log", "pending", "verdict"])
+    @action(
+        reads=["messages", "tokens", "turns", "attempts", "pending"],
+        writes=["messages", "tokens", "turns", "prompt_log", "pending", "verdict"],
+    )
     def propose(state: State, job: Job) -> State:
         pending = state["pending"]
         if not pending:
@@ -1010,8 +1032,10 @@ def _burr_graph() -> Any:
             verdict = judge_call(pending[0], job.gate)
         return state.update(verdict=verdict)
 
-    @action(reads=["pending", "tokens", "attempts"],
-            writes=["observations", "messages", "tokens", "pending", "verdict", "attempts"])
+    @action(
+        reads=["pending", "tokens", "attempts"],
+        writes=["observations", "messages", "tokens", "pending", "verdict", "attempts"],
+    )
     def execute(state: State, job: Job) -> State:
         observation = execute_call(state["pending"][0], job.desk)
         message = tool_message(observation)
@@ -1022,8 +1046,10 @@ def _burr_graph() -> Any:
             attempts=state["attempts"] + 1,
         )
 
-    @action(reads=["pending", "tokens", "verdict", "denials"],
-            writes=["observations", "messages", "tokens", "pending", "verdict", "denials"])
+    @action(
+        reads=["pending", "tokens", "verdict", "denials"],
+        writes=["observations", "messages", "tokens", "pending", "verdict", "denials"],
+    )
     def deny(state: State) -> State:
         call = state["pending"][0]
         kind, reason = state["verdict"]
@@ -1038,8 +1064,10 @@ def _burr_graph() -> Any:
         )
 
     def ending(stop: str) -> Any:
-        @action(reads=["messages", "pending", "tokens"],
-                writes=["stop", "answer", "observations", "messages", "pending", "tokens"])
+        @action(
+            reads=["messages", "pending", "tokens"],
+            writes=["stop", "answer", "observations", "messages", "pending", "tokens"],
+        )
         def end(state: State) -> State:
             state = state.update(stop=stop)
             if stop == "answered":
@@ -1108,8 +1136,18 @@ def run_burr(job: Job) -> Outcome:
         .with_graph(_burr_graph())
         .with_entrypoint("ready")
         .with_state(
-            messages=messages, observations=[], prompt_log=[], tokens=tokens, turns=0, attempts=0, denials={},
-            pending=[], verdict=None, answer=None, stop=None, limits=job.limits,
+            messages=messages,
+            observations=[],
+            prompt_log=[],
+            tokens=tokens,
+            turns=0,
+            attempts=0,
+            denials={},
+            pending=[],
+            verdict=None,
+            answer=None,
+            stop=None,
+            limits=job.limits,
         )
         .build()
     )
@@ -1500,7 +1538,7 @@ def measure_concurrency(contestants: Sequence[Contestant], count: int, rounds: i
     walls: dict[int, list[float]] = {i: [] for i in range(len(entries))}
     for index in range(rounds):
         order = list(range(len(entries)))
-        order = order[index % len(order):] + order[: index % len(order)]
+        order = order[index % len(order) :] + order[: index % len(order)]
         for i in order:
             contestant, _, use_async = entries[i]
             walls[i].append(concurrent_wall(contestant, count, use_async))
@@ -1526,10 +1564,8 @@ def versions() -> str:
 
     found = []
     for package in ["agent_fsm", *PEERS_PACKAGES]:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             found.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            pass
     return ", ".join(found)
 
 
@@ -1592,7 +1628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ser = measure_serialization(paused, 3 if quick else 5)
     print(
-        f"{ser['count']:,.0f} paused runs: to_json {ser['to_json'] * 1e3:.0f} ms, json.dumps {ser['dumps'] * 1e3:.0f} ms"
+        f"{ser['count']:,.0f} paused runs: to_json {ser['to_json'] * 1e3:.0f} ms,"
+        f" json.dumps {ser['dumps'] * 1e3:.0f} ms"
         f" ({ser['write']:.2f}x); from_json {ser['from_json'] * 1e3:.0f} ms,"
         f" json.loads {ser['loads'] * 1e3:.0f} ms ({ser['read']:.2f}x)"
     )

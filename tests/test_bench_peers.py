@@ -45,9 +45,8 @@ def _cases() -> list:
             for scenario in SCENARIOS:
                 if scenario is peers.PAUSED and contestant.name != "bare loop":
                     continue  # pausing is compared for the bare loop, as the memory figure is
-                cases.append(
-                    pytest.param(contestant, scenario, use_async, id=f"{contestant.name}-{form}-{scenario.key}", marks=marks)
-                )
+                name = f"{contestant.name}-{form}-{scenario.key}"
+                cases.append(pytest.param(contestant, scenario, use_async, id=name, marks=marks))
     return cases
 
 
