@@ -442,7 +442,8 @@ def bare_loop(job: Job) -> dict[str, Any]:
         while True:
             messages = core.send(chat(messages, DECLARATIONS))
     except StopIteration as done:
-        return done.value
+        state: dict[str, Any] = done.value
+        return state
 
 
 async def bare_loop_async(job: Job) -> dict[str, Any]:
@@ -453,7 +454,8 @@ async def bare_loop_async(job: Job) -> dict[str, Any]:
         while True:
             messages = core.send(await achat(messages, DECLARATIONS))
     except StopIteration as done:
-        return done.value
+        state: dict[str, Any] = done.value
+        return state
 
 
 def _bare_outcome(job: Job, state: dict[str, Any]) -> Outcome:
@@ -701,8 +703,10 @@ _PSM_AUTO = {"ready": "next_turn", "proposing": "judge", "executing": "observe",
 def _statemachine_class() -> Any:
     from statemachine import State, StateMachine
 
-    class RunChart(StateMachine):  # type: ignore[misc]
+    class RunChart(StateMachine):
         """The run machine; one instance per run, the record as its model."""
+
+        model: Record
 
         ready = State(initial=True)
         proposing = State()
@@ -1010,7 +1014,7 @@ def _burr_graph() -> Any:
     from burr.core import Condition, GraphBuilder, State, action, default
 
     @action(reads=[], writes=[])
-    def ready(state: State) -> State:
+    def ready(state: State[Any]) -> State[Any]:
         """Where a run starts: the budgets are checked on leaving it."""
         return state
 
@@ -1018,7 +1022,7 @@ def _burr_graph() -> Any:
         reads=["messages", "tokens", "turns", "attempts", "pending"],
         writes=["messages", "tokens", "turns", "prompt_log", "pending", "verdict"],
     )
-    def propose(state: State, job: Job) -> State:
+    def propose(state: State[Any], job: Job) -> State[Any]:
         pending = state["pending"]
         if not pending:
             turns = state["turns"] + 1
@@ -1036,7 +1040,7 @@ def _burr_graph() -> Any:
         reads=["pending", "tokens", "attempts"],
         writes=["observations", "messages", "tokens", "pending", "verdict", "attempts"],
     )
-    def execute(state: State, job: Job) -> State:
+    def execute(state: State[Any], job: Job) -> State[Any]:
         observation = execute_call(state["pending"][0], job.desk)
         message = tool_message(observation)
         return state.append(observations=observation, messages=message).update(
@@ -1050,7 +1054,7 @@ def _burr_graph() -> Any:
         reads=["pending", "tokens", "verdict", "denials"],
         writes=["observations", "messages", "tokens", "pending", "verdict", "denials"],
     )
-    def deny(state: State) -> State:
+    def deny(state: State[Any]) -> State[Any]:
         call = state["pending"][0]
         kind, reason = state["verdict"]
         key = fingerprint(call)
@@ -1068,7 +1072,7 @@ def _burr_graph() -> Any:
             reads=["messages", "pending", "tokens"],
             writes=["stop", "answer", "observations", "messages", "pending", "tokens"],
         )
-        def end(state: State) -> State:
+        def end(state: State[Any]) -> State[Any]:
             state = state.update(stop=stop)
             if stop == "answered":
                 return state.update(answer=state["messages"][-1]["content"] or "")
@@ -1108,7 +1112,7 @@ def _burr_graph() -> Any:
         return [(source, "step_limit", turn_spent), (source, "token_limit", over_budget), (source, "propose", default)]
 
     return (
-        GraphBuilder()
+        GraphBuilder()  # type: ignore[no-untyped-call]
         .with_actions(ready=ready, propose=propose, execute=execute, deny=deny, **{s: ending(s) for s in _BURR_ENDINGS})
         .with_transitions(
             *next_turn("ready"),
@@ -1132,7 +1136,7 @@ def run_burr(job: Job) -> Outcome:
 
     messages, tokens = opening()
     app: Any = (
-        ApplicationBuilder()
+        ApplicationBuilder()  # type: ignore[no-untyped-call]
         .with_graph(_burr_graph())
         .with_entrypoint("ready")
         .with_state(

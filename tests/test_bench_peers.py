@@ -12,6 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ peers = _load()
 SCENARIOS = [*peers.scenarios(12), peers.PAUSED]
 
 
-def _cases() -> list:
+def _cases() -> list[Any]:
     cases = []
     for contestant in peers.CONTESTANTS:
         marks = []
@@ -51,7 +52,7 @@ def _cases() -> list:
 
 
 @pytest.mark.parametrize(("contestant", "scenario", "use_async"), _cases())
-def test_implementation_matches_agent_fsm(contestant, scenario, use_async):
+def test_implementation_matches_agent_fsm(contestant: Any, scenario: Any, use_async: bool) -> None:
     """One run ends, acts and records (transcript, observations, prompt sizes) exactly as agent_fsm's."""
     if scenario is peers.PAUSED:
         peers.verify_paused()
@@ -60,7 +61,7 @@ def test_implementation_matches_agent_fsm(contestant, scenario, use_async):
     peers.verify(peers.reference(scenario), outcome, contestant.name, scenario.title)
 
 
-def test_reference_runs_end_as_scripted():
+def test_reference_runs_end_as_scripted() -> None:
     """agent_fsm's own runs end as each scenario says: answered with one 4999 refund, or step_limit with none."""
     overreach, wanderer, parallel = (peers.reference(s) for s in peers.scenarios(12))
     refund = [{"order_id": "A-17", "refunded_cents": 4999}]
@@ -72,7 +73,7 @@ def test_reference_runs_end_as_scripted():
 
 
 @pytest.mark.parametrize("field", ["stop", "effects", "messages", "observations", "prompt_log"])
-def test_verification_fails_loudly(field):
+def test_verification_fails_loudly(field: str) -> None:
     """A contestant that differs in any compared field is refused, and the message names the field."""
     want = peers.reference(peers.scenarios(12)[0])
     wrong = {
