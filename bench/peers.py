@@ -257,7 +257,33 @@ def opening() -> tuple[list[dict[str, Any]], int]:
     return messages, sum(estimate_tokens(m) for m in messages)
 
 
-def parse_reply(reply: Any, turn: int) -> tuple[dict[str, Any], list[Call]]:
+class CallIds:
+    """
+    The call ids a run's transcript holds: a reused id becomes the first free ``<id>~2``, ``<id>~3`` ...
+
+    agent_fsm keeps call ids unique this way, so every contestant does; a
+    counter per id keeps a model that reuses one id every turn from scanning
+    all the earlier ones.
+    """
+
+    __slots__ = ("next", "used")
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.next: dict[str, int] = {}
+
+    def claim(self, wanted: str) -> str:
+        candidate, n = wanted, self.next.get(wanted, 1)
+        while candidate in self.used:
+            n += 1
+            candidate = f"{wanted}~{n}"
+        if n > 1:
+            self.next[wanted] = n
+        self.used.add(candidate)
+        return candidate
+
+
+def parse_reply(reply: Any, turn: int, ids: CallIds) -> tuple[dict[str, Any], list[Call]]:
     """The assistant message to store and its proposals, by key and type checks only; never raises."""
     if not isinstance(reply, dict):
         return {"role": "assistant", "content": str(reply)}, []
@@ -275,6 +301,7 @@ def parse_reply(reply: Any, turn: int) -> tuple[dict[str, Any], list[Call]]:
         call_id = item.get("id")
         if not isinstance(call_id, str) or not call_id:
             call_id = f"call_{turn}_{index}"
+        call_id = ids.claim(call_id)
         name = function.get("name")
         name = name if isinstance(name, str) else ""
         raw = function.get("arguments")
@@ -371,6 +398,7 @@ def _bare_core(job: Job) -> Generator[list[dict[str, Any]], Any, dict[str, Any]]
     turns = attempts = 0
     pending: list[Call] = []
     answer = None
+    ids = CallIds()
 
     def state(stop: str) -> dict[str, Any]:
         return {
@@ -394,7 +422,7 @@ def _bare_core(job: Job) -> Generator[list[dict[str, Any]], Any, dict[str, Any]]
             return state("token_limit")
         log.append(prompt)
         turns += 1
-        message, pending = parse_reply((yield messages), turns)
+        message, pending = parse_reply((yield messages), turns, ids)
         messages.append(message)
         tokens += estimate_tokens(message)
         if not pending:
@@ -503,6 +531,7 @@ class Record:
         "answer",
         "attempts",
         "denials",
+        "ids",
         "job",
         "log",
         "machine_state",
@@ -528,6 +557,7 @@ class Record:
         self.verdict: tuple[str, str] | None = None
         self.answer: str | None = None
         self.stop: str | None = None
+        self.ids = CallIds()
         self.machine_state = "Ready"  # raw transitions' model attribute
         self.state: Any = None  # python-statemachine's model attribute
 
@@ -580,7 +610,7 @@ class Record:
         self.turns += 1
 
     def take_reply(self, reply: Any) -> None:
-        message, self.pending = parse_reply(reply, self.turns)
+        message, self.pending = parse_reply(reply, self.turns, self.ids)
         self.append(message)
 
     def append(self, message: dict[str, Any]) -> None:
@@ -822,6 +852,9 @@ class GraphState(TypedDict):
     answer: str | None
     stop: str | None
     limits: Limits
+    # One registry per run, updated in place: copying the set on every turn
+    # would only add to the framework's cost, not show it.
+    ids: CallIds
 
 
 @dataclass
@@ -846,6 +879,7 @@ def _initial_graph_state(job: Job) -> dict[str, Any]:
         "answer": None,
         "stop": None,
         "limits": job.limits,
+        "ids": CallIds(),
     }
 
 
@@ -858,7 +892,7 @@ def _graph_judge(pending: list[Call], attempts: int, job: Job) -> tuple[str, str
 def _graph_reply(state: Any, reply: Any, job: Job) -> dict[str, Any]:
     """The update a model reply makes: the turn counted, the message appended, its calls pending and judged."""
     turns = state["turns"] + 1
-    message, pending = parse_reply(reply, turns)
+    message, pending = parse_reply(reply, turns, state["ids"])
     return {
         "prompt_log": [state["tokens"] + DECLARATION_TOKENS],
         "turns": turns,
@@ -1019,7 +1053,7 @@ def _burr_graph() -> Any:
         return state
 
     @action(
-        reads=["messages", "tokens", "turns", "attempts", "pending"],
+        reads=["messages", "tokens", "turns", "attempts", "pending", "ids"],
         writes=["messages", "tokens", "turns", "prompt_log", "pending", "verdict"],
     )
     def propose(state: State[Any], job: Job) -> State[Any]:
@@ -1027,7 +1061,7 @@ def _burr_graph() -> Any:
         if not pending:
             turns = state["turns"] + 1
             reply = job.model.chat(state["messages"], DECLARATIONS)
-            message, pending = parse_reply(reply, turns)
+            message, pending = parse_reply(reply, turns, state["ids"])
             state = state.append(prompt_log=state["tokens"] + DECLARATION_TOKENS, messages=message).update(
                 turns=turns, tokens=state["tokens"] + estimate_tokens(message), pending=pending
             )
@@ -1152,6 +1186,7 @@ def run_burr(job: Job) -> Outcome:
             answer=None,
             stop=None,
             limits=job.limits,
+            ids=CallIds(),  # updated in place, as LangGraph's: see GraphState
         )
         .build()
     )
