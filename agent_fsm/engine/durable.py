@@ -11,7 +11,14 @@ from __future__ import annotations
 import time
 
 from agent_fsm.engine.boundary import execute
-from agent_fsm.engine.checkpoint import Checkpointer, Intent, ToolContext, fingerprint, idempotency_key
+from agent_fsm.engine.checkpoint import (
+    Checkpointer,
+    Intent,
+    ToolContext,
+    fingerprint,
+    idempotency_key,
+    takes_context,
+)
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunState
@@ -47,7 +54,10 @@ def run_call(call: ToolCall, tools: Registry, state: RunState, run_id: str, limi
     attempt: every failure spends the budget like any attempt.
     """
     spec = tools[call.name]
-    context = ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call))
+    # The key costs a digest of the call: made only for a handler that asks for its context.
+    context = (
+        ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call)) if takes_context(spec.handler) else None
+    )
     state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
     observation = execute(call, tools, state=state, context=context)
     retries = spec.retries if spec.idempotent else 0
