@@ -52,7 +52,7 @@ REFERENCE = [
         [
             "agent_fsm.engine.tools",
             "agent_fsm.engine.schema",
-            "agent_fsm.engine.patterns",
+            "agent_fsm.engine.regexes",
             "agent_fsm.engine.formats",
             "agent_fsm.engine.jsondata",
             "agent_fsm.engine.handlers",

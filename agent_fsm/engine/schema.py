@@ -4,7 +4,7 @@ A tool's schema, checked once when the tool is defined and compiled once into a 
 Checking at definition: the schema must pass its meta-schema, every ``$ref``
 must resolve *inside* it (nothing is ever fetched: the registry has no
 retrieval), and every ``pattern`` must compile on the linear-time engine of
-:mod:`agent_fsm.engine.patterns`. A tool that would fail at its first call
+:mod:`agent_fsm.engine.regexes`. A tool that would fail at its first call
 fails here instead, with :class:`~agent_fsm.engine.errors.ToolDefinitionError`.
 
 Compiling: most tool schemas use a handful of keywords (``type``,
@@ -32,7 +32,7 @@ from jsonschema_specifications import REGISTRY as _SPECIFICATIONS
 from referencing.jsonschema import DRAFT202012
 
 from agent_fsm.engine.formats import FORMAT_CHECKS
-from agent_fsm.engine.patterns import PatternError, compile_pattern
+from agent_fsm.engine.regexes import PatternError, compile_pattern
 
 __all__ = ["Checker", "compile_checker", "make_validator", "schema_problem"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from agent_fsm.engine.patterns import compile_pattern
+from agent_fsm.engine.regexes import compile_pattern
 
 __all__ = ["UnsupportedSchema", "constants_of", "schema_values", "schema_violations"]
 
