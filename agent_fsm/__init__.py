@@ -26,6 +26,7 @@ from agent_fsm.engine.driver import (
     run,
     start_state,
 )
+from agent_fsm.engine.effects import current_call_id
 from agent_fsm.engine.endings import Ending, EndingRule
 from agent_fsm.engine.errors import (
     AgentFSMError,
@@ -41,6 +42,7 @@ from agent_fsm.engine.failures import (
     InvalidTransition,
     NotPaused,
     RunError,
+    StateError,
 )
 from agent_fsm.engine.formats import checked_formats
 from agent_fsm.engine.gates import (
@@ -56,7 +58,7 @@ from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model, ModelReply, ScriptedModel
 from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
-from agent_fsm.engine.state import Judgement, ProviderFault, RunResult, RunState
+from agent_fsm.engine.state import Judgement, Pause, ProviderFault, RunResult, RunState
 from agent_fsm.engine.tools import (
     Registry,
     ToolCall,
@@ -84,6 +86,7 @@ __all__ = [
     "RunResult",
     "RunState",
     "Judgement",
+    "Pause",
     "ProviderFault",
     "DEFAULT_SYSTEM_PROMPT",
     "AnswerCheck",
@@ -130,6 +133,7 @@ __all__ = [
     "compile_machine",
     # Verification
     "check_run",
+    "current_call_id",
     # Errors
     "AgentFSMError",
     "DefinitionError",
@@ -140,6 +144,7 @@ __all__ = [
     "GateError",
     "InvalidTransition",
     "NotPaused",
+    "StateError",
     "ProviderFailure",
     "ToolError",
 ]

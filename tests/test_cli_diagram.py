@@ -196,6 +196,7 @@ def test_inconsistent_trace_exits_1(demo_trace, tmp_path: Path) -> None:
     data = json.loads(file.read_text())
     data["path"] = []  # a record without its path is reconstructed from the transcript, and checked
     data["turns"] = 9
+    data["prompt_token_log"] += [0] * (9 - len(data["prompt_token_log"]))  # still loads: the reconstruction objects
     broken.write_text(json.dumps(data), encoding="utf-8")
     _fails_in_one_line(
         runner.invoke(app, ["diagram", "--trace", str(broken)]),

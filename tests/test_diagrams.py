@@ -558,8 +558,8 @@ def test_load_trace_reads_plain_and_wrapped_states() -> None:
         ("[1, 2]", "got a JSON list"),
         ('{"state": 3}', "got a JSON int"),
         ('{"state": "{broken"}', "is a string that is not JSON"),
-        ('{"messages": []}', "format 1 expected"),
-        ('{"format": 1, "turns": "many"}', "malformed"),
+        ('{"messages": []}', "format 2 expected"),
+        ('{"format": 2, "turns": "many"}', "malformed"),
     ],
 )
 def test_load_trace_rejects_what_is_not_a_saved_run(text: str, message: str) -> None:

@@ -48,7 +48,7 @@ def test_saved_state_is_readable_json():
     """The saved form is plain JSON with a format marker and the wire transcript."""
     result, _, _ = paused_run()
     data = json.loads(result.state.to_json())
-    assert data["format"] == 1
+    assert data["format"] == 2
     assert data["machine_state"] == "AwaitingApproval"
     assert data["messages"][0]["role"] == "system"
 
@@ -59,8 +59,8 @@ def test_saved_state_is_readable_json():
         ("not json", "not JSON"),
         ("[1, 2]", "not a saved agent_fsm run state"),
         ('{"format": 99}', "not a saved agent_fsm run state"),
-        ('{"format": 1, "turns": "many"}', "malformed"),
-        ('{"format": 1, "surprise": 1}', "malformed"),
+        ('{"format": 2, "turns": "many"}', "malformed"),
+        ('{"format": 2, "surprise": 1}', "malformed"),
     ],
 )
 def test_bad_saved_state_is_a_clear_value_error(text, fragment):
@@ -72,9 +72,12 @@ def test_bad_saved_state_is_a_clear_value_error(text, fragment):
 def test_resume_from_a_loaded_copy_matches_resume_in_memory():
     """Saving and loading between pause and resume changes nothing about the outcome."""
     result, tools, effects = paused_run()
-    in_memory = resume(result.state, ScriptedModel(SCRIPT), tools, approve=True)
+    saved = result.state.to_json()
+    in_memory = resume(result.state, ScriptedModel(SCRIPT), tools, approve=True, gate=ask_for_effects(tools))
     tools2, effects2 = make_warehouse()
-    from_disk = resume(RunState.from_json(result.state.to_json()), ScriptedModel(SCRIPT), tools2, approve=True)
+    from_disk = resume(
+        RunState.from_json(saved), ScriptedModel(SCRIPT), tools2, approve=True, gate=ask_for_effects(tools2)
+    )
     assert from_disk.state == in_memory.state
     assert effects == effects2 == [{"sku": "BOLT", "qty": 2, "city": "Ghent"}]
 
@@ -89,18 +92,18 @@ def test_resume_in_a_new_process_matches_resume_in_memory(tmp_path):
         f"""
         import json, sys
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).resolve().parent.parent)!r})
-        from agent_fsm import RunState, ScriptedModel, resume
+        from agent_fsm import RunState, ScriptedModel, ask_for_effects, resume
         from tests.test_state import SCRIPT
         from tests.warehouse import make_warehouse
         tools, effects = make_warehouse()
         state = RunState.from_json(open({str(saved)!r}).read())
-        done = resume(state, ScriptedModel(SCRIPT), tools, approve=True)
+        done = resume(state, ScriptedModel(SCRIPT), tools, approve=True, gate=ask_for_effects(tools))
         open({str(out)!r}, "w").write(json.dumps({{"state": done.state.to_json(), "effects": effects}}))
         """
     )
     subprocess.run([sys.executable, "-c", program], check=True)
     there = json.loads(out.read_text())
-    here = resume(result.state, ScriptedModel(SCRIPT), tools, approve=True)
+    here = resume(result.state, ScriptedModel(SCRIPT), tools, approve=True, gate=ask_for_effects(tools))
     assert RunState.from_json(there["state"]) == here.state
     assert there["effects"] == effects
 

@@ -9,13 +9,16 @@ public functions that drive it are in :mod:`agent_fsm.engine.driver`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from agent_fsm.engine.approval import open_pause
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.checkpoint import Checkpointer, new_run_id
 from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.durable import commit_intent, commit_observation, run_call
+from agent_fsm.engine.effects import executing
 from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
@@ -41,6 +44,7 @@ class RunContext:
 
     __slots__ = (
         "answer_check",
+        "authorized",
         "call_ids",
         "checkpointer",
         "declaration_tokens",
@@ -81,6 +85,9 @@ class RunContext:
         self.limits = limits
         self.estimator = estimator
         self.call_ids = CallIds.of(state.messages)  # ids in the transcript; new proposals never reuse one
+        # The call this process just judged allowed (or a human approved); never
+        # saved, so authority to run a handler cannot come from a saved state.
+        self.authorized: ToolCall | None = None
 
     @property
     def machine_state(self) -> str:
@@ -91,10 +98,24 @@ class RunContext:
         self.state.machine_state = value
         self.state.path.append(value)
 
+    def measure(self, message: Mapping[str, Any]) -> int:
+        """The estimator's count for one message, which must be a whole number >= 0."""
+        try:
+            tokens = self.estimator(message)
+        except Exception as exc:
+            raise RunError(f"the token estimator raised {type(exc).__name__}: {exc}", state=self.state) from exc
+        if type(tokens) is not int or tokens < 0:
+            raise RunError(
+                f"a token estimator must return a whole number >= 0; got {tokens!r} ({type(tokens).__name__})",
+                state=self.state,
+            )
+        return tokens
+
     def append(self, message: dict[str, Any]) -> None:
         """Append a message, measuring it once (token accounting stays O(n) over a run)."""
+        tokens = self.measure(message)
         self.state.messages.append(message)
-        self.state.message_tokens += self.estimator(message)
+        self.state.message_tokens += tokens
 
     def next_prompt_tokens(self) -> int:
         """Estimated size of the prompt the next model call would send."""
@@ -165,12 +186,31 @@ def calls_pending(run: RunContext) -> bool:
 
 
 def denial_repeated(run: RunContext) -> bool:
-    """Some rejected proposal came back ``repeated_denials`` times."""
-    threshold = run.limits.repeated_denials
-    return any(count >= threshold for count in run.state.denials.values())
+    """The rejected proposal came back ``repeated_denials`` times, or two have alternated ``oscillation`` times."""
+    state = run.state
+    if not state.recent_rejections:
+        return False
+    # Only the rejection just recorded can have crossed a threshold: O(1) per turn.
+    return (
+        state.denials.get(state.recent_rejections[-1], 0) >= run.limits.repeated_denials
+        or state.alternation >= run.limits.oscillation
+    )
 
 
 # --- effects: the on-enter callbacks of states --------------------------------
+
+
+def _not_a_message(reply: Any) -> str:
+    if inspect.isawaitable(reply):
+        if inspect.iscoroutine(reply):
+            reply.close()  # never awaited, and never will be: say so without a warning
+        return "chat() returned an awaitable (an async model); use the async API, or return the message itself"
+    if reply is None:
+        return "chat() returned None; return an assistant message, e.g. answer_message(text) or a dict with tool_calls"
+    return (
+        f"chat() returned {type(reply).__name__} {reply!r:.80}; return an assistant message"
+        " (a mapping with role, content and/or tool_calls) or a ModelReply"
+    )
 
 
 def _ask_model(run: RunContext) -> None:
@@ -200,6 +240,8 @@ def _ask_model(run: RunContext) -> None:
             state.prompt_token_log[-1] = counted
         state.finish = reply.finish
         reply = reply.message
+    if not isinstance(reply, Mapping):
+        raise RunError(_not_a_message(reply), state=state)
     message, calls = normalise_reply(reply, state.turns, run.call_ids)
     run.append(message)
     state.pending = calls
@@ -244,27 +286,59 @@ def _cut_off(call: ToolCall) -> Judgement:
 
 def take_proposal(run: RunContext) -> None:
     """Take the next proposal (asking the model when the reply is used up) and judge it."""
-    state = run.state
-    if not state.pending:
+    if not run.state.pending:
         _ask_model(run)
+    judge_proposal(run)
+
+
+def _check_answer(run: RunContext) -> str | None:
+    """The answer check's reason to refuse the answer; a check that raises or answers garbage is a bug."""
+    state = run.state
+    text = assistant_text(state.messages[-1]) or ""
+    try:
+        reason = run.answer_check(text, state)  # type: ignore[misc]
+    except Exception as exc:
+        raise RunError(f"the answer check raised {type(exc).__name__}: {exc}", state=state) from exc
+    if isinstance(reason, Ending):  # the driver records an Ending's code; its reason refuses
+        reason = None if reason.accept else reason.reason or reason.code
+    if reason is not None and not isinstance(reason, str):
+        raise RunError(
+            f"an answer check must return None, a reason string or an Ending; got {reason!r}", state=state
+        )
+    return reason
+
+
+def judge_proposal(run: RunContext) -> None:
+    """
+    Judge what the model proposed, afresh: the answer check for an answer, the boundary for the head call.
+
+    Also how a run resting in ``Proposing`` (a saved or failed state) goes
+    on: whatever judgement it holds is discarded and made again here.
+    """
+    state = run.state
     state.judgement = None
+    run.authorized = None
     if state.fault is not None:
         return
     if not state.pending:
-        reason: str | Ending | None = _not_an_answer(run)
+        reason = _not_an_answer(run)
         if reason is None and run.answer_check is not None:
-            text = assistant_text(state.messages[-1]) or ""
-            reason = run.answer_check(text, state)
+            reason = _check_answer(run)
         if reason is not None:
-            state.judgement = Judgement("invalid", str(reason))
+            state.judgement = Judgement("invalid", reason)
     elif not tool_budget_spent(run):
-        head = state.pending[0]
+        call = state.pending[0]
         # A reply cut off at the token limit may end inside a call's arguments
         # that still happen to parse and pass the schema: none of its calls run.
         cut_off = state.finish == "length"
-        state.judgement = (
-            _cut_off(head) if cut_off else judge(head, run.tools, run.gate, state=state, limits=run.limits)
+        state.judgement = judgement = (
+            _cut_off(call) if cut_off else judge(call, run.tools, run.gate, state=state, limits=run.limits)
         )
+        if judgement.kind == "allow":
+            run.authorized = call
+        elif judgement.kind == "ask":
+            state.pause = open_pause(state, call, judgement.reason)
+            state.pause_id = state.pause.pause_id  # one id for seen=, a store and the inbox
 
 
 def _observe(run: RunContext, observation: Observation) -> None:
@@ -279,8 +353,17 @@ def execute_call(run: RunContext) -> None:
     """Run the head call's handler: the only place a tool's authority is used."""
     state = run.state
     call = state.pending[0]
+    if run.authorized is not call:
+        raise RunError(
+            f"call {call.call_id!r} reached the effect boundary without a judgement made by this process"
+            " (a saved judgement is never authority)",
+            state=state,
+        )
+    run.authorized = None
     intent = commit_intent(run.checkpointer, run.run_id, state, call, run.tools)  # before the handler, always
-    _observe(run, run_call(call, run.tools, state, run.run_id, run.limits))
+    with executing(call.call_id):
+        observation = run_call(call, run.tools, state, run.run_id, run.limits)
+    _observe(run, observation)
     commit_observation(run.checkpointer, run.run_id, state, intent)
 
 
@@ -292,6 +375,14 @@ def record_rejection(run: RunContext) -> None:
     assert judgement is not None and judgement.kind in ("invalid", "denied")
     key = call.fingerprint()
     state.denials[key] = state.denials.get(key, 0) + 1
+    recent = state.recent_rejections
+    if len(recent) == 2 and key == recent[0] and key != recent[1]:
+        state.alternation += 1  # ... A, B, A: the alternation goes on
+    elif recent and key != recent[-1]:
+        state.alternation = 2  # B after A: an alternation may be starting
+    else:
+        state.alternation = 1
+    state.recent_rejections = [*recent[-1:], key]
     _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
 
 

@@ -13,17 +13,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
+from agent_fsm.engine.approval import Seen, approved_judgement
+from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext, judge_proposal
 from agent_fsm.engine.checkpoint import Checkpointer, mark_pause
 from agent_fsm.engine.endings import Ending, EndingRule, code_for
-from agent_fsm.engine.failures import NotPaused
+from agent_fsm.engine.failures import NotPaused, StateError
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
+from agent_fsm.engine.saved import state_problem
 from agent_fsm.engine.state import Judgement, RunResult, RunState
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "AnswerCheck", "advance", "resume", "run", "start_state"]
 
@@ -46,7 +48,10 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop is Stop.PROVIDER_ERROR:
         return state.fault.message if state.fault is not None else None
     if stop is Stop.NO_PROGRESS:
-        return f"the same rejected proposal came back {limits.repeated_denials} times: {state.observations[-1].content}"
+        last = state.observations[-1].content
+        if state.recent_rejections and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials:
+            return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
+        return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"
     if stop is Stop.STEP_LIMIT:
         return f"{state.turns} of {limits.max_turns} model calls made"
     if stop is Stop.TOKEN_LIMIT:
@@ -119,7 +124,7 @@ def run(
     tools: Registry,
     *,
     gate: Gate | None = None,
-    limits: Limits = Limits(),
+    limits: Limits | None = None,
     system_prompt: str | None = None,
     history: Sequence[Mapping[str, Any]] = (),
     answer_check: AnswerCheck | None = None,
@@ -153,6 +158,7 @@ def run(
         GateError: the gate raised or answered something that is not a verdict.
     """
     state = start_state(task, system_prompt=system_prompt, history=history, estimator=estimator)
+    state.limits = limits if limits is not None else Limits()
     if store is not None:
         store.begin(_required_id(run_id), state)
     return advance(
@@ -186,25 +192,60 @@ def _rest(context: RunContext) -> None:
         context.checkpointer.save(context.run_id, context.state)
 
 
+def _trusted_limits(state: RunState, limits: Limits | None) -> Limits:
+    """The limits to run under: those passed, else those saved with the run, else the defaults."""
+    if limits is not None:
+        if not isinstance(limits, Limits):
+            raise TypeError(f"'limits' must be a Limits (got {limits!r} that is a {type(limits).__name__}).")
+        return limits
+    saved = state.limits
+    if saved is not None and not isinstance(saved, Limits):
+        raise StateError(f"the state's limits are not a Limits: {saved!r}", state=state)
+    return saved if saved is not None else Limits()
+
+
+def _check(state: RunState) -> None:
+    if not isinstance(state, RunState):
+        raise TypeError(f"'state' must be a RunState (got {type(state).__name__})")
+    problem = state_problem(state)
+    if problem is not None:
+        raise StateError(f"the run state is inconsistent at {problem[0]}: {problem[1]}", state=state)
+
+
 def advance(
     state: RunState,
     model: Model,
     tools: Registry,
     *,
     gate: Gate | None = None,
-    limits: Limits = Limits(),
+    limits: Limits | None = None,
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
     endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
 ) -> RunResult:
-    """Drive ``state`` (modified in place) from where it is until it rests (committed to ``store``)."""
+    """
+    Drive ``state`` (modified in place) from where it is until it rests (committed to ``store``).
+
+    ``limits=None`` keeps the limits saved with the run. A run resting in
+    ``Proposing`` (one a gate or handler error stopped) has its proposal
+    judged again here: a judgement found in a state is never acted on.
+
+    Raises:
+        StateError: the state's counters or indices disagree with its transcript.
+    """
+    _check(state)
+    chosen = _trusted_limits(state, limits)
     context = RunContext(
-        state, model, tools, gate, limits, estimator, _declared(answer_check), store, _stored_id(store, run_id)
+        state, model, tools, gate, chosen, estimator, _declared(answer_check), store, _stored_id(store, run_id)
     )
-    MACHINE.advance(context)
-    result = _result(state, limits, endings)
+    if RUN_MACHINE.state(state.machine_state).kind == "working":
+        state.limits = chosen
+        if state.machine_state == "Proposing":
+            judge_proposal(context)
+        MACHINE.advance(context)
+    result = _result(state, chosen, endings)
     _rest(context)  # after _result, which records the run's code in its state
     return result
 
@@ -216,8 +257,10 @@ def resume(
     *,
     approve: bool,
     gate: Gate | None = None,
-    limits: Limits = Limits(),
+    limits: Limits | None = None,
     reason: str = "",
+    arguments: Mapping[str, Any] | None = None,
+    seen: Seen | None = None,
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
     endings: EndingRule | None = None,
@@ -225,33 +268,86 @@ def resume(
     run_id: str | None = None,
 ) -> RunResult:
     """
-    Continue a run paused in ``awaiting_approval``.
+    Continue a run paused in ``awaiting_approval``, once.
 
-    ``approve=True`` runs the blocked call once, without asking the gate again;
-    ``approve=False`` turns it into a ``denied`` observation carrying
-    ``reason``. Either way the run goes on under ``gate`` and ``limits``.
-    ``state`` itself is left as it was; the result holds a new state.
+    ``approve=True`` judges the blocked call afresh (validated against the
+    current ``tools``, the gate consulted again) and the approval turns only
+    an ``ask`` about that very call (its fingerprint, recorded with the
+    pause) into permission: a ``deny`` still denies, a call that now breaks
+    its contract is ``invalid``, and the run's ``max_tool_calls`` still
+    holds. ``arguments`` replaces the blocked call's arguments (a reviewer's
+    edit); the edited call is validated and gated like a new proposal, and
+    the approval covers it. ``approve=False`` turns the call into a
+    ``denied`` observation carrying ``reason``. ``limits=None`` keeps the
+    limits saved with the run.
+
+    ``state`` is marked consumed (``state.consumed``); the result holds a
+    new state. ``seen(pause_id)`` lets an application refuse a second
+    decision on the same pause loaded again from the same saved JSON.
     ``store``/``run_id`` commit the run as :func:`run` does; to decide a
     stored pause from any process, use :func:`agent_fsm.store.approve`.
 
     Raises:
-        NotPaused: ``state`` is not awaiting approval.
+        TypeError: ``approve`` is not a bool.
+        NotPaused: ``state`` is not awaiting approval, was resumed already, or ``seen`` says so.
+        StateError: the state's counters or indices disagree with its transcript.
     """
+    if not isinstance(approve, bool):
+        raise TypeError(f"'approve' must be a bool (got {approve!r} that is a {type(approve).__name__}).")
+    if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
+        raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
     if state.machine_state != "AwaitingApproval":
         raise NotPaused(
             f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state
         )
-    state = copy.deepcopy(state)
-    state.pause_id = None  # this pause is being decided; a later one gets its own id
+    if state.consumed:
+        raise NotPaused("this paused state was resumed already; a pause is decided once", state=state)
+    _check(state)
+    pause = state.pause
+    assert pause is not None, "state_problem checks that a paused state holds its pause"
+    chosen = _trusted_limits(state, limits)
+    work = copy.deepcopy(state)
+    work.pause = None
+    work.pause_id = None  # this pause is being decided; a later one gets its own id
+    work.limits = chosen
     context = RunContext(
-        state, model, tools, gate, limits, estimator, _declared(answer_check), store, _stored_id(store, run_id)
+        work, model, tools, gate, chosen, estimator, _declared(answer_check), store, _stored_id(store, run_id)
     )
     if approve:
-        MACHINE.fire(context, "approve")
+        _approve(context, pause.fingerprint, arguments)  # may consult the gate; runs nothing yet
     else:
-        state.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
-        MACHINE.fire(context, "reject")
+        work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
+    # Decided from here on: nothing ran before this point, so a failure above leaves the pause open.
+    if seen is not None and seen(pause.pause_id):
+        raise NotPaused(f"pause {pause.pause_id!r} was decided already; a pause is decided once", state=state)
+    state.consumed = True
+    # An approval judged afresh to be refused (invalid now, denied, not the
+    # call approved, no tool attempts left) leaves the pause as a rejection.
+    allowed = approve and work.judgement is not None and work.judgement.kind == "allow"
+    MACHINE.fire(context, "approve" if allowed else "reject")
     MACHINE.advance(context)
-    result = _result(state, limits, endings)
+    result = _result(work, chosen, endings)
     _rest(context)
     return result
+
+
+def _approve(context: RunContext, covers: str, arguments: Mapping[str, Any] | None) -> None:
+    """Judge the blocked call afresh under a human's approval of the call ``covers`` names."""
+    from agent_fsm.engine.approval import call_fingerprint
+
+    state = context.state
+    call = state.pending[0]
+    if arguments is not None:
+        edited = dict(arguments)
+        call = ToolCall(call.call_id, call.name, edited, json.dumps(edited, default=repr))
+        state.pending[0] = call
+        covers = call_fingerprint(call)  # the reviewer wrote this call: their approval is of it
+    context.authorized = None
+    state.judgement = None
+    limit = context.limits.max_tool_calls
+    if limit is not None and state.tool_attempts >= limit:
+        state.judgement = Judgement("denied", f"not run: the tool budget is spent ({state.tool_attempts} of {limit})")
+        return
+    state.judgement = approved_judgement(call, context.tools, context.gate, covers, state=state)
+    if state.judgement.kind == "allow":
+        context.authorized = call

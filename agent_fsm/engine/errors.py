@@ -19,6 +19,7 @@ definition. The tree::
         - GateError                           -- a gate raised or returned something that is not a verdict
         - InvalidTransition                   -- the machine had no edge to take (a definition bug)
         - NotPaused (also ValueError)         -- resume() on a run that is not awaiting approval
+        - StateError (also ValueError)        -- a run state that disagrees with its own transcript
       + ProviderFailure (also OSError)        -- a model provider could not deliver a reply
     * ToolError                               -- raised *by handlers* for an expected failure
 """

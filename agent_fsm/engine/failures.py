@@ -12,7 +12,7 @@ from agent_fsm.engine.errors import AgentFSMError
 from agent_fsm.engine.state import RunState
 from agent_fsm.engine.tools import ToolCall
 
-__all__ = ["GateError", "HandlerError", "InvalidTransition", "NotPaused", "RunError"]
+__all__ = ["GateError", "HandlerError", "InvalidTransition", "NotPaused", "RunError", "StateError"]
 
 
 class RunError(AgentFSMError, RuntimeError):
@@ -62,3 +62,12 @@ class InvalidTransition(RunError):
 
 class NotPaused(RunError, ValueError):
     """``resume`` was called on a run that is not awaiting approval."""
+
+
+class StateError(RunError, ValueError):
+    """A run state handed to the driver disagrees with itself (edited, forged, or built by hand).
+
+    Its counters, indices or pause do not match its transcript, so no
+    decision can be taken from it. ``RunState.from_json`` refuses such text
+    with a plain ``ValueError``; this is the same refusal for a state object.
+    """

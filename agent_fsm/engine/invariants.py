@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent_fsm.engine.effects import EffectMatch, matches_call
 from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.state import RunResult
@@ -19,13 +20,22 @@ from agent_fsm.engine.state import RunResult
 __all__ = ["check_run"]
 
 
-def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict[str, bool]:
+def check_run(
+    result: RunResult, effects: Sequence[Any], limits: Limits, *, match: EffectMatch = matches_call
+) -> dict[str, bool]:
     """
     The engine's mechanical rules, each judged on one ended (or paused) run.
 
+    ``match(effect, observation)`` says whether an effect-log entry comes
+    from the executed call behind ``observation``. The default
+    (:func:`agent_fsm.engine.effects.matches_call`) accepts an entry that
+    names the call in a ``call_id`` field (see :func:`agent_fsm.current_call_id`),
+    or one equal to the call's result.
+
     Returns:
-        ``effects_authorized``: every entry of the effect log equals the content
-        of some ``ok`` observation (no effect without an allowed, executed call);
+        ``effects_authorized``: every entry of the effect log matches some call
+        that was allowed and executed (a ``result`` or ``error`` observation):
+        no effect without an allowed, executed call;
         ``observations_correlated``: every tool message answers a call id
         proposed earlier in the transcript, and this run's observations and
         tool messages (those after ``state.opening``) agree one to one;
@@ -34,7 +44,7 @@ def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict
         :class:`Stop` and agrees with the machine state the run rests in.
     """
     state = result.state
-    results = [o.content for o in state.observations if o.ok]
+    executed = [o for o in state.observations if o.kind in ("result", "error")]
     proposed: set[str] = set()
     correlated = True
     tool_messages = 0
@@ -51,7 +61,7 @@ def check_run(result: RunResult, effects: Sequence[Any], limits: Limits) -> dict
         else False
     )
     return {
-        "effects_authorized": all(any(effect == r for r in results) for effect in effects),
+        "effects_authorized": all(any(match(effect, o) for o in executed) for effect in effects),
         "observations_correlated": correlated,
         "bounded": (
             state.turns <= limits.max_turns

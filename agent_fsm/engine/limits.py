@@ -64,6 +64,8 @@ class Limits:
     reply is never executed either way. Arguments nested deeper than
     ``max_argument_depth`` or longer than ``max_argument_chars`` characters
     of JSON are ``invalid`` (see docs/hostile-input.md).
+    ``oscillation`` is how many consecutive rejections may alternate between
+    two proposals (A, B, A, B ...) before the run ends ``no_progress`` too.
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
@@ -75,3 +77,4 @@ class Limits:
     # Past DEPTH_CEILING a value could not be saved, so no setting goes beyond it.
     max_argument_depth: int = attrs.field(default=32, validator=[_whole_number, v.ge(1), v.le(DEPTH_CEILING)])
     max_argument_chars: int = attrs.field(default=100_000, validator=[_whole_number, v.ge(2)])
+    oscillation: int = attrs.field(default=4, validator=[_whole_number, v.ge(3)])

@@ -255,8 +255,8 @@ RUN_MACHINE = MachineSpec(
             meaning="next call of the same reply",
         ),
         Edge("Denied", "observe", "Ready", meaning="below repeat threshold"),
-        Edge("AwaitingApproval", "approve", "Executing", meaning="a human approved the call"),
-        Edge("AwaitingApproval", "reject", "Denied", meaning="a human rejected the call"),
+        Edge("AwaitingApproval", "approve", "Executing", meaning="a human approved the call, judged afresh"),
+        Edge("AwaitingApproval", "reject", "Denied", meaning="a human rejected the call, or it failed afresh"),
     ),
 )
 """The run machine: every state a run can be in and every edge, read by the driver, the diagrams and the checker."""

@@ -8,19 +8,18 @@ as it would have in memory.
 
 from __future__ import annotations
 
-import json
+import uuid
 from typing import Any
 
 import attrs
-import cattrs
 
-from agent_fsm.engine.limits import Stop
+from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.tools import ToolCall
 
-__all__ = ["Judgement", "ProviderFault", "RunResult", "RunState"]
+__all__ = ["Judgement", "Pause", "ProviderFault", "RunResult", "RunState"]
 
-FORMAT = 1
+FORMAT = 2
 """Version of the saved-state format; bumped on any incompatible change."""
 
 
@@ -45,6 +44,27 @@ class Judgement:
 
     kind: str = attrs.field(validator=attrs.validators.in_(("invalid", "denied", "ask", "allow")))
     reason: str
+
+
+@attrs.frozen
+class Pause:
+    """
+    Why a run waits for a human, and exactly which call the human is asked about.
+
+    ``pause_id`` is unique to this pause (the run's id and the pause's ordinal),
+    so an application or a store can record that it was decided once.
+    ``fingerprint`` is :func:`agent_fsm.engine.approval.call_fingerprint` of the
+    blocked call (call id, tool name, canonical arguments): an approval covers
+    that call and nothing else. ``reason`` is the gate's.
+    """
+
+    pause_id: str
+    fingerprint: str
+    reason: str
+
+
+def _new_run_id() -> str:
+    return uuid.uuid4().hex
 
 
 @attrs.define(eq=True)
@@ -90,33 +110,55 @@ class RunState:
     # Set while the run rests in ``AwaitingApproval``: unique to this pause,
     # so a decision names the pause it decides and is applied once.
     pause_id: str | None = None
+    # The budgets the run was started (or last resumed) under: a resume
+    # without ``limits=`` keeps them, so a run cannot outgrow its budgets by
+    # being saved and loaded.
+    limits: Limits | None = None
+    # The open pause (set while ``AwaitingApproval``), and the run's identity
+    # that makes each pause id unique across runs.
+    pause: Pause | None = None
+    run_id: str = attrs.field(factory=_new_run_id)
+    # Set on a paused state once resume() has used it: a state object is
+    # decided once. (The same saved JSON loaded twice is two objects; see
+    # resume(seen=...) and docs/security.md.)
+    consumed: bool = False
+    # No-progress bookkeeping, O(1) per rejection: the fingerprints of the
+    # last two rejected proposals, and how many consecutive rejections so far
+    # alternated between two different proposals (A, B, A, B ...).
+    recent_rejections: list[str] = attrs.field(factory=list)
+    alternation: int = 0
 
-    def to_json(self) -> str:
-        """This state as JSON text (lossless: ``from_json(s.to_json()) == s``)."""
-        data = _converter.unstructure(self)
-        data["format"] = FORMAT
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> RunState:
+    def to_json(self, *, key: bytes | None = None) -> str:
         """
-        Read a state written by :meth:`to_json`.
+        This state as strict JSON text (lossless: ``from_json(s.to_json()) == s``).
+
+        With ``key``, the text is signed (HMAC-SHA256) and :meth:`from_json`
+        must be given the same key: use it whenever the state travels through
+        hands that are not yours (a browser, a queue, a ticket system).
 
         Raises:
-            ValueError: the text is not JSON, or not a saved run state of this format.
+            ValueError: the state holds something strict JSON cannot (NaN, a non-JSON object, too deep).
         """
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"saved run state is not JSON: {exc}") from exc
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"not a saved agent_fsm run state (format {FORMAT} expected)")
-        data.pop("format")
-        try:
-            return _converter.structure(data, cls)
-        except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
-            detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
-            raise ValueError(f"saved run state is malformed: {detail}") from exc
+        from agent_fsm.engine.saved import dump_state
+
+        return dump_state(self, key)
+
+    @classmethod
+    def from_json(cls, text: str, *, key: bytes | None = None) -> RunState:
+        """
+        Read a state written by :meth:`to_json`, checking every field and the counters' consistency.
+
+        Nothing is coerced: a wrong type, an unknown machine state, a counter
+        that disagrees with the transcript, a missing or extra field is refused.
+
+        Raises:
+            ValueError: the text is not a saved run state of this format; the
+                message names the dotted path of the first problem. With
+                ``key``, also when the signature is missing or does not match.
+        """
+        from agent_fsm.engine.saved import load_state
+
+        return load_state(text, key)
 
     @property
     def stop(self) -> Stop | None:
@@ -124,10 +166,6 @@ class RunState:
         from agent_fsm.engine.machine import RUN_MACHINE
 
         return RUN_MACHINE.stop_of(self.machine_state)
-
-
-_converter = cattrs.Converter(forbid_extra_keys=True)
-_converter.register_structure_hook(Any, lambda value, _: value)
 
 
 @attrs.frozen
