@@ -38,8 +38,11 @@ def call_fingerprint(call: ToolCall) -> str:
     one call never covers an identical proposal made later.
     """
     arguments = call.arguments if call.arguments is not None else {"<unparsed>": call.raw_arguments}
-    text = json.dumps([call.call_id, call.name, arguments], sort_keys=True, separators=(",", ":"), default=repr)
+    text = _CANONICAL.encode([call.call_id, call.name, arguments])
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
 
 
 def open_pause(state: RunState, call: ToolCall, reason: str) -> Pause:

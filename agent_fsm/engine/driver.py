@@ -47,8 +47,9 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
         return state.judgement.reason if state.judgement is not None else None
     if stop is Stop.PROVIDER_ERROR:
         return state.fault.message if state.fault is not None else None
+    # A state handed in may claim an ending its record does not show: say so, never raise.
+    last = state.observations[-1].content if state.observations else "(no observation recorded)"
     if stop is Stop.NO_PROGRESS:
-        last = state.observations[-1].content
         if state.recent_rejections and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials:
             return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
         return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"
@@ -57,8 +58,7 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop is Stop.TOKEN_LIMIT:
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
     if stop is Stop.HANDOFF:
-        content = state.observations[-1].content
-        return f"a tool failed permanently: {content if isinstance(content, str) else json.dumps(content)}"
+        return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
 
 

@@ -36,7 +36,7 @@ class Verdict:
     """
 
     kind: VerdictKind = attrs.field(validator=attrs.validators.in_(("allow", "deny", "ask")))
-    reason: str = ""
+    reason: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
 
     @classmethod
     def allow(cls, reason: str = "allowed") -> Verdict:
@@ -64,6 +64,12 @@ def as_verdict(decision: object) -> Verdict:
             A gate that answers something else is a bug; guessing would be unsafe.
     """
     if isinstance(decision, Verdict):
+        # attrs validators run at construction only; a Verdict built around them is still checked here
+        if decision.kind not in ("allow", "deny", "ask") or not isinstance(decision.reason, str):
+            raise GateError(
+                f"a Verdict needs a kind of allow, deny or ask and a reason string; got {decision!r}"
+                f" (reason is a {type(decision.reason).__name__})"
+            )
         return decision
     if (
         isinstance(decision, tuple)

@@ -18,11 +18,11 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from agent_fsm.engine.approval import call_fingerprint
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.observe import Observation
@@ -100,16 +100,23 @@ def _list(value: Any, path: str) -> list[Any]:
     return value
 
 
-def _object(value: Any, path: str, fields: tuple[str, ...], optional: frozenset[str] = frozenset()) -> dict[str, Any]:
+Shape = tuple[tuple[str, ...], frozenset[str]]
+
+
+def _shape(names: tuple[str, ...]) -> Shape:
+    return names, frozenset(names)
+
+
+def _object(value: Any, path: str, shape: Shape, optional: frozenset[str] = frozenset()) -> dict[str, Any]:
     if type(value) is not dict:
         raise _expect(path, "an object", value)
-    if len(value) != len(fields) or any(name not in value for name in fields):
-        for name in fields:
+    if value.keys() != shape[1]:
+        for name in shape[0]:
             if name not in value and name not in optional:
                 raise _Bad(f"{path}.{name}" if path else name, "missing")
         for name in value:
-            if name not in fields:
-                raise _Bad(f"{path}.{name}" if path else name, f"unknown field (known: {', '.join(fields)})")
+            if name not in shape[1]:
+                raise _Bad(f"{path}.{name}" if path else name, f"unknown field (known: {', '.join(shape[0])})")
     return value
 
 
@@ -120,6 +127,12 @@ def _names(cls: type) -> tuple[str, ...]:
 _OBSERVATION = _names(Observation)
 _CALL = _names(ToolCall)
 _LIMITS = _names(Limits)
+_OBSERVATION_SHAPE = _shape(_OBSERVATION)
+_CALL_SHAPE = _shape(_CALL)
+_LIMITS_SHAPE = _shape(_LIMITS)
+_JUDGEMENT_SHAPE = _shape(("kind", "reason"))
+_FAULT_SHAPE = _shape(("type", "kind", "message", "status"))
+_PAUSE_SHAPE = _shape(("pause_id", "fingerprint", "reason"))
 
 
 def _generic(field: attrs.Attribute[Any], value: Any, path: str) -> Any:
@@ -142,19 +155,28 @@ def _generic(field: attrs.Attribute[Any], value: Any, path: str) -> Any:
     return value
 
 
-def _record(cls: type, names: tuple[str, ...], known: dict[str, Any], data: dict[str, Any], path: str) -> Any:
-    values = dict(known)
-    for field in attrs.fields(cls):
-        if field.name not in values and field.name in data:
-            values[field.name] = _generic(field, data[field.name], f"{path}.{field.name}")
+def _extra(cls: type, known: tuple[str, ...]) -> tuple[attrs.Attribute[Any], ...]:
+    """Fields of ``cls`` this reader has no rule for (added after it was written)."""
+    return tuple(f for f in attrs.fields(cls) if f.name not in known)
+
+
+def _record(
+    cls: type, extra: tuple[attrs.Attribute[Any], ...], known: dict[str, Any], data: dict[str, Any], path: str
+) -> Any:
+    for field in extra:
+        known[field.alias or field.name] = _generic(field, data[field.name], f"{path}.{field.name}")
     try:
-        return cls(**{(f.alias or f.name): values[f.name] for f in attrs.fields(cls) if f.name in values})
+        return cls(**known)
     except (TypeError, ValueError) as exc:
         raise _Bad(path, str(exc)) from None
 
 
+_OBSERVATION_EXTRA = _extra(Observation, ("call_id", "ok", "kind", "content", "permanent"))
+_CALL_EXTRA = _extra(ToolCall, ("call_id", "name", "arguments", "raw_arguments"))
+
+
 def _observation(value: Any, path: str) -> Observation:
-    data = _object(value, path, _OBSERVATION)
+    data = _object(value, path, _OBSERVATION_SHAPE)
     kind = data["kind"]
     if kind not in _KINDS:
         raise _expect(f"{path}.kind", f"one of {', '.join(_KINDS)}", kind)
@@ -168,12 +190,12 @@ def _observation(value: Any, path: str) -> Observation:
         "content": data["content"],
         "permanent": _bool(data["permanent"], f"{path}.permanent"),
     }
-    result: Observation = _record(Observation, _OBSERVATION, known, data, path)
+    result: Observation = _record(Observation, _OBSERVATION_EXTRA, known, data, path)
     return result
 
 
 def _call(value: Any, path: str) -> ToolCall:
-    data = _object(value, path, _CALL)
+    data = _object(value, path, _CALL_SHAPE)
     arguments = data["arguments"]
     if arguments is not None and type(arguments) is not dict:
         raise _expect(f"{path}.arguments", "an object or null", arguments)
@@ -183,7 +205,7 @@ def _call(value: Any, path: str) -> ToolCall:
         "arguments": arguments,
         "raw_arguments": _opt_str(data["raw_arguments"], f"{path}.raw_arguments"),
     }
-    result: ToolCall = _record(ToolCall, _CALL, known, data, path)
+    result: ToolCall = _record(ToolCall, _CALL_EXTRA, known, data, path)
     return result
 
 
@@ -205,7 +227,7 @@ def _machine_state(value: Any, path: str) -> str:
 def _judgement(value: Any, path: str) -> Judgement | None:
     if value is None:
         return None
-    data = _object(value, path, ("kind", "reason"))
+    data = _object(value, path, _JUDGEMENT_SHAPE)
     if data["kind"] not in _JUDGEMENTS:
         raise _expect(f"{path}.kind", f"one of {', '.join(_JUDGEMENTS)}", data["kind"])
     return Judgement(data["kind"], _str(data["reason"], f"{path}.reason"))
@@ -214,7 +236,7 @@ def _judgement(value: Any, path: str) -> Judgement | None:
 def _fault(value: Any, path: str) -> ProviderFault | None:
     if value is None:
         return None
-    data = _object(value, path, ("type", "kind", "message", "status"))
+    data = _object(value, path, _FAULT_SHAPE)
     status = data["status"]
     return ProviderFault(
         _str(data["type"], f"{path}.type"),
@@ -228,18 +250,34 @@ def _limits(value: Any, path: str) -> Limits | None:
     if value is None:
         return None
     # Fields added to Limits later are optional here, so older saved states still load.
-    data = _object(value, path, _LIMITS, frozenset(_LIMITS))
+    data = _object(value, path, _LIMITS_SHAPE, _LIMITS_SHAPE[1])
+    key = tuple((name, type(item), item) for name, item in data.items())
     try:
-        return Limits(**data)
+        return _LIMITS_SEEN[key]  # Limits are frozen: runs saved under the same budgets share one
+    except (KeyError, TypeError):
+        pass
+    try:
+        limits = Limits(**data)
     except (TypeError, ValueError) as exc:
         raise _Bad(path, str(exc)) from None
+    if len(_LIMITS_SEEN) >= 256:
+        _LIMITS_SEEN.clear()
+    _LIMITS_SEEN[key] = limits
+    return limits
+
+
+_LIMITS_SEEN: dict[tuple[tuple[str, type, Any], ...], Limits] = {}
 
 
 def _pause(value: Any, path: str) -> Pause | None:
     if value is None:
         return None
-    data = _object(value, path, ("pause_id", "fingerprint", "reason"))
-    return Pause(*(_str(data[name], f"{path}.{name}") for name in ("pause_id", "fingerprint", "reason")))
+    data = _object(value, path, _PAUSE_SHAPE)
+    return Pause(
+        _str(data["pause_id"], f"{path}.pause_id"),
+        _str(data["fingerprint"], f"{path}.fingerprint"),
+        _str(data["reason"], f"{path}.reason"),
+    )
 
 
 def _denials(value: Any, path: str) -> dict[str, int]:
@@ -250,54 +288,89 @@ def _denials(value: Any, path: str) -> dict[str, int]:
     return value
 
 
-def _each(read: Callable[[Any, str], Any]) -> Callable[[Any, str], list[Any]]:
-    def read_all(value: Any, path: str) -> list[Any]:
-        return [read(item, f"{path}.{index}") for index, item in enumerate(_list(value, path))]
+def _ints(value: Any, path: str) -> list[int]:
+    for index, item in enumerate(_list(value, path)):
+        if type(item) is not int or item < 0:
+            raise _expect(f"{path}.{index}", "a whole number >= 0", item)
+    return value  # type: ignore[no-any-return]
 
-    return read_all
+
+def _states(value: Any, path: str) -> list[str]:
+    for index, item in enumerate(_list(value, path)):
+        if item not in STATES or type(item) is not str:
+            raise _expect(f"{path}.{index}", "a state of the run machine", item)
+    return value  # type: ignore[no-any-return]
 
 
 def _recent(value: Any, path: str) -> list[str]:
-    items = _each(_str)(value, path)
-    if len(items) > 2:
+    for index, item in enumerate(_list(value, path)):
+        _str(item, f"{path}.{index}")
+    if len(value) > 2:
         raise _expect(path, "at most two fingerprints", value)
-    return items
+    return value  # type: ignore[no-any-return]
 
 
-_READERS: dict[str, Callable[[Any, str], Any]] = {
-    "messages": _messages,
-    "observations": _each(_observation),
-    "prompt_token_log": _each(_int),
-    "turns": _int,
-    "tool_attempts": _int,
-    "machine_state": _machine_state,
-    "path": _each(_machine_state),
-    "pending": _each(_call),
-    "judgement": _judgement,
-    "denials": _denials,
-    "answer": _opt_str,
-    "opening": _int,
-    "fault": _fault,
-    "message_tokens": _int,
-    "usage_offset": lambda value, path: _int(value, path, None),
-    "limits": _limits,
-    "pause": _pause,
-    "run_id": _str,
-    "consumed": _bool,
-    "recent_rejections": _recent,
-    "alternation": _int,
-}
+_KNOWN = (
+    "messages",
+    "observations",
+    "prompt_token_log",
+    "turns",
+    "tool_attempts",
+    "machine_state",
+    "path",
+    "pending",
+    "judgement",
+    "denials",
+    "answer",
+    "opening",
+    "fault",
+    "message_tokens",
+    "usage_offset",
+    "limits",
+    "pause",
+    "run_id",
+    "consumed",
+    "recent_rejections",
+    "alternation",
+)
 _FIELDS = attrs.fields(RunState)
-_TOP = ("format", *(f.name for f in _FIELDS))
+_STATE_EXTRA = _extra(RunState, _KNOWN)
+_TOP = _shape(("format", *(f.name for f in _FIELDS)))
 
 
-def _read(data: Any) -> RunState:
+def _read(data: dict[str, Any]) -> RunState:
+    # One straight line per field, in the order a saved state lists them, so
+    # the first problem found is the first in the document.
     _object(data, "", _TOP)
-    values: dict[str, Any] = {}
-    for field in _FIELDS:
-        read = _READERS.get(field.name)
-        value = data[field.name]
-        values[field.name] = read(value, field.name) if read is not None else _generic(field, value, field.name)
+    observations = data["observations"]
+    pending = data["pending"]
+    values: dict[str, Any] = {
+        "messages": _messages(data["messages"], "messages"),
+        "observations": [
+            _observation(o, f"observations.{i}") for i, o in enumerate(_list(observations, "observations"))
+        ],
+        "prompt_token_log": _ints(data["prompt_token_log"], "prompt_token_log"),
+        "turns": _int(data["turns"], "turns"),
+        "tool_attempts": _int(data["tool_attempts"], "tool_attempts"),
+        "machine_state": _machine_state(data["machine_state"], "machine_state"),
+        "path": _states(data["path"], "path"),
+        "pending": [_call(c, f"pending.{i}") for i, c in enumerate(_list(pending, "pending"))],
+        "judgement": _judgement(data["judgement"], "judgement"),
+        "denials": _denials(data["denials"], "denials"),
+        "answer": _opt_str(data["answer"], "answer"),
+        "opening": _int(data["opening"], "opening"),
+        "fault": _fault(data["fault"], "fault"),
+        "message_tokens": _int(data["message_tokens"], "message_tokens"),
+        "usage_offset": _int(data["usage_offset"], "usage_offset", None),
+        "limits": _limits(data["limits"], "limits"),
+        "pause": _pause(data["pause"], "pause"),
+        "run_id": _str(data["run_id"], "run_id"),
+        "consumed": _bool(data["consumed"], "consumed"),
+        "recent_rejections": _recent(data["recent_rejections"], "recent_rejections"),
+        "alternation": _int(data["alternation"], "alternation"),
+    }
+    for field in _STATE_EXTRA:
+        values[field.name] = _generic(field, data[field.name], field.name)
     return RunState(**values)
 
 
@@ -315,8 +388,6 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     carries the reply's text; a pause exactly while awaiting approval, bound
     to the blocked call.
     """
-    from agent_fsm.engine.approval import call_fingerprint
-
     for name in ("turns", "tool_attempts", "opening", "message_tokens", "alternation"):
         value = getattr(state, name)
         if type(value) is not int or value < 0:
@@ -419,25 +490,60 @@ def _sign(key: bytes, text: str) -> str:
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
-def _state_data(state: RunState) -> dict[str, Any]:
-    data: dict[str, Any] = {"format": FORMAT}
-    for field in _FIELDS:
-        value = getattr(state, field.name)
-        if field.name in ("observations", "pending"):
-            value = [
-                {name: getattr(item, name) for name in (_OBSERVATION if field.name == "observations" else _CALL)}
-                for item in value
-            ]
-        elif attrs.has(type(value)):
-            value = attrs.asdict(value)
-        data[field.name] = value
+def _attrs_data(value: Any) -> Any:
+    return None if value is None else attrs.asdict(value)
+
+
+def _state_data(s: RunState) -> dict[str, Any]:
+    data = {
+        "format": FORMAT,
+        "messages": s.messages,
+        "observations": [
+            {"call_id": o.call_id, "ok": o.ok, "kind": o.kind, "content": o.content, "permanent": o.permanent}
+            for o in s.observations
+        ],
+        "prompt_token_log": s.prompt_token_log,
+        "turns": s.turns,
+        "tool_attempts": s.tool_attempts,
+        "machine_state": s.machine_state,
+        "path": s.path,
+        "pending": [
+            {"call_id": c.call_id, "name": c.name, "arguments": c.arguments, "raw_arguments": c.raw_arguments}
+            for c in s.pending
+        ],
+        "judgement": None if s.judgement is None else {"kind": s.judgement.kind, "reason": s.judgement.reason},
+        "denials": s.denials,
+        "answer": s.answer,
+        "opening": s.opening,
+        "fault": _attrs_data(s.fault),
+        "message_tokens": s.message_tokens,
+        "usage_offset": s.usage_offset,
+        "limits": _attrs_data(s.limits),
+        "pause": _attrs_data(s.pause),
+        "run_id": s.run_id,
+        "consumed": s.consumed,
+        "recent_rejections": s.recent_rejections,
+        "alternation": s.alternation,
+    }
+    if _OBSERVATION_EXTRA:
+        for item, o in zip(data["observations"], s.observations, strict=True):
+            item.update({f.name: getattr(o, f.name) for f in _OBSERVATION_EXTRA})
+    if _CALL_EXTRA:
+        for item, c in zip(data["pending"], s.pending, strict=True):
+            item.update({f.name: getattr(c, f.name) for f in _CALL_EXTRA})
+    for field in _STATE_EXTRA:
+        value = getattr(s, field.name)
+        data[field.name] = attrs.asdict(value) if attrs.has(type(value)) else value
     return data
+
+
+_ENCODER = json.JSONEncoder(allow_nan=False)
 
 
 def dump_state(state: RunState, key: bytes | None) -> str:
     """``state`` as strict JSON, signed when ``key`` is given (see :meth:`RunState.to_json`)."""
     try:
-        text = json.dumps(_state_data(state), allow_nan=False)
+        text = _ENCODER.encode(_state_data(state))
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
     if key is None:
@@ -447,6 +553,9 @@ def dump_state(state: RunState, key: bytes | None) -> str:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (a strict saved state holds no NaN or Infinity)")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def load_state(text: Any, key: bytes | None) -> RunState:
@@ -464,7 +573,7 @@ def load_state(text: Any, key: bytes | None) -> RunState:
             raise ValueError("saved run state's signature does not match: it was altered, or signed with another key")
         text = inner
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"saved run state is not JSON: {exc}") from exc
     if not isinstance(data, dict):

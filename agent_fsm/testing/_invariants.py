@@ -137,8 +137,16 @@ def _check_budgets(result: RunResult, limits: Limits) -> None:
         _fail(
             "stop_justified", f"stopped tool_limit after {state.tool_attempts} attempts (max {limits.max_tool_calls})"
         )
-    if stop is Stop.NO_PROGRESS and not any(n >= limits.repeated_denials for n in state.denials.values()):
-        _fail("stop_justified", f"stopped no_progress but no proposal was rejected {limits.repeated_denials} times")
+    if (
+        stop is Stop.NO_PROGRESS
+        and not any(n >= limits.repeated_denials for n in state.denials.values())
+        and state.alternation < limits.oscillation
+    ):
+        _fail(
+            "stop_justified",
+            f"stopped no_progress but no proposal was rejected {limits.repeated_denials} times"
+            f" and no two alternated over {limits.oscillation} rejections",
+        )
 
 
 def _check_correlation(state: RunState) -> None:
