@@ -133,6 +133,24 @@ def test_an_approval_does_not_outvote_a_deny():
     assert ledger2 == [] and unguarded.state.observations[0].kind == "denied"
 
 
+def test_an_approval_covers_only_the_fingerprint_it_names():
+    """The approval turns an ask into allow for the approved call alone; any other call stays refused."""
+    from agent_fsm.engine.approval import approved_judgement, call_fingerprint
+
+    tools, _ = make_payments()
+    asked = ToolCall("c1", "pay", {"account": "ACME", "cents": 50})
+    assert approved_judgement(asked, tools, pay_gate, call_fingerprint(asked)).kind == "allow"
+    for other in (
+        ToolCall("c1", "pay", {"account": "ACME", "cents": 60}),  # other arguments
+        ToolCall("c9", "pay", {"account": "ACME", "cents": 50}),  # the same proposal made again later
+    ):
+        judgement = approved_judgement(other, tools, pay_gate, call_fingerprint(asked))
+        assert judgement.kind == "denied" and "does not cover" in judgement.reason
+    assert approved_judgement(asked, tools, pay_gate, None).kind == "denied"
+    key_order = ToolCall("c1", "pay", {"cents": 50, "account": "ACME"})
+    assert call_fingerprint(key_order) == call_fingerprint(asked)  # canonical arguments
+
+
 def test_an_approval_runs_the_asked_call_once():
     """The gate asks again, the approval covers exactly that call, the payment is made once."""
     result, tools, ledger = paused(cents=50)
@@ -241,7 +259,9 @@ def test_explicit_limits_replace_the_saved_ones():
     assert done.stop is Stop.STEP_LIMIT and done.state.limits == Limits(max_turns=1)
 
 
-@pytest.mark.parametrize(("field", "value"), [("turns", -3), ("tool_attempts", -1), ("turns", 0), ("opening", 99)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("turns", -3), ("tool_attempts", -1), ("turns", 0), ("turns", 5), ("opening", 99)]
+)
 def test_counters_edited_out_of_line_are_refused(field, value):
     """Negative counters, or counters that disagree with the transcript, are refused on load and on resume."""
     result, tools, ledger = paused()
@@ -254,6 +274,18 @@ def test_counters_edited_out_of_line_are_refused(field, value):
     with pytest.raises(StateError, match=field):
         resume(state, _model(), tools, approve=True, gate=pay_gate)
     assert ledger == []
+
+
+def test_fewer_tool_attempts_than_executed_calls_are_refused():
+    """Resetting the attempt counter after a payment ran would buy a fresh tool budget: refused."""
+    tools, ledger = make_payments()
+    script = [pay_call(10, "c0"), pay_call(50), answer_message("Paid.")]
+    result = run("t", ScriptedModel(script), tools, gate=pay_gate, limits=Limits(max_tool_calls=2))
+    assert result.stop is Stop.AWAITING_APPROVAL and result.state.tool_attempts == len(ledger) == 1
+    data = json.loads(result.state.to_json())
+    data["tool_attempts"] = 0
+    with pytest.raises(ValueError, match="inconsistent at tool_attempts: 0 handler attempts but 1 calls"):
+        RunState.from_json(json.dumps(data))
 
 
 def test_approved_calls_count_against_max_tool_calls():
@@ -282,6 +314,12 @@ def test_a_verdict_with_a_non_string_reason_is_a_gate_error_with_the_state():
     with pytest.raises(GateError) as caught:
         run("t", _model(), tools, gate=lambda call: {"allow": True})
     assert caught.value.state is not None
+    built_around = object.__new__(Verdict)  # a Verdict that skipped its validators
+    object.__setattr__(built_around, "kind", "allow")
+    object.__setattr__(built_around, "reason", None)
+    with pytest.raises(GateError, match="reason string") as caught:
+        run("t", _model(), tools, gate=lambda call: built_around)
+    assert caught.value.state is not None and caught.value.state.machine_state == "Proposing"
 
 
 def test_a_raising_answer_check_or_estimator_is_a_run_error_with_the_state():
