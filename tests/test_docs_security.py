@@ -28,7 +28,7 @@ def test_code_blocks_run_as_written() -> None:
 
 
 def test_doc_answers_the_four_questions_and_links_hostile_input() -> None:
-    """The page says what a gate sees, what an approval covers, what a saved state is trusted for, what needs a store."""
+    """The page says what a gate sees, what an approval covers, what a saved state is trusted for, what a store adds."""
     text = DOC.read_text()
     for heading in (
         "## What a gate sees",

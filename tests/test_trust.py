@@ -335,7 +335,7 @@ def test_a_raising_answer_check_or_estimator_is_a_run_error_with_the_state():
     with pytest.raises(RunError, match="answer check raised LookupError") as caught:
         run("t", answer, tools, answer_check=check)
     assert caught.value.state.messages[-1]["content"] == "hi"
-    with pytest.raises(RunError, match="must return None or a reason string"):
+    with pytest.raises(RunError, match="must return None, a reason string or an Ending"):
         run("t", answer, tools, answer_check=lambda text, state: 42)
     calls = []
 

@@ -9,7 +9,6 @@ public functions that drive it are in :mod:`agent_fsm.engine.driver`.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,7 +23,7 @@ from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.machine import RUN_MACHINE
-from agent_fsm.engine.models import Model, ModelReply
+from agent_fsm.engine.models import Model, ModelReply, not_a_message
 from agent_fsm.engine.observe import Observation, TokenEstimator
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState
 from agent_fsm.engine.tools import Registry, ToolCall, declaration_tokens, function_declarations
@@ -105,10 +104,7 @@ class RunContext:
         except Exception as exc:
             raise RunError(f"the token estimator raised {type(exc).__name__}: {exc}", state=self.state) from exc
         if type(tokens) is not int or tokens < 0:
-            raise RunError(
-                f"a token estimator must return a whole number >= 0; got {tokens!r} ({type(tokens).__name__})",
-                state=self.state,
-            )
+            raise RunError(f"a token estimator must return a whole number >= 0; got {tokens!r}", state=self.state)
         return tokens
 
     def append(self, message: dict[str, Any]) -> None:
@@ -200,19 +196,6 @@ def denial_repeated(run: RunContext) -> bool:
 # --- effects: the on-enter callbacks of states --------------------------------
 
 
-def _not_a_message(reply: Any) -> str:
-    if inspect.isawaitable(reply):
-        if inspect.iscoroutine(reply):
-            reply.close()  # never awaited, and never will be: say so without a warning
-        return "chat() returned an awaitable (an async model); use the async API, or return the message itself"
-    if reply is None:
-        return "chat() returned None; return an assistant message, e.g. answer_message(text) or a dict with tool_calls"
-    return (
-        f"chat() returned {type(reply).__name__} {reply!r:.80}; return an assistant message"
-        " (a mapping with role, content and/or tool_calls) or a ModelReply"
-    )
-
-
 def _ask_model(run: RunContext) -> None:
     state = run.state
     estimate = run.next_prompt_tokens()
@@ -241,7 +224,7 @@ def _ask_model(run: RunContext) -> None:
         state.finish = reply.finish
         reply = reply.message
     if not isinstance(reply, Mapping):
-        raise RunError(_not_a_message(reply), state=state)
+        raise RunError(not_a_message(reply), state=state)
     message, calls = normalise_reply(reply, state.turns, run.call_ids)
     run.append(message)
     state.pending = calls
@@ -302,9 +285,7 @@ def _check_answer(run: RunContext) -> str | None:
     if isinstance(reason, Ending):  # the driver records an Ending's code; its reason refuses
         reason = None if reason.accept else reason.reason or reason.code
     if reason is not None and not isinstance(reason, str):
-        raise RunError(
-            f"an answer check must return None, a reason string or an Ending; got {reason!r}", state=state
-        )
+        raise RunError(f"an answer check must return None, a reason string or an Ending; got {reason!r}", state=state)
     return reason
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from agent_fsm.engine.approval import Seen, approved_judgement
 from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext, judge_proposal
 from agent_fsm.engine.checkpoint import Checkpointer, mark_pause
+from agent_fsm.engine.consistency import state_problem
 from agent_fsm.engine.endings import Ending, EndingRule, code_for
 from agent_fsm.engine.failures import NotPaused, StateError
 from agent_fsm.engine.gates import Gate
@@ -23,7 +24,6 @@ from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
-from agent_fsm.engine.saved import state_problem
 from agent_fsm.engine.state import Judgement, RunResult, RunState
 from agent_fsm.engine.tools import Registry, ToolCall
 

@@ -4,6 +4,7 @@ What the engine needs of a model, and the deterministic stand-in that speaks its
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -11,7 +12,7 @@ import attrs
 
 from agent_fsm.engine.wire import answer_message
 
-__all__ = ["Model", "ModelReply", "ScriptedModel"]
+__all__ = ["Model", "ModelReply", "ScriptedModel", "not_a_message"]
 
 
 @attrs.frozen
@@ -48,6 +49,25 @@ class Model(Protocol):
     """
 
     def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any: ...
+
+
+def not_a_message(reply: Any) -> str:
+    """
+    What a model returned instead of an assistant message, and what to return instead.
+
+    An awaitable means an async model handed to the sync driver; a coroutine
+    is closed here so it is not reported as never awaited as well.
+    """
+    if inspect.isawaitable(reply):
+        if inspect.iscoroutine(reply):
+            reply.close()
+        return "chat() returned an awaitable (an async model); use the async API, or return the message itself"
+    if reply is None:
+        return "chat() returned None; return an assistant message, e.g. answer_message(text) or a dict with tool_calls"
+    return (
+        f"chat() returned {type(reply).__name__} {reply!r:.80}; return an assistant message"
+        " (a mapping with role, content and/or tool_calls) or a ModelReply"
+    )
 
 
 DEFAULT_LAST_WORD = "That is all I can say on this."
