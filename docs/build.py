@@ -44,7 +44,15 @@ REFERENCE = [
     (
         "Running",
         "running.md",
-        ["agent_fsm.engine.driver", "agent_fsm.engine.limits", "agent_fsm.engine.endings", "agent_fsm.engine.state"],
+        [
+            "agent_fsm.engine.driver",
+            "agent_fsm.engine.limits",
+            "agent_fsm.engine.endings",
+            "agent_fsm.engine.state",
+            "agent_fsm.engine.approval",
+            "agent_fsm.engine.saved",
+            "agent_fsm.engine.consistency",
+        ],
     ),
     (
         "Tools, proposals and gates",
@@ -76,7 +84,7 @@ REFERENCE = [
             "agent_fsm.engine.analysis",
         ],
     ),
-    ("Verification", "verification.md", ["agent_fsm.engine.invariants"]),
+    ("Verification", "verification.md", ["agent_fsm.engine.invariants", "agent_fsm.engine.effects"]),
     ("Errors", "errors.md", ["agent_fsm.engine.errors", "agent_fsm.engine.failures"]),
     ("Diagrams", "diagrams.md", ["agent_fsm.diagrams"]),
     ("Scenario specs", "scenarios.md", ["agent_fsm.scenarios"]),
