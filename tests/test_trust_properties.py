@@ -143,3 +143,54 @@ def test_tampered_states_never_buy_an_effect(edits, approve, edit, registry, gat
             call_fingerprint(call) == approved_fingerprint or (edit is not None and call.arguments == edit)
         )
         assert verdict == "allow" or (verdict == "ask" and human), f"{call!r} ran on a gate verdict of {verdict}"
+
+
+object_edits = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["turns", "tool_attempts", "opening", "alternation"]), st.integers(-2, 9)),
+        st.tuples(st.just("machine_state"), st.sampled_from(STATES)),
+        st.tuples(st.just("judgement"), st.sampled_from(["allow", "ask", "invalid", "denied"])),
+        st.tuples(st.just("arguments"), arguments),
+        st.tuples(st.just("consumed"), st.booleans()),
+        st.tuples(st.just("pause"), st.none()),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@given(edits=object_edits, approve=st.booleans(), gate_name=st.sampled_from(["pay_gate", "none"]))
+def test_tampered_state_objects_never_buy_an_effect(edits, approve, gate_name):
+    """The same property for a state object edited in memory (no from_json in between): the driver's own checks."""
+    from agent_fsm import Judgement
+
+    tools, ledger = make_payments()
+    state = run("Pay.", ScriptedModel(SCRIPT), tools, gate=pay_gate).state
+    approved_fingerprint = state.pause.fingerprint
+    for name, value in edits:
+        if name == "judgement":
+            state.judgement = Judgement(value, "forged")
+        elif name == "arguments":
+            state.pending[0] = ToolCall("c1", "pay", value, json.dumps(value))
+        elif name == "machine_state":
+            state.machine_state = value
+            state.path[-1] = value
+        else:
+            setattr(state, name, value)
+    gate = pay_gate if gate_name == "pay_gate" else None
+    try:
+        if state.machine_state == "AwaitingApproval":
+            resume(state, ScriptedModel(SCRIPT), tools, approve=approve, gate=gate)
+        else:
+            advance(state, ScriptedModel(SCRIPT), tools, gate=gate)
+    except (StateError, NotPaused):
+        event("refused by the driver")
+        assert ledger == []
+        return
+    event(f"ran: {len(ledger)} payment(s)")
+    fresh_gate = gate if gate is not None else deny_effects(tools)
+    for entry in ledger:
+        call = ToolCall(entry["call_id"], "pay", {"account": entry["account"], "cents": entry["cents"]})
+        verdict = as_verdict(fresh_gate(call)).kind
+        human = approve and call_fingerprint(call) == approved_fingerprint
+        assert validate_call(call, tools) is None and (verdict == "allow" or (verdict == "ask" and human)), call
