@@ -10,7 +10,7 @@ from agent_fsm.engine.state import RunState
 from tests.payments import make_payments, pay_call, pay_gate
 
 
-def _alternating(repeats: int) -> ScriptedModel:
+def _alternating() -> ScriptedModel:
     """A model that answers each denial by flipping between two refused payments, A and B."""
     a, b = pay_call(500, "a"), pay_call(700, "b")
     return ScriptedModel([a], reactions={"of 500": b, "of 700": a})
@@ -19,7 +19,7 @@ def _alternating(repeats: int) -> ScriptedModel:
 def test_alternating_rejections_end_no_progress_with_their_own_reason():
     """A, B, A, B: no proposal came back repeated_denials=5 times, yet the run stops, saying it oscillated."""
     tools, ledger = make_payments()
-    result = run("Pay.", _alternating(10), tools, gate=pay_gate, limits=Limits(max_turns=20, repeated_denials=5))
+    result = run("Pay.", _alternating(), tools, gate=pay_gate, limits=Limits(max_turns=20, repeated_denials=5))
     assert result.stop is Stop.NO_PROGRESS and ledger == []
     assert len(result.state.observations) == 4  # the fourth rejection completes A, B, A, B
     assert "alternated over 4 consecutive rejections" in result.reason
@@ -30,7 +30,7 @@ def test_oscillation_is_bounded_by_limits():
     """Limits.oscillation sets how long an alternation may go on."""
     tools, _ = make_payments()
     limits = Limits(max_turns=20, repeated_denials=9, oscillation=6)
-    result = run("Pay.", _alternating(10), tools, gate=pay_gate, limits=limits)
+    result = run("Pay.", _alternating(), tools, gate=pay_gate, limits=limits)
     assert result.stop is Stop.NO_PROGRESS and len(result.state.observations) == 6
     with pytest.raises(ValueError):
         Limits(oscillation=2)  # A, B is not yet an alternation
