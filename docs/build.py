@@ -84,7 +84,11 @@ REFERENCE = [
             "agent_fsm.engine.analysis",
         ],
     ),
-    ("Verification", "verification.md", ["agent_fsm.engine.invariants", "agent_fsm.engine.effects"]),
+    (
+        "Verification",
+        "verification.md",
+        ["agent_fsm.engine.invariants", "agent_fsm.engine.effects", "agent_fsm.engine.progress"],
+    ),
     ("Errors", "errors.md", ["agent_fsm.engine.errors", "agent_fsm.engine.failures"]),
     ("Diagrams", "diagrams.md", ["agent_fsm.diagrams"]),
     ("Scenario specs", "scenarios.md", ["agent_fsm.scenarios"]),

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from agent_fsm import Limits, Observation, RunState, ScriptedModel, resume, run
+from agent_fsm import Limits, Observation, RunState, ScriptedModel, answer_message, resume, run, tool_call_message
 from tests.payments import SCRIPT, make_payments, paused, pay_gate
 
 KEY = b"a secret only the application holds"
@@ -78,8 +78,10 @@ def test_a_missing_or_extra_field_is_named():
     del data["pause"]
     with pytest.raises(ValueError, match="malformed at pause: missing"):
         RunState.from_json(json.dumps(data))
-    data = _saved()
-    data["observations"] = [{"call_id": "c", "ok": True, "kind": "result", "content": 1, "permanent": False, "x": 1}]
+    tools, _ = make_payments()
+    script = [tool_call_message("r", "balance", {"account": "ACME"}), answer_message("500")]
+    data = json.loads(run("t", ScriptedModel(script), tools).state.to_json())
+    data["observations"][0]["x"] = 1
     with pytest.raises(ValueError, match=r"malformed at observations\.0\.x: unknown field"):
         RunState.from_json(json.dumps(data))
 
@@ -88,7 +90,9 @@ def test_observation_ok_must_agree_with_its_kind():
     """An error marked ok would read as a result: refused."""
     result, _, _ = paused()
     data = json.loads(result.state.to_json())
-    data["observations"] = [{"call_id": "c1", "ok": True, "kind": "denied", "content": "x", "permanent": False}]
+    data["observations"] = [
+        {"call_id": "c1", "ok": True, "kind": "denied", "content": "x", "permanent": False, "text_form": False}
+    ]
     with pytest.raises(ValueError, match=r"observations\.0\.ok"):
         RunState.from_json(json.dumps(data))
 

@@ -25,6 +25,7 @@ from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.models import Model, ModelReply, not_a_message
 from agent_fsm.engine.observe import Observation, TokenEstimator
+from agent_fsm.engine.progress import count_rejection, no_progress
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState
 from agent_fsm.engine.tools import Registry, ToolCall, declaration_tokens, function_declarations
 from agent_fsm.engine.wire import CallIds, assistant_text, normalise_reply, tool_message
@@ -183,14 +184,7 @@ def calls_pending(run: RunContext) -> bool:
 
 def denial_repeated(run: RunContext) -> bool:
     """The rejected proposal came back ``repeated_denials`` times, or two have alternated ``oscillation`` times."""
-    state = run.state
-    if not state.recent_rejections:
-        return False
-    # Only the rejection just recorded can have crossed a threshold: O(1) per turn.
-    return (
-        state.denials.get(state.recent_rejections[-1], 0) >= run.limits.repeated_denials
-        or state.alternation >= run.limits.oscillation
-    )
+    return no_progress(run.state, run.limits)
 
 
 # --- effects: the on-enter callbacks of states --------------------------------
@@ -354,16 +348,7 @@ def record_rejection(run: RunContext) -> None:
     call = state.pending[0]
     judgement = state.judgement
     assert judgement is not None and judgement.kind in ("invalid", "denied")
-    key = call.fingerprint()
-    state.denials[key] = state.denials.get(key, 0) + 1
-    recent = state.recent_rejections
-    if len(recent) == 2 and key == recent[0] and key != recent[1]:
-        state.alternation += 1  # ... A, B, A: the alternation goes on
-    elif recent and key != recent[-1]:
-        state.alternation = 2  # B after A: an alternation may be starting
-    else:
-        state.alternation = 1
-    state.recent_rejections = [*recent[-1:], key]
+    count_rejection(state, call.fingerprint())
     _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
 
 

@@ -24,6 +24,7 @@ from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
+from agent_fsm.engine.progress import no_progress_reason
 from agent_fsm.engine.state import Judgement, RunResult, RunState
 from agent_fsm.engine.tools import Registry, ToolCall
 
@@ -50,9 +51,7 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     # A state handed in may claim an ending its record does not show: say so, never raise.
     last = state.observations[-1].content if state.observations else "(no observation recorded)"
     if stop is Stop.NO_PROGRESS:
-        if state.recent_rejections and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials:
-            return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
-        return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"
+        return no_progress_reason(state, limits, last)
     if stop is Stop.STEP_LIMIT:
         return f"{state.turns} of {limits.max_turns} model calls made"
     if stop is Stop.TOKEN_LIMIT:

@@ -18,6 +18,7 @@ A call is never silently executed twice.
 
 from __future__ import annotations
 
+from agent_fsm.engine.approval import open_pause
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
 from agent_fsm.engine.checkpoint import Checkpointer, Intent, fingerprint, idempotency_key
@@ -61,12 +62,14 @@ def _settle(context: RunContext, intent: Intent) -> None:
     reason = ""
     if spec is not None and spec.idempotent:
         if came_from == "AwaitingApproval":
-            MACHINE.fire(context, "approve")  # a person approved this very call; run it again, same key
+            context.authorized = call  # the store recorded a person's approval of this very call
+            MACHINE.fire(context, "approve")  # run it again, same key
             return
         # The saved judgement is data, not authority: the gate is asked again before anything runs.
         judgement = judge(call, context.tools, context.gate, state=state)
         if judgement.kind == "allow":
             state.judgement = judgement
+            context.authorized = call
             MACHINE.fire(context, "judge")
             return
         reason = f"; the gate now answers {judgement.kind}: {judgement.reason}"
@@ -77,6 +80,7 @@ def _settle(context: RunContext, intent: Intent) -> None:
         f" before its result was; check whether it took effect (idempotency key {key}), then approve to run it"
         f" again under that key or reject to record it as not run{reason}",
     )
+    state.pause = open_pause(state, call, state.judgement.reason)  # what a person's approval will cover
     if came_from == "Proposing":
         MACHINE.fire(context, "judge")  # the judge edge to AwaitingApproval: the gate's own way to a person
 

@@ -132,6 +132,8 @@ def _generic(field: attrs.Attribute[Any], value: Any, path: str) -> Any:
     default: Any = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
         default = default.factory()
+    if default is None and str(field.type) in ("str | None", "Optional[str]"):
+        return _opt_str(value, path)
     if default is attrs.NOTHING or default is None:
         return value
     if isinstance(default, bool):

@@ -85,14 +85,12 @@ def approve(
         reviewer=reviewer,
         arguments=dict(arguments) if arguments is not None else None,
     )
-    state = decided.state
-    if edited is not None:
-        state.pending[0] = edited
     return resume(
-        state,
+        decided.state,
         model,
         tools,
         approve=True,
+        arguments=edited.arguments if edited is not None else None,  # judged afresh by resume, too
         gate=gate,
         limits=limits,
         answer_check=answer_check,
