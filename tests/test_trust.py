@@ -382,3 +382,16 @@ def test_an_async_model_points_to_the_async_api():
         warnings.simplefilter("error")
         with pytest.raises(RunError, match="use the async API"):
             run("t", Async(), tools)
+
+
+def test_a_stored_run_approved_from_the_inbox_keeps_its_limits(tmp_path):
+    """store.approve without limits= runs under the limits the run was started with."""
+    from agent_fsm.store import SqliteStore, approve
+
+    tools, _ = make_payments()
+    read = tool_call_message("r", "balance", {"account": "ACME"})
+    script = [pay_call(50), read, read, read, answer_message("done")]
+    store = SqliteStore(tmp_path / "runs.db")
+    run("t", ScriptedModel(script), tools, gate=pay_gate, limits=Limits(max_turns=2), store=store, run_id="r1")
+    done = approve(store, "r1", ScriptedModel(script), tools, gate=pay_gate, reviewer="ana")
+    assert done.stop is Stop.STEP_LIMIT and done.state.turns == 2

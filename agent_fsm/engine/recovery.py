@@ -22,7 +22,7 @@ from agent_fsm.engine.approval import open_pause
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
 from agent_fsm.engine.checkpoint import Checkpointer, Intent, fingerprint, idempotency_key
-from agent_fsm.engine.driver import _declared, _rest, _result
+from agent_fsm.engine.driver import _declared, _rest, _result, _trusted_limits
 from agent_fsm.engine.endings import EndingRule
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate
@@ -94,7 +94,7 @@ def continue_run(
     run_id: str,
     intent: Intent | None,
     gate: Gate | None = None,
-    limits: Limits = Limits(),
+    limits: Limits | None = None,
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
     endings: EndingRule | None = None,
@@ -109,7 +109,8 @@ def continue_run(
     Raises:
         RunError: the checkpoint and its intent disagree (a store written by something else).
     """
-    context = RunContext(state, model, tools, gate, limits, estimator, _declared(answer_check), store, run_id)
+    chosen = _trusted_limits(state, limits)  # the run's own limits unless new ones are passed
+    context = RunContext(state, model, tools, gate, chosen, estimator, _declared(answer_check), store, run_id)
     if intent is not None:
         _settle(context, intent)
     elif state.machine_state == "AwaitingApproval":
@@ -118,6 +119,6 @@ def continue_run(
         state.pause_id = None
     if not RUN_MACHINE.state(state.machine_state).is_resting:
         MACHINE.advance(context)
-    result = _result(state, limits, endings)
+    result = _result(state, chosen, endings)
     _rest(context)  # after _result, which records the run's code in its state
     return result

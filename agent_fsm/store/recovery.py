@@ -52,7 +52,7 @@ def recover(
     tools: Registry,
     *,
     gate: Gate | None = None,
-    limits: Limits = Limits(),
+    limits: Limits | None = None,
     older_than: float = 60.0,
     answer_check: AnswerCheck | None = None,
     estimator: TokenEstimator = estimate_tokens,
