@@ -10,8 +10,18 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 * :class:`RunHarness`, a ``RuleBasedStateMachine`` that chooses each reply
   and each human decision, checking the invariants after every step.
 
-See ``docs/testing.md``.
+See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
+not install: ``pip install "agent_fsm[testing]"``.
 """
+
+try:
+    import hypothesis as _hypothesis
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "agent_fsm.testing needs the 'testing' extra (hypothesis, pytest), which is not installed: "
+        'pip install "agent_fsm[testing]"'
+    ) from exc
+del _hypothesis
 
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,

@@ -198,6 +198,26 @@ def _annotated(outcome: Outcome, check: Callable[[], None]) -> None:
         raise
 
 
+def _property_names(schema: Any) -> set[str]:
+    if isinstance(schema, Mapping):
+        found = set(schema.get("properties", {})) if isinstance(schema.get("properties"), Mapping) else set()
+        for value in schema.values():
+            found |= _property_names(value)
+        return found
+    if isinstance(schema, list):
+        return set().union(*map(_property_names, schema)) if schema else set()
+    return set()
+
+
+def gate_constants(tools: Registry, *functions: Any) -> tuple[Any, ...]:
+    """
+    :func:`constants_of` the functions, less the argument names the registry
+    declares: ``call.arguments["due"]`` reads a key, it does not compare against ``"due"``.
+    """
+    names = {n for tool in tools.values() for n in _property_names(tool.json_schema)} | set(tools)
+    return tuple(c for c in constants_of(*functions) if not (isinstance(c, str) and c in names))
+
+
 def _models_strategy(models: Any, tools: Registry, constants: tuple[Any, ...] = ()) -> st.SearchStrategy[Model]:
     if models is None:
         return scripted_models(tools, constants=constants)
@@ -251,8 +271,15 @@ def check_gate_contains(
     if models is None:
         # Only well-formed calls reach a gate: spend the examples on them (a
         # sprinkling of refused arguments keeps the transcript realistic).
+        # Reactions to denials add nothing a further turn cannot propose, and
+        # every choice they cost is paid again at each shrinking step.
         models = scripted_models(
-            tools, kinds=GATE_PROBE_KINDS, min_size=1, max_size=4, constants=constants_of(gate, gate_factory, forbidden)
+            tools,
+            kinds=GATE_PROBE_KINDS,
+            min_size=1,
+            max_size=4,
+            constants=gate_constants(tools, gate, gate_factory, forbidden),
+            max_reactions=0,
         )
     model_strategy = _models_strategy(models, tools)
     limit_strategy = _limits_strategy(limits)
@@ -307,7 +334,7 @@ def check_policy_ends(
     """
     expected = {Stop(s) for s in stops}
     tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools, constants_of(gate, gate_factory))
+    model_strategy = _models_strategy(models, tools, gate_constants(tools, gate, gate_factory))
     limit_strategy = _limits_strategy(limits)
     drawn_gates = gate is None and gate_factory is None
 
@@ -367,7 +394,7 @@ def check_driver(
         InvariantViolation: the first invariant the loop breaks.
     """
     tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools, constants_of(gate))
+    model_strategy = _models_strategy(models, tools, gate_constants(tools, gate))
     limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())
     gate_strategy = (
         st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny", "allow_tuple"))
