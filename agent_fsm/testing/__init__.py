@@ -14,6 +14,8 @@ See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
 not install: ``pip install "agent_fsm[testing]"``.
 """
 
+# ruff: noqa: E402  (the check below must run before any module that imports hypothesis)
+
 try:
     import hypothesis as _hypothesis
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests

@@ -32,7 +32,7 @@ __all__ = [
     "string_lengths",
 ]
 
-_UTC = dt.timezone.utc
+_UTC = dt.UTC
 # Dates a booking, an invoice or a deadline plausibly names; near today's
 # calendar rather than year 1 or 9999, where a gate's date arithmetic is not tested.
 _FIRST_DAY = dt.date(2000, 1, 1)
@@ -134,7 +134,7 @@ def format_values(kind: str, known: list[str]) -> st.SearchStrategy[str]:
         for text in known:
             day = dt.date.fromisoformat(text)
             nearby += [
-                (day + dt.timedelta(days=d)).isoformat() for d in (-1, 1) if _FIRST_DAY <= day + dt.timedelta(days=d)
+                (day + dt.timedelta(days=d)).isoformat() for d in (-1, 1) if day + dt.timedelta(days=d) >= _FIRST_DAY
             ]
     return st.one_of(st.sampled_from(sorted(set(nearby))), base) if nearby else base
 
