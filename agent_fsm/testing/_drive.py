@@ -101,19 +101,51 @@ class RunContext:
 GateFactory = Callable[[RunContext], Gate]
 
 
-class _Watched:
-    """A model that shows the transcript it is asked about to the run's context."""
+class Runaway(BaseException):
+    """
+    The watchdog's signal: a driver asked the model more often than its limits allow.
 
-    def __init__(self, model: Model, context: RunContext) -> None:
+    A ``BaseException``, so that no ``except Exception`` in a driver (the
+    engine's own turns a model's exception into a run error) can swallow it
+    and loop on; :func:`drive` turns it into an :class:`InvariantViolation`.
+    """
+
+    def __init__(self, asked: int, messages: list[dict[str, Any]]) -> None:
+        super().__init__(asked)
+        self.asked = asked
+        self.messages = messages
+
+
+class _Watched:
+    """
+    A model that shows the transcript it is asked about to the run's context,
+    and stops a run that asks it more than ``max_calls`` times (the watchdog).
+    """
+
+    def __init__(self, model: Model, context: RunContext, max_calls: int | None = None) -> None:
         self.model = model
         self.context = context
+        self.max_calls = max_calls
+        self.calls = 0
 
     def __repr__(self) -> str:
         return repr(self.model)
 
     def chat(self, messages: Any, tools: Any = ()) -> Any:
         self.context.messages = messages
+        self.calls += 1
+        if self.max_calls is not None and self.calls > self.max_calls:
+            raise Runaway(self.calls, list(messages))
         return self.model.chat(messages, tools)
+
+
+def _runaway_violation(runaway: Runaway, limits: Limits) -> InvariantViolation:
+    lines = [f"  [{i}] {m.get('role')}: {json.dumps(m.get('content'))[:80]}" for i, m in enumerate(runaway.messages)]
+    return InvariantViolation(
+        "bounded_run",
+        f"the driver asked the model {runaway.asked} times under max_turns={limits.max_turns} and had not"
+        " stopped; the transcript so far:\n" + "\n".join(lines[-30:]),
+    )
 
 
 @attrs.frozen
@@ -152,17 +184,23 @@ def drive(
     """
     context = RunContext(world.tools, world.effects)
     chosen = _gate_of(gate, gate_factory, context)
-    watched = _Watched(model, context)
-    if driver is not None:
-        return Outcome(driver(task, watched, world.tools, gate=chosen, limits=limits), world, chosen)
-    result = run(task, watched, world.tools, gate=chosen, limits=limits)
-    approved: list[str] = []
-    while result.stop is Stop.AWAITING_APPROVAL:
-        assert result.blocked_on is not None
-        approve = decide(result.blocked_on)
-        if approve:
-            approved.append(result.blocked_on.call_id)
-        result = resume(result.state, watched, world.tools, approve=approve, gate=chosen, limits=limits)
+    # The watchdog: one model call past the turn budget is already a broken
+    # driver (the turn_budget invariant names it); a driver that never stops
+    # is stopped here instead of hanging the test.
+    watched = _Watched(model, context, max_calls=limits.max_turns + 1)
+    try:
+        if driver is not None:
+            return Outcome(driver(task, watched, world.tools, gate=chosen, limits=limits), world, chosen)
+        result = run(task, watched, world.tools, gate=chosen, limits=limits)
+        approved: list[str] = []
+        while result.stop is Stop.AWAITING_APPROVAL:
+            assert result.blocked_on is not None
+            approve = decide(result.blocked_on)
+            if approve:
+                approved.append(result.blocked_on.call_id)
+            result = resume(result.state, watched, world.tools, approve=approve, gate=chosen, limits=limits)
+    except Runaway as runaway:
+        raise _runaway_violation(runaway, limits) from None
     return Outcome(result, world, chosen, tuple(approved))
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 import attrs
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -104,6 +106,16 @@ class RunHarness(RuleBasedStateMachine):
     task: ClassVar[str] = DEFAULT_TASK
     forbidden: ClassVar[Callable[[ToolCall], bool] | None] = None
     recheck_gate: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # As Hypothesis sets up a state machine's test case, but without the
+        # explain phase: it replays a failing program hundreds of times, which
+        # for whole runs takes several times longer than finding and shrinking
+        # the failure (a @settings decorator on the subclass still wins).
+        cls.TestCase.settings = Settings(
+            deadline=None, suppress_health_check=list(HealthCheck), phases=[p for p in Phase if p is not Phase.explain]
+        )
 
     def make_world(self) -> Any:
         """A fresh world: a registry, or an object with ``.tools`` and ``.effects``."""
