@@ -1,5 +1,5 @@
 """
-Seeded bugs in users' worlds (tests/worlds/): the kit finds each one at its default settings, with a readable counterexample.
+Seeded bugs in users' worlds (tests/worlds/): the kit finds each at default settings, with a readable counterexample.
 
 Every world's gate carries one bug a reviewer could miss: an off-by-one
 behind a real weekday date, a date compared with ``<`` for ``<=``, a

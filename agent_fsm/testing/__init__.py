@@ -8,7 +8,9 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 * one-call checks that run Hypothesis themselves: :func:`check_gate_contains`,
   :func:`check_policy_ends`, :func:`check_driver`;
 * :class:`RunHarness`, a ``RuleBasedStateMachine`` that chooses each reply
-  and each human decision, checking the invariants after every step.
+  and each human decision, checking the invariants after every step;
+* :func:`drive_machine` and :func:`check_machine_terminates`: a watchdog and
+  a ranking-function check along the paths a machine really takes.
 
 See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
 not install: ``pip install "agent_fsm[testing]"``.
@@ -36,6 +38,7 @@ from agent_fsm.testing._drive import (
     check_policy_ends,
     describe_run,
     drive,
+    watchdog_calls,
     world_of,
 )
 from agent_fsm.testing._harness import RunHarness, run_harness
@@ -68,6 +71,7 @@ from agent_fsm.testing._strategies import (
     tool_calls,
     verdicts,
 )
+from agent_fsm.testing._termination import check_machine_terminates, drive_machine, transition_bound
 
 __all__ = [
     # Strategies
@@ -106,8 +110,13 @@ __all__ = [
     "check_policy_ends",
     "describe_run",
     "drive",
+    "watchdog_calls",
     "world_of",
     # Stateful harness
     "RunHarness",
     "run_harness",
+    # Termination on the paths runs take
+    "check_machine_terminates",
+    "drive_machine",
+    "transition_bound",
 ]

@@ -45,6 +45,7 @@ __all__ = [
     "check_policy_ends",
     "describe_run",
     "drive",
+    "watchdog_calls",
     "world_of",
 ]
 
@@ -139,6 +140,11 @@ class _Watched:
         return self.model.chat(messages, tools)
 
 
+def watchdog_calls(limits: Limits) -> int:
+    """The most model calls the kit lets any driver make under ``limits`` before it stops the run."""
+    return 4 * (limits.max_turns + 4)
+
+
 def _runaway_violation(runaway: Runaway, limits: Limits) -> InvariantViolation:
     lines = [f"  [{i}] {m.get('role')}: {json.dumps(m.get('content'))[:80]}" for i, m in enumerate(runaway.messages)]
     return InvariantViolation(
@@ -184,10 +190,11 @@ def drive(
     """
     context = RunContext(world.tools, world.effects)
     chosen = _gate_of(gate, gate_factory, context)
-    # The watchdog: one model call past the turn budget is already a broken
-    # driver (the turn_budget invariant names it); a driver that never stops
-    # is stopped here instead of hanging the test.
-    watched = _Watched(model, context, max_calls=limits.max_turns + 1)
+    # The watchdog: a driver past its turn budget is already broken, and the
+    # turn_budget invariant names it precisely once the run ends; one that
+    # asks four times over (with a margin a short script fits in) may never
+    # end, and is stopped here instead of hanging the test.
+    watched = _Watched(model, context, max_calls=watchdog_calls(limits))
     try:
         if driver is not None:
             return Outcome(driver(task, watched, world.tools, gate=chosen, limits=limits), world, chosen)

@@ -46,7 +46,8 @@ def transition_bound(spec: MachineSpec, limits: Mapping[str, int]) -> int:
 def _edge_taken(spec: MachineSpec, source: str, event: str, dest: str) -> Edge | None:
     candidates = [e for e in spec.edges if (e.source, e.event, e.dest) == (source, event, dest)]
     labelled = [e for e in candidates if e.consumes is not None]
-    return (labelled or candidates or [None])[0]
+    chosen = labelled or candidates
+    return chosen[0] if chosen else None
 
 
 def _walked(path: list[str]) -> str:
