@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from agent_fsm.cli._text import clean
 from agent_fsm.diagrams.catalog import machines, write_all
 from agent_fsm.diagrams.dot import GraphvizMissing, render, to_dot
 from agent_fsm.diagrams.mermaid import to_mermaid
@@ -33,7 +34,7 @@ _SUFFIX = {Format.mermaid: "mmd", Format.dot: "dot", Format.svg: "svg", Format.p
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(clean(f"error: {message}"), err=True)
     return typer.Exit(1)
 
 
@@ -115,7 +116,7 @@ def diagram_command(
     except OSError as exc:
         raise _fail(f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)) from None
     if output is None:
-        typer.echo(data.decode(), nl=False)
+        typer.echo(clean(data.decode()), nl=False)
         return
     if output.is_dir():
         output = output / f"{'sequence' if sequence else name}.{_SUFFIX[format]}"
@@ -136,7 +137,8 @@ def _draw(machine: MachineSpec, format: Format, trace: Path | None, sequence: bo
             raise TraceError(f"trace {trace} is not UTF-8 text: {exc.reason}") from None
         state = load_trace(text)
         if sequence:
-            return sequence_diagram(state).encode()
+            # A trace is outside text: a lone surrogate in it is drawn as its escape.
+            return clean(sequence_diagram(state), "utf-8").encode()
         path = path_of(state)
     if format is Format.mermaid:
         return to_mermaid(machine, path=path).encode()
