@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 del _hypothesis
 
+from agent_fsm.testing._constants import constants_of, gate_constants
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     Driver,
@@ -38,7 +39,6 @@ from agent_fsm.testing._drive import (
     check_policy_ends,
     describe_run,
     drive,
-    watchdog_calls,
     world_of,
 )
 from agent_fsm.testing._harness import RunHarness, run_harness
@@ -51,7 +51,6 @@ from agent_fsm.testing._invariants import (
 )
 from agent_fsm.testing._schema import (
     UnsupportedSchema,
-    constants_of,
     schema_values,
     schema_violations,
 )
@@ -72,6 +71,7 @@ from agent_fsm.testing._strategies import (
     verdicts,
 )
 from agent_fsm.testing._termination import check_machine_terminates, drive_machine, transition_bound
+from agent_fsm.testing._watchdog import watchdog_calls
 
 __all__ = [
     # Strategies
@@ -79,6 +79,7 @@ __all__ = [
     "TableGate",
     "answer_messages",
     "constants_of",
+    "gate_constants",
     "assistant_messages",
     "gates",
     "invalid_arguments",

@@ -24,15 +24,16 @@ from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._invariants import (
     InvariantViolation,
     assert_nothing_forbidden,
     assert_run_invariants,
 )
-from agent_fsm.testing._schema import constants_of
 from agent_fsm.testing._strategies import MessageKind, scripted_models
 from agent_fsm.testing._strategies import gates as gate_tables
 from agent_fsm.testing._strategies import limits as limit_ranges
+from agent_fsm.testing._watchdog import Runaway, _Watched, runaway_violation, watchdog_calls
 
 __all__ = [
     "DEFAULT_TASK",
@@ -45,7 +46,6 @@ __all__ = [
     "check_policy_ends",
     "describe_run",
     "drive",
-    "watchdog_calls",
     "world_of",
 ]
 
@@ -102,58 +102,6 @@ class RunContext:
 GateFactory = Callable[[RunContext], Gate]
 
 
-class Runaway(BaseException):
-    """
-    The watchdog's signal: a driver asked the model more often than its limits allow.
-
-    A ``BaseException``, so that no ``except Exception`` in a driver (the
-    engine's own turns a model's exception into a run error) can swallow it
-    and loop on; :func:`drive` turns it into an :class:`InvariantViolation`.
-    """
-
-    def __init__(self, asked: int, messages: list[dict[str, Any]]) -> None:
-        super().__init__(asked)
-        self.asked = asked
-        self.messages = messages
-
-
-class _Watched:
-    """
-    A model that shows the transcript it is asked about to the run's context,
-    and stops a run that asks it more than ``max_calls`` times (the watchdog).
-    """
-
-    def __init__(self, model: Model, context: RunContext, max_calls: int | None = None) -> None:
-        self.model = model
-        self.context = context
-        self.max_calls = max_calls
-        self.calls = 0
-
-    def __repr__(self) -> str:
-        return repr(self.model)
-
-    def chat(self, messages: Any, tools: Any = ()) -> Any:
-        self.context.messages = messages
-        self.calls += 1
-        if self.max_calls is not None and self.calls > self.max_calls:
-            raise Runaway(self.calls, list(messages))
-        return self.model.chat(messages, tools)
-
-
-def watchdog_calls(limits: Limits) -> int:
-    """The most model calls the kit lets any driver make under ``limits`` before it stops the run."""
-    return 4 * (limits.max_turns + 4)
-
-
-def _runaway_violation(runaway: Runaway, limits: Limits) -> InvariantViolation:
-    lines = [f"  [{i}] {m.get('role')}: {json.dumps(m.get('content'))[:80]}" for i, m in enumerate(runaway.messages)]
-    return InvariantViolation(
-        "bounded_run",
-        f"the driver asked the model {runaway.asked} times under max_turns={limits.max_turns} and had not"
-        " stopped; the transcript so far:\n" + "\n".join(lines[-30:]),
-    )
-
-
 @attrs.frozen
 class Outcome:
     """A driven run: its result, its world, and the ids of the calls a human approved."""
@@ -207,7 +155,7 @@ def drive(
                 approved.append(result.blocked_on.call_id)
             result = resume(result.state, watched, world.tools, approve=approve, gate=chosen, limits=limits)
     except Runaway as runaway:
-        raise _runaway_violation(runaway, limits) from None
+        raise runaway_violation(runaway, limits) from None
     return Outcome(result, world, chosen, tuple(approved))
 
 
@@ -241,26 +189,6 @@ def _annotated(outcome: Outcome, check: Callable[[], None]) -> None:
     except InvariantViolation as exc:
         exc.add_note("the run, message by message:\n" + describe_run(outcome.result))
         raise
-
-
-def _property_names(schema: Any) -> set[str]:
-    if isinstance(schema, Mapping):
-        found = set(schema.get("properties", {})) if isinstance(schema.get("properties"), Mapping) else set()
-        for value in schema.values():
-            found |= _property_names(value)
-        return found
-    if isinstance(schema, list):
-        return set().union(*map(_property_names, schema)) if schema else set()
-    return set()
-
-
-def gate_constants(tools: Registry, *functions: Any) -> tuple[Any, ...]:
-    """
-    :func:`constants_of` the functions, less the argument names the registry
-    declares: ``call.arguments["due"]`` reads a key, it does not compare against ``"due"``.
-    """
-    names = {n for tool in tools.values() for n in _property_names(tool.json_schema)} | set(tools)
-    return tuple(c for c in constants_of(*functions) if not (isinstance(c, str) and c in names))
 
 
 def _models_strategy(models: Any, tools: Registry, constants: tuple[Any, ...] = ()) -> st.SearchStrategy[Model]:

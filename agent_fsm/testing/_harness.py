@@ -30,14 +30,13 @@ from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import ToolCall
+from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     GateFactory,
     RunContext,
     World,
-    _Watched,
     describe_run,
-    gate_constants,
     world_of,
 )
 from agent_fsm.testing._invariants import (
@@ -46,6 +45,7 @@ from agent_fsm.testing._invariants import (
     assert_run_invariants,
 )
 from agent_fsm.testing._strategies import MessageKind, assistant_messages
+from agent_fsm.testing._watchdog import _Watched
 
 __all__ = ["RunHarness", "run_harness"]
 

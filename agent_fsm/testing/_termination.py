@@ -26,7 +26,8 @@ from hypothesis import Phase, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from agent_fsm.engine.machine import CompiledMachine, Edge, MachineSpec
+from agent_fsm.engine.compiled import CompiledMachine
+from agent_fsm.engine.machine import Edge, MachineSpec
 from agent_fsm.testing._invariants import InvariantViolation
 
 __all__ = ["check_machine_terminates", "drive_machine", "transition_bound"]
