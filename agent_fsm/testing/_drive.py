@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import attrs
-from hypothesis import Phase, given
+from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
@@ -52,8 +52,12 @@ __all__ = [
 DEFAULT_TASK = "Help the customer with their request."
 """The user message of runs the kit drives when a check is given no task of its own."""
 
-GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "parallel", "bad_arguments")
-"""The message kinds :func:`check_gate_contains` proposes by default: the ones that can reach a gate."""
+GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "call", "call", "parallel", "bad_arguments")
+"""
+The message kinds :func:`check_gate_contains` proposes by default: the ones
+that can reach a gate, a single valid call three times as often as the others (a
+kind listed twice is drawn twice as often).
+"""
 
 Driver = Callable[..., RunResult]
 """Anything called like :func:`agent_fsm.run`: ``driver(task, model, tools, *, gate=, limits=)``."""
@@ -209,8 +213,25 @@ def _run_property(test: Callable[..., None], settings: Settings | None) -> None:
     # Hypothesis's "explain" phase re-runs a failing run hundreds of times to
     # say which parts could vary; for whole runs that costs more than the
     # search itself, so the checks skip it unless given settings ask for it.
-    chosen = settings if settings is not None else Settings(phases=[p for p in Phase if p is not Phase.explain])
-    chosen(given(st.data())(test))()
+    # Each example is a whole run, slow to draw by Hypothesis's measure on a
+    # loaded machine: the too_slow and data_too_large health checks would
+    # fail a correct search there, so the checks suppress them by default.
+    (settings if settings is not None else default_settings())(given(st.data())(test))()
+
+
+def default_settings(**changes: Any) -> Settings:
+    """
+    The settings the one-call checks use when given none: the active profile
+    without the explain phase and the two health checks a whole-run example
+    trips on a loaded machine; ``changes`` override any of them.
+    """
+    quiet = {*Settings().suppress_health_check, HealthCheck.too_slow, HealthCheck.data_too_large}
+    chosen: dict[str, Any] = {
+        "phases": [p for p in Phase if p is not Phase.explain],
+        "suppress_health_check": list(quiet),
+        **changes,
+    }
+    return Settings(**chosen)
 
 
 def check_gate_contains(
