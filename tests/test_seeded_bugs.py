@@ -24,8 +24,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from agent_fsm import ToolCall, as_verdict
-from agent_fsm.testing import InvariantViolation, check_gate_contains, run_harness
-from agent_fsm.testing._drive import default_settings
+from agent_fsm.testing import InvariantViolation, check_gate_contains, default_settings, run_harness
 from tests.worlds import booking, notices, payments, refunds, shifts, shipping
 
 WORLDS: dict[str, tuple[ModuleType, Callable[[], Any]]] = {

@@ -54,6 +54,7 @@ from agent_fsm.testing._schema import (
     schema_values,
     schema_violations,
 )
+from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import (
     MESSAGE_KINDS,
     TableGate,
@@ -109,6 +110,7 @@ __all__ = [
     "check_driver",
     "check_gate_contains",
     "check_policy_ends",
+    "default_settings",
     "describe_run",
     "drive",
     "watchdog_calls",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import attrs
-from hypothesis import HealthCheck, Phase, given
+from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
@@ -30,6 +30,7 @@ from agent_fsm.testing._invariants import (
     assert_nothing_forbidden,
     assert_run_invariants,
 )
+from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import MessageKind, scripted_models
 from agent_fsm.testing._strategies import gates as gate_tables
 from agent_fsm.testing._strategies import limits as limit_ranges
@@ -217,21 +218,6 @@ def _run_property(test: Callable[..., None], settings: Settings | None) -> None:
     # loaded machine: the too_slow and data_too_large health checks would
     # fail a correct search there, so the checks suppress them by default.
     (settings if settings is not None else default_settings())(given(st.data())(test))()
-
-
-def default_settings(**changes: Any) -> Settings:
-    """
-    The settings the one-call checks use when given none: the active profile
-    without the explain phase and the two health checks a whole-run example
-    trips on a loaded machine; ``changes`` override any of them.
-    """
-    quiet = {*Settings().suppress_health_check, HealthCheck.too_slow, HealthCheck.data_too_large}
-    chosen: dict[str, Any] = {
-        "phases": [p for p in Phase if p is not Phase.explain],
-        "suppress_health_check": list(quiet),
-        **changes,
-    }
-    return Settings(**chosen)
 
 
 def check_gate_contains(

@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hypothesis import Phase, given
+from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from agent_fsm.engine.compiled import CompiledMachine
 from agent_fsm.engine.machine import Edge, MachineSpec
 from agent_fsm.testing._invariants import InvariantViolation
+from agent_fsm.testing._settings import default_settings
 
 __all__ = ["check_machine_terminates", "drive_machine", "transition_bound"]
 
@@ -176,5 +177,4 @@ def check_machine_terminates(
         chosen = limits(run) if callable(limits) else limits
         drive_machine(machine, run, counters=counters, limits=chosen, max_transitions=max_transitions)
 
-    chosen = settings if settings is not None else Settings(phases=[p for p in Phase if p is not Phase.explain])
-    chosen(given(st.data())(property_))()
+    (settings if settings is not None else default_settings())(given(st.data())(property_))()
