@@ -147,7 +147,10 @@ def test_usage_errors_exit_2(args: list[str], complaint: str) -> None:
 def test_unknown_machine_exits_1() -> None:
     """An unknown machine name fails in one line naming the known ones."""
     known = ", ".join(machines())
-    _fails_in_one_line(runner.invoke(app, ["diagram", "--machine", "nope"]), f"unknown machine 'nope' (known: {known})")
+    _fails_in_one_line(
+        runner.invoke(app, ["diagram", "--machine", "nope"]),
+        f"unknown machine 'nope' (known: {known}; or give module:attribute)",
+    )
 
 
 def test_missing_trace_exits_1(tmp_path: Path) -> None:

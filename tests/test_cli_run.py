@@ -123,10 +123,110 @@ def test_directory_runs_every_spec(tmp_path: Path) -> None:
     )
     code, out, _ = _run(str(tmp_path))
     assert code == 1
-    assert "ok      support-desk/overreach-denied  (answered)" in out
-    assert "FAILED  support-desk/b  (answered)" in out
-    assert "FAILED  turns: expected 5, got 4" in out
-    assert "1 of 2 specs held" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("support-desk/")}
+    assert rows["support-desk/overreach-denied"] == ["passed", "answered"]
+    assert rows["support-desk/b"][:2] == ["FAILED", "answered"]
+    assert "turns: expected 5, got 4" in out
+    assert "1 of 2 specs held; 1 failed, 0 malformed" in out
+
+
+def test_directory_run_reports_a_malformed_spec_and_goes_on(tmp_path: Path) -> None:
+    """A malformed spec first in the directory does not abort the run: every spec gets a row and progress is shown."""
+    (tmp_path / "a_bad.toml").write_text("task = 1\n")
+    shutil.copy(OVERREACH, tmp_path / "b.toml")
+    code, out, _ = _run(str(tmp_path))
+    assert code == 1
+    assert re.search(r"\] 1/2  MALFORMED .*a_bad\.toml", out)
+    assert re.search(r"\] 2/2  passed +support-desk/overreach-denied", out)
+    assert re.search(r"a_bad\.toml +MALFORMED +- +missing", out)
+    assert "1 of 2 specs held; 0 failed, 1 malformed" in out
+
+
+def test_directory_of_passing_specs_exits_0(tmp_path: Path) -> None:
+    """Exit 0 only when every spec held."""
+    shutil.copy(OVERREACH, tmp_path / "a.toml")
+    code, out, _ = _run(str(tmp_path))
+    assert code == 0 and "1 of 1 specs held; 0 failed, 0 malformed" in out
+
+
+WORLD = """
+from agent_fsm import ToolSpec
+from agent_fsm.scenarios import Environment
+
+
+def environment():
+    effects = []
+
+    def book(date, hours):
+        effects.append({"date": date, "hours": hours})
+        return {"booked": date}
+
+    schema = {"type": "object", "properties": {"date": {"type": "string", "format": "date"},
+              "hours": {"type": "integer", "minimum": 1}}, "required": ["date", "hours"], "additionalProperties": False}
+    return Environment(tools={"book_room": ToolSpec("Book a room.", schema, book, effectful=True)}, effects=effects)
+"""
+
+USER_SPEC = """
+name = "bookings/refused-by-default"
+description = "A booking is effectful: with no gate the secure default refuses it."
+environment = "{module}:environment"
+task = "Book a room for tomorrow."
+
+[model]
+turns = [
+  {{ call = {{ id = "c1", name = "book_room", arguments = {{ date = "2031-03-04", hours = 2 }} }} }},
+  {{ answer = "I could not book it." }},
+]
+
+[expect]
+stop = "answered"
+effects = []
+observation_kinds = ["denied"]
+"""
+
+
+def _user_project(tmp_path: Path, module: str, monkeypatch: pytest.MonkeyPatch, *, configured: bool) -> Path:
+    """A user's project: their own world package, a spec naming it, and (optionally) pyproject.toml allowing it."""
+    (tmp_path / module).mkdir()
+    (tmp_path / module / "__init__.py").write_text(WORLD)
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "booking.toml").write_text(USER_SPEC.format(module=module))
+    if configured:
+        (tmp_path / "pyproject.toml").write_text(f'[tool.agent_fsm]\nspec-modules = ["{module}"]\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    return tmp_path / "specs"
+
+
+def test_users_world_is_refused_without_being_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default a spec may only name agent_fsm's own example worlds."""
+    specs = _user_project(tmp_path, "roombook_a", monkeypatch, configured=False)
+    code, out, _ = _run(str(specs))
+    assert code == 1 and "outside the allowed packages" in out and "MALFORMED" in out
+
+
+def test_allow_module_runs_a_users_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--allow-module lets specs name the user's package; the spec runs and holds."""
+    specs = _user_project(tmp_path, "roombook_b", monkeypatch, configured=False)
+    code, out, err = _run(str(specs / "booking.toml"), "--allow-module", "roombook_b")
+    assert code == 0, out + err
+    assert "ending: answered" in out
+
+
+def test_pyproject_spec_modules_allow_a_users_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[tool.agent_fsm] spec-modules in the project's pyproject.toml allows the package for a directory run."""
+    specs = _user_project(tmp_path, "roombook_c", monkeypatch, configured=True)
+    code, out, err = _run(str(specs))
+    assert code == 0, out + err
+    assert "1 of 1 specs held" in out
+
+
+def test_allow_module_must_be_a_package_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty or wildcard --allow-module is refused rather than read as "allow everything"."""
+    specs = _user_project(tmp_path, "roombook_d", monkeypatch, configured=False)
+    for bad in ("", "*", "a..b"):
+        code, _, err = _run(str(specs), "--allow-module", bad)
+        assert code == 1 and "dotted package name" in err
 
 
 SCRIPT = Path(sys.executable).parent / "agent-fsm"

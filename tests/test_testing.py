@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import attrs
@@ -295,3 +296,75 @@ def test_invariants_table_names_every_failure_used() -> None:
     with pytest.raises(KeyError):
         InvariantViolation("made_up", "x")
     assert json.dumps(kit.INVARIANTS)
+
+
+def test_missing_hypothesis_names_the_testing_extra() -> None:
+    """Without hypothesis, importing the kit says which extra to install, not a bare ModuleNotFoundError."""
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = "import sys; sys.modules['hypothesis'] = None\nimport agent_fsm.testing"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root)}
+    )
+    assert done.returncode != 0
+    assert "ImportError: agent_fsm.testing needs the 'testing' extra" in done.stderr
+    assert 'pip install "agent_fsm[testing]"' in done.stderr
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {e.split(">")[0] for e in extras["testing"]} == {"hypothesis", "pytest"}
+
+
+@pytest.mark.parametrize("kind", ["date", "date-time", "time", "email", "uri", "uuid", "ipv4"])
+@given(data=st.data())
+def test_format_values_are_real_values_of_their_format(kind: str, data: st.DataObject) -> None:
+    """Every format the kit generates passes jsonschema's FormatChecker and a strict parse of its own."""
+    import datetime as dt
+    import urllib.parse
+
+    from jsonschema import Draft202012Validator
+
+    schema = {"type": "string", "format": kind, "maxLength": 60}
+    value = data.draw(schema_values(schema))
+    assert Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER).is_valid(value)
+    assert value.isascii()
+    if kind == "date":
+        dt.date.fromisoformat(value)
+    elif kind == "date-time":
+        assert value.endswith("Z") and dt.datetime.fromisoformat(value[:-1] + "+00:00").tzinfo is not None
+    elif kind == "time":
+        assert re.fullmatch(r"\d{2}:\d{2}:\d{2}Z", value)
+    elif kind == "uri":
+        parsed = urllib.parse.urlsplit(value)
+        assert parsed.scheme in ("http", "https") and parsed.netloc
+
+
+@given(data=st.data())
+def test_patterns_use_ascii_digits(data: st.DataObject) -> None:
+    """``\\d`` in a schema pattern is ASCII, as in JSON Schema: no digits of other scripts are generated."""
+    value = data.draw(schema_values({"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}))
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value)
+
+
+def test_unknown_format_is_refused_by_name() -> None:
+    """A format the kit cannot generate is named, not guessed at."""
+    with pytest.raises(UnsupportedSchema, match="'hostname'"):
+        schema_values({"type": "string", "format": "hostname"})
+
+
+def test_constants_of_skips_docstrings_and_reads_dates() -> None:
+    """A gate's docstring is prose, not a threshold; its dates come back as ISO strings with their neighbours."""
+    import datetime as dt
+
+    cutoff = dt.date(2031, 3, 31)
+
+    def gate(call: Any) -> bool:
+        """Refuse anything above 7 hours."""
+        return call.arguments["hours"] > 7 and call.arguments["day"] <= cutoff
+
+    found = constants_of(gate)
+    assert "Refuse anything above 7 hours." not in found
+    assert {7, 6, 8} <= set(found)
+    assert {"2031-03-31", "2031-03-30", "2031-04-01"} <= set(found)

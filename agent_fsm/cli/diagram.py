@@ -5,13 +5,16 @@ The ``agent-fsm diagram`` command: draw a machine, or the path one saved run too
 from __future__ import annotations
 
 import enum
+import importlib
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from agent_fsm.cli._text import clean
 from agent_fsm.diagrams.catalog import machines, write_all
-from agent_fsm.diagrams.dot import GraphvizMissing, render, to_dot
+from agent_fsm.diagrams.dot import DEFAULT_DIRECTION, Direction, GraphvizMissing, render, to_dot
 from agent_fsm.diagrams.mermaid import to_mermaid
 from agent_fsm.diagrams.path import TRACE_KEY, TraceError, load_trace, path_of
 from agent_fsm.diagrams.sequence import sequence_diagram
@@ -33,14 +36,69 @@ _SUFFIX = {Format.mermaid: "mmd", Format.dot: "dot", Format.svg: "svg", Format.p
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(clean(f"error: {message}"), err=True)
     return typer.Exit(1)
+
+
+class Layout(str, enum.Enum):
+    """Layout directions: left to right, top to bottom, and their reverses."""
+
+    LR = "LR"
+    TB = "TB"
+    RL = "RL"
+    BT = "BT"
+
+
+def _size(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        width, height = (float(part) for part in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected WIDTH,HEIGHT in inches such as 12,8; got {text!r}") from None
+    if not (0 < width < 1000 and 0 < height < 1000):
+        raise typer.BadParameter(f"width and height must be positive inches below 1000; got {text!r}")
+    return width, height
+
+
+def load_machine(reference: str) -> MachineSpec:
+    """
+    A catalog machine by name, or any :class:`MachineSpec` named ``module:attribute``.
+
+    The working directory is importable, so a project's own machines can be named from its root.
+
+    Raises:
+        typer.Exit: the name is unknown, the module is missing, or the attribute is not a MachineSpec.
+    """
+    if ":" not in reference:
+        if reference not in machines():
+            raise _fail(f"unknown machine {reference!r} (known: {', '.join(machines())}; or give module:attribute)")
+        return machines()[reference]
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise _fail(f"expected module:attribute such as bookings.machines:BOOKING_MACHINE, got {reference!r}")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.append(str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _fail(f"cannot import {module_name!r}: {exc}") from None
+    found = getattr(module, attribute, None)
+    if not isinstance(found, MachineSpec):
+        what = "nothing" if found is None else f"a {type(found).__name__}"
+        raise _fail(f"{reference} is {what}, expected an agent_fsm MachineSpec")
+    return found
 
 
 def diagram_command(
     machine: Annotated[
         str | None,
-        typer.Option("--machine", "-m", help="Machine to draw, by catalog name (default: run).", show_default=False),
+        typer.Option(
+            "--machine",
+            "-m",
+            help="Machine to draw: a catalog name (default: run), or any MachineSpec as module:attribute.",
+            show_default=False,
+        ),
     ] = None,
     format: Annotated[
         Format, typer.Option("--format", "-f", help="mermaid or dot (text), svg or png (drawn by Graphviz's dot).")
@@ -69,6 +127,24 @@ def diagram_command(
     all_: Annotated[
         bool, typer.Option("--all", help="Write .mmd, .dot and .svg of every catalog machine into --output.")
     ] = False,
+    direction: Annotated[
+        Layout | None,
+        typer.Option(
+            "--direction",
+            "-d",
+            help=f"Layout: LR (left to right), TB, RL or BT (default: {DEFAULT_DIRECTION} for dot/svg/png, "
+            "Mermaid's own for mermaid).",
+            show_default=False,
+        ),
+    ] = None,
+    size: Annotated[
+        str | None,
+        typer.Option(
+            "--size",
+            help="WIDTH,HEIGHT in inches: scale a larger dot/svg/png drawing down to fit (96 dpi).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """
     Draw a machine from its live declaration, or the path one saved run took through it.
@@ -80,6 +156,8 @@ def diagram_command(
     agent-fsm diagram --trace run.json  highlights the path a saved run took.
 
     agent-fsm diagram --trace run.json --sequence  draws that run's transcript.
+
+    agent-fsm diagram -m bookings.machines:BOOKING -f png -o booking.png  draws your own MachineSpec.
 
     agent-fsm diagram --all --output diagrams/  regenerates the committed diagrams.
 
@@ -94,28 +172,30 @@ def diagram_command(
         raise typer.BadParameter("a sequence diagram is drawn from a run: give --trace", param_hint="--sequence")
     if sequence and format is not Format.mermaid:
         raise typer.BadParameter("sequence diagrams are Mermaid only", param_hint="--format")
+    if all_ and (direction is not None or size is not None):
+        raise typer.BadParameter("--all draws the committed diagrams with the defaults", param_hint="--all")
+    fitted = _size(size)
     if trace is not None and machine not in (None, RUN_MACHINE.name):
         raise typer.BadParameter(
             f"a saved run is a path through the {RUN_MACHINE.name!r} machine", param_hint="--machine"
         )
     if format is Format.png and output is None:
         raise typer.BadParameter("PNG is binary: give a file with --output", param_hint="--format")
-    name = machine or RUN_MACHINE.name
-    if name not in machines():
-        raise _fail(f"unknown machine {name!r} (known: {', '.join(machines())})")
+    chosen = load_machine(machine or RUN_MACHINE.name)
+    name = chosen.name
     try:
         if all_:
             assert output is not None
             for file in write_all(output):
                 typer.echo(str(file))
             return
-        data = _draw(machines()[name], format, trace, sequence)
+        data = _draw(chosen, format, trace, sequence, direction.value if direction is not None else None, fitted)
     except (TraceError, GraphvizMissing) as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)) from None
     if output is None:
-        typer.echo(data.decode(), nl=False)
+        typer.echo(clean(data.decode()), nl=False)
         return
     if output.is_dir():
         output = output / f"{'sequence' if sequence else name}.{_SUFFIX[format]}"
@@ -125,7 +205,14 @@ def diagram_command(
         raise _fail(f"cannot write {output}: {exc.strerror}") from None
 
 
-def _draw(machine: MachineSpec, format: Format, trace: Path | None, sequence: bool) -> bytes:
+def _draw(
+    machine: MachineSpec,
+    format: Format,
+    trace: Path | None,
+    sequence: bool,
+    direction: str | None = None,
+    size: tuple[float, float] | None = None,
+) -> bytes:
     path = None
     if trace is not None:
         try:
@@ -136,10 +223,12 @@ def _draw(machine: MachineSpec, format: Format, trace: Path | None, sequence: bo
             raise TraceError(f"trace {trace} is not UTF-8 text: {exc.reason}") from None
         state = load_trace(text)
         if sequence:
-            return sequence_diagram(state).encode()
+            # A trace is outside text: a lone surrogate in it is drawn as its escape.
+            return clean(sequence_diagram(state), "utf-8").encode()
         path = path_of(state)
     if format is Format.mermaid:
-        return to_mermaid(machine, path=path).encode()
+        return clean(to_mermaid(machine, path=path, direction=direction), "utf-8").encode()
+    layout: Direction = direction if direction is not None else DEFAULT_DIRECTION  # type: ignore[assignment]
     if format is Format.dot:
-        return to_dot(machine, path=path).encode()
-    return render(machine, format.value, path=path)
+        return clean(to_dot(machine, path=path, direction=layout, size=size), "utf-8").encode()
+    return render(machine, format.value, path=path, direction=layout, size=size)

@@ -3,7 +3,11 @@
 
 Exit codes: 0 every expectation and required invariant held; 1 something did
 not hold, or the spec is missing or malformed (one line, no traceback); 2 a
-usage error. Options choosing a real model provider belong here too, passed
+usage error. A directory run goes on past a failed or malformed spec, shows
+its progress, and ends with a table of every spec. A spec may name a world in
+``agent_fsm.examples``, in a package given with ``--allow-module``, or in one
+listed under ``[tool.agent_fsm] spec-modules`` in the project's ``pyproject.toml``.
+Options choosing a real model provider belong here too, passed
 on to :func:`agent_fsm.scenarios.run_scenario` as its ``model``.
 """
 
@@ -11,17 +15,22 @@ from __future__ import annotations
 
 import enum
 import json
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from agent_fsm.cli._text import clean
 from agent_fsm.engine.transcript import format_result
 from agent_fsm.scenarios import (
     ScenarioResult,
     SpecFormatError,
+    allowed_packages,
     discover,
     load_scenario,
+    project_spec_modules,
     run_scenario,
 )
 
@@ -42,8 +51,12 @@ class Provider(str, enum.Enum):
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(clean(f"error: {message}"), err=True)
     return typer.Exit(1)
+
+
+def _echo(text: str) -> None:
+    typer.echo(clean(text))
 
 
 def _list(root: Path) -> int:
@@ -55,10 +68,11 @@ def _list(root: Path) -> int:
         try:
             scenario = load_scenario(path)
         except SpecFormatError as exc:
-            typer.echo(f"{path}  MALFORMED: {exc.problem} (key {exc.key!r})")
+            where = f" (key {exc.key})" if exc.key else ""
+            _echo(f"{path}  MALFORMED: {exc.problem}{where}")
             status = 1
             continue
-        typer.echo(f"{path}  {scenario.name}\n    {scenario.description}")
+        _echo(f"{path}  {scenario.name}\n    {scenario.description}")
     return status
 
 
@@ -76,25 +90,70 @@ def _provider_model(provider: Provider, base_url: str | None, model: str | None,
         raise _fail(str(exc)) from None
 
 
-def _run_one(path: Path, model: Model | None = None) -> ScenarioResult:
+def _allowed(spec: Path, flags: Sequence[str]) -> tuple[str, ...]:
+    """Packages given with --allow-module and in the project's pyproject.toml; their project root becomes importable."""
     try:
-        return run_scenario(load_scenario(path), model=model)
+        configured, pyproject = project_spec_modules(spec if spec.exists() else Path.cwd())
+        allowed = allowed_packages([*flags, *configured])
+    except (SpecFormatError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    # A user's worlds live in their project, which the console script does not
+    # put on the import path: add the project's root (and the working directory).
+    for root in [Path.cwd(), *([pyproject.parent] if pyproject is not None else [])]:
+        if str(root) not in sys.path:
+            sys.path.append(str(root))
+    return allowed
+
+
+def _run_one(path: Path, model: Model | None = None, allowed: Sequence[str] = ()) -> ScenarioResult:
+    try:
+        return run_scenario(load_scenario(path), model=model, allowed=allowed)
     except SpecFormatError as exc:
         raise _fail(str(exc)) from None
 
 
 def _show(outcome: ScenarioResult) -> None:
     scenario = outcome.scenario
-    typer.echo(f"spec {scenario.name} ({scenario.path})")
+    _echo(f"spec {scenario.name} ({scenario.path})")
     if scenario.description:
-        typer.echo(f"  {scenario.description}")
-    typer.echo("")
-    typer.echo(format_result(outcome.result, outcome.effects))
+        _echo(f"  {scenario.description}")
+    _echo("")
+    _echo(format_result(outcome.result, outcome.effects))
     reason = f" ({outcome.result.reason})" if outcome.result.reason else ""
     code = f" [{outcome.result.code}]" if outcome.result.code != outcome.result.stop.value else ""
-    typer.echo(f"ending: {outcome.result.stop.value}{code}{reason}")
-    typer.echo("")
-    typer.echo(outcome.report())
+    _echo(f"ending: {outcome.result.stop.value}{code}{reason}")
+    _echo("")
+    _echo(outcome.report())
+
+
+def _run_directory(paths: list[Path], model: Model | None, allowed: Sequence[str]) -> int:
+    """Run every spec, whatever the others do; print progress, then one table row per spec. Returns the exit code."""
+    rows: list[tuple[str, str, str, str]] = []  # (spec, verdict, ending, detail)
+    width = len(str(len(paths)))
+    for number, path in enumerate(paths, start=1):
+        try:
+            outcome = run_scenario(load_scenario(path), model=model, allowed=allowed)
+        except SpecFormatError as exc:
+            rows.append((str(path), "MALFORMED", "-", exc.problem + (f" (key {exc.key})" if exc.key else "")))
+        else:
+            failures = "; ".join(f.line().removeprefix("FAILED  ") for f in outcome.failures)
+            rows.append(
+                (outcome.scenario.name, "passed" if outcome.passed else "FAILED", outcome.result.stop.value, failures)
+            )
+        done = sum(1 for r in rows if r[1] == "passed")
+        bar = "#" * (20 * number // len(paths))
+        _echo(f"[{bar:<20}] {number:>{width}}/{len(paths)}  {rows[-1][1]:<9} {rows[-1][0]}  ({done} passed so far)")
+    _echo("")
+    headers = ("spec", "result", "ending", "detail")
+    widths = [max(len(headers[i]), *(len(r[i]) for r in rows)) if i < 3 else 0 for i in range(4)]
+    _echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    _echo("  ".join("-" * max(w, len(h)) for h, w in zip(headers, widths, strict=True)))
+    for row in rows:
+        _echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    counts = {kind: sum(1 for r in rows if r[1] == kind) for kind in ("passed", "FAILED", "MALFORMED")}
+    _echo("")
+    _echo(f"{counts['passed']} of {len(rows)} specs held; {counts['FAILED']} failed, {counts['MALFORMED']} malformed")
+    return 0 if counts["passed"] == len(rows) else 1
 
 
 def run_command(
@@ -119,6 +178,16 @@ def run_command(
     read_timeout: Annotated[
         float | None, typer.Option("--read-timeout", help="Seconds to wait for the provider's reply.", min=0.001)
     ] = None,
+    allow_module: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-module",
+            help=(
+                "A package whose worlds specs may name, besides agent_fsm.examples (repeatable; also read from "
+                "[tool.agent_fsm] spec-modules in pyproject.toml)."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario spec: transcript, typed ending, effect log, and each expectation with ok or FAILED."""
     if provider is None and (base_url or model_name or read_timeout is not None):
@@ -133,23 +202,16 @@ def run_command(
         paths = discover(spec)
         if not paths:
             raise _fail(f"no specs found under {spec}")
+        allowed = _allowed(spec, allow_module or ())
         model = None if provider is None else _provider_model(provider, base_url, model_name, read_timeout)
-        outcomes = [_run_one(path, model) for path in paths]
-        for outcome in outcomes:
-            typer.echo(
-                f"{'ok    ' if outcome.passed else 'FAILED'}  {outcome.scenario.name}  ({outcome.result.stop.value})"
-            )
-            for failure in outcome.failures:
-                typer.echo(f"          {failure.line()}")
-        failed = sum(not o.passed for o in outcomes)
-        typer.echo(f"{len(outcomes) - failed} of {len(outcomes)} specs held")
-        raise typer.Exit(1 if failed else 0)
+        raise typer.Exit(_run_directory(paths, model, allowed))
     if not spec.exists():
         raise _fail(f"{spec}: no such spec file")
+    allowed = _allowed(spec, allow_module or ())
     model = None if provider is None else _provider_model(provider, base_url, model_name, read_timeout)
-    outcome = _run_one(spec, model)
+    outcome = _run_one(spec, model, allowed)
     _show(outcome)
     if save is not None:
         save.write_text(json.dumps(outcome.to_data(), indent=2) + "\n", encoding="utf-8")
-        typer.echo(f"trace saved to {save}")
+        _echo(f"trace saved to {save}")
     raise typer.Exit(0 if outcome.passed else 1)

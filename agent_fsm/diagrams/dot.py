@@ -20,7 +20,15 @@ from agent_fsm.diagrams.path import RunPath
 from agent_fsm.engine.errors import AgentFSMError
 from agent_fsm.engine.machine import MachineSpec
 
-__all__ = ["GraphvizMissing", "render", "to_dot"]
+__all__ = ["DEFAULT_DIRECTION", "Direction", "GraphvizMissing", "render", "to_dot"]
+
+Direction = Literal["LR", "TB", "RL", "BT"]
+
+# Left to right, chosen by looking at the run machine drawn both ways: top to
+# bottom puts its ten endings on one rank, a strip ~2800 px wide whose labels
+# cannot be read at screen size; left to right stacks them, ~2000 x 1500 px at 96 dpi.
+DEFAULT_DIRECTION: Direction = "LR"
+_DPI = "96"
 
 
 class GraphvizMissing(AgentFSMError, RuntimeError):
@@ -30,14 +38,21 @@ class GraphvizMissing(AgentFSMError, RuntimeError):
 _FONT = "Helvetica"
 _DOT_STATE = {
     "working": {"shape": "box", "style": "rounded"},
-    "absorbing": {"shape": "doublecircle", "style": "filled", "fillcolor": "#e9ecef", "fontsize": "11"},
+    "absorbing": {"shape": "doublecircle", "style": "filled", "fillcolor": "#e9ecef", "fontsize": "13"},
     "paused": {"shape": "box", "style": "rounded,dashed,filled", "fillcolor": "#fff3bf", "color": "#f08c00"},
 }
 
 
-def to_dot(machine: MachineSpec, *, path: RunPath | None = None) -> str:
+def to_dot(
+    machine: MachineSpec,
+    *,
+    path: RunPath | None = None,
+    direction: Direction = DEFAULT_DIRECTION,
+    size: tuple[float, float] | None = None,
+) -> str:
     """
-    ``machine`` as Graphviz DOT text.
+    ``machine`` as Graphviz DOT text, laid out in ``direction``; ``size``
+    (inches, width and height) scales a larger drawing down to fit.
 
     Absorbing states are double circles, the initial state is marked by an
     edge from a point, paused states are dashed, filled and say they are
@@ -48,9 +63,25 @@ def to_dot(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     check_path(machine, path)
     counts = path.counts() if path is not None else collections.Counter()
     graph = graphviz.Digraph(machine.name)
-    graph.attr(rankdir="TB", fontname=_FONT, labelloc="t", label=graphviz.escape(title_of(machine, path)))
-    graph.attr("node", fontname=_FONT)
-    graph.attr("edge", fontname=_FONT, fontsize="10")
+    if direction not in ("LR", "TB", "RL", "BT"):
+        raise ValueError(f"direction must be one of LR, TB, RL, BT, got {direction!r}")
+    graph.attr(
+        rankdir=direction,
+        fontname=_FONT,
+        fontsize="16",
+        labelloc="t",
+        label=graphviz.escape(title_of(machine, path)),
+        dpi=_DPI,
+        nodesep="0.25",
+        ranksep="0.7",
+    )
+    if size is not None:
+        width, height = size
+        if not (width > 0 and height > 0):
+            raise ValueError(f"size must be two positive numbers of inches, got {size!r}")
+        graph.attr(size=f"{width:g},{height:g}")
+    graph.attr("node", fontname=_FONT, fontsize="14")
+    graph.attr("edge", fontname=_FONT, fontsize="12")
     start = "__start__"
     while start in {s.name for s in machine.states}:
         start = f"_{start}_"
@@ -80,7 +111,14 @@ def to_dot(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     return cast(str, graph.source)
 
 
-def render(machine: MachineSpec, format: Literal["svg", "png"], *, path: RunPath | None = None) -> bytes:
+def render(
+    machine: MachineSpec,
+    format: Literal["svg", "png"],
+    *,
+    path: RunPath | None = None,
+    direction: Direction = DEFAULT_DIRECTION,
+    size: tuple[float, float] | None = None,
+) -> bytes:
     """
     ``machine`` drawn by Graphviz's ``dot`` program, as SVG or PNG bytes.
 
@@ -90,7 +128,8 @@ def render(machine: MachineSpec, format: Literal["svg", "png"], *, path: RunPath
     if format not in ("svg", "png"):
         raise ValueError(f"format must be 'svg' or 'png', got {format!r}")
     try:
-        return cast(bytes, graphviz.Source(to_dot(machine, path=path)).pipe(format=format))
+        source = to_dot(machine, path=path, direction=direction, size=size)
+        return cast(bytes, graphviz.Source(source).pipe(format=format))
     except graphviz.ExecutableNotFound as exc:
         raise GraphvizMissing(
             "Graphviz's `dot` program is not installed (on Debian or Ubuntu: apt-get install graphviz)"

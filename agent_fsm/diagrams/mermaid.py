@@ -81,7 +81,14 @@ def _mermaid_ids(machine: MachineSpec) -> dict[str, str]:
     return ids
 
 
-def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
+def _in_catalog(machine: MachineSpec) -> bool:
+    """Whether ``machine`` is one of agent_fsm's own, whose committed diagrams ``--all`` regenerates."""
+    from agent_fsm.diagrams.catalog import machines  # the catalog draws with this module
+
+    return any(machine == ours for ours in machines().values())
+
+
+def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None, direction: str | None = None) -> str:
     """
     ``machine`` as a Mermaid ``stateDiagram-v2``.
 
@@ -90,7 +97,9 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
     absorbing states lead to ``[*]``; paused states are styled apart and
     carry a note naming the events that resume them. With ``path``, visited
     states are highlighted, the state the run rests in most, and each edge
-    taken says how often.
+    taken says how often. ``direction`` (``LR``, ``TB``, ...) sets the layout;
+    by default Mermaid's own. Only agent_fsm's own machines carry the
+    comment saying how to regenerate them.
     """
     check_path(machine, path)
     ids = _mermaid_ids(machine)
@@ -101,8 +110,17 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None) -> str:
         f"title: {json.dumps(' '.join(title_of(machine, path).split()), ensure_ascii=False)}",
         "---",
         "stateDiagram-v2",
-        f"    %% Generated from the {machine.name!r} machine declaration; regenerate with: {REGENERATE_COMMAND}",
     ]
+    if direction is not None:
+        if direction not in ("LR", "TB", "RL", "BT"):
+            raise ValueError(f"direction must be one of LR, TB, RL, BT, got {direction!r}")
+        lines.append(f"    direction {direction}")
+    if _in_catalog(machine):
+        lines.append(
+            f"    %% Generated from the {machine.name!r} machine declaration; regenerate with: {REGENERATE_COMMAND}"
+        )
+    else:
+        lines.append(f"    %% Generated from the {machine.name!r} machine declaration")
     mentioned = {e.source for e in machine.edges} | {e.dest for e in machine.edges} | {machine.initial}
     for state in machine.states:
         if ids[state.name] != state.name:

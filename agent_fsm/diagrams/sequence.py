@@ -4,11 +4,12 @@ One run's transcript as a Mermaid ``sequenceDiagram``: model, engine, gate, tool
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 
 from agent_fsm.diagrams.mermaid import mermaid_text
-from agent_fsm.diagrams.path import CallRecord, state_of, turns_of
+from agent_fsm.diagrams.path import CallRecord, TurnRecord, state_of, turns_of
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.wire import assistant_text
@@ -24,8 +25,33 @@ def _observation_text(observation: Observation) -> str:
     return f"{observation.kind}: {content}"
 
 
-def _call_lines(call: CallRecord, state: RunState, resting: bool) -> Iterator[str]:
-    """The arrows of one proposal; ``resting`` marks the first unobserved call, where the run stopped."""
+def _approved(state: RunState, turns: list[TurnRecord]) -> set[int]:
+    """
+    The executed calls a human approved, as ``id()`` of their records.
+
+    ``state.path`` holds every state the run entered: a call executed
+    straight after ``AwaitingApproval`` is one a human approved. Executions
+    in the path and executed calls in the transcript come in the same order.
+    """
+    after_approval = [
+        previous == "AwaitingApproval" for previous, entered in itertools.pairwise(state.path) if entered == "Executing"
+    ]
+    executed = [
+        call
+        for turn in turns
+        for call in turn.calls
+        if not call.closed and call.observation is not None and call.observation.kind in ("result", "error")
+    ]
+    if len(after_approval) != len(executed):
+        return set()  # a path from an older save, or none: draw what the transcript shows
+    return {id(call) for call, approved in zip(executed, after_approval, strict=True) if approved}
+
+
+def _call_lines(call: CallRecord, state: RunState, resting: bool, approved: bool = False) -> Iterator[str]:
+    """
+    The arrows of one proposal; ``resting`` marks the first unobserved call, where the run stopped;
+    ``approved`` one a human approved after the gate asked.
+    """
 
     def say(arrow: str, text: str) -> str:
         return f"    {arrow}: {mermaid_text(text, _TEXT_LIMIT)}"
@@ -59,6 +85,12 @@ def _call_lines(call: CallRecord, state: RunState, resting: bool) -> Iterator[st
     elif observation.kind == "denied":
         yield say("engine->>gate", proposal)
         yield say("gate-->>engine", f"deny: {observation.content}")
+    elif approved:
+        yield say("engine->>gate", proposal)
+        yield say("gate-->>engine", "ask")
+        yield say("engine-)human", f"approve or reject {call.name} [{call.call_id}]?")
+        yield say("human--)engine", "approved")
+        yield say("engine->>tool", f"{call.name} {call.arguments}")
     else:
         yield say("engine->>gate", proposal)
         yield say("gate-->>engine", "allow")
@@ -73,16 +105,19 @@ def sequence_diagram(run: RunResult | RunState) -> str:
 
     Each model call, each proposal's way through validation, the gate and
     the tool, each observation sent back, and the typed ending are drawn in
-    order; long texts are shortened. A call a human approved is drawn as
-    allowed (the saved state does not record the approval).
+    order; long texts are shortened. A call a human approved or rejected
+    is drawn with the human's decision (read from ``RunState.path``).
 
     Raises:
         TraceError: the run's record is inconsistent (see :func:`path_of`).
     """
     state = state_of(run)
     turns = turns_of(state)
-    asked_human = state.machine_state == "AwaitingApproval" or any(
-        call.rejected_by_human for turn in turns for call in turn.calls
+    approved = _approved(state, turns)
+    asked_human = (
+        state.machine_state == "AwaitingApproval"
+        or bool(approved)
+        or any(call.rejected_by_human for turn in turns for call in turn.calls)
     )
     task = next((m.get("content") for m in reversed(state.messages) if m.get("role") == "user"), None)
     lines = [
@@ -115,7 +150,7 @@ def sequence_diagram(run: RunResult | RunState) -> str:
             lines.append(f"    Note over model: {mermaid_text(text, _TEXT_LIMIT)}")
         for call in turn.calls:
             unjudged = call.observation is None or call.closed
-            lines.extend(_call_lines(call, state, resting=unjudged and not stopped))
+            lines.extend(_call_lines(call, state, resting=unjudged and not stopped, approved=id(call) in approved))
             stopped = stopped or unjudged
     stop = state.stop
     ending = f"stop: {stop.value}" if stop is not None else f"still working, in {state.machine_state}"

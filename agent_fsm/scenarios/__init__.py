@@ -19,6 +19,7 @@ The stages are separate so each can be tested and reused:
   ``specs/**/*.toml`` as test items.
 """
 
+from agent_fsm.scenarios.allowed import allowed_packages, project_spec_modules
 from agent_fsm.scenarios.environment import Environment
 from agent_fsm.scenarios.format import (
     ModelSpec,
@@ -51,6 +52,8 @@ __all__ = [
     "discover",
     "load_environment",
     "load_scenario",
+    "allowed_packages",
+    "project_spec_modules",
     "run_scenario",
     "scenario_from_data",
 ]

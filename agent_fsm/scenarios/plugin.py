@@ -19,6 +19,7 @@ from agent_fsm.scenarios import (
     ScenarioResult,
     SpecFormatError,
     load_scenario,
+    project_spec_modules,
     run_scenario,
 )
 
@@ -59,7 +60,9 @@ class SpecItem(pytest.Item):
     """Run one spec and fail with its expectation report when it does not pass."""
 
     def runtest(self) -> None:
-        outcome = run_scenario(load_scenario(self.path))
+        # The project's own worlds, as allowed in its pyproject.toml ([tool.agent_fsm] spec-modules).
+        allowed, _ = project_spec_modules(self.path)
+        outcome = run_scenario(load_scenario(self.path), allowed=allowed)
         if not outcome.passed:
             raise SpecFailed(outcome)
 

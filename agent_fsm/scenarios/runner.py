@@ -23,6 +23,7 @@ from agent_fsm.engine.limits import Stop
 from agent_fsm.engine.models import Model, ScriptedModel
 from agent_fsm.engine.observe import to_json_data
 from agent_fsm.engine.state import RunResult
+from agent_fsm.scenarios.allowed import ALLOWED_ENVIRONMENT_PREFIXES, allowed_packages
 from agent_fsm.scenarios.environment import Environment
 from agent_fsm.scenarios.format import (
     BUILTIN_GATES,
@@ -39,9 +40,6 @@ __all__ = [
     "load_environment",
     "run_scenario",
 ]
-
-ALLOWED_ENVIRONMENT_PREFIXES: tuple[str, ...] = ("agent_fsm.examples",)
-"""Modules a spec's ``environment`` may name: these packages and their submodules, nothing else."""
 
 
 @attrs.frozen
@@ -246,20 +244,23 @@ def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, u
     return found
 
 
-def run_scenario(scenario: Scenario, *, model: Model | None = None) -> ScenarioResult:
+def run_scenario(scenario: Scenario, *, model: Model | None = None, allowed: Sequence[str] = ()) -> ScenarioResult:
     """
     Run a scenario in a fresh world and judge it.
 
     Each ``[[resume]]`` decision is applied, in order, while the run is
     awaiting approval; a decision left unused is reported as a failed
     expectation. ``model`` replaces the spec's model (the hook for running
-    the same scenario against a real provider).
+    the same scenario against a real provider). ``allowed`` names packages
+    whose worlds the spec may name besides :data:`ALLOWED_ENVIRONMENT_PREFIXES`
+    (your own, say ``("bookings.worlds",)``).
 
     Raises:
         SpecFormatError: a name in the spec (gate, model, check, environment)
             does not resolve.
+        ValueError: an entry of ``allowed`` is not a dotted package name.
     """
-    environment = load_environment(scenario.environment, path=scenario.path)
+    environment = load_environment(scenario.environment, path=scenario.path, allowed=allowed_packages(allowed))
     gate = _gate(scenario, environment)
     policy = {
         "name": scenario.model.name or "scripted turns",

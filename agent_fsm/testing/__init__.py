@@ -8,11 +8,26 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 * one-call checks that run Hypothesis themselves: :func:`check_gate_contains`,
   :func:`check_policy_ends`, :func:`check_driver`;
 * :class:`RunHarness`, a ``RuleBasedStateMachine`` that chooses each reply
-  and each human decision, checking the invariants after every step.
+  and each human decision, checking the invariants after every step;
+* :func:`drive_machine` and :func:`check_machine_terminates`: a watchdog and
+  a ranking-function check along the paths a machine really takes.
 
-See ``docs/testing.md``.
+See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
+not install: ``pip install "agent_fsm[testing]"``.
 """
 
+# ruff: noqa: E402  (the check below must run before any module that imports hypothesis)
+
+try:
+    import hypothesis as _hypothesis
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "agent_fsm.testing needs the 'testing' extra (hypothesis, pytest), which is not installed: "
+        'pip install "agent_fsm[testing]"'
+    ) from exc
+del _hypothesis
+
+from agent_fsm.testing._constants import constants_of, gate_constants
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     Driver,
@@ -36,10 +51,10 @@ from agent_fsm.testing._invariants import (
 )
 from agent_fsm.testing._schema import (
     UnsupportedSchema,
-    constants_of,
     schema_values,
     schema_violations,
 )
+from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import (
     MESSAGE_KINDS,
     TableGate,
@@ -56,6 +71,8 @@ from agent_fsm.testing._strategies import (
     tool_calls,
     verdicts,
 )
+from agent_fsm.testing._termination import check_machine_terminates, drive_machine, transition_bound
+from agent_fsm.testing._watchdog import watchdog_calls
 
 __all__ = [
     # Strategies
@@ -63,6 +80,7 @@ __all__ = [
     "TableGate",
     "answer_messages",
     "constants_of",
+    "gate_constants",
     "assistant_messages",
     "gates",
     "invalid_arguments",
@@ -92,10 +110,16 @@ __all__ = [
     "check_driver",
     "check_gate_contains",
     "check_policy_ends",
+    "default_settings",
     "describe_run",
     "drive",
+    "watchdog_calls",
     "world_of",
     # Stateful harness
     "RunHarness",
     "run_harness",
+    # Termination on the paths runs take
+    "check_machine_terminates",
+    "drive_machine",
+    "transition_bound",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import attrs
-from hypothesis import Phase, given
+from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
@@ -24,15 +24,17 @@ from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._invariants import (
     InvariantViolation,
     assert_nothing_forbidden,
     assert_run_invariants,
 )
-from agent_fsm.testing._schema import constants_of
+from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import MessageKind, scripted_models
 from agent_fsm.testing._strategies import gates as gate_tables
 from agent_fsm.testing._strategies import limits as limit_ranges
+from agent_fsm.testing._watchdog import Runaway, _Watched, runaway_violation, watchdog_calls
 
 __all__ = [
     "DEFAULT_TASK",
@@ -51,8 +53,12 @@ __all__ = [
 DEFAULT_TASK = "Help the customer with their request."
 """The user message of runs the kit drives when a check is given no task of its own."""
 
-GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "parallel", "bad_arguments")
-"""The message kinds :func:`check_gate_contains` proposes by default: the ones that can reach a gate."""
+GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "call", "call", "parallel", "bad_arguments")
+"""
+The message kinds :func:`check_gate_contains` proposes by default: the ones
+that can reach a gate, a single valid call three times as often as the others (a
+kind listed twice is drawn twice as often).
+"""
 
 Driver = Callable[..., RunResult]
 """Anything called like :func:`agent_fsm.run`: ``driver(task, model, tools, *, gate=, limits=)``."""
@@ -101,21 +107,6 @@ class RunContext:
 GateFactory = Callable[[RunContext], Gate]
 
 
-class _Watched:
-    """A model that shows the transcript it is asked about to the run's context."""
-
-    def __init__(self, model: Model, context: RunContext) -> None:
-        self.model = model
-        self.context = context
-
-    def __repr__(self) -> str:
-        return repr(self.model)
-
-    def chat(self, messages: Any, tools: Any = ()) -> Any:
-        self.context.messages = messages
-        return self.model.chat(messages, tools)
-
-
 @attrs.frozen
 class Outcome:
     """A driven run: its result, its world, and the ids of the calls a human approved."""
@@ -152,17 +143,24 @@ def drive(
     """
     context = RunContext(world.tools, world.effects)
     chosen = _gate_of(gate, gate_factory, context)
-    watched = _Watched(model, context)
-    if driver is not None:
-        return Outcome(driver(task, watched, world.tools, gate=chosen, limits=limits), world, chosen)
-    result = run(task, watched, world.tools, gate=chosen, limits=limits)
-    approved: list[str] = []
-    while result.stop is Stop.AWAITING_APPROVAL:
-        assert result.blocked_on is not None
-        approve = decide(result.blocked_on)
-        if approve:
-            approved.append(result.blocked_on.call_id)
-        result = resume(result.state, watched, world.tools, approve=approve, gate=chosen, limits=limits)
+    # The watchdog: a driver past its turn budget is already broken, and the
+    # turn_budget invariant names it precisely once the run ends; one that
+    # asks four times over (with a margin a short script fits in) may never
+    # end, and is stopped here instead of hanging the test.
+    watched = _Watched(model, context, max_calls=watchdog_calls(limits))
+    try:
+        if driver is not None:
+            return Outcome(driver(task, watched, world.tools, gate=chosen, limits=limits), world, chosen)
+        result = run(task, watched, world.tools, gate=chosen, limits=limits)
+        approved: list[str] = []
+        while result.stop is Stop.AWAITING_APPROVAL:
+            assert result.blocked_on is not None
+            approve = decide(result.blocked_on)
+            if approve:
+                approved.append(result.blocked_on.call_id)
+            result = resume(result.state, watched, world.tools, approve=approve, gate=chosen, limits=limits)
+    except Runaway as runaway:
+        raise runaway_violation(runaway, limits) from None
     return Outcome(result, world, chosen, tuple(approved))
 
 
@@ -216,8 +214,10 @@ def _run_property(test: Callable[..., None], settings: Settings | None) -> None:
     # Hypothesis's "explain" phase re-runs a failing run hundreds of times to
     # say which parts could vary; for whole runs that costs more than the
     # search itself, so the checks skip it unless given settings ask for it.
-    chosen = settings if settings is not None else Settings(phases=[p for p in Phase if p is not Phase.explain])
-    chosen(given(st.data())(test))()
+    # Each example is a whole run, slow to draw by Hypothesis's measure on a
+    # loaded machine: the too_slow and data_too_large health checks would
+    # fail a correct search there, so the checks suppress them by default.
+    (settings if settings is not None else default_settings())(given(st.data())(test))()
 
 
 def check_gate_contains(
@@ -251,8 +251,15 @@ def check_gate_contains(
     if models is None:
         # Only well-formed calls reach a gate: spend the examples on them (a
         # sprinkling of refused arguments keeps the transcript realistic).
+        # Reactions to denials add nothing a further turn cannot propose, and
+        # every choice they cost is paid again at each shrinking step.
         models = scripted_models(
-            tools, kinds=GATE_PROBE_KINDS, min_size=1, max_size=4, constants=constants_of(gate, gate_factory, forbidden)
+            tools,
+            kinds=GATE_PROBE_KINDS,
+            min_size=1,
+            max_size=4,
+            constants=gate_constants(tools, gate, gate_factory, forbidden),
+            max_reactions=0,
         )
     model_strategy = _models_strategy(models, tools)
     limit_strategy = _limits_strategy(limits)
@@ -307,7 +314,7 @@ def check_policy_ends(
     """
     expected = {Stop(s) for s in stops}
     tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools, constants_of(gate, gate_factory))
+    model_strategy = _models_strategy(models, tools, gate_constants(tools, gate, gate_factory))
     limit_strategy = _limits_strategy(limits)
     drawn_gates = gate is None and gate_factory is None
 
@@ -367,7 +374,7 @@ def check_driver(
         InvariantViolation: the first invariant the loop breaks.
     """
     tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools, constants_of(gate))
+    model_strategy = _models_strategy(models, tools, gate_constants(tools, gate))
     limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())
     gate_strategy = (
         st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny", "allow_tuple"))

@@ -2,13 +2,15 @@
 A stateful harness: Hypothesis chooses the model's next reply and the human's decisions, step by step.
 
 Rationale: the engine's driver runs until the run rests, asking the model as
-often as it needs. To let a rule decide *each* reply, the harness keeps the
-replies and decisions chosen so far and replays them from a fresh world
-after every step, with a model that reports a provider failure
-(``kind="script_end"``) when it runs out of replies. The replayed run rests
-exactly where the next reply is needed, uses only the public driver, and
-every replay doubles as a determinism check: the new transcript must extend
-the previous one.
+often as it needs. To let a rule decide *each* reply, the harness drives the
+one live run with a turn budget of exactly the replies chosen so far: when
+the run would ask for one more, it stops in ``StepLimit`` straight from
+``Ready``, an edge with no effects. That stop is the harness's pause, not the
+run's ending: the next reply reopens the run at ``Ready`` and the public
+driver (:func:`agent_fsm.advance`, :func:`agent_fsm.resume`) carries on, so
+each step costs one turn, never a replay of the whole run. When a run ends it
+is replayed once from scratch with the same replies and decisions, which
+checks that handlers and gates are deterministic.
 """
 
 from __future__ import annotations
@@ -16,21 +18,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
+import attrs
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agent_fsm.engine.driver import resume, run
+from agent_fsm.engine.driver import advance, resume, run, start_state
 from agent_fsm.engine.errors import ProviderFailure
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import ToolCall
+from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     GateFactory,
     RunContext,
     World,
-    _Watched,
     describe_run,
     world_of,
 )
@@ -39,17 +44,17 @@ from agent_fsm.testing._invariants import (
     assert_nothing_forbidden,
     assert_run_invariants,
 )
-from agent_fsm.testing._schema import constants_of
 from agent_fsm.testing._strategies import MessageKind, assistant_messages
+from agent_fsm.testing._watchdog import _Watched
 
 __all__ = ["RunHarness", "run_harness"]
 
 SCRIPT_END = "script_end"
-"""The provider-failure kind the harness's model reports when it is out of replies."""
+"""The provider-failure kind the harness's replay model reports when it is out of replies."""
 
 
 class _Replies:
-    """Plays the chosen replies in order; out of replies, the run must rest and wait for the next rule."""
+    """Plays the chosen replies in order; out of replies, it reports a provider failure."""
 
     def __init__(self, replies: Sequence[dict[str, Any]]) -> None:
         self.replies = list(replies)
@@ -102,6 +107,16 @@ class RunHarness(RuleBasedStateMachine):
     forbidden: ClassVar[Callable[[ToolCall], bool] | None] = None
     recheck_gate: ClassVar[bool] = True
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # As Hypothesis sets up a state machine's test case, but without the
+        # explain phase: it replays a failing program hundreds of times, which
+        # for whole runs takes several times longer than finding and shrinking
+        # the failure (a @settings decorator on the subclass still wins).
+        cls.TestCase.settings = Settings(
+            deadline=None, suppress_health_check=list(HealthCheck), phases=[p for p in Phase if p is not Phase.explain]
+        )
+
     def make_world(self) -> Any:
         """A fresh world: a registry, or an object with ``.tools`` and ``.effects``."""
         raise NotImplementedError("override make_world() (or build the harness with run_harness(tools_factory, ...))")
@@ -112,39 +127,72 @@ class RunHarness(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        self._new_run()
+
+    # --- the live run ----------------------------------------------------------
+
+    def _new_run(self) -> None:
         self.replies: list[dict[str, Any]] = []
         self.decisions: list[tuple[bool, bool]] = []  # (approve, resumed from a JSON copy)
         self.world: World = world_of(self.make_world())
-        self.gate: Gate = self.make_gate(RunContext(self.world.tools, self.world.effects))
+        self.context = RunContext(self.world.tools, self.world.effects)
+        self.gate: Gate = self.make_gate(self.context)
+        self.state: RunState = start_state(self.task)
         self.result: RunResult | None = None
+        self.checked_limits: Limits = self.limits
         self.approved: tuple[str, ...] = ()
-        self._replay()
 
-    # --- replay ------------------------------------------------------------
+    def _limits_for(self, replies: int) -> Limits:
+        """The real limits with a turn budget of at most ``replies`` more model calls."""
+        return attrs.evolve(self.limits, max_turns=min(self.limits.max_turns, self.state.turns + replies))
 
-    def _replay(self) -> None:
+    def _rested(self, result: RunResult, limits: Limits) -> None:
+        self.state, self.result, self.checked_limits = result.state, result, limits
+
+    def _reopen(self) -> None:
+        """Undo the harness's pause: the run goes back to ``Ready``, where it stopped for want of a reply."""
+        if self.result is not None and self.waiting:
+            assert self.state.path and self.state.path[-1] == "StepLimit", "the pause is a StepLimit entered from Ready"
+            self.state.path.pop()
+            self.state.machine_state = "Ready"
+
+    def _propose(self, reply: dict[str, Any]) -> None:
+        self._reopen()
+        self.replies.append(reply)
+        limits = self._limits_for(1)
+        model = _Watched(_Replies([reply]), self.context)
+        self._rested(advance(self.state, model, self.world.tools, gate=self.gate, limits=limits), limits)
+
+    def _decide(self, approve: bool, via_json: bool) -> None:
+        assert self.result is not None and self.result.blocked_on is not None
+        self.decisions.append((approve, via_json))
+        if approve:
+            self.approved = (*self.approved, self.result.blocked_on.call_id)
+        state = RunState.from_json(self.state.to_json()) if via_json else self.state
+        limits = self._limits_for(0)
+        model = _Watched(_Replies([]), self.context)
+        result = resume(state, model, self.world.tools, approve=approve, gate=self.gate, limits=limits)
+        self._rested(result, limits)
+
+    def _check_replay(self) -> None:
+        """Replay the run from a fresh world with the same replies and decisions: the transcript must agree."""
+        if self.result is None:
+            return
         world = world_of(self.make_world())
         context = RunContext(world.tools, world.effects)
         gate = self.make_gate(context)
         model = _Watched(_Replies(self.replies), context)
-        result = run(self.task, model, world.tools, gate=gate, limits=self.limits)
-        approved: list[str] = []
-        for approve, via_json in self.decisions:
-            assert result.stop is Stop.AWAITING_APPROVAL and result.blocked_on is not None
-            if approve:
-                approved.append(result.blocked_on.call_id)
-            state = RunState.from_json(result.state.to_json()) if via_json else result.state
-            result = resume(state, model, world.tools, approve=approve, gate=gate, limits=self.limits)
-        previous = self.result
-        self.world, self.gate, self.result, self.approved = world, gate, result, tuple(approved)
-        if previous is not None:
-            old, new = previous.state.messages, result.state.messages
-            if new[: len(old)] != old:
-                raise InvariantViolation(
-                    "deterministic_replay",
-                    "replaying the same replies and decisions gave a different transcript\n"
-                    f"before:\n{describe_run(previous)}\nafter:\n{describe_run(result)}",
-                )
+        replayed = run(self.task, model, world.tools, gate=gate, limits=self.limits)
+        for approve, _ in self.decisions:
+            if replayed.stop is not Stop.AWAITING_APPROVAL:
+                break
+            replayed = resume(replayed.state, model, world.tools, approve=approve, gate=gate, limits=self.limits)
+        if replayed.state.messages != self.state.messages:
+            raise InvariantViolation(
+                "deterministic_replay",
+                "replaying the same replies and decisions gave a different transcript\n"
+                f"live:\n{describe_run(self.result)}\nreplayed:\n{describe_run(replayed)}",
+            )
 
     def replies_of(self, kinds: tuple[MessageKind, ...]) -> st.SearchStrategy[dict[str, Any]]:
         """
@@ -158,28 +206,21 @@ class RunHarness(RuleBasedStateMachine):
             cache = {}
             cls._reply_strategies = cache
         if kinds not in cache:
-            constants = constants_of(self.gate, type(self).forbidden)
+            constants = gate_constants(self.world.tools, self.gate, type(self).forbidden)
             cache[kinds] = assistant_messages(self.world.tools, kinds=kinds, constants=constants)
         return cast("st.SearchStrategy[dict[str, Any]]", cache[kinds])
 
     @property
     def waiting(self) -> bool:
-        """The run rests where it needs the model's next reply."""
-        fault = self.result.state.fault if self.result is not None else None
-        return fault is not None and fault.kind == SCRIPT_END
+        """The run rests where it needs the model's next reply (fresh, or stopped by the harness's turn budget)."""
+        if self.result is None:
+            return True
+        return self.result.stop is Stop.STEP_LIMIT and self.state.turns < self.limits.max_turns
 
     @property
     def paused(self) -> bool:
         """The gate asked a human about the blocked call."""
         return self.result is not None and self.result.stop is Stop.AWAITING_APPROVAL
-
-    def _propose(self, reply: dict[str, Any]) -> None:
-        self.replies.append(reply)
-        self._replay()
-
-    def _decide(self, approve: bool, via_json: bool) -> None:
-        self.decisions.append((approve, via_json))
-        self._replay()
 
     # --- rules ---------------------------------------------------------------
 
@@ -228,22 +269,23 @@ class RunHarness(RuleBasedStateMachine):
     @precondition(lambda self: not self.waiting and not self.paused)
     @rule()
     def start_new_run(self) -> None:
-        """The run ended; start another in a fresh world."""
-        self.replies, self.decisions, self.result = [], [], None
-        self._replay()
+        """The run ended: check it replays the same, then start another in a fresh world."""
+        self._check_replay()
+        self._new_run()
 
     # --- invariants ------------------------------------------------------------
 
     @invariant()
     def run_invariants_hold(self) -> None:
         """Every invariant of the run so far, and the forbidden-effect predicate if one is set."""
-        assert self.result is not None
         result = self.result
+        if result is None:
+            return
         try:
             assert_run_invariants(
                 result,
                 self.world.effects,
-                self.limits,
+                self.checked_limits,
                 tools=self.world.tools,
                 gate=self.gate if self.recheck_gate else None,
                 approved=self.approved,

@@ -45,6 +45,9 @@ INVARIANTS: dict[str, str] = {
     "forbidden_effect": "no call the given predicate forbids crosses the effect boundary unless a human approved it",
     "expected_stop": "the run ends in one of the expected stops",
     "deterministic_replay": "the same replies and decisions replay the same transcript",
+    "bounded_run": "a run rests within the transitions (or model calls) its limits allow: the watchdog",
+    "budget_bound": "a budget counter never goes down and never passes its limit",
+    "budgeted_cycle": "each cycle a run goes round strictly grows a budget its edges declare they consume",
 }
 """Every invariant :func:`assert_run_invariants` checks, by name, with what it means."""
 

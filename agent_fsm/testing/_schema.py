@@ -19,8 +19,16 @@ from typing import Any
 from hypothesis import strategies as st
 
 from agent_fsm.engine.regexes import compile_pattern
+from agent_fsm.testing._formats import (
+    FORMATS,
+    format_values,
+    is_format,
+    mostly,
+    pattern_values,
+    string_lengths,
+)
 
-__all__ = ["UnsupportedSchema", "constants_of", "schema_values", "schema_violations"]
+__all__ = ["UnsupportedSchema", "schema_values", "schema_violations"]
 
 Constants = tuple[Any, ...]
 
@@ -33,6 +41,7 @@ _SUPPORTED = frozenset(
         "enum",
         "const",
         "pattern",
+        "format",
         "minLength",
         "maxLength",
         "minimum",
@@ -74,6 +83,9 @@ def _check_supported(schema: Mapping[str, Any]) -> None:
         raise UnsupportedSchema(
             f"cannot generate values for schema keywords {unknown}; supported: {sorted(_SUPPORTED)}"
         )
+    kind = schema.get("format")
+    if kind is not None and kind not in FORMATS:
+        raise UnsupportedSchema(f"cannot generate values of format {kind!r}; supported formats: {sorted(FORMATS)}")
 
 
 def _in_range(value: float, low: float | None, high: float | None) -> bool:
@@ -89,9 +101,11 @@ def _integers(schema: Mapping[str, Any], constants: Constants = ()) -> st.Search
         high = math.ceil(schema["exclusiveMaximum"]) - 1
     low = None if low is None else math.ceil(low)
     high = None if high is None else math.floor(high)
-    # The bounds themselves, and the constants a gate compares against, are
-    # where off-by-one bugs live: offer them directly, as often as anything else.
-    edges = [b for b in (low, high) if b is not None]
+    # The bounds, one step inside them, and the constants a gate compares
+    # against are where off-by-one bugs live: offer them directly, as often as anything else.
+    edges = sorted(
+        {b + step for b in (low, high) if b is not None for step in (-1, 0, 1) if _in_range(b + step, low, high)}
+    )
     known = [c for c in constants if type(c) is int and _in_range(c, low, high)]
     options = [st.sampled_from(known)] if known else []
     options += [st.sampled_from(edges)] if edges else []
@@ -99,32 +113,61 @@ def _integers(schema: Mapping[str, Any], constants: Constants = ()) -> st.Search
 
 
 def _numbers(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[float | int]:
+    low = schema.get("minimum", schema.get("exclusiveMinimum"))
+    high = schema.get("maximum", schema.get("exclusiveMaximum"))
+    exclude_low, exclude_high = "exclusiveMinimum" in schema, "exclusiveMaximum" in schema
     floats = st.floats(
-        min_value=schema.get("minimum", schema.get("exclusiveMinimum")),
-        max_value=schema.get("maximum", schema.get("exclusiveMaximum")),
-        exclude_min="exclusiveMinimum" in schema,
-        exclude_max="exclusiveMaximum" in schema,
+        min_value=low,
+        max_value=high,
+        exclude_min=exclude_low,
+        exclude_max=exclude_high,
         allow_nan=False,
         allow_infinity=False,
     )
-    return st.one_of(_integers(schema, constants), floats)
+
+    def inside(value: float) -> bool:
+        above = low is None or (value > low if exclude_low else value >= low)
+        below = high is None or (value < high if exclude_high else value <= high)
+        return above and below
+
+    # Each bound and the nearest floats either side of it: a gate writing
+    # ``>=`` for ``>`` differs from the right one only there.
+    edges = [
+        float(near)
+        for bound in (low, high)
+        if bound is not None
+        for near in (math.nextafter(bound, -math.inf), bound, math.nextafter(bound, math.inf))
+    ]
+    known = [c for c in constants if type(c) in (int, float)] + edges
+    chosen = sorted({c for c in known if inside(c)})
+    options = [st.sampled_from(chosen)] if chosen else []
+    return st.one_of(*options, _integers(schema, constants), floats)
 
 
 def _strings(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[str]:
     low = schema.get("minLength", 0)
     high = schema.get("maxLength")
     pattern = schema.get("pattern")
-    # The engine matches patterns as JSON Schema does (ASCII \d, "$" at the very end), not as Python's re.
+    kind = schema.get("format")
+    # Kept only if the engine's own pattern engine agrees (JSON Schema's ASCII \d, "$" at the very end).
     search = compile_pattern(pattern) if pattern is not None else None
-    known = [
-        c for c in constants if isinstance(c, str) and _in_range(len(c), low, high) and (search is None or search(c))
-    ]
-    if pattern is not None and search is not None:
-        matches = search
-        base = st.from_regex(str(pattern), fullmatch=True)
-        base = base.filter(lambda s: len(s) >= low and (high is None or len(s) <= high) and matches(s))
+
+    def fits(text: str) -> bool:
+        return _in_range(len(text), low, high) and (search is None or search(text))
+
+    known = [c for c in constants if isinstance(c, str) and fits(c) and (kind is None or is_format(kind, c))]
+    if kind is not None:
+        base = format_values(kind, [c for c in known if kind == "date"]).filter(fits)
+    elif pattern is not None:
+        base = pattern_values(pattern).filter(fits)
     else:
-        base = st.text(min_size=low, max_size=high if high is not None else max(low, 12))
+        # Lengths at the gate's thresholds (``len(note) > 140``), at the bounds, then any text.
+        bounds = [low, low + 1] + ([high - 1, high] if high is not None else [])
+        thresholds = [c for c in constants if type(c) is int and c >= 0]
+        exact = string_lengths(low, high, bounds)
+        if any(_in_range(n, low, high) for n in thresholds):
+            exact = mostly(string_lengths(low, high, thresholds), exact)
+        base = mostly(exact, st.text(min_size=low, max_size=high if high is not None else max(low, 12)))
     return st.one_of(st.sampled_from(known), base) if known else base
 
 
@@ -145,11 +188,18 @@ def _objects(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchS
 
 def _arrays(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[list[Any]]:
     items = schema.get("items", {})
-    return st.lists(
-        schema_values(items, constants) if items else _ANY_JSON,
-        min_size=schema.get("minItems", 0),
-        max_size=schema.get("maxItems", max(schema.get("minItems", 0), 4)),
+    values = schema_values(items, constants) if items else _ANY_JSON
+    low, high = schema.get("minItems", 0), schema.get("maxItems")
+    lists = st.lists(values, min_size=low, max_size=high if high is not None else max(low, 4))
+    # As for strings, the sizes at the gate's thresholds (``len(items) > 5``); not
+    # the bounds: a list held at its maximum size could not shrink to a shorter counterexample.
+    sizes = sorted(
+        {n for n in constants if type(n) is int} & set(range(low, (high if high is not None else low + 8) + 1))
     )
+    if not sizes:
+        return lists
+    exact = st.sampled_from(sizes).flatmap(lambda n: st.lists(values, min_size=n, max_size=n))
+    return st.one_of(lists, exact)
 
 
 _BY_TYPE: dict[str, Callable[[Mapping[str, Any], tuple[Any, ...]], st.SearchStrategy[Any]]] = {
@@ -218,9 +268,32 @@ def _out_of_range(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
             options.append(st.text(min_size=schema["maxLength"] + 1, max_size=schema["maxLength"] + 4))
         if "pattern" in schema:
             options.append(st.text(max_size=8))  # filtered by the validator below
+            # A match with its ASCII digits swapped for another script's: Python's
+            # ``\d`` takes them, JSON Schema's does not.
+            options.append(
+                pattern_values(schema["pattern"]).map(_foreign_digits).filter(lambda s: s.isascii() is False)
+            )
+        if "format" in schema:
+            options.append(st.sampled_from(_NOT_FORMATTED))
     if "enum" in schema:
         options.append(st.text(max_size=8).filter(lambda s: s not in schema["enum"]))
     return st.one_of(options) if options else st.nothing()
+
+
+# Strings no supported format accepts: impossible dates, a date in another script, junk.
+_NOT_FORMATTED = (
+    "",
+    "2024-02-30",
+    "2023-13-01",
+    "15/03/2024",
+    "\u0662\u0660\u0662\u0664-\u0660\u0661-\u0660\u0661",
+    "not a value",
+)
+_FOREIGN = str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")
+
+
+def _foreign_digits(text: str) -> str:
+    return text.translate(_FOREIGN)
 
 
 def _object_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
@@ -269,51 +342,3 @@ def schema_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
     if schema.get("type") == "array" and schema.get("items"):
         options.append(st.tuples(_arrays(schema), schema_violations(schema["items"])).map(lambda p: [*p[0], p[1]]))
     return st.one_of(options)
-
-
-def constants_of(*functions: Any) -> tuple[Any, ...]:
-    """
-    The numbers and strings a gate or predicate compares against, with each integer's neighbours.
-
-    Read from the functions' code (nested functions included), the globals
-    they name and the values they close over; for a callable object, its
-    ``__call__``. A boundary such as ``amount > LIMIT`` is where an
-    off-by-one lives, and random integers almost never land on it.
-    """
-    found: list[Any] = []
-
-    def add(value: Any) -> None:
-        if type(value) is int:
-            candidates: list[Any] = [value, value - 1, value + 1]
-        elif type(value) in (float, str):
-            candidates = [value]
-        else:
-            return
-        found.extend(c for c in candidates if c not in found)
-
-    def visit_code(code: Any, namespace: Mapping[str, Any]) -> None:
-        for const in code.co_consts:
-            if hasattr(const, "co_consts"):
-                visit_code(const, namespace)
-            else:
-                add(const)
-        for name in code.co_names:
-            add(namespace.get(name))
-
-    for function in functions:
-        if function is None:
-            continue
-        target = function if hasattr(function, "__code__") else type(function).__call__
-        code = getattr(target, "__code__", None)
-        if code is None:
-            continue
-        visit_code(code, getattr(target, "__globals__", {}))
-        for cell in getattr(target, "__closure__", None) or ():
-            try:
-                contents = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            add(contents)
-            if hasattr(contents, "__code__"):
-                found.extend(c for c in constants_of(contents) if c not in found)
-    return tuple(found)

@@ -42,9 +42,8 @@ MessageKind = Literal["call", "bad_json", "unknown_tool", "bad_arguments", "para
 MESSAGE_KINDS: tuple[MessageKind, ...] = ("call", "bad_json", "unknown_tool", "bad_arguments", "parallel", "answer")
 """The kinds of assistant message :func:`assistant_messages` can make."""
 
-_WORDS = st.sampled_from(
-    ["order", "refund", "policy", "check", "the", "customer", "amount", "approved", "manager", "done", "small", "ok"]
-)
+# Neutral words: prose beside a call must not look like any one world's vocabulary.
+_WORDS = st.sampled_from(["let", "me", "check", "the", "request", "first", "then", "next", "step", "done", "now", "ok"])
 _PROSE = st.lists(_WORDS, min_size=1, max_size=6).map(" ".join)
 
 
@@ -129,7 +128,7 @@ def _wire_call(call_id: str | None, name: str, arguments: str) -> dict[str, Any]
     return item
 
 
-_BROKEN_JSON = ('{"order_id": ', "{'a': 1}", "not json", "[1, 2]", "{", '"text"', "null")
+_BROKEN_JSON = ('{"a": ', "{'a': 1}", "not json", "[1, 2]", "{", '"text"', "null")
 _UNKNOWN_NAMES = ("delete_everything", "transfer_funds", "shell", "")
 
 
@@ -248,15 +247,19 @@ def scripted_models(
     min_size: int = 0,
     max_size: int = 6,
     constants: Iterable[Any] = (),
+    max_reactions: int = 2,
 ) -> st.SearchStrategy[ScriptedModel]:
     """
     :class:`agent_fsm.ScriptedModel` s playing a random script, sometimes with
-    reactions to a denied or invalid observation (a model that changes tack).
+    (up to ``max_reactions``) reactions to a denied or invalid observation (a model that changes tack).
     """
     kinds, constants = tuple(kinds), tuple(constants)
-    reaction_keys = st.sampled_from(['"kind": "denied"', '"kind": "invalid"', '"kind": "error"'])
-    reactions = st.dictionaries(reaction_keys, assistant_messages(tools, kinds=kinds, constants=constants), max_size=2)
     turns = scripts(tools, kinds=kinds, min_size=min_size, max_size=max_size, constants=constants)
+    if max_reactions <= 0:
+        return st.builds(ScriptedModel, turns, st.just({}))
+    reaction_keys = st.sampled_from(['"kind": "denied"', '"kind": "invalid"', '"kind": "error"'])
+    messages = assistant_messages(tools, kinds=kinds, constants=constants)
+    reactions = st.dictionaries(reaction_keys, messages, max_size=max_reactions)
     return st.builds(ScriptedModel, turns, reactions)
 
 
@@ -323,7 +326,7 @@ def register_type_strategies() -> None:
         st.builds(
             ToolCall,
             st.sampled_from(["call_0", "call_1"]),
-            st.sampled_from(["lookup_order", "refund_order", "unknown"]),
+            st.sampled_from(["read_tool", "write_tool", "unknown_tool"]),
             st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3),
         ),
     )
