@@ -368,3 +368,39 @@ def test_constants_of_skips_docstrings_and_reads_dates() -> None:
     assert "Refuse anything above 7 hours." not in found
     assert {7, 6, 8} <= set(found)
     assert {"2031-03-31", "2031-03-30", "2031-04-01"} <= set(found)
+
+
+def _paying_run() -> tuple[RunResult, list[dict[str, Any]]]:
+    """A handler that logs its payment with the call's id and returns a receipt that is not the log entry."""
+    from agent_fsm import ScriptedModel, ToolSpec, answer_message, current_call_id, run
+
+    ledger: list[dict[str, Any]] = []
+
+    def pay(amount: int) -> dict[str, Any]:
+        ledger.append({"call_id": current_call_id(), "amount": amount})
+        return {"receipt": f"R-{len(ledger)}"}
+
+    tools = {"pay": ToolSpec("Pay.", {"amount": int}, pay)}
+    model = ScriptedModel([tool_call_message("p1", "pay", {"amount": 5}), answer_message("paid")])
+    return run("pay 5", model, tools, gate=lambda call: Verdict.allow()), ledger
+
+
+def test_effects_named_by_call_id_are_authorized() -> None:
+    """The kit ties an effect to its call as check_run does: a call_id field names it, whatever the handler returned."""
+    result, ledger = _paying_run()
+    assert ledger and ledger[0]["call_id"] == "p1"
+    assert_run_invariants(result, ledger, Limits())
+
+
+def test_an_effect_naming_no_executed_call_is_caught() -> None:
+    """A forged entry whose call_id names no executed call breaks effects_authorized."""
+    result, ledger = _paying_run()
+    assert _broken(result, [*ledger, {"call_id": "p9", "amount": 500}]).invariant == "effects_authorized"
+
+
+def test_a_custom_effect_match_is_used() -> None:
+    """``match=`` replaces the default tie between a log entry and a call, in the kit and in check_run."""
+    result, ledger = _paying_run()
+    entries = [{"amount": e["amount"]} for e in ledger]
+    assert _broken(result, entries).invariant == "effects_authorized"
+    assert_run_invariants(result, entries, Limits(), match=lambda effect, observation: observation.ok)

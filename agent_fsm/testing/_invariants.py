@@ -14,11 +14,13 @@ import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from agent_fsm.engine.effects import EffectMatch, matches_call
 from agent_fsm.engine.endings import CODE_PATTERN
 from agent_fsm.engine.gates import Gate, as_verdict
 from agent_fsm.engine.invariants import check_run
 from agent_fsm.engine.limits import Limits, Stop
 from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import Registry, ToolCall, validate_call
 from agent_fsm.engine.wire import assistant_text, parse_tool_calls, tool_message
@@ -37,7 +39,7 @@ INVARIANTS: dict[str, str] = {
     "observations_typed": "an observation is ok exactly when it is a result",
     "contract_checked": "every executed call names a registered tool with arguments its schema accepts",
     "gate_consulted": "every executed call was allowed by the gate or approved by a human",
-    "effects_authorized": "every effect in the log is the result of an executed call",
+    "effects_authorized": "every effect in the log comes from an executed call (its result, or a call_id naming it)",
     "answer_recorded": "an answer is the final assistant message's text, and only an answered run has one",
     "paused_on_call": "a paused run is blocked on a proposed call that has no observation yet",
     "state_round_trip": "the state survives a JSON round trip unchanged",
@@ -221,11 +223,19 @@ def _check_boundary(state: RunState, tools: Registry | None, gate: Gate | None, 
                 )
 
 
-def _check_effects(state: RunState, effects: Sequence[Any]) -> None:
-    results = [o.content for o in state.observations if o.ok]
+def _check_effects(state: RunState, effects: Sequence[Any], match: EffectMatch | None) -> None:
+    executed = [o for o in state.observations if o.kind in ("result", "error")]
+
+    def matches(effect: Any, observation: Observation) -> bool:
+        if match is not None:
+            return match(effect, observation)
+        # The engine's default (a ``call_id`` field, or equality), with JSON's view of equality:
+        # a tuple the world logged equals the list the observation stored.
+        return matches_call(effect, observation) or (observation.ok and _same_json(effect, observation.content))
+
     for index, effect in enumerate(effects):
-        if not any(_same_json(effect, r) for r in results):
-            _fail("effects_authorized", f"effect {effect!r} matches no executed call's result", f"effect {index}")
+        if not any(matches(effect, o) for o in executed):
+            _fail("effects_authorized", f"effect {effect!r} matches no executed call", f"effect {index}")
 
 
 def _same_json(left: Any, right: Any) -> bool:
@@ -275,6 +285,7 @@ def assert_run_invariants(
     tools: Registry | None = None,
     gate: Gate | None = None,
     approved: Iterable[str] = (),
+    match: EffectMatch | None = None,
 ) -> None:
     """
     Assert every invariant of :data:`INVARIANTS` that the arguments allow checking.
@@ -282,7 +293,10 @@ def assert_run_invariants(
     ``effects`` (the world's effect log) enables ``effects_authorized``;
     ``tools`` enables ``contract_checked``; ``gate`` (a pure function of the
     call) enables ``gate_consulted``, with ``approved`` the ids of calls a
-    human approved. The engine's own :func:`agent_fsm.check_run` must agree.
+    human approved; ``match`` ties an effect-log entry to an executed call as
+    in :func:`agent_fsm.check_run` (default: a ``call_id`` field naming the
+    call, or equality with its result). The engine's own
+    :func:`agent_fsm.check_run` must agree.
 
     Raises:
         InvariantViolation: the first invariant found broken, naming it and where.
@@ -293,11 +307,12 @@ def assert_run_invariants(
     _check_correlation(state)
     _check_boundary(state, tools, gate, set(approved))
     if effects is not None:
-        _check_effects(state, effects)
+        _check_effects(state, effects, match)
     _check_answer_and_pause(result)
     if RunState.from_json(state.to_json()) != state:
         _fail("state_round_trip", "RunState.from_json(state.to_json()) differs from the state")
-    verdicts = check_run(result, effects if effects is not None else (), limits)
+    logged = effects if effects is not None else ()
+    verdicts = check_run(result, logged, limits) if match is None else check_run(result, logged, limits, match=match)
     broken = sorted(name for name, holds in verdicts.items() if not holds)
     if broken:
         _fail("check_run", f"agent_fsm.check_run reports {broken} broken")
