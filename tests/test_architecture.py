@@ -20,6 +20,7 @@ import pytest
 
 import agent_fsm
 from agent_fsm._moved import MOVED
+from agent_fsm.engine.analysis import cycles
 
 PACKAGE = Path(agent_fsm.__file__).parent
 
@@ -89,43 +90,8 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-def _internal(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {m: {t for t in targets if t in graph} for m, targets in graph.items()}
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (or a module importing itself)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for target in sorted(graph[node]):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1 or node in graph[node]:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
+def _internal(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    return {m: sorted(t for t in targets if t in graph) for m, targets in graph.items()}
 
 
 def _area(module: str) -> str:
@@ -137,16 +103,16 @@ def _layer(area: str) -> int:
     return next(i for i, members in enumerate(LAYERS) if area in members)
 
 
-def test_no_import_cycles() -> None:
+def test_no_importcycles() -> None:
     """No module of the package imports itself back, directly or through others, at import time."""
-    assert _cycles(_internal(_graph())) == []
+    assert cycles(_internal(_graph())) == []
 
 
 def test_cycle_finder_finds_a_planted_cycle() -> None:
     """The check is not vacuous: a cycle planted in the real graph is reported."""
     graph = _internal(_graph())
-    graph["agent_fsm.engine.errors"] = {*graph["agent_fsm.engine.errors"], "agent_fsm.engine.state"}
-    assert any("agent_fsm.engine.errors" in cycle for cycle in _cycles(graph))
+    graph["agent_fsm.engine.errors"] = [*graph["agent_fsm.engine.errors"], "agent_fsm.engine.state"]
+    assert any("agent_fsm.engine.errors" in cycle for cycle in cycles(graph))
 
 
 def test_every_area_has_a_layer() -> None:

@@ -111,3 +111,18 @@ def test_bad_store_urls_and_worlds_fail_in_one_line(tmp_path: Path) -> None:
     code, _, err = _runs("recover", "--store", url, "--world", "no.such.module:world")
     assert code == 1 and "cannot load the world" in err
     assert _runs("recover", "--store", url, "--world", "nocolon")[0] == 2
+
+
+def test_a_decision_from_the_cli_keeps_the_runs_own_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A world that names no limits leaves the run's saved ones in force: the CLI never swaps in the defaults."""
+    from agent_fsm import Limits
+
+    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
+    desk = world()
+    store = SqliteStore(tmp_path / "runs.db")
+    limits = Limits(max_turns=3, max_tool_calls=5)
+    run(TASK, desk["model"], desk["tools"], gate=desk["gate"], limits=limits, store=store, run_id="ticket-2")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    code, _, err = _runs("reject", "ticket-2", "--store", url, "--world", WORLD, "--reviewer", "ana", "--reason", "no")
+    assert code == 0, err
+    assert SqliteStore(tmp_path / "runs.db").load("ticket-2").state.limits == limits

@@ -15,12 +15,12 @@ from __future__ import annotations
 import importlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.transcript import format_transcript
 from agent_fsm.store import StoreError, approve, open_store, recover, reject
@@ -152,6 +152,25 @@ def export_command(
         output.write_text(text + "\n", encoding="utf-8")
 
 
+def _decide(decision: Callable[..., RunResult], run_id: str, store: str, world: str, **how: Any) -> str:
+    """Apply one human decision through the store; the line that says how the run rests now."""
+    chosen = _world(world)
+    with _open(store) as opened:
+        try:
+            result = decision(
+                opened,
+                run_id,
+                chosen["model"],
+                chosen["tools"],
+                gate=chosen.get("gate"),
+                limits=chosen.get("limits"),  # None: the limits saved with the run
+                **how,
+            )
+        except (StoreError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+    return _ended(run_id, result)
+
+
 @runs_app.command("approve")
 def approve_command(
     run_id: str,
@@ -168,23 +187,7 @@ def approve_command(
             edited = json.loads(arguments)
         except json.JSONDecodeError as exc:
             raise typer.BadParameter(f"not JSON: {exc}", param_hint="--arguments") from None
-    chosen = _world(world)
-    with _open(store) as opened:
-        try:
-            result = approve(
-                opened,
-                run_id,
-                chosen["model"],
-                chosen["tools"],
-                gate=chosen.get("gate"),
-                limits=chosen.get("limits", Limits()),
-                reviewer=reviewer,
-                arguments=edited,
-                pause_id=pause_id,
-            )
-        except (StoreError, ValueError) as exc:
-            raise _fail(str(exc)) from None
-    typer.echo(_ended(run_id, result))
+    typer.echo(_decide(approve, run_id, store, world, reviewer=reviewer, arguments=edited, pause_id=pause_id))
 
 
 @runs_app.command("reject")
@@ -197,23 +200,7 @@ def reject_command(
     pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
 ) -> None:
     """Reject a paused run's blocked call (the model is told why) and continue the run."""
-    chosen = _world(world)
-    with _open(store) as opened:
-        try:
-            result = reject(
-                opened,
-                run_id,
-                chosen["model"],
-                chosen["tools"],
-                gate=chosen.get("gate"),
-                limits=chosen.get("limits", Limits()),
-                reviewer=reviewer,
-                reason=reason,
-                pause_id=pause_id,
-            )
-        except (StoreError, ValueError) as exc:
-            raise _fail(str(exc)) from None
-    typer.echo(_ended(run_id, result))
+    typer.echo(_decide(reject, run_id, store, world, reviewer=reviewer, reason=reason, pause_id=pause_id))
 
 
 @runs_app.command("recover")
@@ -233,7 +220,7 @@ def recover_command(
             chosen["model"],
             chosen["tools"],
             gate=chosen.get("gate"),
-            limits=chosen.get("limits", Limits()),
+            limits=chosen.get("limits"),  # None: the limits saved with each run
             older_than=older_than,
             progress=lambda r: typer.echo(
                 f"  {r.run_id}: " + (_ended(r.run_id, r.result).split(": ", 1)[1] if r.result else f"failed: {r.error}")

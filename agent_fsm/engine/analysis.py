@@ -17,13 +17,13 @@ can find no edge to take and raises :class:`~agent_fsm.InvalidTransition`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
 from agent_fsm.engine.machine import Edge, MachineSpec
 
-__all__ = ["MachineReport", "Violation", "check_machine"]
+__all__ = ["MachineReport", "Violation", "check_machine", "cycles"]
 
 
 @attrs.frozen
@@ -81,26 +81,24 @@ def _closure(start: Iterable[str], step: dict[str, set[str]]) -> set[str]:
     return seen
 
 
-def _unbudgeted_cycles(names: list[str], edges: list[Edge]) -> list[list[str]]:
-    """Strongly connected components (Tarjan) of the graph of edges that consume nothing."""
-    graph: dict[str, list[str]] = {n: [] for n in names}
-    self_loops = set()
-    for e in edges:
-        if e.consumes is None:
-            graph[e.source].append(e.dest)
-            if e.source == e.dest:
-                self_loops.add(e.source)
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """
+    The cycles of a directed graph: its strongly connected components (Tarjan) that hold a cycle.
+
+    A component of several nodes, or one node with an edge to itself. Nodes
+    are listed in the graph's order within each component, components in the
+    order they are found. The architecture tests use it on the import graph.
+    """
+    names = list(graph)
+    order = {name: i for i, name in enumerate(names)}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     found: list[list[str]] = []
-    counter = 0
 
     def visit(node: str) -> None:
-        nonlocal counter
-        index[node] = low[node] = counter
-        counter += 1
+        index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
         for nxt in graph[node]:
@@ -117,13 +115,22 @@ def _unbudgeted_cycles(names: list[str], edges: list[Edge]) -> list[list[str]]:
                 component.append(member)
                 if member == node:
                     break
-            if len(component) > 1 or node in self_loops:
-                found.append(sorted(component, key=names.index))
+            if len(component) > 1 or node in graph[node]:
+                found.append(sorted(component, key=order.__getitem__))
 
     for name in names:
         if name not in index:
             visit(name)
     return found
+
+
+def _unbudgeted_cycles(names: list[str], edges: list[Edge]) -> list[list[str]]:
+    """The cycles of the graph of edges that consume nothing."""
+    graph: dict[str, list[str]] = {n: [] for n in names}
+    for e in edges:
+        if e.consumes is None:
+            graph[e.source].append(e.dest)
+    return cycles(graph)
 
 
 def check_machine(spec: MachineSpec) -> MachineReport:
