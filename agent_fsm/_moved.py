@@ -31,6 +31,7 @@ MOVED: dict[str, str] = {
     "agent_fsm.demo": "agent_fsm.examples.demo",
     "agent_fsm.environment": "agent_fsm.scenarios.environment",
     "agent_fsm.meter": "agent_fsm.patterns.meter",
+    "agent_fsm.patterns.compare": "agent_fsm.examples.compare",
     "agent_fsm.scenario": "agent_fsm.scenarios",
     "agent_fsm.scenario_cli": "agent_fsm.cli.run",
     "agent_fsm.spec_plugin": "agent_fsm.scenarios.plugin",

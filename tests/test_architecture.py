@@ -27,9 +27,8 @@ PACKAGE = Path(agent_fsm.__file__).parent
 # Applications may import the kernel and anything on a lower line; never a higher one.
 LAYERS: list[set[str]] = [
     {"engine"},
-    {"providers", "testing", "scenarios", "store"},
-    {"examples"},
-    {"patterns"},  # patterns.compare meters the patterns on the support-desk example
+    {"providers", "testing", "scenarios", "store", "patterns"},
+    {"examples"},  # examples.compare meters the patterns on the support-desk example
     {"diagrams"},  # the catalog draws the pattern machines
     {"cli"},
 ]

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from agent_fsm.cli import app
 from agent_fsm.diagrams.charts import CHART_FILES, CHARTS, ChartsUnavailable, chart_data, render_chart, write_charts
-from agent_fsm.patterns.compare import compare_rows
+from agent_fsm.examples.compare import compare_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "diagrams"

@@ -26,6 +26,14 @@ from agent_fsm import (
 )
 from agent_fsm.diagrams.catalog import machines
 from agent_fsm.engine.analysis import check_machine
+from agent_fsm.examples.compare import (
+    AFTER_FAN_OUT,
+    BRANCHES,
+    CORRECT_EFFECTS,
+    FAN_OUT,
+    REFUND_PLAN,
+    states_refunded_amount,
+)
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.patterns import (
@@ -45,14 +53,6 @@ from agent_fsm.patterns import (
     parallel,
     resume_agent,
     router,
-)
-from agent_fsm.patterns.compare import (
-    AFTER_FAN_OUT,
-    BRANCHES,
-    CORRECT_EFFECTS,
-    FAN_OUT,
-    REFUND_PLAN,
-    states_refunded_amount,
 )
 from agent_fsm.patterns.meter import Meter
 

@@ -1,8 +1,8 @@
-"""Tests for agent_fsm.patterns.compare: the canon measured on one task."""
+"""Tests for agent_fsm.examples.compare: the canon measured on one task."""
 
 from __future__ import annotations
 
-from agent_fsm.patterns.compare import Row, compare_rows, format_table
+from agent_fsm.examples.compare import Row, compare_rows, format_table
 
 
 def test_every_pattern_lands_the_one_correct_refund_at_the_seeds_call_counts():

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from agent_fsm.cli import app
-from agent_fsm.patterns.compare import compare_rows, format_table
+from agent_fsm.examples.compare import compare_rows, format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from agent_fsm.cli.charts import charts_command
 from agent_fsm.cli.diagram import diagram_command
 from agent_fsm.cli.run import run_command
 from agent_fsm.cli.runs import runs_app
-from agent_fsm.patterns.compare import compare_command
+from agent_fsm.examples.compare import compare_command
 
 app = typer.Typer(
     name="agent-fsm",
