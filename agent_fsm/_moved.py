@@ -11,7 +11,6 @@ public names are all on the facade.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
@@ -39,7 +38,8 @@ MOVED: dict[str, str] = {
 """Old module path -> where the module lives now."""
 
 
-class _Alias(importlib.abc.Loader):
+# Plain classes, not importlib.abc's: that module loads importlib.resources (and tempfile ...) at import.
+class _Alias:
     def __init__(self, target: str) -> None:
         self.target = target
 
@@ -51,14 +51,14 @@ class _Alias(importlib.abc.Loader):
         """The target module is already executed; nothing to do."""
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         new = MOVED.get(fullname)
         if new is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(new))
+        return importlib.machinery.ModuleSpec(fullname, _Alias(new))  # type: ignore[arg-type]  # a Loader by shape
 
 
 def install() -> None:

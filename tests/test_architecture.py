@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -182,3 +184,38 @@ def test_run_is_still_the_function() -> None:
     """``agent_fsm.run`` stays the facade's function, whatever old paths were imported."""
     importlib.import_module("agent_fsm.machine")
     assert callable(agent_fsm.run) and agent_fsm.run.__module__ == "agent_fsm.engine.driver"
+
+
+# Loaded only when something asks for them: a rich schema or a failed call (jsonschema and its
+# referencing stack), a pattern (RE2), the testing kit (hypothesis), a provider, the CLI, a drawing.
+LAZY = ("jsonschema", "referencing", "jsonschema_specifications", "re2", "hypothesis", "httpx", "typer", "graphviz")
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The LAZY modules in ``sys.modules`` after ``code`` runs in a fresh interpreter."""
+    probe = f"import sys\n{code}\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}} & {set(LAZY)!r})))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+PLAIN_RUN = """
+import agent_fsm as a
+tools = {"add": a.ToolSpec("Add two numbers.", {"x": int, "y": int}, lambda x, y: x + y)}
+model = a.ScriptedModel([a.tool_call_message("c1", "add", {"x": 1, "y": 2}), a.answer_message("3")])
+assert a.run("add", model, tools, gate=a.allow_all).answer == "3"
+"""
+
+
+def test_import_loads_no_optional_or_heavy_module() -> None:
+    """``import agent_fsm`` and a plain run on shorthand tools stay fast: none of LAZY is loaded."""
+    assert _loaded_after("import agent_fsm") == set()
+    assert _loaded_after(PLAIN_RUN) == set()
+
+
+def test_the_lazy_probe_sees_what_a_rich_schema_loads() -> None:
+    """The probe is not vacuous: a schema with a pattern loads jsonschema (to check it) and RE2."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a"}}, "required": ["s"]}
+    rich = f"import agent_fsm\nagent_fsm.ToolSpec('t', {schema!r}, lambda s: s)"
+    assert {"jsonschema", "referencing", "re2"} <= _loaded_after(rich)

@@ -223,3 +223,12 @@ def test_a_run_is_shown_the_registry_as_it_is_now():
     tools["b"] = ToolSpec("B.", {}, lambda: 2)
     run("t", Recorder([answer_message("x")]), tools)
     assert shown == [["a"], ["a", "b"]]
+
+
+def test_the_compiler_knows_every_draft_2020_12_keyword() -> None:
+    """The keyword list that decides what is compiled (kept so importing needs no jsonschema) is jsonschema's own."""
+    from jsonschema.validators import Draft202012Validator
+
+    from agent_fsm.engine.schema import _DRAFT_2020_12
+
+    assert frozenset(Draft202012Validator.VALIDATORS) == _DRAFT_2020_12

@@ -13,14 +13,15 @@ text (Python's would also accept a trailing newline). RE2 agrees on those;
 the translation below covers where it does not: ``\\s`` (ECMA's includes
 Unicode spaces), ``.`` (ECMA's stops at ``\\r``, U+2028 and U+2029 too) and
 ``\\uXXXX`` escapes.
+
+RE2 is loaded with the first pattern compiled, so importing the engine does not load it.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-
-from re2 import _re2
+from typing import Any
 
 __all__ = ["PatternError", "compile_pattern", "translate"]
 
@@ -90,10 +91,15 @@ def translate(pattern: str) -> str:
     return "".join(out)
 
 
-_OPTIONS = _re2.RE2.Options()
-_OPTIONS.log_errors = False  # RE2 would print every refused pattern to stderr
-_OPTIONS.never_capture = True  # only "does it match" is asked; no group offsets to track
-_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+@functools.cache
+def _engine() -> tuple[Any, Any, Any]:
+    # (RE2's constructor, its options, the unanchored mode), loaded with the first pattern.
+    from re2 import _re2
+
+    options = _re2.RE2.Options()
+    options.log_errors = False  # RE2 would print every refused pattern to stderr
+    options.never_capture = True  # only "does it match" is asked; no group offsets to track
+    return _re2.RE2, options, _re2.RE2.Anchor.UNANCHORED
 
 
 @functools.lru_cache(maxsize=4096)
@@ -107,7 +113,8 @@ def compile_pattern(pattern: str) -> Callable[[str], bool]:
     Raises:
         PatternError: RE2 cannot compile it; the message says why.
     """
-    regexp = _re2.RE2(translate(pattern).encode("utf-8"), _OPTIONS)
+    re2, options, unanchored = _engine()
+    regexp = re2(translate(pattern).encode("utf-8"), options)
     if not regexp.ok():
         why = regexp.error().decode("utf-8", "replace")
         raise PatternError(
@@ -120,6 +127,6 @@ def compile_pattern(pattern: str) -> Callable[[str], bool]:
             data = text.encode()
         except UnicodeEncodeError:  # a lone surrogate, as JSON's "\ud800" makes; RE2 sees its bytes
             data = text.encode("utf-8", "surrogatepass")
-        return bool(regexp.Match(_UNANCHORED, data, 0, len(data))[0][0] >= 0)
+        return bool(regexp.Match(unanchored, data, 0, len(data))[0][0] >= 0)
 
     return search

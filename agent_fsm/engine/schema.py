@@ -15,6 +15,9 @@ else (``$ref``, ``anyOf``, ``if``/``then`` ...) are checked by ``jsonschema``
 (Draft 2020-12), with the same pattern engine and format checks. Either way,
 when a call fails, ``jsonschema`` words the errors, so messages read the same
 whichever checker decided.
+
+``jsonschema`` (and its ``referencing`` stack) is imported on first use, by a
+rich schema or a failed call: a run whose tools are all compiled never loads it.
 """
 
 from __future__ import annotations
@@ -22,17 +25,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
-
-import jsonschema
-import referencing
-import referencing.exceptions
-from jsonschema.validators import Draft202012Validator, extend
-from jsonschema_specifications import REGISTRY as _SPECIFICATIONS
-from referencing.jsonschema import DRAFT202012
+from typing import TYPE_CHECKING, Any
 
 from agent_fsm.engine.formats import FORMAT_CHECKS
 from agent_fsm.engine.regexes import PatternError, compile_pattern
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = ["Checker", "compile_checker", "make_validator", "schema_problem"]
 
@@ -51,7 +50,9 @@ def _is_strict_integer(checker: Any, instance: Any) -> bool:
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
     if validator.is_type(instance, "string") and not compile_pattern(pattern)(instance):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+        from jsonschema import ValidationError
+
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[Any]:
@@ -79,49 +80,63 @@ def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: 
         for extra in extras:
             yield from validator.descend(instance[extra], allowed, path=extra)
     elif not allowed and extras:
+        from jsonschema import ValidationError
+
         if "patternProperties" in schema:
             verb = "does" if len(extras) == 1 else "do"
             joined = ", ".join(repr(each) for each in sorted(extras))
             patterns = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
-            yield jsonschema.ValidationError(f"{joined} {verb} not match any of the regexes: {patterns}")
+            yield ValidationError(f"{joined} {verb} not match any of the regexes: {patterns}")
         else:
             names = sorted(extras, key=str)
             verb = "was" if len(names) == 1 else "were"
             listed = ", ".join(repr(extra) for extra in names)
-            yield jsonschema.ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
+            yield ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
 
 
-_FORMAT_CHECKER = jsonschema.FormatChecker(formats=())
-for _name, _check in FORMAT_CHECKS.items():
-    _FORMAT_CHECKER.checks(_name)(
-        functools.partial(lambda check, value: not isinstance(value, str) or check(value), _check)
+@functools.cache
+def _jsonschema() -> tuple[Any, Any, Any]:
+    # (validator class, registry, format checker), built once, on the first rich schema or failed call.
+    import jsonschema
+    import referencing
+    from jsonschema.validators import Draft202012Validator, extend
+    from jsonschema_specifications import REGISTRY as SPECIFICATIONS
+
+    format_checker = jsonschema.FormatChecker(formats=())
+    for name, check in FORMAT_CHECKS.items():
+        format_checker.checks(name)(
+            functools.partial(lambda check, value: not isinstance(value, str) or check(value), check)
+        )
+    validator = extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator,
+        validators={
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+        },
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
     )
-
-_Validator = extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    validators={
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-    },
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
-)
-
-# Only the JSON Schema meta-schemas are known; with no ``retrieve``, any other URI is unresolvable.
-_REGISTRY: referencing.Registry[Any] = referencing.Registry().combine(_SPECIFICATIONS)
+    # Only the JSON Schema meta-schemas are known; with no ``retrieve``, any other URI is unresolvable.
+    registry: referencing.Registry[Any] = referencing.Registry().combine(SPECIFICATIONS)
+    return validator, registry, format_checker
 
 
 def make_validator(schema: Mapping[str, Any]) -> Any:
     """A Draft 2020-12 ``jsonschema`` validator that fetches nothing and runs patterns on RE2."""
-    return _Validator(schema, registry=_REGISTRY, format_checker=_FORMAT_CHECKER)
+    validator, registry, format_checker = _jsonschema()
+    return validator(schema, registry=registry, format_checker=format_checker)
 
 
 # --- definition-time checks ---------------------------------------------------
 
 
 def _ref_problems(schema: Mapping[str, Any]) -> Iterator[str]:
+    import referencing.exceptions
+    from referencing.jsonschema import DRAFT202012
+
+    registry = _jsonschema()[1]
     root = DRAFT202012.create_resource(schema)
-    stack = [(root, _REGISTRY.resolver_with_root(root))]
+    stack = [(root, registry.resolver_with_root(root))]
     keywords: set[str] = set()
     while stack:
         resource, resolver = stack.pop()
@@ -156,11 +171,13 @@ def _ref_problems(schema: Mapping[str, Any]) -> Iterator[str]:
 def _problem_of(schema_text: str) -> str | None:
     # The meta-schema check costs milliseconds; test worlds are rebuilt per
     # example, so each distinct schema is checked once.
+    import jsonschema
+
     schema = json.loads(schema_text)
     try:
         # format_checker=None: the meta-schema's "regex" format would compile patterns with
         # Python's re, whose dialect is not JSON Schema's; RE2 compiles them below instead.
-        _Validator.check_schema(schema, format_checker=None)
+        _jsonschema()[0].check_schema(schema, format_checker=None)
     except jsonschema.SchemaError as exc:
         return exc.message
     return next(_ref_problems(schema), None)
@@ -205,7 +222,17 @@ _COMPILED = frozenset(
 )
 # Keywords jsonschema knows but that assert nothing on their own (or only matter to $ref, which is not compiled).
 _INERT = frozenset({"$schema", "$id", "$anchor", "$dynamicAnchor", "$defs", "$comment", "$vocabulary"})
-_ASSERTING = frozenset(Draft202012Validator.VALIDATORS) - _COMPILED - _INERT
+# Draft 2020-12's asserting keywords (jsonschema's Draft202012Validator.VALIDATORS; a test keeps them equal).
+_DRAFT_2020_12 = frozenset(
+    {
+        "$dynamicRef", "$ref", "additionalProperties", "allOf", "anyOf", "const", "contains",
+        "dependentRequired", "dependentSchemas", "enum", "exclusiveMaximum", "exclusiveMinimum", "format", "if",
+        "items", "maxItems", "maxLength", "maxProperties", "maximum", "minItems", "minLength", "minProperties",
+        "minimum", "multipleOf", "not", "oneOf", "pattern", "patternProperties", "prefixItems", "properties",
+        "propertyNames", "required", "type", "unevaluatedItems", "unevaluatedProperties", "uniqueItems",
+    }
+)  # fmt: skip
+_ASSERTING = _DRAFT_2020_12 - _COMPILED - _INERT
 
 
 def _equal(one: Any, two: Any) -> bool:

@@ -146,7 +146,7 @@ class ToolSpec:
             raise ToolDefinitionError(f"handler must be callable, got {self.handler!r}")
         json_schema = _normalise_schema(self.schema)
         object.__setattr__(self, "json_schema", json_schema)
-        object.__setattr__(self, "_validator", make_validator(json_schema))
+        object.__setattr__(self, "_validator", None)  # built on the first failed call: jsonschema loads lazily
         object.__setattr__(self, "_checker", compile_checker(json_schema))
         object.__setattr__(self, "_accepts", handler_arguments(self.handler, json_schema))
 
@@ -154,8 +154,12 @@ class ToolSpec:
         """Every way ``arguments`` breaks the contract, as readable lines (empty when valid)."""
         if self._checker is not None and self._checker(arguments):
             return []
+        validator = self._validator
+        if validator is None:
+            validator = make_validator(self.json_schema)
+            object.__setattr__(self, "_validator", validator)
         found = []
-        for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(map(str, e.path))):
+        for error in sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.path))):
             where = "/".join(str(p) for p in error.path)
             found.append(f"{where}: {error.message}" if where else error.message)
         return found
