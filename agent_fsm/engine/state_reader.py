@@ -11,6 +11,8 @@ held to the type of their default.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -127,26 +129,39 @@ _FAULT_SHAPE = _shape(("type", "kind", "message", "status"))
 _PAUSE_SHAPE = _shape(("pause_id", "fingerprint", "reason"))
 
 
-def _generic(field: attrs.Attribute[Any], value: Any, path: str) -> Any:
-    """A field this reader has no rule for (added later): held to the type of its default."""
+Reader = Callable[[Any, str], Any]
+
+
+def _any(value: Any, path: str) -> Any:
+    return value
+
+
+def _object_of(value: Any, path: str) -> Any:
+    if type(value) is not dict:
+        raise _expect(path, "an object", value)
+    return value
+
+
+def _generic(field: attrs.Attribute[Any]) -> Reader:
+    """The reader of a field this module has no rule for (added later): held to the type of its default."""
     default: Any = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
         default = default.factory()
     if default is None and str(field.type) in ("str | None", "Optional[str]"):
-        return _opt_str(value, path)
+        return _opt_str
     if default is attrs.NOTHING or default is None:
-        return value
+        return _any
     if isinstance(default, bool):
-        return _bool(value, path)
+        return _bool
     if isinstance(default, int):
-        return _int(value, path, None)
+        return functools.partial(_int, minimum=None)
     if isinstance(default, str):
-        return _str(value, path)
+        return _str
     if isinstance(default, list):
-        return _list(value, path)
-    if isinstance(default, dict) and type(value) is not dict:
-        raise _expect(path, "an object", value)
-    return value
+        return _list
+    if isinstance(default, dict):
+        return _object_of
+    return _any
 
 
 def _extra(cls: type, known: tuple[str, ...]) -> tuple[attrs.Attribute[Any], ...]:
@@ -154,11 +169,16 @@ def _extra(cls: type, known: tuple[str, ...]) -> tuple[attrs.Attribute[Any], ...
     return tuple(f for f in attrs.fields(cls) if f.name not in known)
 
 
+def _readers(extra: tuple[attrs.Attribute[Any], ...]) -> tuple[tuple[str, str, Reader], ...]:
+    # Decided once per field, not once per record read: (saved name, argument name, reader).
+    return tuple((f.name, f.alias or f.name, _generic(f)) for f in extra)
+
+
 def _record(
-    cls: type, extra: tuple[attrs.Attribute[Any], ...], known: dict[str, Any], data: dict[str, Any], path: str
+    cls: type, extra: tuple[tuple[str, str, Reader], ...], known: dict[str, Any], data: dict[str, Any], path: str
 ) -> Any:
-    for field in extra:
-        known[field.alias or field.name] = _generic(field, data[field.name], f"{path}.{field.name}")
+    for name, argument, read in extra:
+        known[argument] = read(data[name], f"{path}.{name}")
     try:
         return cls(**known)
     except (TypeError, ValueError) as exc:
@@ -167,6 +187,12 @@ def _record(
 
 OBSERVATION_EXTRA = _extra(Observation, ("call_id", "ok", "kind", "content", "permanent"))
 CALL_EXTRA = _extra(ToolCall, ("call_id", "name", "arguments", "raw_arguments"))
+_OBSERVATION_READERS = _readers(OBSERVATION_EXTRA)
+_CALL_READERS = _readers(CALL_EXTRA)
+
+
+# The records below are read once per saved call: their checks are written out,
+# and a field's dotted path is only spelled when it is reported.
 
 
 def _observation(value: Any, path: str) -> Observation:
@@ -174,17 +200,19 @@ def _observation(value: Any, path: str) -> Observation:
     kind = data["kind"]
     if kind not in _KINDS:
         raise _expect(f"{path}.kind", f"one of {', '.join(_KINDS)}", kind)
-    ok = _bool(data["ok"], f"{path}.ok")
+    ok = data["ok"]
+    if type(ok) is not bool:
+        raise _expect(f"{path}.ok", "true or false", ok)
     if ok != (kind == "result"):
         raise BadField(f"{path}.ok", f"{ok} disagrees with kind {kind!r} (only a result is ok)")
-    known = {
-        "call_id": _str(data["call_id"], f"{path}.call_id"),
-        "ok": ok,
-        "kind": kind,
-        "content": data["content"],
-        "permanent": _bool(data["permanent"], f"{path}.permanent"),
-    }
-    result: Observation = _record(Observation, OBSERVATION_EXTRA, known, data, path)
+    call_id = data["call_id"]
+    if type(call_id) is not str:
+        raise _expect(f"{path}.call_id", "a string", call_id)
+    permanent = data["permanent"]
+    if type(permanent) is not bool:
+        raise _expect(f"{path}.permanent", "true or false", permanent)
+    known = {"call_id": call_id, "ok": ok, "kind": kind, "content": data["content"], "permanent": permanent}
+    result: Observation = _record(Observation, _OBSERVATION_READERS, known, data, path)
     return result
 
 
@@ -193,13 +221,15 @@ def _call(value: Any, path: str) -> ToolCall:
     arguments = data["arguments"]
     if arguments is not None and type(arguments) is not dict:
         raise _expect(f"{path}.arguments", "an object or null", arguments)
-    known = {
-        "call_id": _str(data["call_id"], f"{path}.call_id"),
-        "name": _str(data["name"], f"{path}.name"),
-        "arguments": arguments,
-        "raw_arguments": _opt_str(data["raw_arguments"], f"{path}.raw_arguments"),
-    }
-    result: ToolCall = _record(ToolCall, CALL_EXTRA, known, data, path)
+    call_id, name, raw = data["call_id"], data["name"], data["raw_arguments"]
+    if type(call_id) is not str:
+        raise _expect(f"{path}.call_id", "a string", call_id)
+    if type(name) is not str:
+        raise _expect(f"{path}.name", "a string", name)
+    if raw is not None and type(raw) is not str:
+        raise _expect(f"{path}.raw_arguments", "a string", raw)
+    known = {"call_id": call_id, "name": name, "arguments": arguments, "raw_arguments": raw}
+    result: ToolCall = _record(ToolCall, _CALL_READERS, known, data, path)
     return result
 
 
@@ -337,6 +367,7 @@ _KNOWN = (
 )
 FIELDS = attrs.fields(RunState)
 STATE_EXTRA = _extra(RunState, _KNOWN)
+_STATE_READERS = _readers(STATE_EXTRA)
 _TOP = _shape(("format", *(f.name for f in FIELDS)))
 
 
@@ -373,8 +404,8 @@ def read_state(data: dict[str, Any]) -> RunState:
         "recent_rejections": _recent(data["recent_rejections"], "recent_rejections"),
         "alternation": _int(data["alternation"], "alternation"),
     }
-    for field in STATE_EXTRA:
-        values[field.name] = _generic(field, data[field.name], field.name)
+    for name, _argument, read in _STATE_READERS:
+        values[name] = read(data[name], name)
     return RunState(**values)
 
 
