@@ -340,31 +340,12 @@ def _recent(value: Any, path: str) -> list[str]:
     return value  # type: ignore[no-any-return]
 
 
+# The fields read_state has a rule for, in the order a saved state lists them.
 _KNOWN = (
-    "messages",
-    "observations",
-    "prompt_token_log",
-    "turns",
-    "tool_attempts",
-    "machine_state",
-    "path",
-    "pending",
-    "judgement",
-    "denials",
-    "answer",
-    "opening",
-    "fault",
-    "message_tokens",
-    "usage_offset",
-    "finish",
-    "code",
-    "limits",
-    "pause",
-    "run_id",
-    "consumed",
-    "recent_rejections",
-    "alternation",
-)
+    "messages", "observations", "prompt_token_log", "turns", "tool_attempts", "machine_state", "path", "pending",
+    "judgement", "denials", "answer", "opening", "fault", "message_tokens", "usage_offset", "finish", "code",
+    "limits", "pause", "run_id", "consumed", "recent_rejections", "alternation",
+)  # fmt: skip
 FIELDS = attrs.fields(RunState)
 STATE_EXTRA = _extra(RunState, _KNOWN)
 _STATE_READERS = _readers(STATE_EXTRA)
