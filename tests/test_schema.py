@@ -4,14 +4,25 @@ and declarations are rendered once per tool and registry content."""
 from __future__ import annotations
 
 import functools
+import gc
 import json
+import weakref
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm import ScriptedModel, ToolSpec, answer_message, estimate_tokens, function_declarations, run
+from agent_fsm import (
+    ScriptedModel,
+    ToolSpec,
+    allow_all,
+    answer_message,
+    estimate_tokens,
+    function_declarations,
+    run,
+    tool_call_message,
+)
 from agent_fsm.engine.jsondata import storable
 from agent_fsm.engine.observe import to_json_data
 from agent_fsm.engine.schema import compile_checker, make_validator
@@ -232,3 +243,29 @@ def test_the_compiler_knows_every_draft_2020_12_keyword() -> None:
     from agent_fsm.engine.schema import _DRAFT_2020_12
 
     assert frozenset(Draft202012Validator.VALIDATORS) == _DRAFT_2020_12
+
+
+class _World:
+    def __init__(self) -> None:
+        self.orders = {"A-1": "shipped"}
+
+
+def _run_in_a_world() -> tuple[weakref.ref[_World], str | None]:
+    world = _World()
+
+    def lookup(order_id: str, context: Any = None) -> str:
+        return world.orders[order_id]
+
+    tools = {"lookup": ToolSpec("Look an order up.", {"order_id": str}, lookup)}
+    model = ScriptedModel([tool_call_message("c1", "lookup", {"order_id": "A-1"}), answer_message("Shipped.")])
+    result = run("Where is A-1?", model, tools, gate=allow_all)
+    assert result.state.observations[0].content == "shipped"
+    return weakref.ref(world), result.answer
+
+
+def test_the_engine_keeps_no_handler_alive_after_its_tools_are_gone() -> None:
+    """No per-handler cache pins a handler (and the world its closure holds) once the user drops the tools."""
+    alive, answer = _run_in_a_world()
+    gc.collect()
+    assert answer == "Shipped."
+    assert alive() is None

@@ -12,11 +12,11 @@ have happened without being observed.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
 import json
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -114,8 +114,7 @@ def mark_pause(state: RunState) -> None:
         state.pause_id = uuid.uuid4().hex
 
 
-@functools.lru_cache(maxsize=4096)
-def _takes_context(handler: Callable[..., Any]) -> bool:
+def _reads_context(handler: Callable[..., Any]) -> bool:
     try:
         parameters = inspect.signature(handler).parameters
     except (TypeError, ValueError):  # some builtins have no readable signature: they take no context
@@ -124,9 +123,19 @@ def _takes_context(handler: Callable[..., Any]) -> bool:
     return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
 
+# Held weakly: a cache must not keep a handler, and the world its closure holds, alive after its tools are gone.
+_CONTEXT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def takes_context(handler: Callable[..., Any]) -> bool:
     """Whether ``handler`` names a ``context`` parameter (read once per handler; handlers are called often)."""
+    # A bound method is made anew on every attribute access; its function lasts, and answers the same.
+    key = getattr(handler, "__func__", handler)
     try:
-        return _takes_context(handler)
-    except TypeError:  # an unhashable callable object: read its signature each time
-        return _takes_context.__wrapped__(handler)
+        return _CONTEXT[key]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable, or not weakly referenceable: read its signature each time
+        return _reads_context(handler)
+    found = _CONTEXT[key] = _reads_context(handler)
+    return found
