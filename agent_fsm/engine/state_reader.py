@@ -252,9 +252,12 @@ def _judgement(value: Any, path: str) -> Judgement | None:
     if value is None:
         return None
     data = _object(value, path, _JUDGEMENT_SHAPE)
-    if data["kind"] not in _JUDGEMENTS:
-        raise _expect(f"{path}.kind", f"one of {', '.join(_JUDGEMENTS)}", data["kind"])
-    return Judgement(data["kind"], _str(data["reason"], f"{path}.reason"))
+    kind, reason = data["kind"], data["reason"]
+    if kind not in _JUDGEMENTS:
+        raise _expect(f"{path}.kind", f"one of {', '.join(_JUDGEMENTS)}", kind)
+    if type(reason) is not str:
+        raise _expect(f"{path}.reason", "a string", reason)
+    return Judgement(kind, reason)
 
 
 def _fault(value: Any, path: str) -> ProviderFault | None:
@@ -275,7 +278,7 @@ def _limits(value: Any, path: str) -> Limits | None:
         return None
     # Fields added to Limits later are optional here, so older saved states still load.
     data = _object(value, path, _LIMITS_SHAPE, _LIMITS_SHAPE[1])
-    key = tuple((name, type(item), item) for name, item in data.items())
+    key = (*data.items(), *map(type, data.values()))  # the types too: True is not 1
     try:
         return _LIMITS_SEEN[key]  # Limits are frozen: runs saved under the same budgets share one
     except (KeyError, TypeError):
@@ -290,18 +293,17 @@ def _limits(value: Any, path: str) -> Limits | None:
     return limits
 
 
-_LIMITS_SEEN: dict[tuple[tuple[str, type, Any], ...], Limits] = {}
+_LIMITS_SEEN: dict[tuple[Any, ...], Limits] = {}
 
 
 def _pause(value: Any, path: str) -> Pause | None:
     if value is None:
         return None
     data = _object(value, path, _PAUSE_SHAPE)
-    return Pause(
-        _str(data["pause_id"], f"{path}.pause_id"),
-        _str(data["fingerprint"], f"{path}.fingerprint"),
-        _str(data["reason"], f"{path}.reason"),
-    )
+    for name in _PAUSE_SHAPE[0]:
+        if type(data[name]) is not str:
+            raise _expect(f"{path}.{name}", "a string", data[name])
+    return Pause(data["pause_id"], data["fingerprint"], data["reason"])
 
 
 def _denials(value: Any, path: str) -> dict[str, int]:
