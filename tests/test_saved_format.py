@@ -145,3 +145,15 @@ def test_round_trip_of_many_paused_runs_stays_close_to_plain_json():
     assert [RunState.from_json(t) for t in texts] == states
     # generous bounds for a shared machine; bench/ measures the real figures
     assert dump < 6 and load < 8, (dump, load)
+
+
+def test_budgets_shared_between_loads_are_still_checked_by_type() -> None:
+    """Runs saved under the same budgets share one Limits; an equal budget of another type (0 for false) is refused."""
+    data = _saved()
+    assert data["limits"] is not None
+    RunState.from_json(json.dumps(data))  # the budgets are now known
+    again = RunState.from_json(json.dumps(data))
+    assert again.limits is RunState.from_json(json.dumps(data)).limits
+    data["limits"]["accept_truncated"] = 0 if data["limits"]["accept_truncated"] is False else 1
+    with pytest.raises(ValueError, match="at limits"):
+        RunState.from_json(json.dumps(data))
