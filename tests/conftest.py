@@ -52,3 +52,25 @@ def postgres_server():
 def postgres_dsn(postgres_server) -> str:
     """A fresh database on the session's PostgreSQL server."""
     return postgres_server.new_database()
+
+
+@pytest.fixture(scope="session")
+def temporal_server():
+    """A real Temporal dev server for the session; skips without the CLI, except under CI, where it fails."""
+    from tests.temporal_server import INSTALL_HINT, TemporalServer, find_cli
+
+    cli = find_cli()
+    try:
+        import temporalio  # noqa: F401
+    except ImportError:
+        missing = "temporalio is not installed: pip install -e '.[test]' (or the temporal extra)"
+    else:
+        missing = INSTALL_HINT if cli is None else ""
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    assert cli is not None
+    server = TemporalServer(cli).start()
+    yield server
+    server.stop()

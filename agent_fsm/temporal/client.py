@@ -1,0 +1,144 @@
+"""
+Starting runs by an agent's name, and deciding their pauses, from any process that reaches the server.
+
+    handle = await start_run(client, agent="support-desk", task="My order A-17 came broken.", run_id="ticket-1")
+    state = await handle.state()                    # a query: where the run is, its transcript, its path
+    await handle.approve(reviewer="ana")            # an update: refused unless the run waits on that pause
+    result = await handle.result()                  # the same RunResult an in-process run returns
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agent_fsm.engine.errors import AgentFSMError
+from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.temporal.codec import result_of
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+__all__ = ["DEFAULT_TASK_QUEUE", "AlreadyDecided", "DecisionRefused", "RunHandle", "get_run", "start_run"]
+
+DEFAULT_TASK_QUEUE = "agent-fsm"
+"""The task queue runs are started on and workers poll when none is named."""
+
+
+class DecisionRefused(AgentFSMError, ValueError):
+    """
+    The run did not take the decision: it is not paused, the edit breaks the call's contract, or the like.
+
+    ``kind`` is the refusal's type: ``NotPaused``, ``AlreadyDecided`` or ``BadDecision``.
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class AlreadyDecided(DecisionRefused):
+    """Another decision on this pause was taken first (of two concurrent decisions, exactly one is)."""
+
+
+class RunHandle:
+    """One run on the server, by its id (the workflow id): its result, its state, and the decisions on it."""
+
+    def __init__(self, handle: WorkflowHandle[Any, Any]) -> None:
+        self.handle = handle
+        self.run_id: str = handle.id
+
+    async def result(self) -> RunResult:
+        """Wait for the run to end and return its result, its state checked as it is read."""
+        return result_of(await self.handle.result())
+
+    async def state(self) -> RunState:
+        """The run's state now (a query, answered by a worker): current machine state, transcript, path."""
+        return RunState.from_json(await self.handle.query("state"))
+
+    async def decisions(self) -> list[dict[str, Any]]:
+        """Every decision taken on the run's pauses: ``decision``, ``pause_id``, ``reviewer``, ``at``, ``reason``."""
+        found: list[dict[str, Any]] = await self.handle.query("decisions")
+        return found
+
+    async def _decide(self, kind: str, decision: dict[str, Any]) -> str:
+        from temporalio.client import WorkflowUpdateFailedError
+        from temporalio.exceptions import ApplicationError
+
+        if decision.get("pause_id") is None:
+            state = await self.state()
+            decision["pause_id"] = state.pause_id
+        try:
+            decided: str = await self.handle.execute_update(kind, decision)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type in ("AlreadyDecided", "NotPaused", "BadDecision"):
+                error = AlreadyDecided if cause.type == "AlreadyDecided" else DecisionRefused
+                raise error(cause.message, cause.type) from exc
+            raise
+        return decided
+
+    async def approve(
+        self, *, reviewer: str, arguments: Mapping[str, Any] | None = None, pause_id: str | None = None
+    ) -> str:
+        """
+        Approve the pause ``pause_id`` (default: the one open now); returns the pause id decided.
+
+        ``arguments`` replaces the blocked call's arguments (a reviewer's
+        edit); the edited call must satisfy its contract and not be denied
+        by the gate, or nothing is decided. The approved call is judged
+        afresh in the workflow, as :func:`agent_fsm.resume` judges it.
+
+        Raises:
+            AlreadyDecided: that pause was decided already (by another reviewer, a moment earlier).
+            DecisionRefused: the run is not paused there, or the edit is refused.
+        """
+        edit = dict(arguments) if arguments is not None else None
+        return await self._decide("approve", {"reviewer": reviewer, "arguments": edit, "pause_id": pause_id})
+
+    async def reject(self, *, reviewer: str, reason: str = "", pause_id: str | None = None) -> str:
+        """
+        Reject the pause ``pause_id`` (default: the one open now): the call becomes a ``denied`` observation.
+
+        Raises:
+            AlreadyDecided: that pause was decided already.
+            DecisionRefused: the run is not paused there.
+        """
+        return await self._decide("reject", {"reviewer": reviewer, "reason": reason, "pause_id": pause_id})
+
+
+async def start_run(
+    client: Client,
+    *,
+    agent: str,
+    task: str,
+    run_id: str,
+    history: Sequence[Mapping[str, Any]] = (),
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    history_bound: int | None = None,
+    execution_timeout: timedelta | None = None,
+) -> RunHandle:
+    """
+    Start a run of the agent registered as ``agent`` on the workers of ``task_queue``; its id is ``run_id``.
+
+    ``run_id`` is the workflow id: starting a second run under an id in use
+    is refused by the server. ``history_bound`` is the number of history
+    events after which the run continues as new (default
+    :data:`agent_fsm.temporal.HISTORY_BOUND`); ``execution_timeout`` bounds
+    the run's whole life, pauses included.
+    """
+    from agent_fsm.temporal.workflow import WORKFLOW_NAME
+
+    if not isinstance(run_id, str) or not run_id:
+        raise TypeError(f"a run needs a run_id to be found by (a non-empty str, got {run_id!r})")
+    start = {"agent": agent, "task": task, "history": [dict(m) for m in history], "history_bound": history_bound}
+    handle = await client.start_workflow(
+        WORKFLOW_NAME, start, id=run_id, task_queue=task_queue, execution_timeout=execution_timeout
+    )
+    return RunHandle(handle)
+
+
+def get_run(client: Client, run_id: str) -> RunHandle:
+    """The handle of the run ``run_id`` started earlier, from any process (e.g. a reviewer's)."""
+    return RunHandle(client.get_workflow_handle(run_id))

@@ -1,0 +1,49 @@
+"""
+Settling an effectful call whose activity ended without a result, by the kernel's recovery rule.
+
+Temporal has already tried the call as often as its retry policy allows
+(once for a tool that is not idempotent), so nothing is run again here:
+the step into ``Executing`` is rolled back to the checkpoint taken at the
+call's intent and the run pauses, "outcome unknown", naming the call's
+idempotency key (:mod:`agent_fsm.engine.recovery`). A person checks the
+world and approves (the call runs once more, under the same key) or rejects.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from agent_fsm.engine.callbacks import RunContext
+from agent_fsm.engine.failures import RunError
+from agent_fsm.engine.observe import estimate_tokens
+from agent_fsm.engine.recovery import _settle
+from agent_fsm.engine.state import RunState
+from agent_fsm.temporal.definition import AgentDefinition
+from agent_fsm.temporal.proxies import IntentLog
+
+__all__ = ["settle_unknown"]
+
+
+def settle_unknown(log: IntentLog, definition: AgentDefinition) -> RunState:
+    """
+    The run paused on the interrupted call of ``log``'s open intent, as recovery after a crash pauses it.
+
+    Raises:
+        RunError: no intent is open (an outcome can only be unknown for an effect that was begun).
+    """
+    state, intent = log.at_intent, log.intent
+    if state is None or intent is None:
+        raise RunError("an effect's outcome is unknown but no intent was recorded for it", state=log.live)
+    # Never re-run here: the retry policy spent its attempts already, so even an idempotent tool waits for a person.
+    tools = {
+        name: attrs.evolve(spec, idempotent=False, retries=0) if name == intent.tool else spec
+        for name, spec in definition.tools.items()
+    }
+    limits = state.limits or definition.limits
+    context = RunContext(state, None, tools, definition.gate, limits, estimate_tokens, run_id=state.run_id)  # type: ignore[arg-type]
+    _settle(context, intent)
+    assert state.pause is not None, "an interrupted call settles as a pause"
+    # The kernel's recovery leaves the pause id to the store's commit; here it is the pause's own (deterministic).
+    state.pause_id = state.pause.pause_id
+    log.intent = log.at_intent = None
+    return state

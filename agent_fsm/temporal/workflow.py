@@ -1,0 +1,214 @@
+"""
+The run machine as a Temporal workflow: the same table and async driver as ``arun``, made durable.
+
+The workflow drives the run with :func:`agent_fsm.aadvance` and
+:func:`agent_fsm.aresume`; the model and the handlers it reaches are
+activities (:mod:`agent_fsm.temporal.proxies`), validation and pure gates run
+here, deterministic on replay (the run id is the workflow id, so pause ids
+and idempotency keys are too). A pause waits for an ``approve`` or
+``reject`` update naming its pause id; the update's validator refuses any
+other, and of two decisions on one pause the first handled wins. Past
+``history_bound`` events the run continues as new, carrying its state as
+its own strict JSON, at a pause or before a model call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from agent_fsm.engine.boundary import judge
+from agent_fsm.engine.driver import start_state
+from agent_fsm.engine.failures import HandlerError, RunError
+from agent_fsm.engine.limits import Stop
+from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine.tools import ToolCall
+from agent_fsm.temporal.codec import result_json
+from agent_fsm.temporal.definition import HISTORY_BOUND, AgentDefinition, definition_for
+from agent_fsm.temporal.proxies import IntentLog, OutcomeUnknown, Rollover, WorkflowModel, gate_of, tools_of
+from agent_fsm.temporal.settle import settle_unknown
+
+__all__ = ["WORKFLOW_NAME", "RunWorkflow"]
+
+WORKFLOW_NAME = "agent_fsm.run"
+"""The workflow type every run is started under."""
+
+def _refuse(kind: str, message: str) -> ApplicationError:
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class RunWorkflow:
+    """One run of a registered agent, from its task (or a carried state) to its typed ending."""
+
+    def __init__(self) -> None:
+        self._log = IntentLog()
+        self._resting: RunResult | None = None
+        self._decision: dict[str, Any] | None = None
+        self._decisions: list[dict[str, Any]] = []
+        self._definition: AgentDefinition | None = None
+        self._bound = HISTORY_BOUND
+        self._model: WorkflowModel | None = None
+        self._tools: dict[str, Any] = {}
+        self._parts: dict[str, Any] = {}
+
+    # --- the run -------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, start: dict[str, Any]) -> str:
+        """Drive the run until it ends; each pause waits here for its decision."""
+        from agent_fsm import aadvance, aresume
+
+        agent = start["agent"]
+        definition = self._definition = definition_for(agent).chosen(workflow.patched)
+        self._bound = start.get("history_bound") or HISTORY_BOUND
+        run_id = workflow.info().workflow_id
+        if start.get("state") is not None:
+            state = RunState.from_json(start["state"])  # carried over: checked as any saved state is
+            self._decisions = list(start.get("decisions", []))
+        else:
+            state = start_state(start["task"], system_prompt=definition.system_prompt, history=start.get("history", ()))
+            state.run_id = run_id
+            state.limits = definition.limits
+        self._log.live = state
+        model = self._model = WorkflowModel(agent, definition.timeouts, rollover=self._over_bound)
+        parts = self._parts = {
+            "gate": gate_of(agent, definition),
+            "answer_check": definition.answer_check,
+            "endings": definition.endings,
+            "store": self._log,
+            "run_id": run_id,
+        }
+        tools = self._tools = tools_of(agent, definition)
+        result = await self._drive(start, lambda: aadvance(state, model, tools, **parts))
+        while result.stop is Stop.AWAITING_APPROVAL:
+            self._resting = result
+            if self._over_bound():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._continue(start, result.state)
+            await workflow.wait_condition(lambda: self._decision is not None)
+            decision, self._decision = self._decision, None
+            assert decision is not None
+            self._resting = None
+            paused = result.state
+            approve = decision["decision"] == "approve"
+            result = await self._drive(
+                start,
+                lambda: aresume(
+                    paused,
+                    model,
+                    tools,
+                    approve=approve,
+                    reason=decision.get("reason") or "",
+                    arguments=decision.get("arguments") if approve else None,
+                    **parts,
+                ),
+            )
+        self._resting = result
+        return result_json(result)
+
+    async def _drive(self, start: dict[str, Any], step: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        """One stretch of driving; an interrupted effect is settled, a rollover continues as new."""
+        from agent_fsm import aadvance
+
+        try:
+            return await step()
+        except HandlerError as exc:
+            if isinstance(exc.__cause__, OutcomeUnknown):
+                state = settle_unknown(self._log, self._parts_definition())
+                self._log.live = state
+                return await aadvance(state, self._model, self._tools, **self._parts)
+            raise _refuse("HandlerError", f"{exc} (the run's state is in the details)") from exc
+        except RunError as exc:
+            if isinstance(exc.__cause__, Rollover) and exc.state is not None:
+                self._continue(start, exc.state)
+            raise _refuse(type(exc).__name__, str(exc)) from exc
+
+    def _parts_definition(self) -> AgentDefinition:
+        assert self._definition is not None
+        return self._definition
+
+    def _over_bound(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._bound
+
+    def _continue(self, start: dict[str, Any], state: RunState) -> None:
+        carried = {
+            "agent": start["agent"],
+            "state": state.to_json(),
+            "decisions": self._decisions,
+            "history_bound": start.get("history_bound"),
+        }
+        workflow.continue_as_new(carried)
+
+    # --- what a client may ask and decide ---------------------------------------------------
+
+    @workflow.query(name="state")
+    def state(self) -> str:
+        """The run's state as of its latest rest or effect, as its own strict JSON."""
+        live = self._resting.state if self._resting is not None else self._log.live
+        assert live is not None
+        return live.to_json()
+
+    @workflow.query(name="decisions")
+    def decisions(self) -> list[dict[str, Any]]:
+        """Every decision taken on this run's pauses: which, by whom, when."""
+        return list(self._decisions)
+
+    def _check(self, decision: dict[str, Any], kind: str) -> None:
+        resting = self._resting
+        asked = decision.get("pause_id")
+        if self._decision is not None or any(d["pause_id"] == asked for d in self._decisions):
+            raise _refuse("AlreadyDecided", f"pause {asked!r} was decided already; a pause is decided once")
+        if resting is None or resting.stop is not Stop.AWAITING_APPROVAL:
+            raise _refuse("NotPaused", "this run is not waiting for a decision")
+        pause_id = resting.state.pause_id
+        if asked not in (None, pause_id):
+            raise _refuse("AlreadyDecided", f"pause {decision.get('pause_id')!r} is not open (the open one is {pause_id!r})")
+        reviewer = decision.get("reviewer")
+        if not isinstance(reviewer, str) or not reviewer:
+            raise _refuse("BadDecision", "a decision names its reviewer (a non-empty str)")
+        arguments = decision.get("arguments")
+        if arguments is None:
+            return
+        if kind != "approve" or not isinstance(arguments, dict):
+            raise _refuse("BadDecision", "'arguments' replaces the blocked call's arguments: an object, with approve")
+        # A reviewer's edit must satisfy the contract and not be denied, or nothing is decided (as with a store).
+        blocked = resting.state.pending[0]
+        definition = self._parts_definition()
+        gate = definition.gate if not definition.gate_does_io else (lambda call: ("ask", ""))
+        judgement = judge(ToolCall(blocked.call_id, blocked.name, arguments), definition.tools, gate)  # type: ignore[arg-type]
+        if judgement.kind in ("invalid", "denied"):
+            raise _refuse("BadDecision", f"the edited call is {judgement.kind}: {judgement.reason}")
+
+    def _take(self, decision: dict[str, Any], kind: str) -> str:
+        # Runs in order, before any await: of two decisions that both passed validation, the first wins here.
+        self._check(decision, kind)
+        assert self._resting is not None
+        pause_id = self._resting.state.pause_id
+        assert pause_id is not None
+        taken = {"reason": None, **decision, "decision": kind, "pause_id": pause_id, "at": workflow.now().timestamp()}
+        self._decisions.append({k: taken[k] for k in ("decision", "pause_id", "reviewer", "at", "reason")})
+        self._decision = taken
+        return pause_id
+
+    @workflow.update(name="approve")
+    def approve(self, decision: dict[str, Any]) -> str:
+        """Approve the open pause (optionally with the reviewer's edited arguments); the pause id decided."""
+        return self._take(decision, "approve")
+
+    @approve.validator
+    def _approvable(self, decision: dict[str, Any]) -> None:
+        self._check(decision, "approve")
+
+    @workflow.update(name="reject")
+    def reject(self, decision: dict[str, Any]) -> str:
+        """Reject the open pause: the call is recorded as not run, with the reviewer's reason; the pause id."""
+        return self._take(decision, "reject")
+
+    @reject.validator
+    def _rejectable(self, decision: dict[str, Any]) -> None:
+        self._check(decision, "reject")
