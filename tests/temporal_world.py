@@ -60,7 +60,9 @@ def _hang(step: str) -> None:
 def refund(order_id: str, cents: int, context: ToolContext) -> dict[str, Any]:
     """Not idempotent: every call writes a row."""
     with _ledger() as db:
-        db.execute("INSERT INTO refunds VALUES (?, ?, ?, ?)", (context.idempotency_key, context.run_id, context.call_id, cents))
+        db.execute(
+            "INSERT INTO refunds VALUES (?, ?, ?, ?)", (context.idempotency_key, context.run_id, context.call_id, cents)
+        )
     _hang("refund")
     return {"order_id": order_id, "refunded_cents": cents}
 
@@ -71,7 +73,8 @@ def refund_once(order_id: str, cents: int, context: ToolContext) -> dict[str, An
         found = db.execute("SELECT 1 FROM refunds WHERE key = ?", (context.idempotency_key,)).fetchone()
         if found is None:
             db.execute(
-                "INSERT INTO refunds VALUES (?, ?, ?, ?)", (context.idempotency_key, context.run_id, context.call_id, cents)
+                "INSERT INTO refunds VALUES (?, ?, ?, ?)",
+                (context.idempotency_key, context.run_id, context.call_id, cents),
             )
     _hang("refund_once")
     return {"order_id": order_id, "refunded_cents": cents}
@@ -89,7 +92,10 @@ TOOLS = {
     "lookup": ToolSpec("Look an order up.", {"order_id": str}, lookup),
     "refund": ToolSpec("Refund an order. Moves money.", {"order_id": str, "cents": int}, refund, effectful=True),
     "refund_once": ToolSpec(
-        "Refund an order under an idempotency key.", {"order_id": str, "cents": int}, refund_once, effectful=True,
+        "Refund an order under an idempotency key.",
+        {"order_id": str, "cents": int},
+        refund_once,
+        effectful=True,
         idempotent=True,
     ),
 }
@@ -142,6 +148,8 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "crash-refund-once": [_look("c1"), _refund("c2", 4999, "refund_once"), answer_message("Refunded.")],
     "crash-model": [_look("c1"), _refund("c2", 4999), answer_message("Refunded.")],
     "long": [_look(f"c{i}") for i in range(1, 13)] + [answer_message("Looked twelve times.")],
+    # bench/temporal_scale.py: three turns, two effect-free calls, nothing written anywhere.
+    "bench": [_look("c1"), _look("c2", "A-18"), answer_message("Both orders were paid 4999 cents.")],
 }
 
 LIMITS = {

@@ -29,7 +29,7 @@ PACKAGE = Path(agent_fsm.__file__).parent
 # Applications may import the kernel and anything on a lower line; never a higher one.
 LAYERS: list[set[str]] = [
     {"engine"},
-    {"providers", "testing", "scenarios", "store", "patterns"},
+    {"providers", "testing", "scenarios", "store", "patterns", "temporal"},
     {"examples"},  # examples.compare meters the patterns on the support-desk example
     {"diagrams"},  # the catalog draws the pattern machines
     {"cli"},
@@ -188,7 +188,17 @@ def test_run_is_still_the_function() -> None:
 
 # Loaded only when something asks for them: a rich schema or a failed call (jsonschema and its
 # referencing stack), a pattern (RE2), the testing kit (hypothesis), a provider, the CLI, a drawing.
-LAZY = ("jsonschema", "referencing", "jsonschema_specifications", "re2", "hypothesis", "httpx", "typer", "graphviz")
+LAZY = (
+    "jsonschema",
+    "referencing",
+    "jsonschema_specifications",
+    "re2",
+    "hypothesis",
+    "httpx",
+    "typer",
+    "graphviz",
+    "temporalio",
+)
 
 
 def _loaded_after(code: str) -> set[str]:

