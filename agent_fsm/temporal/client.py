@@ -65,6 +65,7 @@ class RunHandle:
     async def _decide(self, kind: str, decision: dict[str, Any]) -> str:
         from temporalio.client import WorkflowUpdateFailedError
         from temporalio.exceptions import ApplicationError
+        from temporalio.service import RPCError
 
         if decision.get("pause_id") is None:
             state = await self.state()
@@ -77,6 +78,13 @@ class RunHandle:
                 error = AlreadyDecided if cause.type == "AlreadyDecided" else DecisionRefused
                 raise error(cause.message, cause.type) from exc
             raise
+        except RPCError as exc:
+            # The run ended (or ended while the update was on its way): whether this pause was decided says which.
+            if "closing workflow" not in str(exc) and "already completed" not in str(exc):
+                raise
+            if any(d["pause_id"] == decision["pause_id"] for d in await self.decisions()):
+                raise AlreadyDecided(f"pause {decision['pause_id']!r} was decided already", "AlreadyDecided") from exc
+            raise DecisionRefused("the run has ended: it waits for no decision", "NotPaused") from exc
         return decided
 
     async def approve(

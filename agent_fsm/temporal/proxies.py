@@ -86,10 +86,12 @@ class WorkflowModel:
         self.timeouts = timeouts
         # Asked before each call whether the history has grown past its bound (see RunWorkflow).
         self.rollover = rollover
+        # Model calls made in this workflow run: one that has made none does not continue as new again.
+        self.calls = 0
 
     async def achat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
         """Run the model activity on the transcript; a provider's failure is raised as it was raised there."""
-        if self.rollover is not None and self.rollover():
+        if self.calls and self.rollover is not None and self.rollover():
             raise Rollover("the workflow's history passed its bound; continuing as new")
         timeouts = self.timeouts
         try:
@@ -108,6 +110,7 @@ class WorkflowModel:
                 f"the model activity failed after {timeouts.model_attempts} attempt(s): {exc.cause or exc}",
                 kind="timeout" if timed_out else "transport",
             ) from exc
+        self.calls += 1
         if "fault" in data:
             raise fault_of(data["fault"])
         return reply_of(data)

@@ -45,16 +45,38 @@ def _refuse(kind: str, message: str) -> ApplicationError:
 class RunWorkflow:
     """One run of a registered agent, from its task (or a carried state) to its typed ending."""
 
-    def __init__(self) -> None:
-        self._log = IntentLog()
-        self._resting: RunResult | None = None
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
+        # Everything a decision's validator reads is ready before the first update can arrive.
         self._decision: dict[str, Any] | None = None
-        self._decisions: list[dict[str, Any]] = []
-        self._definition: AgentDefinition | None = None
-        self._bound = HISTORY_BOUND
-        self._model: WorkflowModel | None = None
-        self._tools: dict[str, Any] = {}
-        self._parts: dict[str, Any] = {}
+        self._decisions: list[dict[str, Any]] = list(start.get("decisions", []))
+        agent = start["agent"]
+        definition = self._definition = definition_for(agent).chosen(workflow.patched)
+        self._bound: int = start.get("history_bound") or HISTORY_BOUND
+        run_id = workflow.info().workflow_id
+        if start.get("state") is not None:
+            state = RunState.from_json(start["state"])  # carried over: checked as any saved state is
+        else:
+            state = start_state(start["task"], system_prompt=definition.system_prompt, history=start.get("history", ()))
+            state.run_id = run_id
+            state.limits = definition.limits
+        self._log = IntentLog()
+        self._log.live = state
+        # A run carried over while paused waits for its decision from the first moment of the new run.
+        self._resting: RunResult | None = (
+            RunResult(Stop.AWAITING_APPROVAL, None, state, state.pending[0])
+            if state.stop is Stop.AWAITING_APPROVAL
+            else None
+        )
+        self._model = WorkflowModel(agent, definition.timeouts, rollover=self._over_bound)
+        self._tools = tools_of(agent, definition)
+        self._parts: dict[str, Any] = {
+            "gate": gate_of(agent, definition),
+            "answer_check": definition.answer_check,
+            "endings": definition.endings,
+            "store": self._log,
+            "run_id": run_id,
+        }
 
     # --- the run -------------------------------------------------------------------
 
@@ -63,31 +85,13 @@ class RunWorkflow:
         """Drive the run until it ends; each pause waits here for its decision."""
         from agent_fsm import aadvance, aresume
 
-        agent = start["agent"]
-        definition = self._definition = definition_for(agent).chosen(workflow.patched)
-        self._bound = start.get("history_bound") or HISTORY_BOUND
-        run_id = workflow.info().workflow_id
-        if start.get("state") is not None:
-            state = RunState.from_json(start["state"])  # carried over: checked as any saved state is
-            self._decisions = list(start.get("decisions", []))
-        else:
-            state = start_state(start["task"], system_prompt=definition.system_prompt, history=start.get("history", ()))
-            state.run_id = run_id
-            state.limits = definition.limits
-        self._log.live = state
-        model = self._model = WorkflowModel(agent, definition.timeouts, rollover=self._over_bound)
-        parts = self._parts = {
-            "gate": gate_of(agent, definition),
-            "answer_check": definition.answer_check,
-            "endings": definition.endings,
-            "store": self._log,
-            "run_id": run_id,
-        }
-        tools = self._tools = tools_of(agent, definition)
+        state = self._log.live
+        assert state is not None
+        model, tools, parts = self._model, self._tools, self._parts
         result = await self._drive(start, aadvance(state, model, tools, **parts))
         while result.stop is Stop.AWAITING_APPROVAL:
             self._resting = result
-            if self._over_bound():
+            if model.calls and self._over_bound():  # a run carried over and still paused stays as it is
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue(start, result.state)
             await workflow.wait_condition(lambda: self._decision is not None)
@@ -119,7 +123,7 @@ class RunWorkflow:
             return await step
         except HandlerError as exc:
             if isinstance(exc.__cause__, OutcomeUnknown):
-                state = settle_unknown(self._log, self._parts_definition())
+                state = settle_unknown(self._log, self._definition)
                 self._log.live = state
                 return await aadvance(state, self._model, self._tools, **self._parts)
             raise _refuse("HandlerError", f"{exc} (the run's state is in the details)") from exc
@@ -127,10 +131,6 @@ class RunWorkflow:
             if isinstance(exc.__cause__, Rollover) and exc.state is not None:
                 self._continue(start, exc.state)
             raise _refuse(type(exc).__name__, str(exc)) from exc
-
-    def _parts_definition(self) -> AgentDefinition:
-        assert self._definition is not None
-        return self._definition
 
     def _over_bound(self) -> bool:
         info = workflow.info()
@@ -181,7 +181,7 @@ class RunWorkflow:
             raise _refuse("BadDecision", "'arguments' replaces the blocked call's arguments: an object, with approve")
         # A reviewer's edit must satisfy the contract and not be denied, or nothing is decided (as with a store).
         blocked = resting.state.pending[0]
-        definition = self._parts_definition()
+        definition = self._definition
         gate = definition.gate if not definition.gate_does_io else (lambda call: ("ask", ""))
         judgement = judge(ToolCall(blocked.call_id, blocked.name, arguments), definition.tools, gate)  # type: ignore[arg-type]
         if judgement.kind in ("invalid", "denied"):
