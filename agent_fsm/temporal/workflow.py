@@ -27,7 +27,7 @@ from agent_fsm.engine.limits import Stop
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import ToolCall
 from agent_fsm.temporal.codec import result_json
-from agent_fsm.temporal.definition import HISTORY_BOUND, AgentDefinition, definition_for
+from agent_fsm.temporal.definition import HISTORY_BOUND, definition_for
 from agent_fsm.temporal.proxies import IntentLog, OutcomeUnknown, Rollover, WorkflowModel, gate_of, tools_of
 from agent_fsm.temporal.settle import settle_unknown
 
