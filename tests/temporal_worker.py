@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import timedelta
 
 
 async def main(address: str, task_queue: str) -> None:
@@ -19,7 +20,11 @@ async def main(address: str, task_queue: str) -> None:
     from tests.temporal_world import AGENTS
 
     client = await Client.connect(address)
-    worker = create_worker(client, AGENTS, task_queue=task_queue, passthrough=["tests"])
+    # A killed worker's cached runs move to another worker after 1 s instead of the default 10.
+    sticky = timedelta(seconds=1)
+    worker = create_worker(
+        client, AGENTS, task_queue=task_queue, passthrough=["tests"], sticky_queue_schedule_to_start_timeout=sticky
+    )
     async with worker:
         print("ready", flush=True)
         await asyncio.Event().wait()

@@ -108,9 +108,7 @@ def fault_of(data: dict[str, Any]) -> ProviderFailure:
     kind = _FAULT_TYPES.get(name)
     if kind is None:
         kind = _FAULT_TYPES[name] = type(name, (ProviderFailure,), {"__doc__": f"A remote {name}."})
-    fault = kind(data["message"], kind=data["kind"], status=data["status"])
-    fault.message = data["message"]
-    return fault
+    return kind(data["message"], kind=data["kind"], status=data["status"])
 
 
 def verdict_data(verdict: Verdict) -> dict[str, Any]:
