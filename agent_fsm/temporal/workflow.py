@@ -41,6 +41,25 @@ def _refuse(kind: str, message: str) -> ApplicationError:
     return ApplicationError(message, type=kind, non_retryable=True)
 
 
+def _before_the_call(state: RunState) -> RunState:
+    """
+    The state as it was in ``Ready``, before the model call a rollover stopped.
+
+    The model is asked on entering ``Proposing`` from ``Ready``, after the
+    turn and the prompt's size are counted; undoing those three steps gives
+    back the state the next turn starts from, so the new workflow run takes
+    that turn exactly as this one would have.
+    """
+    entered = state.path[-2:] in (["Proposing"], ["Ready", "Proposing"])  # the first Ready is not in the path
+    if not entered or state.pending or len(state.prompt_token_log) != state.turns:
+        raise RunError(f"a rollover stopped the run outside a model call (in {state.machine_state!r})", state=state)
+    state.path.pop()
+    state.machine_state = "Ready"
+    state.turns -= 1
+    state.prompt_token_log.pop()
+    return state
+
+
 @workflow.defn(name=WORKFLOW_NAME)
 class RunWorkflow:
     """One run of a registered agent, from its task (or a carried state) to its typed ending."""
@@ -129,7 +148,7 @@ class RunWorkflow:
             raise _refuse("HandlerError", f"{exc} (the run's state is in the details)") from exc
         except RunError as exc:
             if isinstance(exc.__cause__, Rollover) and exc.state is not None:
-                self._continue(start, exc.state)
+                self._continue(start, _before_the_call(exc.state))
             raise _refuse(type(exc).__name__, str(exc)) from exc
 
     def _over_bound(self) -> bool:
