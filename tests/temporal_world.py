@@ -88,7 +88,12 @@ def lookup(order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "paid_cents": 4999}
 
 
+def explode() -> None:
+    raise RuntimeError("a bug in the handler")
+
+
 TOOLS = {
+    "explode": ToolSpec("Has a bug.", {}, explode),
     "lookup": ToolSpec("Look an order up.", {"order_id": str}, lookup),
     "refund": ToolSpec("Refund an order. Moves money.", {"order_id": str, "cents": int}, refund, effectful=True),
     "refund_once": ToolSpec(
@@ -148,6 +153,7 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "crash-refund-once": [_look("c1"), _refund("c2", 4999, "refund_once"), answer_message("Refunded.")],
     "crash-model": [_look("c1"), _refund("c2", 4999), answer_message("Refunded.")],
     "long": [_look(f"c{i}") for i in range(1, 13)] + [answer_message("Looked twelve times.")],
+    "bug": [tool_call_message("c1", "explode", {})],
     # bench/temporal_scale.py: three turns, two effect-free calls, nothing written anywhere.
     "bench": [_look("c1"), _look("c2", "A-18"), answer_message("Both orders were paid 4999 cents.")],
 }

@@ -118,6 +118,26 @@ def test_each_typed_ending_is_the_in_process_one(address: str, name: str, stop: 
     _same(result, _in_process(name, run_id))
 
 
+def test_a_handler_bug_fails_the_run_as_it_raises_in_process(address: str) -> None:
+    """A handler's unexpected exception is not retried: the workflow fails with HandlerError, as arun raises it."""
+    from temporalio.client import WorkflowFailureError
+
+    from agent_fsm import HandlerError
+    from agent_fsm.temporal import start_run
+
+    run_id = f"bug-{uuid.uuid4().hex[:8]}"
+
+    async def remote() -> Any:
+        handle = await start_run(await _client(address), agent="bug", task="Go.", run_id=run_id, task_queue=QUEUE)
+        return await handle.result()
+
+    with pytest.raises(WorkflowFailureError) as failed:
+        go(remote)
+    assert failed.value.cause.type == "HandlerError" and "a bug in the handler" in failed.value.cause.message
+    with pytest.raises(HandlerError, match="a bug in the handler"):
+        _in_process("bug", run_id)
+
+
 def _start_paused(address: str, name: str = "pause", **options: Any) -> tuple[str, Any]:
     from agent_fsm.temporal import start_run
 
