@@ -214,3 +214,42 @@ def test_two_racing_async_decisions_on_one_pause_run_the_call_once() -> None:
     assert sum(isinstance(o, NotPaused) for o in outcomes) == 1
     assert [o.stop for o in outcomes if not isinstance(o, BaseException)] == [Stop.ANSWERED]
     assert [e["cents"] for e in ledger] == [50]
+
+
+def test_a_stored_async_run_commits_what_a_stored_sync_run_commits(tmp_path: Any) -> None:
+    """arun with a SqliteStore: the same stored state, status and effect records (intent then result) as run."""
+    from agent_fsm.store import SqliteStore
+
+    rows = []
+    for name, drive in (("sync", "run"), ("async", "arun")):
+        tools, ledger = make_payments()
+        store = SqliteStore(tmp_path / f"{name}.db")
+        if drive == "run":
+            run("pay", ScriptedModel(_script()), tools, gate=pay_gate, store=store, run_id="r")
+        else:
+            asyncio.run(
+                arun("pay", ScriptedModel(_script()), async_tools(tools), gate=pay_gate, store=store, run_id="r")
+            )
+        stored = store.load("r")
+        effects = [(e.call_id, e.tool, e.idempotency_key, e.outcome) for e in store.effects("r")]
+        rows.append((stored.status, stored.state.to_json(), effects, len(ledger)))
+    assert rows[0] == rows[1] and rows[0][0] == "ended" and rows[0][3] == 1 and rows[0][2]
+
+
+def test_a_cancelled_stored_run_is_committed_as_it_stands(tmp_path: Any) -> None:
+    from agent_fsm.store import SqliteStore
+
+    tools, _ = make_payments()
+    store = SqliteStore(tmp_path / "runs.db")
+
+    async def main() -> RunState:
+        slow = AsyncModel(ScriptedModel(_script()), delay=10.0)
+        task = asyncio.ensure_future(arun("pay", slow, tools, gate=pay_gate, store=store, run_id="r"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(RunCancelled) as raised:
+            await task
+        return raised.value.state
+
+    state = asyncio.run(main())
+    assert store.load("r").state == state and state.machine_state == "Ready"
