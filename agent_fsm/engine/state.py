@@ -67,7 +67,10 @@ def _new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-@attrs.define(eq=True)
+# No validation on assignment: the driver sets fields many times a turn, and a
+# state is checked where it crosses a trust boundary (RunState.from_json,
+# state_problem on advance/resume), not on every write.
+@attrs.define(eq=True, on_setattr=attrs.setters.NO_OP)
 class RunState:
     """
     Everything the engine knows about one run.
@@ -127,6 +130,8 @@ class RunState:
     # alternated between two different proposals (A, B, A, B ...).
     recent_rejections: list[str] = attrs.field(factory=list)
     alternation: int = 0
+    # Seconds spent in the drivers under a time budget (Limits.max_seconds), pauses excluded.
+    elapsed: float = 0.0
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
