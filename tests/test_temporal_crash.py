@@ -129,23 +129,30 @@ def test_a_refund_cut_off_by_a_dead_worker_waits_for_a_person(
     try:
         [(key, _, call_id, _)] = _rows(run_id)  # the refund happened; nobody observed it
 
-        async def decide() -> Any:
+        async def settled() -> Any:
             handle = get_run(await Client.connect(temporal_server.address), run_id)
             for _ in range(400):
                 state = await handle.state()
-                if state.machine_state == "AwaitingApproval":
+                if state.stop is not None:  # paused or ended
                     break
                 await asyncio.sleep(0.05)
-            reason = state.pause.reason if state.pause else ""
-            await handle.reject(reviewer="ana", reason=f"the ledger has it under {key}")
-            return reason, await handle.result()
+            return state
 
-        reason, result = asyncio.run(asyncio.wait_for(decide(), 60))
+        state = asyncio.run(asyncio.wait_for(settled(), 60))
+        assert _tally(run_id) == 1  # duplicates: 0, whatever the run did next
+        assert state.machine_state == "AwaitingApproval"
+        reason = state.pause.reason
+
+        async def decide() -> Any:
+            handle = get_run(await Client.connect(temporal_server.address), run_id)
+            await handle.reject(reviewer="ana", reason=f"the ledger has it under {key}")
+            return await handle.result()
+
+        result = asyncio.run(asyncio.wait_for(decide(), 60))
     finally:
         _stop(second)
     assert reason.startswith(OUTCOME_UNKNOWN) and key in reason and call_id in reason
-    assert result.stop is Stop.ANSWERED
-    assert _tally(run_id) == 1  # duplicates: 0
+    assert result.stop is Stop.ANSWERED and len(_rows(run_id)) == 1
 
 
 def test_an_idempotent_refund_cut_off_is_retried_under_its_key(

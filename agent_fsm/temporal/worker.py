@@ -24,7 +24,18 @@ if TYPE_CHECKING:
 
 __all__ = ["PASSTHROUGH", "create_worker", "sandbox_runner"]
 
-PASSTHROUGH = ("agent_fsm", "attr", "attrs", "cattrs", "transitions", "jsonschema", "referencing", "re2")
+PASSTHROUGH = (
+    "agent_fsm",
+    "attr",
+    "attrs",
+    "cattrs",
+    "transitions",
+    "jsonschema",
+    "jsonschema_specifications",
+    "referencing",
+    "rpds",
+    "re2",
+)
 """Modules the workflow sandbox takes from the worker's own imports instead of re-importing them per run."""
 
 
