@@ -80,7 +80,7 @@ def refund_once(order_id: str, cents: int, context: ToolContext) -> dict[str, An
     return {"order_id": order_id, "refunded_cents": cents}
 
 
-def lookup(order_id: str) -> dict[str, Any]:
+async def lookup(order_id: str) -> dict[str, Any]:  # an async handler: awaited on the worker
     if order_id == "gone":
         raise ToolError("the order was purged", permanent=True)
     if order_id == "flaky":
@@ -178,11 +178,12 @@ def model_of(name: str) -> Any:
     return ScriptedModel(SCRIPTS[name])
 
 
-def definition(name: str) -> AgentDefinition:
+def definition(name: str, *, gate_does_io: bool = False) -> AgentDefinition:
     return AgentDefinition(
         TOOLS,
         model=lambda: model_of(name),
         gate=gate,
+        gate_does_io=gate_does_io,
         limits=LIMITS.get(name, Limits()),
         answer_check=_honest,
         timeouts=TIMEOUTS,
@@ -190,3 +191,4 @@ def definition(name: str) -> AgentDefinition:
 
 
 AGENTS = {name: definition(name) for name in [*SCRIPTS, "provider-error"]}
+AGENTS["pause-io-gate"] = definition("pause", gate_does_io=True)  # the same desk, its gate run as an activity

@@ -161,11 +161,12 @@ def _refunds(run_id: str) -> list[int]:
     return [cents for _, rid, _, cents in world.ledger() if rid == run_id]
 
 
-def test_a_pause_is_approved_by_an_update_from_another_client(address: str) -> None:
+@pytest.mark.parametrize("agent", ["pause", "pause-io-gate"])
+def test_a_pause_is_approved_by_an_update_from_another_client(address: str, agent: str) -> None:
     """The reviewer's process knows only the run id; its approval resumes the run, which pays once."""
     from agent_fsm.temporal import get_run
 
-    run_id, paused = _start_paused(address)
+    run_id, paused = _start_paused(address, agent)
     assert paused.pause_id == f"{run_id}.1" and paused.pending[0].arguments == {"order_id": "A-17", "cents": 9999}
     assert _refunds(run_id) == []
 

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_fsm.engine.boundary import execute
+from agent_fsm.engine.async_steps import adrive
+from agent_fsm.engine.boundary import execute, execution
 from agent_fsm.engine.checkpoint import ToolContext
 from agent_fsm.engine.effects import executing
 from agent_fsm.engine.failures import HandlerError
@@ -102,7 +103,11 @@ class Activities:
                 return execute(parsed, definition.tools, context=given)
 
         try:
-            observation = await _beating(_in_thread(run))
+            if inspect.iscoroutinefunction(definition.tools[parsed.name].handler):
+                with executing(parsed.call_id):
+                    observation = await _beating(adrive(execution(parsed, definition.tools, context=given)))
+            else:  # a plain handler runs in a thread, so the worker keeps heart-beating however long it takes
+                observation = await _beating(_in_thread(run))
         except HandlerError as exc:
             raise ApplicationError(str(exc), call, type="HandlerError", non_retryable=True) from exc
         return observation_data(observation)

@@ -20,6 +20,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from agent_fsm.engine.async_driver import aadvance, aresume
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.driver import start_state
 from agent_fsm.engine.failures import HandlerError, RunError
@@ -102,8 +103,6 @@ class RunWorkflow:
     @workflow.run
     async def run(self, start: dict[str, Any]) -> str:
         """Drive the run until it ends; each pause waits here for its decision."""
-        from agent_fsm import aadvance, aresume
-
         state = self._log.live
         assert state is not None
         model, tools, parts = self._model, self._tools, self._parts
@@ -136,8 +135,6 @@ class RunWorkflow:
 
     async def _drive(self, start: dict[str, Any], step: Awaitable[RunResult]) -> RunResult:
         """One stretch of driving; an interrupted effect is settled, a rollover continues as new."""
-        from agent_fsm import aadvance
-
         try:
             return await step
         except HandlerError as exc:
