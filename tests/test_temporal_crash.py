@@ -53,7 +53,7 @@ def _worker(address: str, queue: str, tmp_path: Path, hang: str | None = None) -
         env["AGENT_FSM_HANG"] = hang
         env["AGENT_FSM_HANG_MARKER"] = str(tmp_path / "hanging")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.temporal_worker", address, queue],
+        [sys.executable, "-m", "tests.temporal_worker", address, queue, "1"],  # a killed worker's runs move on in 1 s
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
