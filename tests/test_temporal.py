@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm import Stop, aresume, arun
+from agent_fsm import RunState, Stop, aresume, arun
 from tests import temporal_world as world
 
 pytestmark = pytest.mark.temporal
@@ -133,7 +133,9 @@ def test_a_handler_bug_fails_the_run_as_it_raises_in_process(address: str) -> No
 
     with pytest.raises(WorkflowFailureError) as failed:
         go(remote)
-    assert failed.value.cause.type == "HandlerError" and "a bug in the handler" in failed.value.cause.message
+    cause = failed.value.cause
+    assert cause.type == "HandlerError" and "a bug in the handler" in cause.message
+    assert RunState.from_json(cause.details[0]).pending[0].name == "explode"  # the run's state, for a person
     with pytest.raises(HandlerError, match="a bug in the handler"):
         _in_process("bug", run_id)
 

@@ -24,6 +24,7 @@ from agent_fsm.engine.async_driver import aadvance, aresume
 from agent_fsm.engine.boundary import judge
 from agent_fsm.engine.driver import start_state
 from agent_fsm.engine.failures import HandlerError, RunError
+from agent_fsm.engine.gates import Verdict
 from agent_fsm.engine.limits import Stop
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import ToolCall
@@ -38,8 +39,8 @@ WORKFLOW_NAME = "agent_fsm.run"
 """The workflow type every run is started under."""
 
 
-def _refuse(kind: str, message: str) -> ApplicationError:
-    return ApplicationError(message, type=kind, non_retryable=True)
+def _refuse(kind: str, message: str, *details: Any) -> ApplicationError:
+    return ApplicationError(message, *details, type=kind, non_retryable=True)
 
 
 def _before_the_call(state: RunState) -> RunState:
@@ -142,7 +143,8 @@ class RunWorkflow:
                 state = settle_unknown(self._log, self._definition)
                 self._log.live = state
                 return await aadvance(state, self._model, self._tools, **self._parts)
-            raise _refuse("HandlerError", f"{exc} (the run's state is in the details)") from exc
+            saved = exc.state.to_json() if exc.state is not None else None
+            raise _refuse("HandlerError", f"{exc} (the run's state is in the details)", saved) from exc
         except RunError as exc:
             if isinstance(exc.__cause__, Rollover) and exc.state is not None:
                 self._continue(start, _before_the_call(exc.state))
@@ -198,7 +200,8 @@ class RunWorkflow:
         # A reviewer's edit must satisfy the contract and not be denied, or nothing is decided (as with a store).
         blocked = resting.state.pending[0]
         definition = self._definition
-        gate = definition.gate if not definition.gate_does_io else (lambda call: ("ask", ""))
+        # A gate doing I/O is consulted when the approval is judged, in the workflow, not here.
+        gate = definition.gate if not definition.gate_does_io else (lambda call: Verdict.ask("judged on approval"))
         judgement = judge(ToolCall(blocked.call_id, blocked.name, arguments), definition.tools, gate)  # type: ignore[arg-type]
         if judgement.kind in ("invalid", "denied"):
             raise _refuse("BadDecision", f"the edited call is {judgement.kind}: {judgement.reason}")
