@@ -31,6 +31,7 @@ GUIDES = [
     ("Hostile input", "hostile-input.md"),
     ("Diagrams", "diagrams.md"),
     ("Specs", "specs.md"),
+    ("Async runs and events", "async.md"),
     ("Durable runs", "durability.md"),
     ("Testing your gates and models", "testing.md"),
     ("Workflow patterns", "patterns.md"),
