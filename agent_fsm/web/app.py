@@ -51,7 +51,7 @@ _HEADERS = [
     (b"content-security-policy", APP_POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # "no-referrer" would make browsers send "Origin: null"
     (b"cache-control", b"no-store"),
 ]
 _NOTICES = {

@@ -10,6 +10,7 @@ the stylesheet shipped beside the templates.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -63,8 +64,21 @@ def diagram_svg(state: RunState) -> tuple[str | None, str | None]:
         drawn = render(RUN_MACHINE, "svg", path=path_of(state)).decode("utf-8")
     except (GraphvizMissing, TraceError) as exc:
         return None, str(exc)
-    start = drawn.find("<svg")
-    return (drawn[start:] if start >= 0 else drawn), None
+    return _fitted(drawn[drawn.find("<svg") :]), None
+
+
+def _fitted(svg: str) -> str:
+    """
+    The SVG scaled to its box: Graphviz at 96 dpi scales the drawing by 96/72 inside a viewBox
+    still in points, which crops it; the viewBox is set to the drawn size, the fixed size dropped.
+    """
+    head, sep, rest = svg.partition(">")
+    found = re.search(r'width="([\d.]+)pt"\s+height="([\d.]+)pt"', head)
+    if found is None:
+        return svg
+    width, height = found.groups()
+    head = re.sub(r'\s(width|height|viewBox)="[^"]*"', "", head) + f' viewBox="0 0 {width} {height}"'
+    return head + sep + rest
 
 
 def run_context(

@@ -8,13 +8,15 @@
   var every = Number(root.getAttribute("data-every")) || 1500;
   var note = document.getElementById("live");
   var busy = false;
+  var leaving = false;  // a form was sent: its answer is the next page, not a reload
+  document.addEventListener("submit", function () { leaving = true; });
   function poll() {
-    if (busy) { return; }
+    if (busy || leaving) { return; }
     busy = true;
     fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "Accept": "application/json" } })
       .then(function (response) { return response.ok ? response.json() : null; })
       .then(function (data) {
-        if (data && String(data.stamp) !== seen) {
+        if (data && !leaving && String(data.stamp) !== seen) {
           if (note) { note.textContent = "the run moved on: reloading"; note.className = "live moved"; }
           window.location.replace(window.location.pathname);
         }
