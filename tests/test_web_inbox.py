@@ -7,7 +7,12 @@ person sees in one is in tests/test_web_browser.py.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +202,31 @@ def test_the_inbox_command_will_not_start_without_reviewers(store_url: str, monk
     monkeypatch.delenv(REVIEWERS_VARIABLE, raising=False)
     result = CliRunner().invoke(cli, ["inbox", "--store", store_url, "--world", "tests.web_world:world"])
     assert result.exit_code == 1 and REVIEWERS_VARIABLE in result.stderr
+
+
+def test_the_inbox_command_serves_on_loopback(store_url: str) -> None:
+    """``agent-fsm inbox`` in its own process serves the sign-in page on 127.0.0.1, and a reviewer can sign in."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, REVIEWERS_VARIABLE: f"ana:{TOKEN}"}
+    command = [sys.executable, "-m", "agent_fsm.cli", "inbox", "--store", store_url, "--world", "tests.web_world:world"]
+    server = subprocess.Popen([*command, "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/login", timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, (
+                    server.stderr.read() if server.stderr else ""
+                )
+                time.sleep(0.1)
+        ana = _signed_in(base)
+        assert "ticket-1" in ana.get("/").text
+        ana.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
