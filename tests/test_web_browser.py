@@ -22,7 +22,7 @@ from agent_fsm.store import SqliteStore, open_store, reject
 from agent_fsm.web import Reviewers, inbox_app, render_view
 from tests.browser import TIMEOUT, full_page_screenshot, open_browser, screenshot_folder, textarea_json
 from tests.web_server import serving
-from tests.web_world import ANSWER, HOSTILE_TASK, IMG, NOTE, REASON, SCRIPT, THOUGHTS, start, world
+from tests.web_world import ANSWER, HOSTILE_TASK, IMG, NOTE, REASON, SCRIPT, THOUGHTS, slow_world, start, world
 
 TOKEN = "ana-token-0123456789"
 REVIEWERS = Reviewers.parse(f"ana:{TOKEN}")
@@ -164,6 +164,23 @@ def test_the_run_page_and_inbox_follow_a_decision_taken_elsewhere(browser: Any, 
         with open_store(desk["url"]) as store:
             reject(store, "ticket-2", chosen["model"], chosen["tools"], gate=chosen["gate"], reviewer="bo", reason="y")
         _wait(browser, lambda b: b.find_elements("id", "no-paused"))
+
+
+def test_a_decision_that_outlasts_the_request_is_followed_live(browser: Any, desk: dict[str, Any]) -> None:
+    """With a slow model the request returns before the run rests; the page says so, then shows the ending."""
+    app = inbox_app(lambda: open_store(desk["url"]), slow_world, reviewers=REVIEWERS, wait=0.5, poll_seconds=0.5)
+    with serving(app) as base:
+        _sign_in(browser, base)
+        browser.get(base + "/runs/ticket-1")
+        _by_id(browser, "approve").click()
+        notice = _wait(browser, lambda b: b.find_elements("id", "notice"))[0]
+        assert "still moving" in notice.text
+        with open_store(desk["url"]) as store:
+            assert store.load("ticket-1").status == "running"  # decided, and continuing in the inbox's worker
+        _wait(browser, lambda b: "Order A-17 is refunded" in _main_text(b) and not b.find_elements("id", "notice"))
+        assert "answered" in _by_id(browser, "summary").text
+    with open_store(desk["url"]) as store:
+        assert store.load("ticket-1").summary.stop == "answered"
 
 
 def test_a_rejection_carries_the_reviewers_reason_to_the_model(browser: Any, desk: dict[str, Any]) -> None:

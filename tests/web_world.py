@@ -7,6 +7,7 @@ inbox (one ``--world``) can decide either run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,16 +45,18 @@ def _gate(call: ToolCall) -> Verdict:
 class TaskRouter:
     """A model that plays the script written for the run's task (read from the transcript, like ScriptedModel)."""
 
-    def __init__(self, scripts: Mapping[str, Any]) -> None:
+    def __init__(self, scripts: Mapping[str, Any], delay: float = 0.0) -> None:
         self.scripts = scripts
+        self.delay = delay  # seconds each reply takes, like a real model's
 
     def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
         task = next(m.get("content") for m in messages if m.get("role") == "user")
+        time.sleep(self.delay)
         return self.scripts[task].chat(messages, tools)
 
 
-def world() -> dict[str, Any]:
-    """Both runs' model, the desk's tools plus ``pay``, and a gate for both."""
+def world(delay: float = 0.0) -> dict[str, Any]:
+    """Both runs' model (each reply taking ``delay`` seconds), the desk's tools plus ``pay``, and a gate for both."""
     desk = desk_world()
     hostile = ScriptedModel(
         [
@@ -62,7 +65,13 @@ def world() -> dict[str, Any]:
         ]
     )
     tools = {**desk["tools"], "pay": ToolSpec("Pay an invoice.", {"note": str, "cents": int}, _pay, effectful=True)}
-    return {"model": TaskRouter({REFUND_TASK: desk["model"], HOSTILE_TASK: hostile}), "tools": tools, "gate": _gate}
+    model = TaskRouter({REFUND_TASK: desk["model"], HOSTILE_TASK: hostile}, delay)
+    return {"model": model, "tools": tools, "gate": _gate}
+
+
+def slow_world() -> dict[str, Any]:
+    """The same world with a model that takes three seconds per reply."""
+    return world(delay=3.0)
 
 
 def start(store: RunStore, run_id: str, task: str = REFUND_TASK) -> None:
