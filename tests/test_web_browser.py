@@ -123,9 +123,8 @@ def test_a_reviewer_approves_from_the_inbox_and_sees_the_run_end(browser: Any, d
             assert store.load("ticket-1").summary.stop == "answered"
         assert _refunds(desk["ledger"]) == [9999]
         assert browser.find_elements("id", "decide") == []
-        shot = full_page_screenshot(browser, shots / "run-answered.png")
-        visited = {"Ready", "Proposing", "Executing", "AwaitingApproval", "Answered"}
-        _check_screenshot(browser, shot, visited)
+        shot = full_page_screenshot(browser, tmp_path / "approved.png")
+        _check_screenshot(browser, shot, {"Ready", "Proposing", "Executing", "AwaitingApproval", "Answered"})
 
 
 def _check_screenshot(browser: Any, shot: Path, visited: set[str]) -> None:
@@ -192,7 +191,7 @@ def test_a_rejection_carries_the_reviewers_reason_to_the_model(browser: Any, des
         _by_id(browser, "reason").send_keys(reason)
         _by_id(browser, "reject").click()
         _wait(browser, lambda b: b.find_elements("id", "notice"))
-        assert f"rejected by a human reviewer: {reason}" in _main_text(browser)
+        assert f"rejected by a human reviewer: {reason} (decided by ana)" in _main_text(browser)
         _assert_inert(browser, [base + "/static/live.js"])
     with open_store(desk["url"]) as store:
         [decision] = store.history("ticket-1")
@@ -222,6 +221,10 @@ def test_an_edit_that_breaks_the_schema_is_refused_with_the_reason(
         area.send_keys('{"order_id": "A-17", "amount_cents": 4999}')
         _by_id(browser, "edit").click()
         assert "edited arguments" in _wait(browser, lambda b: b.find_elements("id", "notice"))[0].text
+        assert "Order A-17 is refunded: 4999 cents" in _main_text(browser)
+        assert "ana approved the call with edited arguments" in _main_text(browser)
+        shot = full_page_screenshot(browser, screenshot_folder(tmp_path) / "run-answered.png")
+        _check_screenshot(browser, shot, {"Ready", "Proposing", "Executing", "AwaitingApproval", "Answered"})
     with open_store(desk["url"]) as store:
         [decision] = store.history("ticket-1")
         assert decision.arguments == {"order_id": "A-17", "amount_cents": 4999}

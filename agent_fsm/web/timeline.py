@@ -53,6 +53,7 @@ class CallView:
     reason: str | None
     observation_kind: str | None
     observation: str | None
+    edited: str | None = None  # the arguments a reviewer approved instead, when they edited the call
 
 
 @attrs.frozen
@@ -122,11 +123,30 @@ def _approved_calls(state: RunState, turns: list[TurnRecord]) -> set[int]:
     return {id(call) for call, approved in zip(executed, after_approval, strict=True) if approved}
 
 
+def _deciders(records: list[TurnRecord], approved: set[int], decisions: tuple[Decision, ...]) -> dict[int, Decision]:
+    """
+    The store's decision behind each call a person approved or rejected (``id()`` of its record to it).
+
+    Approvals and rejections are matched in order; when the counts differ (a
+    decision whose process died was taken again) nothing is matched.
+    """
+    calls = [call for record in records for call in record.calls]
+    matched: dict[int, Decision] = {}
+    for kind, decided in (("approve", [id(c) for c in calls if id(c) in approved]),
+                          ("reject", [id(c) for c in calls if c.rejected_by_human])):  # fmt: skip
+        taken = [d for d in decisions if d.decision == kind]
+        if len(taken) == len(decided):
+            matched.update(zip(decided, taken, strict=True))
+    return matched
+
+
 def _content(value: Any) -> str:
     return value if isinstance(value, str) else pretty_json(value)
 
 
-def _call_view(call: CallRecord, state: RunState, *, first_open: bool, approved: bool) -> CallView:
+def _call_view(
+    call: CallRecord, state: RunState, *, first_open: bool, approved: bool, decision: Decision | None
+) -> CallView:
     observation = None if call.closed else call.observation
     base = {"call_id": call.call_id, "name": call.name, "arguments": pretty_json(call.arguments)}
     if call.closed and call.observation is not None:
@@ -152,12 +172,26 @@ def _call_view(call: CallRecord, state: RunState, *, first_open: bool, approved:
         )
     if observation.kind == "denied":
         verdict = "rejected" if call.rejected_by_human else "denied"
+        if decision is not None:
+            content += f" (decided by {decision.reviewer})"
         return CallView(
             **base, verdict=verdict, tone="bad", reason=content, observation_kind="denied", observation=None
         )
-    verdict, reason = ("approved", "a person approved the call") if approved else ("allowed", None)
+    verdict, reason, edited = "allowed", None, None
+    if approved:
+        verdict, reason = "approved", "a person approved the call"
+        if decision is not None:
+            reason = f"{decision.reviewer} approved the call"
+            if decision.arguments is not None:
+                reason, edited = f"{reason} with edited arguments", pretty_json(decision.arguments)
     return CallView(
-        **base, verdict=verdict, tone="ok", reason=reason, observation_kind=observation.kind, observation=content
+        **base,
+        verdict=verdict,
+        tone="ok",
+        reason=reason,
+        observation_kind=observation.kind,
+        observation=content,
+        edited=edited,
     )
 
 
@@ -186,13 +220,21 @@ def timeline_of(
     except ValueError as exc:  # TraceError: an inconsistent record
         records, problem = [], str(exc)
     approved = _approved_calls(state, records)
+    deciders = _deciders(records, approved, tuple(decisions))
     turns = []
     first_open = True
     for record in records:
         calls = []
         for call in record.calls:
             unjudged = call.observation is None or call.closed
-            calls.append(_call_view(call, state, first_open=first_open and unjudged, approved=id(call) in approved))
+            view = _call_view(
+                call,
+                state,
+                first_open=first_open and unjudged,
+                approved=id(call) in approved,
+                decision=deciders.get(id(call)),
+            )
+            calls.append(view)
             first_open = first_open and not unjudged
         thoughts = assistant_text(record.message) if record.message is not None else None
         turns.append(
