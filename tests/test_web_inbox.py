@@ -7,6 +7,7 @@ person sees in one is in tests/test_web_browser.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -230,3 +231,19 @@ def test_the_inbox_command_serves_on_loopback(store_url: str) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_an_edit_the_gate_denies_is_refused(base: str, store_url: str) -> None:
+    """A valid edit is still judged by the gate: one it denies is refused with the gate's reason, nothing decided."""
+    from tests.web_world import HOSTILE_TASK
+
+    with open_store(store_url) as store:
+        start(store, "pay-1", HOSTILE_TASK)
+    ana = _signed_in(base)
+    edit = json.dumps({"note": "all of it", "cents": 500_000})
+    response = ana.post(
+        "/runs/pay-1/decide", data={**_decision_form(ana, "pay-1"), "action": "edit", "arguments": edit}
+    )
+    assert response.status_code == 422 and "denied: payments above 100000 cents are never made" in response.text
+    with open_store(store_url) as store:
+        assert store.load("pay-1").status == "paused" and store.history("pay-1") == []
