@@ -29,6 +29,7 @@ def open_browser(browser: str, driver: str) -> Any:
         "--lang=en-US",
     ):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, CSP violations among them
     session = webdriver.Chrome(service=Service(driver), options=options)
     session.set_page_load_timeout(30)
     session.set_script_timeout(TIMEOUT)
@@ -49,6 +50,11 @@ def full_page_screenshot(session: Any, path: Path) -> Path:
 def screenshot_folder(fallback: Path) -> Path:
     """Where screenshots go: ``$AGENT_FSM_SCREENSHOTS`` (docs/images to refresh the docs), else ``fallback``."""
     return Path(os.environ.get("AGENT_FSM_SCREENSHOTS") or fallback)
+
+
+def policy_violations(session: Any) -> list[str]:
+    """The Content-Security-Policy violations the browser reported since the last call (each read once)."""
+    return [e["message"] for e in session.get_log("browser") if "Content Security Policy" in e["message"]]
 
 
 def textarea_json(session: Any, element_id: str) -> Any:

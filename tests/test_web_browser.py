@@ -20,7 +20,14 @@ import pytest
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.store import SqliteStore, open_store, reject
 from agent_fsm.web import Reviewers, inbox_app, render_view
-from tests.browser import TIMEOUT, full_page_screenshot, open_browser, screenshot_folder, textarea_json
+from tests.browser import (
+    TIMEOUT,
+    full_page_screenshot,
+    open_browser,
+    policy_violations,
+    screenshot_folder,
+    textarea_json,
+)
 from tests.web_server import serving
 from tests.web_world import ANSWER, HOSTILE_TASK, IMG, NOTE, REASON, SCRIPT, THOUGHTS, slow_world, start, world
 
@@ -98,6 +105,7 @@ def _assert_inert(browser: Any, scripts: list[str]) -> None:
     assert browser.execute_script("return Array.from(document.scripts).map(s => s.src)") == scripts
     injected = "img, iframe, [onerror], [onmouseover], a[href^='javascript'], main b, main textarea ~ textarea"
     assert browser.find_elements(By.CSS_SELECTOR, injected) == []
+    assert policy_violations(browser) == []  # nothing even tried to run (and the pages need nothing inline)
 
 
 def test_a_reviewer_approves_from_the_inbox_and_sees_the_run_end(browser: Any, desk: dict[str, Any], tmp_path) -> None:
@@ -278,3 +286,35 @@ def test_hostile_text_is_shown_as_text_and_never_runs(browser: Any, tmp_path: Pa
     browser.get(page.as_uri())
     assert ANSWER in _main_text(browser) and THOUGHTS in _main_text(browser)
     _assert_inert(browser, [])
+
+
+def test_the_policy_stops_script_even_where_escaping_fails(browser: Any, tmp_path: Path, monkeypatch) -> None:
+    """With autoescaping switched off on purpose, the markup gets in but the Content-Security-Policy blocks it."""
+    import jinja2
+
+    from agent_fsm.web import pages
+    from agent_fsm.web.timeline import pretty_json
+
+    unsafe = jinja2.Environment(
+        loader=jinja2.PackageLoader("agent_fsm.web", "templates"), undefined=jinja2.StrictUndefined, autoescape=False
+    )
+    unsafe.filters["pretty"] = pretty_json
+    monkeypatch.setattr(pages, "_environment", lambda: unsafe)
+    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with SqliteStore(tmp_path / "runs.db") as store:
+        start(store, "hostile-1", HOSTILE_TASK)
+        state = store.load("hostile-1").state
+    with _serve(url) as base:
+        _sign_in(browser, base)
+        policy_violations(browser)  # forget the sign-in pages' reports
+        browser.get(base + "/runs/hostile-1")
+        assert browser.find_elements("css selector", "main img")  # the markup got in ...
+        assert browser.execute_script("return window.__pwned === undefined")  # ... and ran nothing
+        assert any("script-src 'self'" in v for v in policy_violations(browser))
+    page = tmp_path / "unescaped.html"
+    page.write_text(render_view(state), encoding="utf-8")
+    browser.get(page.as_uri())
+    assert browser.find_elements("css selector", "main img")
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert any("Content Security Policy" in v for v in policy_violations(browser))
