@@ -247,3 +247,19 @@ def test_an_edit_the_gate_denies_is_refused(base: str, store_url: str) -> None:
     assert response.status_code == 422 and "denied: payments above 100000 cents are never made" in response.text
     with open_store(store_url) as store:
         assert store.load("pay-1").status == "paused" and store.history("pay-1") == []
+
+
+def test_sessions_expire_and_stay_bounded() -> None:
+    """An expired session is gone; a full table drops anonymous sessions first, then the oldest signed-in ones."""
+    from agent_fsm.web import Sessions
+
+    short = Sessions(lifetime=-1)
+    assert short.get(short.sign_in(None, "ana").sid) is None
+    table = Sessions(limit=3)
+    kept = [table.sign_in(None, "ana"), table.sign_in(None, "bo")]
+    anonymous = table.new()
+    newest = table.sign_in(None, "cy")
+    assert table.get(anonymous.sid) is None and all(table.get(s.sid) == s for s in [*kept, newest])
+    table.sign_in(None, "dee")
+    assert table.get(kept[0].sid) is None and table.get(kept[1].sid) == kept[1]
+    assert not table.get(kept[1].sid).csrf_matches(None) and kept[1].csrf_matches(kept[1].csrf)
