@@ -79,3 +79,10 @@ def test_view_says_why_a_trace_cannot_be_read(tmp_path: Path, content: str, said
     trace.write_text(content)
     result = runner.invoke(app, ["view", str(trace), "-o", str(tmp_path / "run.html")])
     assert result.exit_code == 1 and said in result.stderr and not (tmp_path / "run.html").exists()
+
+
+@pytest.mark.parametrize("limits", [Limits(max_turns=0), Limits(max_prompt_tokens=1), Limits(max_seconds=1e-6)])
+def test_the_ending_reason_is_the_drivers(limits: Limits) -> None:
+    """The page words a budget ending as the driver's own result does."""
+    result = run("Say hi.", ScriptedModel([answer_message("hi")]), {}, gate=allow_all, limits=limits)
+    assert result.stop.value != "answered" and timeline_of(result.state).reason == result.reason

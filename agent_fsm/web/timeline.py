@@ -99,6 +99,8 @@ def ending_reason(state: RunState) -> str | None:
         return f"{state.turns} of {limits.max_turns} model calls made"
     if where == "TokenLimit":
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
+    if where == "TimeLimit":
+        return f"{state.elapsed:.3f} s of the {limits.max_seconds} s time budget spent"
     if where == "ToolLimit":
         return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
     if where in ("Answered", "Ready", "Proposing", "Executing", "Denied") or not state.observations:
