@@ -43,7 +43,10 @@ class AnthropicStream:
 
     def finish(self) -> tuple[int, Any]:
         """The assembled message, once ``message_stop`` came; else the stream was cut (``truncated``)."""
-        self._take(self._events.close())
+        try:
+            self._take(self._events.close())
+        except StreamBroken as exc:
+            raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
         if self._message is None or not self._stopped:
             raise StreamBroken("the stream ended before message_stop", kind="truncated")
         for index in list(self._inputs):

@@ -168,7 +168,10 @@ class OllamaStream:
 
     def finish(self) -> tuple[int, Any]:
         """The reply, once the ``done: true`` line came; else the stream was cut (``truncated``)."""
-        self._take(self._lines.close())
+        try:
+            self._take(self._lines.close())
+        except StreamBroken as exc:
+            raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
         if self._last is None:
             raise StreamBroken("the stream ended before its done line", kind="truncated")
         return 200, {**self._last, "message": self._message}

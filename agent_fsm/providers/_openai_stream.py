@@ -21,10 +21,54 @@ from typing import Any
 
 from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, parse_json
 
-__all__ = ["OpenAIStream", "merge_delta"]
+__all__ = ["OpenAIStream", "content_text", "merge_content", "merge_delta"]
 
 # Keys that name a part rather than carry its text: a repeat replaces, never appends.
 _IDENTITY = frozenset({"index", "type", "id", "role"})
+
+
+def _parts(value: Any) -> list[Any]:
+    """Content as a list of parts (a string is one text part; an empty one, none)."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}] if value else []
+    return list(value) if isinstance(value, list) else []
+
+
+def merge_content(old: Any, new: Any) -> Any:
+    """
+    Content so far plus a content delta: strings append; parts (Mistral's ``thinking`` then ``text``) join.
+
+    A part continues the previous one when both are ``text`` (their text
+    appended) or both ``thinking`` (their inner text parts joined the same way),
+    which is how the whole reply carries them.
+    """
+    if old is None:
+        old = ""
+    if isinstance(old, str) and isinstance(new, str):
+        return old + new
+    merged: list[Any] = []
+    for part in [*_parts(old), *_parts(new)]:
+        part = copy.deepcopy(part)
+        last = merged[-1] if merged else None
+        if isinstance(part, dict) and isinstance(last, dict) and part.get("type") == last.get("type"):
+            if part.get("type") == "text" and isinstance(part.get("text"), str) and isinstance(last.get("text"), str):
+                last["text"] += part["text"]
+                continue
+            if part.get("type") == "thinking" and isinstance(part.get("thinking"), list):
+                last["thinking"] = merge_content(last.get("thinking") or [], part["thinking"])
+                continue
+        merged.append(part)
+    return merged
+
+
+def content_text(delta: Any) -> str:
+    """The answer text in a content delta: the string, or its ``text`` parts (never ``thinking``)."""
+    if isinstance(delta, str):
+        return delta
+    parts = delta if isinstance(delta, list) else []
+    return "".join(
+        p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+    )
 
 
 def _indexed(value: Any) -> bool:
@@ -64,11 +108,21 @@ def merge_delta(into: dict[str, Any], delta: dict[str, Any]) -> None:
             into[key] = copy.deepcopy(value)
 
 
+def _same_part(part: Any, delta: dict[str, Any]) -> bool:
+    """Whether ``delta`` continues ``part``: the same index, and the same type when both name one.
+
+    OpenRouter numbers a reasoning summary and its encrypted twin both ``0``; their types tell them apart.
+    """
+    if not isinstance(part, dict) or part.get("index") != delta["index"]:
+        return False
+    return part.get("type") is None or delta.get("type") is None or part["type"] == delta["type"]
+
+
 def _merge_parts(parts: list[Any], deltas: list[Any]) -> None:
     for delta in deltas:
         if not isinstance(delta, dict) or not isinstance(delta.get("index"), int):
             raise StreamBroken(f"a streamed list part carries no integer index: {str(delta)[:120]!r}")
-        match = next((p for p in parts if isinstance(p, dict) and p.get("index") == delta["index"]), None)
+        match = next((p for p in parts if _same_part(p, delta)), None)
         if match is None:
             parts.append(copy.deepcopy(delta))
         else:
@@ -97,7 +151,10 @@ class OpenAIStream:
 
     def finish(self) -> tuple[int, Any]:
         """The assembled completion (status 200), or the error reply the adapter reads (Groq's status kept)."""
-        self._take(self._events.close())
+        try:
+            self._take(self._events.close())
+        except StreamBroken as exc:
+            raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
         if self._error is not None:
             return self._error
         if not self._done and not any(c.get("finish_reason") for c in self._choices.values()):
@@ -146,12 +203,17 @@ class OpenAIStream:
             raise StreamBroken(f"a streamed choice has index {index!r}")
         slot = self._choices.setdefault(index, {"message": {}})
         delta = choice.get("delta")
+        text = None
         if isinstance(delta, dict):
-            merge_delta(slot["message"], delta)
+            content = delta.get("content")
+            if content is not None:
+                message = slot["message"]
+                message["content"] = merge_content(message.get("content"), content)
+                text = content_text(content)
+            merge_delta(slot["message"], {k: v for k, v in delta.items() if k != "content"})
         if isinstance(choice.get("finish_reason"), str):
             slot["finish_reason"] = choice["finish_reason"]
-        text = delta.get("content") if isinstance(delta, dict) else None
-        return text if index == 0 and isinstance(text, str) else None
+        return text if index == 0 else None
 
     def _fail(self, chunk: Any) -> None:
         error = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
