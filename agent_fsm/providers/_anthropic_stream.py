@@ -57,6 +57,14 @@ class AnthropicStream:
 
     def _take(self, events: list[tuple[str, str]]) -> list[str]:
         fragments: list[str] = []
+        try:
+            self._read(events, fragments)
+        except StreamBroken as exc:
+            exc.heard = fragments
+            raise
+        return fragments
+
+    def _read(self, events: list[tuple[str, str]], fragments: list[str]) -> None:
         for _name, data in events:
             event = parse_json(data, "a streamed event")
             if not isinstance(event, dict):
@@ -81,7 +89,6 @@ class AnthropicStream:
             fragment = self._apply(kind, event)
             if fragment:
                 fragments.append(fragment)
-        return fragments
 
     def _apply(self, kind: Any, event: dict[str, Any]) -> str | None:
         assert self._message is not None

@@ -159,6 +159,28 @@ class _Call:
         raise failure
 
 
+def _hear(call: _Call, on_delta: Callable[[str], object] | None, fragments: list[str]) -> None:
+    """Pass the fragments to the listener; once one is heard, the call is never retried."""
+    if on_delta is None:
+        return
+    for fragment in fragments:
+        if fragment:
+            call.delivered = True
+            on_delta(fragment)
+
+
+async def _ahear(call: _Call, on_delta: Callable[[str], object] | None, fragments: list[str]) -> None:
+    """:func:`_hear`, awaiting the listener's result when it is awaitable."""
+    if on_delta is None:
+        return
+    for fragment in fragments:
+        if fragment:
+            call.delivered = True
+            heard = on_delta(fragment)
+            if inspect.isawaitable(heard):
+                await heard
+
+
 def post(
     http: HttpSettings,
     path: str,
@@ -205,12 +227,10 @@ def _attempt(call: _Call, attempt: int, on_delta: Callable[[str], object] | None
             try:
                 for chunk in response.iter_bytes():
                     size = call.count(size + len(chunk), started, status)
-                    for fragment in assembler.feed(chunk):
-                        if on_delta is not None and fragment:
-                            call.delivered = True
-                            on_delta(fragment)
+                    _hear(call, on_delta, assembler.feed(chunk))
                 return assembler.finish(), None
             except StreamBroken as exc:
+                _hear(call, on_delta, exc.heard)
                 return call.broken(exc, status, backoff)
         chunks, size = [], 0
         for chunk in response.iter_bytes():
@@ -271,14 +291,10 @@ async def _aattempt(
             try:
                 async for chunk in response.aiter_bytes():
                     size = call.count(size + len(chunk), started, status)
-                    for fragment in assembler.feed(chunk):
-                        if on_delta is not None and fragment:
-                            call.delivered = True
-                            heard = on_delta(fragment)
-                            if inspect.isawaitable(heard):
-                                await heard
+                    await _ahear(call, on_delta, assembler.feed(chunk))
                 return assembler.finish(), None
             except StreamBroken as exc:
+                await _ahear(call, on_delta, exc.heard)
                 return call.broken(exc, status, backoff)
         chunks, size = [], 0
         async for chunk in response.aiter_bytes():

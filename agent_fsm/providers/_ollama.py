@@ -178,6 +178,14 @@ class OllamaStream:
 
     def _take(self, parts: list[Any]) -> list[str]:
         fragments: list[str] = []
+        try:
+            self._read(parts, fragments)
+        except StreamBroken as exc:
+            exc.heard = fragments
+            raise
+        return fragments
+
+    def _read(self, parts: list[Any], fragments: list[str]) -> None:
         for part in parts:
             if not isinstance(part, dict):
                 raise StreamBroken(f"a streamed line is not a JSON object: {str(part)[:120]!r}")
@@ -200,4 +208,3 @@ class OllamaStream:
                 fragments.append(text)
             if part.get("done") is True:
                 self._last = part
-        return fragments

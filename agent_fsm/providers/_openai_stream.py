@@ -174,6 +174,14 @@ class OpenAIStream:
 
     def _take(self, events: list[tuple[str, str]]) -> list[str]:
         fragments: list[str] = []
+        try:
+            self._read(events, fragments)
+        except StreamBroken as exc:
+            exc.heard = fragments
+            raise
+        return fragments
+
+    def _read(self, events: list[tuple[str, str]], fragments: list[str]) -> None:
         for name, data in events:
             if self._error is not None:
                 break  # nothing after an error is part of the reply
@@ -193,7 +201,6 @@ class OpenAIStream:
                 fragment = self._add(choice)
                 if fragment:
                     fragments.append(fragment)
-        return fragments
 
     def _add(self, choice: Any) -> str | None:
         if not isinstance(choice, dict):

@@ -27,6 +27,8 @@ class StreamBroken(Exception):
         super().__init__(what)
         self.what = what
         self.kind = kind
+        # Text fragments the same bytes completed before the breakage: still heard, as they came first.
+        self.heard: list[str] = []
 
 
 class StreamAssembler(Protocol):
