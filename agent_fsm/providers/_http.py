@@ -212,7 +212,8 @@ class HttpSettings:
         """Close the async HTTP client if this adapter created it (the sync one too)."""
         self.close()
         made, self._async = self._async, None
-        if made is not None:
+        # A client made in an event loop that has since ended has lost its connections with it.
+        if made is not None and made[0] is asyncio.get_running_loop():
             await made[1].aclose()
 
     # --- messages ----------------------------------------------------------------
