@@ -257,3 +257,33 @@ def test_any_whole_reply_streamed_in_any_pieces_reads_as_the_whole_reply(recordi
         assert "".join(heard) == content_text(body["choices"][0]["message"].get("content") or "")
     else:
         assert "".join(heard) == (body["message"].get("content") or "")
+
+
+def test_astream_over_a_recorded_stream_tells_its_text_as_it_arrives_and_ends_as_run_does(server):
+    """The async driver over a real recorded stream: TextDelta events carry the answer's text, before its
+    ModelReplied, and the run rests exactly where the sync run over the same bytes rests."""
+    from agent_fsm import Ended, ModelReplied, TextDelta, astream
+
+    recording = BY_NAME["openai__test_run_stream_sync_streams_real_model"]
+    server.script(*recording.replies())
+    plain = run("recorded", make_adapter(recording, server.url, stream=True), recording.registry([]),
+                gate=allow_all, limits=Limits(max_turns=3), run_id="r")  # fmt: skip
+
+    async def streamed() -> list[Any]:
+        model = make_adapter(recording, server.url, stream=True)
+        return [
+            e
+            async for e in astream(
+                "recorded", model, recording.registry([]), gate=allow_all, limits=Limits(max_turns=3), run_id="r"
+            )
+        ]
+
+    server.script(*recording.replies())
+    events = asyncio.run(streamed())
+    ended = events[-1]
+    assert isinstance(ended, Ended) and ended.result.state.to_json() == plain.state.to_json()
+    last_turn = ended.result.state.turns
+    deltas = [e for e in events if isinstance(e, TextDelta) and e.turn == last_turn]
+    assert "".join(d.text for d in deltas) == plain.answer and len(deltas) > 1
+    replied = max(i for i, e in enumerate(events) if isinstance(e, ModelReplied))
+    assert all(events.index(d) < replied for d in deltas)
