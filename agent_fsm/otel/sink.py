@@ -68,7 +68,7 @@ class OtelSink:
     An ``on_event=`` sink that turns run events into OpenTelemetry spans.
 
     One sink serves any number of runs, sync or async, at once: spans are
-    kept by run id (give concurrent runs distinct ``run_id``\\ s, as the
+    kept by run id (give concurrent runs distinct run ids, as the
     default ids are). ``tracer_provider`` defaults to the global one;
     ``agent_name`` names the run span; ``model`` and ``provider`` fill
     ``gen_ai.request.model`` and ``gen_ai.provider.name`` when known (a
