@@ -34,6 +34,7 @@ GUIDES = [
     ("Async runs and events", "async.md"),
     ("Durable runs", "durability.md"),
     ("The inbox and the run viewer", "inbox.md"),
+    ("Observability", "observability.md"),
     ("Testing your gates and models", "testing.md"),
     ("Workflow patterns", "patterns.md"),
     ("Providers", "providers.md"),
@@ -109,6 +110,7 @@ REFERENCE = [
     ("Workflow patterns", "patterns.md", ["agent_fsm.patterns"]),
     ("Providers", "providers.md", ["agent_fsm.providers"]),
     ("Durable runs", "store.md", ["agent_fsm.store", "agent_fsm.engine.checkpoint", "agent_fsm.engine.recovery"]),
+    ("Observability", "observability.md", ["agent_fsm.engine.events", "agent_fsm.otel", "agent_fsm.cli.follow"]),
     ("Testing kit", "testing.md", ["agent_fsm.testing"]),
     ("Inbox and viewer", "web.md", ["agent_fsm.web"]),
 ]

@@ -18,6 +18,7 @@ PUBLIC = [
     "agent_fsm.patterns",
     "agent_fsm.providers",
     "agent_fsm.store",
+    "agent_fsm.otel",
     "agent_fsm.testing",
     "agent_fsm.web",
 ]
