@@ -18,12 +18,12 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.boundary import attempt, execution, judging
+from agent_fsm.engine.boundary import attempt, attempting
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.models import Model, ModelReply
 from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
 from agent_fsm.engine.steps import Steps, is_awaitable
-from agent_fsm.engine.tools import Registry, ToolCall, check_registry
+from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = ["Meter", "Spend"]
 
@@ -129,14 +129,7 @@ class Meter:
         """
         with self._lock:
             self.tool_calls += 1
-        check_registry(tools)
-        judgement = yield from judging(call, tools, gate)
-        if judgement.kind == "allow":
-            return (yield from execution(call, tools))
-        if judgement.kind == "invalid":
-            return Observation(call.call_id, False, "invalid", judgement.reason)
-        reason = judgement.reason if judgement.kind != "ask" else f"needs a human's approval: {judgement.reason}"
-        return Observation(call.call_id, False, "denied", reason)
+        return (yield from attempting(call, tools, gate))
 
     def charge_attempts(self, observations: Iterable[Observation]) -> None:
         """
