@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 # bench/ is a folder of scripts; their shared parts are the peerbench package beside them.
 sys.path.insert(0, str(BENCH))
 
+from peerbench.async_runs import ENTRIES, many_at_once, verify_entries  # noqa: E402
 from peerbench.contestants import CONTESTANTS, run_once  # noqa: E402
 from peerbench.scenarios import PAUSED, Mismatch, new_job, scenarios, verify  # noqa: E402
 from peerbench.verification import reference, verify_paused  # noqa: E402
@@ -77,6 +78,17 @@ def test_verification_fails_loudly(field: str) -> None:
     }[field]
     with pytest.raises(Mismatch, match=field):
         verify(want, dataclasses.replace(want, **{field: wrong}), "tampered", "over-reach")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [pytest.param(e, id=e.key, marks=[] if e.available() else [pytest.mark.skip(reason=e.missing)]) for e in ENTRIES],
+)
+def test_concurrent_entry_matches_agent_fsm(entry: Any) -> None:
+    """bench/concurrent_runs.py: each way of running on asyncio does agent_fsm's work, alone and 20 at once."""
+    verify_entries([entry])
+    wall, cpu = many_at_once(entry, 20)
+    assert wall > 0 and cpu > 0
 
 
 def test_bench_modules_stay_small() -> None:

@@ -1,7 +1,10 @@
-"""agent_fsm itself: ``agent_fsm.run`` with JSON Schema validation, the shared run machine and typed state."""
+"""agent_fsm itself: ``run`` and ``arun``, with JSON Schema validation, the shared run machine and typed state."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import agent_fsm
 from agent_fsm import RunState, run
 from agent_fsm.examples.support_desk import TASK
 
@@ -13,8 +16,7 @@ def agent_fsm_state(job: Job) -> RunState:
     return result.state
 
 
-def run_agent_fsm(job: Job) -> Outcome:
-    result = run(TASK, job.model, job.desk.tools, gate=job.gate, limits=job.limits, system_prompt=SYSTEM_PROMPT)
+def _outcome(job: Job, result: Any) -> Outcome:
     state = result.state
     return Outcome(
         str(result.stop),
@@ -24,3 +26,15 @@ def run_agent_fsm(job: Job) -> Outcome:
         job.desk.effects,
         state.prompt_token_log,
     )
+
+
+def run_agent_fsm(job: Job) -> Outcome:
+    result = run(TASK, job.model, job.desk.tools, gate=job.gate, limits=job.limits, system_prompt=SYSTEM_PROMPT)
+    return _outcome(job, result)
+
+
+async def arun_agent_fsm(job: Job) -> Outcome:
+    """The async driver; the model's ``achat`` is awaited (looked up here: older versions have no ``arun``)."""
+    arun = agent_fsm.arun  # type: ignore[attr-defined, unused-ignore]
+    result = await arun(TASK, job.model, job.desk.tools, gate=job.gate, limits=job.limits, system_prompt=SYSTEM_PROMPT)
+    return _outcome(job, result)

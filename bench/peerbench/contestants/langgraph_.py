@@ -6,7 +6,9 @@ Model, desk and gate travel in the runtime context, never in the state.
 
 from __future__ import annotations
 
+import functools
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, TypedDict
@@ -136,6 +138,20 @@ def _graph_after_denial(state: Any) -> str:
     return _graph_after_execution(state)
 
 
+def _as_is(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
+
+
+def _on_loop(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as an ``async def`` with the same signature (LangGraph reads it to pass the runtime)."""
+
+    @functools.wraps(fn)
+    async def node(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return node
+
+
 @cache
 def _langgraph(asynchronous: bool) -> Any:
     from langgraph.graph import END, START, StateGraph
@@ -184,22 +200,26 @@ def _langgraph(asynchronous: bool) -> Any:
 
         return end
 
+    # Under ainvoke LangGraph runs a plain function in a thread pool, so the
+    # async graph has every node and router as an ``async def`` (the way to
+    # write it for asyncio); only the model call awaits anything.
+    native = _on_loop if asynchronous else _as_is
     graph = StateGraph(GraphState, context_schema=GraphContext)
     graph.add_node("propose", apropose if asynchronous else propose)
-    graph.add_node("judge", judge)
-    graph.add_node("execute", execute)
-    graph.add_node("deny", deny)
+    graph.add_node("judge", native(judge))
+    graph.add_node("execute", native(execute))
+    graph.add_node("deny", native(deny))
     endings = ("answered", "step_limit", "token_limit", "no_progress", "tool_limit", "awaiting_approval")
     for stop in endings:
-        graph.add_node(stop, ending(stop))
+        graph.add_node(stop, native(ending(stop)))
         graph.add_edge(stop, END)
     turn = ["propose", "step_limit", "token_limit"]
-    graph.add_conditional_edges(START, _graph_next_turn, turn)
+    graph.add_conditional_edges(START, native(_graph_next_turn), turn)
     proposal = ["answered", "tool_limit", "deny", "awaiting_approval", "execute"]
-    graph.add_conditional_edges("propose", _graph_after_proposal, proposal)
-    graph.add_conditional_edges("judge", _graph_after_proposal, proposal)
-    graph.add_conditional_edges("execute", _graph_after_execution, ["judge", *turn])
-    graph.add_conditional_edges("deny", _graph_after_denial, ["no_progress", "judge", *turn])
+    graph.add_conditional_edges("propose", native(_graph_after_proposal), proposal)
+    graph.add_conditional_edges("judge", native(_graph_after_proposal), proposal)
+    graph.add_conditional_edges("execute", native(_graph_after_execution), ["judge", *turn])
+    graph.add_conditional_edges("deny", native(_graph_after_denial), ["no_progress", "judge", *turn])
     return graph.compile()
 
 
