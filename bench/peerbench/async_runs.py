@@ -19,9 +19,10 @@ import importlib.util
 import statistics
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import agent_fsm
 
@@ -33,9 +34,9 @@ from .scenarios import LATENCY, Job, Mismatch, Outcome, new_job, scenarios, veri
 REFUND = [{"order_id": "A-17", "refunded_cents": 4999}]
 
 
-def _in_thread(job: Job) -> Awaitable[Outcome]:
+async def _in_thread(job: Job) -> Outcome:
     # asyncio's default executor: min(32, cores + 4) threads, 6 on 2 cores.
-    return asyncio.to_thread(run_agent_fsm, job)
+    return await asyncio.to_thread(run_agent_fsm, job)
 
 
 POOL_THREADS = 32
@@ -60,7 +61,7 @@ class Entry:
 
     key: str
     name: str
-    run: Callable[[Job], Awaitable[Outcome]]
+    run: Callable[[Job], Coroutine[Any, Any, Outcome]]
     available: Callable[[], bool] = lambda: True
     missing: str = ""
 
@@ -96,7 +97,7 @@ def verify_entries(entries: Sequence[Entry]) -> None:
     scenario = scenarios(1)[0]
     want = run_agent_fsm(new_job(scenario))
     for entry in entries:
-        got = asyncio.run(entry.run(new_job(scenario, LATENCY)))  # type: ignore[arg-type]
+        got = asyncio.run(entry.run(new_job(scenario, LATENCY)))
         verify(want, got, entry.name, f"{scenario.title}, {LATENCY * 1e3:.0f} ms per model call")
 
 
