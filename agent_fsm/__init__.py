@@ -21,10 +21,12 @@ from agent_fsm.engine.compiled import CompiledMachine, compile_machine
 from agent_fsm.engine.driver import (
     DEFAULT_SYSTEM_PROMPT,
     AnswerCheck,
+    EventSink,
     advance,
     resume,
     run,
     start_state,
+    stream,
 )
 from agent_fsm.engine.effects import current_call_id
 from agent_fsm.engine.endings import Ending, EndingRule
@@ -35,6 +37,20 @@ from agent_fsm.engine.errors import (
     ProviderFailure,
     ToolDefinitionError,
     ToolError,
+)
+from agent_fsm.engine.events import (
+    Ended,
+    Judged,
+    ModelReplied,
+    ModelRequested,
+    Observed,
+    Paused,
+    Proposed,
+    RunEvent,
+    StateEntered,
+    TextDelta,
+    event_from_json,
+    event_to_json,
 )
 from agent_fsm.engine.failures import (
     GateError,
@@ -59,6 +75,7 @@ from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model, ModelReply, ScriptedModel
 from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
 from agent_fsm.engine.state import Judgement, Pause, ProviderFault, RunResult, RunState
+from agent_fsm.engine.steps import NotSynchronous
 from agent_fsm.engine.tools import (
     Registry,
     ToolCall,
@@ -78,7 +95,28 @@ __all__ = [
     "run",
     "resume",
     "advance",
+    "stream",
     "start_state",
+    # Running from async code (imported on first use: a sync program never loads asyncio)
+    "arun",
+    "aresume",
+    "aadvance",
+    "astream",
+    "RunCancelled",
+    # Run events
+    "EventSink",
+    "RunEvent",
+    "StateEntered",
+    "ModelRequested",
+    "ModelReplied",
+    "TextDelta",
+    "Proposed",
+    "Judged",
+    "Observed",
+    "Paused",
+    "Ended",
+    "event_to_json",
+    "event_from_json",
     "Limits",
     "Stop",
     "Ending",
@@ -144,11 +182,28 @@ __all__ = [
     "GateError",
     "InvalidTransition",
     "NotPaused",
+    "NotSynchronous",
     "StateError",
     "ProviderFailure",
     "ToolError",
 ]
 
 _moved.install()
+
+_ASYNC = frozenset({"arun", "aresume", "aadvance", "astream", "RunCancelled"})
+
+
+def __getattr__(name: str) -> object:
+    # The async driver loads asyncio (tens of milliseconds): only when it is first used.
+    if name in _ASYNC:
+        from agent_fsm.engine import async_driver
+
+        return getattr(async_driver, name)
+    raise AttributeError(f"module 'agent_fsm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _ASYNC)
+
 
 __version__ = "0.1.0"

@@ -55,6 +55,18 @@ REFERENCE = [
         ],
     ),
     (
+        "Async runs and events",
+        "async.md",
+        [
+            "agent_fsm.engine.async_driver",
+            "agent_fsm.engine.events",
+            "agent_fsm.engine.launch",
+            "agent_fsm.engine.context",
+            "agent_fsm.engine.steps",
+            "agent_fsm.engine.async_steps",
+        ],
+    ),
+    (
         "Tools, proposals and gates",
         "tools.md",
         [

@@ -41,5 +41,6 @@ def test_every_stop_value_is_its_name_in_lowercase():
         "handoff",
         "awaiting_approval",
         "provider_error",
+        "time_limit",
     }
     assert all(s.value == s.name.lower() for s in Stop)

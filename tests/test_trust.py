@@ -370,8 +370,8 @@ def test_a_model_returning_no_message_is_a_run_error(reply, fragment):
 
 
 def test_an_async_model_points_to_the_async_api():
-    """async def chat returns a coroutine: RunError says so, and the coroutine is closed without a warning."""
-    from agent_fsm import RunError
+    """async def chat returns a coroutine: a RunError (and TypeError) says to use arun, the coroutine is closed."""
+    from agent_fsm import NotSynchronous, RunError
 
     class Async:
         async def chat(self, messages, tools=()):
@@ -380,8 +380,10 @@ def test_an_async_model_points_to_the_async_api():
     tools, _ = make_payments()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(RunError, match="use the async API"):
+        with pytest.raises(RunError, match="is asynchronous .* run it with arun") as raised:
             run("t", Async(), tools)
+    assert isinstance(raised.value, NotSynchronous) and isinstance(raised.value, TypeError)
+    assert raised.value.state is not None and raised.value.state.machine_state == "Ready"  # the call was undone
 
 
 def test_a_stored_run_approved_from_the_inbox_keeps_its_limits(tmp_path):

@@ -9,7 +9,13 @@ The machine and its run
     :mod:`~agent_fsm.engine.machine` (the table, one row per edge),
     :mod:`~agent_fsm.engine.compiled` (the shared ``transitions`` machine),
     :mod:`~agent_fsm.engine.callbacks` (guards and effects),
-    :mod:`~agent_fsm.engine.driver` (``run``, ``resume``, ``advance``),
+    :mod:`~agent_fsm.engine.context` (one run in flight),
+    :mod:`~agent_fsm.engine.steps` (where a run waits; the sync runner),
+    :mod:`~agent_fsm.engine.async_steps` (the async runner),
+    :mod:`~agent_fsm.engine.launch` (how a run starts and rests),
+    :mod:`~agent_fsm.engine.driver` (``run``, ``resume``, ``advance``, ``stream``),
+    :mod:`~agent_fsm.engine.async_driver` (``arun``, ``aresume``, ``aadvance``, ``astream``),
+    :mod:`~agent_fsm.engine.events` (run events as plain data),
     :mod:`~agent_fsm.engine.limits`, :mod:`~agent_fsm.engine.progress`
     (no-progress bookkeeping), :mod:`~agent_fsm.engine.endings` (a world's codes).
 The effect boundary

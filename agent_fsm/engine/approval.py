@@ -14,12 +14,13 @@ import hashlib
 import json
 from collections.abc import Callable
 
-from agent_fsm.engine.boundary import judge
+from agent_fsm.engine.boundary import judging
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.state import Judgement, Pause, RunState
+from agent_fsm.engine.steps import Steps, drive
 from agent_fsm.engine.tools import Registry, ToolCall
 
-__all__ = ["Seen", "approved_judgement", "call_fingerprint", "open_pause"]
+__all__ = ["Seen", "approved_judgement", "approved_judging", "call_fingerprint", "open_pause"]
 
 Seen = Callable[[str], bool]
 """
@@ -54,6 +55,13 @@ def open_pause(state: RunState, call: ToolCall, reason: str) -> Pause:
 def approved_judgement(
     call: ToolCall, tools: Registry, gate: Gate, covers: str | None, *, state: RunState | None = None
 ) -> Judgement:
+    """Judge ``call`` afresh under a human's approval of ``covers`` (see :func:`approved_judging`)."""
+    return drive(approved_judging(call, tools, gate, covers, state=state))
+
+
+def approved_judging(
+    call: ToolCall, tools: Registry, gate: Gate, covers: str | None, *, state: RunState | None = None
+) -> Steps[Judgement]:
     """
     Judge ``call`` afresh, as if newly proposed, with a human's approval of the fingerprint ``covers``.
 
@@ -61,7 +69,7 @@ def approved_judgement(
     call approved; a changed call (edited state) asked about again is
     refused, since nobody approved it.
     """
-    judgement = judge(call, tools, gate, state=state)
+    judgement = yield from judging(call, tools, gate, state=state)
     if judgement.kind != "ask":
         return judgement
     if covers is not None and call_fingerprint(call) == covers:

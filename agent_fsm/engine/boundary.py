@@ -19,9 +19,10 @@ from agent_fsm.engine.jsondata import storable
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.observe import Observation, to_json_data
 from agent_fsm.engine.state import Judgement, RunState
+from agent_fsm.engine.steps import Steps, call_of, drive, handler_call
 from agent_fsm.engine.tools import Registry, ToolCall, check_registry, validate_call
 
-__all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "execute", "judge"]
+__all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "execute", "execution", "judge", "judging"]
 
 EXPECTED_TOOL_ERRORS: tuple[type[BaseException], ...] = (ToolError, KeyError, ValueError, TimeoutError)
 """Handler exceptions that become ``error`` observations; any other one is a bug and propagates."""
@@ -42,11 +43,18 @@ def judge(
     Raises:
         GateError: the gate raised, or returned something that is not a verdict.
     """
+    return drive(judging(call, tools, gate, state=state, limits=limits))
+
+
+def judging(
+    call: ToolCall, tools: Registry, gate: Gate, *, state: RunState | None = None, limits: Limits | None = None
+) -> Steps[Judgement]:
+    """:func:`judge` as driver steps: the gate's verdict is a request, so an ``async`` gate is awaited."""
     reason = validate_call(call, tools, limits=limits)
     if reason is not None:
         return Judgement("invalid", reason)
     try:
-        verdict = as_verdict(gate(call))
+        verdict = as_verdict((yield call_of("gate", gate, call)))
     except GateError as exc:
         exc.state = state
         raise
@@ -81,6 +89,18 @@ def execute(
     Raises:
         HandlerError: the handler raised anything else (a bug); ``state`` is attached.
     """
+    return drive(execution(call, tools, state=state, context=context))
+
+
+def execution(
+    call: ToolCall, tools: Registry, *, state: RunState | None = None, context: ToolContext | None = None
+) -> Steps[Observation]:
+    """
+    :func:`execute` as driver steps: the handler's call is a shielded request.
+
+    An ``async`` handler is awaited, a ``blocking`` one runs in a thread
+    under the async driver, and a cancellation waits for it to finish.
+    """
     spec = tools[call.name]
     handler = spec.handler
     arguments = spec.handler_arguments(call.arguments)  # type: ignore[arg-type]  # validated: a JSON object
@@ -91,7 +111,7 @@ def execute(
         given = context if context is not None else ToolContext("", call.call_id, fingerprint(call)[:32])
         arguments = {**arguments, "context": given}
     try:
-        result = handler(**arguments)
+        result = yield handler_call(handler, arguments, spec.blocking)
     except EXPECTED_TOOL_ERRORS as exc:
         permanent = isinstance(exc, ToolError) and exc.permanent
         return Observation(call.call_id, False, "error", _error_content(exc), permanent=permanent)

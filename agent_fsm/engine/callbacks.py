@@ -9,26 +9,26 @@ public functions that drive it are in :mod:`agent_fsm.engine.driver`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from agent_fsm.engine.approval import open_pause
-from agent_fsm.engine.boundary import judge
-from agent_fsm.engine.checkpoint import Checkpointer, new_run_id
+from agent_fsm.engine.boundary import judging
 from agent_fsm.engine.compiled import compile_machine
+from agent_fsm.engine.context import RunContext
 from agent_fsm.engine.durable import commit_intent, commit_observation, run_call
 from agent_fsm.engine.effects import executing
 from agent_fsm.engine.endings import Ending
+from agent_fsm.engine.events import Judged, ModelReplied, ModelRequested, Observed, Paused, Proposed
 from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.gates import Gate, deny_effects
-from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.machine import RUN_MACHINE
-from agent_fsm.engine.models import Model, ModelReply, not_a_message
-from agent_fsm.engine.observe import Observation, TokenEstimator
+from agent_fsm.engine.models import ModelReply, not_a_message
+from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.progress import count_rejection, no_progress
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState
-from agent_fsm.engine.tools import Registry, ToolCall, declaration_tokens, function_declarations
-from agent_fsm.engine.wire import CallIds, assistant_text, normalise_reply, tool_message
+from agent_fsm.engine.steps import Steps, call_of, model_call
+from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine.wire import assistant_text, normalise_reply, tool_message
 
 __all__ = ["MACHINE", "AnswerCheck", "RunContext"]
 
@@ -39,87 +39,13 @@ an :class:`agent_fsm.Ending` names the world's code as well.
 """
 
 
-class RunContext:
-    """One run in flight: its plain-data state plus what it runs against (never saved)."""
-
-    __slots__ = (
-        "answer_check",
-        "authorized",
-        "call_ids",
-        "checkpointer",
-        "declaration_tokens",
-        "declarations",
-        "estimator",
-        "gate",
-        "limits",
-        "model",
-        "run_id",
-        "state",
-        "tools",
-    )
-
-    def __init__(
-        self,
-        state: RunState,
-        model: Model,
-        tools: Registry,
-        gate: Gate | None,
-        limits: Limits,
-        estimator: TokenEstimator,
-        answer_check: AnswerCheck | None = None,
-        checkpointer: Checkpointer | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        self.state = state
-        # Where the run is committed (None: in memory only), and its id, from
-        # which every call's idempotency key is derived.
-        self.checkpointer = checkpointer
-        self.run_id = run_id if run_id is not None else new_run_id()
-        self.answer_check = answer_check
-        self.model = model
-        self.tools = tools
-        # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
-        self.declarations = function_declarations(tools)
-        self.declaration_tokens = declaration_tokens(tools, estimator)
-        self.gate = gate if gate is not None else deny_effects(tools)
-        self.limits = limits
-        self.estimator = estimator
-        self.call_ids = CallIds.of(state.messages)  # ids in the transcript; new proposals never reuse one
-        # The call this process just judged allowed (or a human approved); never
-        # saved, so authority to run a handler cannot come from a saved state.
-        self.authorized: ToolCall | None = None
-
-    @property
-    def machine_state(self) -> str:
-        return self.state.machine_state
-
-    @machine_state.setter
-    def machine_state(self, value: str) -> None:
-        self.state.machine_state = value
-        self.state.path.append(value)
-
-    def measure(self, message: Mapping[str, Any]) -> int:
-        """The estimator's count for one message, which must be a whole number >= 0."""
-        try:
-            tokens = self.estimator(message)
-        except Exception as exc:
-            raise RunError(f"the token estimator raised {type(exc).__name__}: {exc}", state=self.state) from exc
-        if type(tokens) is not int or tokens < 0:
-            raise RunError(f"a token estimator must return a whole number >= 0; got {tokens!r}", state=self.state)
-        return tokens
-
-    def append(self, message: dict[str, Any]) -> None:
-        """Append a message, measuring it once (token accounting stays O(n) over a run)."""
-        tokens = self.measure(message)
-        self.state.messages.append(message)
-        self.state.message_tokens += tokens
-
-    def next_prompt_tokens(self) -> int:
-        """Estimated size of the prompt the next model call would send."""
-        return self.state.message_tokens + self.declaration_tokens + self.state.usage_offset
-
-
 # --- guards: pure predicates over the run -----------------------------------
+
+
+def time_spent(run: RunContext) -> bool:
+    """The run has spent its ``max_seconds`` time budget."""
+    limit = run.limits.max_seconds
+    return limit is not None and run.elapsed() >= limit
 
 
 def turn_budget_spent(run: RunContext) -> bool:
@@ -190,23 +116,33 @@ def denial_repeated(run: RunContext) -> bool:
 # --- effects: the on-enter callbacks of states --------------------------------
 
 
-def _ask_model(run: RunContext) -> None:
+def _ask_model(run: RunContext) -> Steps[None]:
     state = run.state
     estimate = run.next_prompt_tokens()
     state.prompt_token_log.append(estimate)
     state.turns += 1
+    if run.outbox is not None:
+        run.post(ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
     try:
-        reply = run.model.chat(state.messages, run.declarations)
+        reply = yield model_call(run)
     except OSError as exc:
         state.fault = ProviderFault(
             type=type(exc).__name__,
             kind=getattr(exc, "kind", "timeout" if isinstance(exc, TimeoutError) else "transport"),
-            message=str(exc),
+            message=str(exc) or type(exc).__name__,
             status=getattr(exc, "status", None),
         )
         return
     except Exception as exc:
         raise RunError(f"the model raised {type(exc).__name__}: {exc}", state=state) from exc
+    except BaseException:
+        # Cancelled (or interrupted) while the model was asked: as if the call was
+        # never made, so the run rests in Ready and asks again when it goes on.
+        state.turns -= 1
+        state.prompt_token_log.pop()
+        state.machine_state = "Ready"
+        state.path.pop()
+        raise
     state.finish = None
     if isinstance(reply, ModelReply):
         counted = reply.prompt_tokens
@@ -222,6 +158,10 @@ def _ask_model(run: RunContext) -> None:
     message, calls = normalise_reply(reply, state.turns, run.call_ids)
     run.append(message)
     state.pending = calls
+    if run.outbox is not None:
+        text = assistant_text(message)
+        tokens = state.prompt_token_log[-1]
+        run.post(ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
 
 
 def _plausible_count(counted: int, estimate: int) -> bool:
@@ -261,19 +201,20 @@ def _cut_off(call: ToolCall) -> Judgement:
     )
 
 
-def take_proposal(run: RunContext) -> None:
+def take_proposal(run: RunContext) -> Steps[None]:
     """Take the next proposal (asking the model when the reply is used up) and judge it."""
     if not run.state.pending:
-        _ask_model(run)
-    judge_proposal(run)
+        yield from _ask_model(run)
+    yield from judge_proposal(run)
 
 
-def _check_answer(run: RunContext) -> str | None:
+def _check_answer(run: RunContext) -> Steps[str | None]:
     """The answer check's reason to refuse the answer; a check that raises or answers garbage is a bug."""
     state = run.state
     text = assistant_text(state.messages[-1]) or ""
     try:
-        reason = run.answer_check(text, state)  # type: ignore[misc]
+        assert run.answer_check is not None, "judge_proposal asks only when there is a check"
+        reason = yield call_of("answer check", run.answer_check, text, state)
     except Exception as exc:
         raise RunError(f"the answer check raised {type(exc).__name__}: {exc}", state=state) from exc
     if isinstance(reason, Ending):  # the driver records an Ending's code; its reason refuses
@@ -283,7 +224,7 @@ def _check_answer(run: RunContext) -> str | None:
     return reason
 
 
-def judge_proposal(run: RunContext) -> None:
+def judge_proposal(run: RunContext) -> Steps[None]:
     """
     Judge what the model proposed, afresh: the answer check for an answer, the boundary for the head call.
 
@@ -298,33 +239,45 @@ def judge_proposal(run: RunContext) -> None:
     if not state.pending:
         reason = _not_an_answer(run)
         if reason is None and run.answer_check is not None:
-            reason = _check_answer(run)
+            reason = yield from _check_answer(run)
         if reason is not None:
             state.judgement = Judgement("invalid", reason)
     elif not tool_budget_spent(run):
         call = state.pending[0]
+        listening = run.outbox is not None
+        if listening:
+            run.post(Proposed(run.run_id, time.time(), call.call_id, call.name, call.arguments))
         # A reply cut off at the token limit may end inside a call's arguments
         # that still happen to parse and pass the schema: none of its calls run.
-        cut_off = state.finish == "length"
-        state.judgement = judgement = (
-            _cut_off(call) if cut_off else judge(call, run.tools, run.gate, state=state, limits=run.limits)
-        )
+        if state.finish == "length":
+            judgement = _cut_off(call)
+        else:
+            judgement = yield from judging(call, run.tools, run.gate, state=state, limits=run.limits)
+        state.judgement = judgement
         if judgement.kind == "allow":
             run.authorized = call
         elif judgement.kind == "ask":
             state.pause = open_pause(state, call, judgement.reason)
             state.pause_id = state.pause.pause_id  # one id for seen=, a store and the inbox
+        if listening:
+            now = time.time()
+            run.post(Judged(run.run_id, now, call.call_id, call.name, judgement.kind, judgement.reason))
+            if state.pause is not None and judgement.kind == "ask":
+                run.post(Paused(run.run_id, now, state.pause.pause_id, call.call_id, call.name, judgement.reason))
 
 
 def _observe(run: RunContext, observation: Observation) -> None:
     state = run.state
     state.observations.append(observation)
     run.append(tool_message(observation))
-    state.pending.pop(0)
+    call = state.pending.pop(0)
     state.judgement = None
+    if run.outbox is not None:
+        o = observation
+        run.post(Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
 
 
-def execute_call(run: RunContext) -> None:
+def execute_call(run: RunContext) -> Steps[None]:
     """Run the head call's handler: the only place a tool's authority is used."""
     state = run.state
     call = state.pending[0]
@@ -337,7 +290,7 @@ def execute_call(run: RunContext) -> None:
     run.authorized = None
     intent = commit_intent(run.checkpointer, run.run_id, state, call, run.tools)  # before the handler, always
     with executing(call.call_id):
-        observation = run_call(call, run.tools, state, run.run_id, run.limits)
+        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits)
     _observe(run, observation)
     commit_observation(run.checkpointer, run.run_id, state, intent)
 
@@ -378,6 +331,7 @@ MACHINE = compile_machine(
     {
         f.__name__: f
         for f in (
+            time_spent,
             turn_budget_spent,
             prompt_over_budget,
             provider_failed,

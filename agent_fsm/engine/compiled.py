@@ -1,84 +1,48 @@
 """
 A declaration bound to its guard and effect functions: one ``transitions.Machine`` per process.
 
-:func:`compile_machine` builds the machine once and caches it; every run is
-passed to the machine's events as the model, never attached to it, so a run
-costs no machine of its own.
+:func:`compile_machine` builds the machine once and caches it, then reads
+a dispatch table off the machine's own edges (per state, its edges in
+table order: guard, destination, the destination's on-enter effects).
+Every run is driven through that table and passed as the single argument
+guards and effects receive, so a run costs no machine of its own and a
+step costs a dictionary look-up and the guards it tries.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from transitions import Event, Machine, State, Transition
+from transitions import Machine, State
 
 from agent_fsm.engine.errors import MachineDefinitionError
 from agent_fsm.engine.failures import InvalidTransition
 from agent_fsm.engine.machine import MachineSpec
+from agent_fsm.engine.steps import Steps, drive
 
 __all__ = ["CompiledMachine", "Vocabulary", "compile_machine"]
 
 
 Vocabulary = Mapping[str, Callable[[Any], Any]]
 
+# One edge as the driver takes it: guard (None: the fallback), destination,
+# the destination's on-enter effects, and the event and guard names it reports.
+_Row = tuple[Callable[[Any], Any] | None, str, tuple[Callable[[Any], Any], ...], str, str | None]
 
-# The two classes below are transitions' documented extension points
-# (Machine.transition_cls / event_cls). The stock Transition.execute logs
-# every step and resolves each callback by name; on the engine's hot path,
-# a few transitions per model turn, that cost as much as the turn's real
-# work. A compiled machine only ever declares guards and on-enter effects
-# as plain functions of the run, so these keep exactly that and nothing else.
-
-
-class _GuardedTransition(Transition):
-    """A transition whose guards and destination effects are functions of the run."""
-
-    effects: tuple[Callable[[Any], Any], ...] = ()
-
-    def execute(self, event_data: Any) -> bool:
-        run = event_data.model
-        for condition in self.conditions:
-            if condition.func(run) != condition.target:  # type: ignore[operator]  # compiled to callables
-                return False
-        run.machine_state = self.dest
-        for effect in self.effects:
-            effect(run)
-        return True
-
-
-class _DirectEvent(Event):
-    """An event fired straight at its transitions: the shared machine is never queued."""
-
-    def trigger(self, model: Any, *args: Any, **kwargs: Any) -> bool:
-        candidates = self.transitions.get(getattr(model, self.machine.model_attribute))
-        if candidates is None:  # not a source of this event: let transitions raise its MachineError
-            return super().trigger(model, *args, **kwargs)
-        return any(transition.execute(_FiredEvent(model)) for transition in candidates)  # type: ignore[arg-type]
-
-
-class _FiredEvent:
-    """The one thing a guarded transition reads from its event: the run."""
-
-    __slots__ = ("model",)
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-
-
-class _SharedMachine(Machine):
-    transition_cls = _GuardedTransition
-    event_cls = _DirectEvent
+_GENERATOR = types.GeneratorType
 
 
 class CompiledMachine:
     """
     A declaration bound to its guard and effect functions, as one shared ``transitions.Machine``.
 
-    Every run is a plain object with a ``machine_state`` attribute; it is
-    passed to each event as the model (and as the single argument guards and
-    effects receive), so no per-run machine or ``add_model`` is needed.
+    Every run is a plain object with a ``machine_state`` attribute (and, if
+    it wants to hear of each move, an ``entered(source, event, guard)``
+    method). Effects are plain functions or generators of driver requests
+    (see :mod:`agent_fsm.engine.steps`): :meth:`steps` serves both drivers.
     """
 
     def __init__(self, spec: MachineSpec, vocabulary: Vocabulary) -> None:
@@ -87,11 +51,7 @@ class CompiledMachine:
             raise MachineDefinitionError(f"machine {spec.name!r}: no function given for {missing}")
         self.spec = spec
         states = [
-            State(
-                s.name,
-                on_enter=[vocabulary[n] for n in s.on_enter],
-                final=s.kind == "absorbing",
-            )
+            State(s.name, on_enter=[vocabulary[n] for n in s.on_enter], final=s.kind == "absorbing")
             for s in spec.states
         ]
         transitions = [
@@ -103,48 +63,113 @@ class CompiledMachine:
             }
             for e in spec.edges
         ]
-        self.machine = _SharedMachine(
-            model=None,  # runs are never attached: each is passed to the event it triggers
+        self.machine = Machine(
+            model=None,  # runs are never attached: each is driven through the table below
             states=states,
             transitions=transitions,
             initial=spec.initial,
             auto_transitions=False,  # no implicit to_<state>() triggers: every move is an edge of the table
-            send_event=False,  # guards and effects receive the run itself, the only trigger argument
+            send_event=False,
             model_attribute="machine_state",
-            ignore_invalid_triggers=False,  # an event the state cannot take is a bug and raises
-            queued=False,  # shared by all runs; the driver is the only caller, effects never trigger
+            ignore_invalid_triggers=False,
+            queued=False,
         )
-        for event in self.machine.events.values():
-            for candidates in event.transitions.values():
+        self._rows = self._read_rows()
+        self._auto: dict[str, tuple[_Row, ...] | None] = {}
+        for s in spec.states:
+            event = spec.auto_event(s.name)
+            self._auto[s.name] = None if event is None else self._rows[(s.name, event)]
+
+    def _read_rows(self) -> dict[tuple[str, str], tuple[_Row, ...]]:
+        """The dispatch table, read off the ``transitions`` machine's events, in table order."""
+        rows: dict[tuple[str, str], tuple[_Row, ...]] = {}
+        for name, event in self.machine.events.items():
+            for source, candidates in event.transitions.items():
+                found: list[_Row] = []
                 for transition in candidates:
                     assert transition.dest is not None, "every edge has a destination"
-                    transition.effects = tuple(self.machine.get_state(transition.dest).on_enter)  # type: ignore[attr-defined]
-        self._events = {name: self.machine.events[name] for name in {e.event for e in spec.edges}}
-        self._auto = {s.name: spec.auto_event(s.name) for s in spec.states}
+                    guard = transition.conditions[0].func if transition.conditions else None
+                    effects = tuple(self.machine.get_state(transition.dest).on_enter)
+                    label = getattr(guard, "__name__", None) if guard is not None else None
+                    found.append((guard, transition.dest, effects, name, label))  # type: ignore[arg-type]
+                rows[(source, name)] = tuple(found)
+        return rows
+
+    def _refuse(self, run: Any, event: str) -> InvalidTransition:
+        source = run.machine_state
+        if (source, event) in self._rows:
+            detail = "had a guard that held"
+        else:
+            detail = "exists (it is not a source of that event)"
+        return InvalidTransition(
+            f"machine {self.spec.name!r}: no edge for event {event!r} from {source!r} {detail}",
+            state=getattr(run, "state", None),
+            machine_state=source,
+            event=event,
+        )
+
+    def steps(self, run: Any, event: str | None = None) -> Steps[str]:
+        """
+        Fire ``event`` (if given), then each working state's automatic event, until the run rests.
+
+        Returns the resting state. Raises InvalidTransition when no edge's
+        guard held (a gap in the definition) or the state cannot take ``event``.
+        """
+        if event is not None:
+            yield from self._one(run, event)
+        entered = getattr(run, "entered", None)
+        auto = self._auto
+        while (rows := auto[run.machine_state]) is not None:
+            for row in rows:
+                if row[0] is None or row[0](run):
+                    break
+            else:
+                raise self._refuse(run, rows[0][3])
+            _guard, dest, effects, name, label = row
+            source = run.machine_state
+            run.machine_state = dest
+            if entered is not None:
+                entered(source, name, label)
+            for effect in effects:
+                step = effect(run)
+                if type(step) is _GENERATOR:
+                    yield from step
+        resting: str = run.machine_state
+        return resting
 
     def fire(self, run: Any, event: str) -> None:
         """
-        Fire ``event`` for ``run``.
+        Fire ``event`` for ``run``, synchronously, and nothing more.
 
         Raises:
             InvalidTransition: no edge's guard held (a gap in the definition).
         """
-        source = run.machine_state
-        if not self._events[event].trigger(run, run):
-            raise InvalidTransition(
-                f"machine {self.spec.name!r}: no edge for event {event!r} from {source!r} had a guard that held",
-                state=getattr(run, "state", None),
-                machine_state=source,
-                event=event,
-            )
+        drive(self._one(run, event))
+
+    def _one(self, run: Any, event: str) -> Steps[None]:
+        rows = self._rows.get((run.machine_state, event))
+        if rows is None:
+            raise self._refuse(run, event)
+        for guard, dest, effects, _name, label in rows:
+            if guard is None or guard(run):
+                source = run.machine_state
+                run.machine_state = dest
+                entered = getattr(run, "entered", None)
+                if entered is not None:
+                    entered(source, event, label)
+                for effect in effects:
+                    step = effect(run)
+                    if type(step) is _GENERATOR:
+                        yield from step
+                return
+        raise self._refuse(run, event)
 
     def advance(self, run: Any) -> str:
-        """Fire the automatic event of each working state until the run rests; return that state."""
-        auto = self._auto
-        while (event := auto[run.machine_state]) is not None:
-            self.fire(run, event)
-        resting: str = run.machine_state
-        return resting
+        """Fire the automatic event of each working state until the run rests, synchronously; return that state."""
+        if self._auto[run.machine_state] is None:
+            resting: str = run.machine_state
+            return resting
+        return drive(self.steps(run))
 
 
 @functools.cache

@@ -8,9 +8,7 @@ its handler starts, so a crash can never leave an effect with no record.
 
 from __future__ import annotations
 
-import time
-
-from agent_fsm.engine.boundary import execute
+from agent_fsm.engine.boundary import execution
 from agent_fsm.engine.checkpoint import (
     Checkpointer,
     Intent,
@@ -22,6 +20,7 @@ from agent_fsm.engine.checkpoint import (
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunState
+from agent_fsm.engine.steps import Steps, pause_for
 from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = ["commit_intent", "commit_observation", "run_call"]
@@ -44,7 +43,7 @@ def commit_observation(checkpointer: Checkpointer | None, run_id: str, state: Ru
         checkpointer.save(run_id, state)
 
 
-def run_call(call: ToolCall, tools: Registry, state: RunState, run_id: str, limits: Limits) -> Observation:
+def run_call(call: ToolCall, tools: Registry, state: RunState, run_id: str, limits: Limits) -> Steps[Observation]:
     """
     Run the head call (counting each attempt in ``state.tool_attempts``) and return its observation.
 
@@ -59,14 +58,14 @@ def run_call(call: ToolCall, tools: Registry, state: RunState, run_id: str, limi
         ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call)) if takes_context(spec.handler) else None
     )
     state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
-    observation = execute(call, tools, state=state, context=context)
+    observation = yield from execution(call, tools, state=state, context=context)
     retries = spec.retries if spec.idempotent else 0
     for attempt in range(retries):
         if observation.ok or observation.permanent:
             break
         if limits.max_tool_calls is not None and state.tool_attempts >= limits.max_tool_calls:
             break
-        time.sleep(spec.backoff * 2**attempt)
+        yield pause_for(spec.backoff * 2**attempt)
         state.tool_attempts += 1
-        observation = execute(call, tools, state=state, context=context)
+        observation = yield from execution(call, tools, state=state, context=context)
     return observation

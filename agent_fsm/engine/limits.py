@@ -5,6 +5,7 @@ Budgets, and the fixed set of typed reasons a run ends.
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 import attrs
@@ -34,6 +35,7 @@ class Stop(str, enum.Enum):
     HANDOFF = "handoff"  # a tool failed permanently; no further tool runs, a person takes over
     AWAITING_APPROVAL = "awaiting_approval"  # the gate asked a human; resume() continues
     PROVIDER_ERROR = "provider_error"  # the model could not be reached; no answer is made up
+    TIME_LIMIT = "time_limit"  # the max_seconds time budget was spent before more work could be admitted
 
     def __str__(self) -> str:
         return self.value
@@ -46,6 +48,11 @@ def _whole_number(instance: object, attribute: attrs.Attribute[Any], value: obje
 
 
 _non_negative = [_whole_number, v.ge(0)]
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        raise ValueError(f"'{attribute.name}' must be a number of seconds > 0 (got {value!r}).")
 
 
 @attrs.frozen
@@ -66,6 +73,11 @@ class Limits:
     of JSON are ``invalid`` (see docs/hostile-input.md).
     ``oscillation`` is how many consecutive rejections may alternate between
     two proposals (A, B, A, B ...) before the run ends ``no_progress`` too.
+    ``max_seconds`` is a wall-clock budget for the time the run spends in
+    the drivers (a pause for a human does not count): checked before every
+    model call and every tool call is admitted, it ends the run
+    ``time_limit``; the async driver also cuts a model call in flight off at
+    the time left (the sync driver cannot interrupt a call).
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
@@ -78,3 +90,4 @@ class Limits:
     max_argument_depth: int = attrs.field(default=32, validator=[_whole_number, v.ge(1), v.le(DEPTH_CEILING)])
     max_argument_chars: int = attrs.field(default=100_000, validator=[_whole_number, v.ge(2)])
     oscillation: int = attrs.field(default=4, validator=[_whole_number, v.ge(3)])
+    max_seconds: float | None = attrs.field(default=None, validator=v.optional(_seconds))

@@ -217,6 +217,13 @@ RUN_MACHINE = MachineSpec(
         ),
         StateSpec("ProviderError", "absorbing", "The model could not be reached.", stop="provider_error"),
         StateSpec(
+            "TimeLimit",
+            "absorbing",
+            "The max_seconds time budget was spent.",
+            on_enter=("close_pending",),
+            stop="time_limit",
+        ),
+        StateSpec(
             "Handoff",
             "absorbing",
             "A tool failed permanently; no further tool runs.",
@@ -227,7 +234,9 @@ RUN_MACHINE = MachineSpec(
     edges=(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
         Edge("Ready", "next_turn", "TokenLimit", guard="prompt_over_budget", meaning="next prompt exceeds budget"),
+        Edge("Ready", "next_turn", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Ready", "next_turn", "Proposing", consumes="turns", meaning="budget admits another model call"),
+        Edge("Proposing", "judge", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Proposing", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
         Edge("Proposing", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
         Edge("Proposing", "judge", "Answered", guard="reply_has_no_calls", meaning="plain assistant message"),

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from agent_fsm.engine.approval import open_pause
 from agent_fsm.engine.boundary import judge
-from agent_fsm.engine.callbacks import MACHINE, AnswerCheck, RunContext
+from agent_fsm.engine.callbacks import MACHINE, AnswerCheck
 from agent_fsm.engine.checkpoint import Checkpointer, Intent, fingerprint, idempotency_key
-from agent_fsm.engine.driver import _declared, _rest, _result, _trusted_limits
+from agent_fsm.engine.context import RunContext
 from agent_fsm.engine.endings import EndingRule
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate
+from agent_fsm.engine.launch import _declared, _rest, _trusted_limits
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.machine import RUN_MACHINE
 from agent_fsm.engine.models import Model
@@ -119,6 +120,4 @@ def continue_run(
         state.pause_id = None
     if not RUN_MACHINE.state(state.machine_state).is_resting:
         MACHINE.advance(context)
-    result = _result(state, chosen, endings)
-    _rest(context)  # after _result, which records the run's code in its state
-    return result
+    return _rest(context, endings)

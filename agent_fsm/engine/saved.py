@@ -82,6 +82,7 @@ def _state_data(s: RunState) -> dict[str, Any]:
         "consumed": s.consumed,
         "recent_rejections": s.recent_rejections,
         "alternation": s.alternation,
+        "elapsed": s.elapsed,
     }
     if OBSERVATION_EXTRA:
         for item, o in zip(data["observations"], s.observations, strict=True):

@@ -127,6 +127,8 @@ class RunState:
     # alternated between two different proposals (A, B, A, B ...).
     recent_rejections: list[str] = attrs.field(factory=list)
     alternation: int = 0
+    # Seconds spent in the drivers under a time budget (Limits.max_seconds), pauses excluded.
+    elapsed: float = 0.0
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """

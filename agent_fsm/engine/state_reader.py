@@ -12,6 +12,7 @@ held to the type of their default.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -41,8 +42,7 @@ class BadField(Exception):
 
 def _show(value: Any) -> str:
     text = repr(value)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    return f"{text} (a JSON {json_kind(value)})"
+    return f"{text if len(text) <= 60 else text[:57] + '...'} (a JSON {json_kind(value)})"
 
 
 def json_kind(value: Any) -> str:
@@ -346,18 +346,25 @@ def _recent(value: Any, path: str) -> list[str]:
 _KNOWN = (
     "messages", "observations", "prompt_token_log", "turns", "tool_attempts", "machine_state", "path", "pending",
     "judgement", "denials", "answer", "opening", "fault", "message_tokens", "usage_offset", "finish", "code",
-    "limits", "pause", "run_id", "consumed", "recent_rejections", "alternation",
+    "limits", "pause", "run_id", "consumed", "recent_rejections", "alternation", "elapsed",
 )  # fmt: skip
 FIELDS = attrs.fields(RunState)
 STATE_EXTRA = _extra(RunState, _KNOWN)
 _STATE_READERS = _readers(STATE_EXTRA)
 _TOP = _shape(("format", *(f.name for f in FIELDS)))
+_ADDED = frozenset({"elapsed"})  # fields added to format 2 later: a state saved before them still loads
+
+
+def _seconds(value: Any, path: str) -> float:  # a float field: RunState.elapsed
+    if type(value) in (int, float) and 0 <= value < math.inf:
+        return float(value)
+    raise _expect(path, "a number of seconds >= 0", value)
 
 
 def read_state(data: dict[str, Any]) -> RunState:
     # One straight line per field, in the order a saved state lists them, so
     # the first problem found is the first in the document.
-    _object(data, "", _TOP)
+    _object(data, "", _TOP, _ADDED)
     observations = data["observations"]
     pending = data["pending"]
     values: dict[str, Any] = {
@@ -386,10 +393,8 @@ def read_state(data: dict[str, Any]) -> RunState:
         "consumed": _bool(data["consumed"], "consumed"),
         "recent_rejections": _recent(data["recent_rejections"], "recent_rejections"),
         "alternation": _int(data["alternation"], "alternation"),
+        "elapsed": _seconds(data.get("elapsed", 0.0), "elapsed"),
     }
     for name, _argument, read in _STATE_READERS:
         values[name] = read(data[name], name)
     return RunState(**values)
-
-
-# --- the two entry points ------------------------------------------------------

@@ -118,6 +118,9 @@ class ToolSpec:
     default gate refuses them. ``idempotent`` declares that running the same
     call twice under one idempotency key has the effect of running it once:
     only such a tool is re-run after a crash or retried (``retries``).
+    The handler may be ``async def`` (the async driver awaits it; the sync
+    driver refuses it). ``blocking=True`` marks a plain handler that waits
+    on I/O: the async driver runs it in a worker thread so other runs go on.
 
     Raises:
         ToolDefinitionError: the schema is not usable, or a valid call would not fit the handler.
@@ -135,6 +138,7 @@ class ToolSpec:
     idempotent: bool = False
     retries: int = attrs.field(default=0, validator=lambda spec, _, value: _check_retries(spec, value))
     backoff: float = 0.1
+    blocking: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     # The schema compiled once into a predicate (None: jsonschema decides), and the names
     # the handler is given (None: all of them).
     _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")

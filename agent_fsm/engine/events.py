@@ -1,0 +1,206 @@
+"""
+Run events: what a run did, as it did it, as plain data.
+
+The drivers post these as the run moves (``on_event=``, :func:`agent_fsm.stream`,
+:func:`agent_fsm.astream`). Every event is a frozen attrs record with the
+run's id and the wall-clock time it happened (``at``, seconds since the
+epoch), and survives a JSON round trip (:func:`event_to_json`,
+:func:`event_from_json`), so it can be shipped to a UI or a log as it is.
+Events are made only when someone listens: a run without a listener pays
+nothing for them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import attrs
+
+from agent_fsm.engine.state import RunResult, RunState
+
+__all__ = [
+    "EVENT_TYPES",
+    "Ended",
+    "Judged",
+    "ModelReplied",
+    "ModelRequested",
+    "Observed",
+    "Paused",
+    "Proposed",
+    "RunEvent",
+    "StateEntered",
+    "TextDelta",
+    "event_from_json",
+    "event_to_json",
+]
+
+
+@attrs.frozen
+class RunEvent:
+    """The fields every event has: the run it belongs to and when it happened."""
+
+    type: ClassVar[str] = "event"
+    run_id: str
+    at: float
+
+
+@attrs.frozen
+class StateEntered(RunEvent):
+    """The run entered ``state`` from ``source`` by ``event``, the first edge whose ``guard`` held (``None``: else)."""
+
+    type: ClassVar[str] = "state_entered"
+    state: str
+    source: str
+    event: str
+    guard: str | None
+    turn: int
+
+
+@attrs.frozen
+class ModelRequested(RunEvent):
+    """Model call number ``turn`` is being made: a prompt estimated at ``prompt_tokens``, of ``messages`` messages."""
+
+    type: ClassVar[str] = "model_requested"
+    turn: int
+    prompt_tokens: int
+    messages: int
+
+
+@attrs.frozen
+class ModelReplied(RunEvent):
+    """
+    The model replied: ``prompt_tokens`` as counted (the provider's figure when adopted),
+    how the reply ended (``finish``), how many calls it proposed and its text.
+    """
+
+    type: ClassVar[str] = "model_replied"
+    turn: int
+    prompt_tokens: int
+    finish: str | None
+    calls: int
+    text: str | None
+
+
+@attrs.frozen
+class TextDelta(RunEvent):
+    """A fragment of the reply text of model call ``turn``, from a streaming model, as it arrived."""
+
+    type: ClassVar[str] = "text_delta"
+    turn: int
+    text: str
+
+
+@attrs.frozen
+class Proposed(RunEvent):
+    """The call the run is about to judge (``arguments`` is ``None`` when they did not parse)."""
+
+    type: ClassVar[str] = "proposed"
+    call_id: str
+    name: str
+    arguments: Any
+
+
+@attrs.frozen
+class Judged(RunEvent):
+    """
+    The judgement of a proposal: ``invalid`` (its contract; the gate was not asked), else the gate's
+    verdict as ``allow``, ``denied`` or ``ask``, with the reason.
+    """
+
+    type: ClassVar[str] = "judged"
+    call_id: str
+    name: str
+    kind: str
+    reason: str
+
+
+@attrs.frozen
+class Observed(RunEvent):
+    """What came back for a call: a result, an error, or the rejection sent to the model."""
+
+    type: ClassVar[str] = "observed"
+    call_id: str
+    name: str
+    ok: bool
+    kind: str
+    content: Any
+
+
+@attrs.frozen
+class Paused(RunEvent):
+    """The run paused on ``pause_id`` for a human's decision about the call ``call_id``."""
+
+    type: ClassVar[str] = "paused"
+    pause_id: str
+    call_id: str
+    name: str
+    reason: str
+
+
+@attrs.frozen
+class Ended(RunEvent):
+    """The run rests (ended, or paused for a human): the :class:`agent_fsm.RunResult` the driver returns."""
+
+    type: ClassVar[str] = "ended"
+    result: RunResult
+
+
+EVENT_TYPES: dict[str, type[RunEvent]] = {
+    cls.type: cls
+    for cls in (StateEntered, ModelRequested, ModelReplied, TextDelta, Proposed, Judged, Observed, Paused, Ended)
+}
+"""Every event class by its ``type`` name, as :func:`event_to_json` writes it."""
+
+
+def event_to_json(event: RunEvent) -> dict[str, Any]:
+    """``event`` as a JSON object (``type`` names its class; an ``Ended`` carries the state as saved JSON)."""
+    data: dict[str, Any] = {"type": event.type}
+    for field in attrs.fields(type(event)):
+        value = getattr(event, field.name)
+        if isinstance(value, RunResult):
+            value = {
+                "stop": value.stop.value,
+                "code": value.code,
+                "answer": value.answer,
+                "reason": value.reason,
+                "state": json.loads(value.state.to_json()),
+            }
+        data[field.name] = value
+    return data
+
+
+def event_from_json(data: dict[str, Any]) -> RunEvent:
+    """
+    The event :func:`event_to_json` wrote.
+
+    Raises:
+        ValueError: not an event of a known type, or its fields do not fit it.
+    """
+    cls = EVENT_TYPES.get(str(data.get("type"))) if isinstance(data, dict) else None
+    if cls is None:
+        raise ValueError(f"not a run event: {data!r:.200}")
+    fields = {k: v for k, v in data.items() if k != "type"}
+    if cls is Ended:
+        fields["result"] = _result(fields.get("result"))
+    try:
+        return cls(**fields)
+    except TypeError as exc:
+        raise ValueError(f"a {cls.type!r} event with the wrong fields: {exc}") from None
+
+
+def _result(data: Any) -> RunResult:
+    from agent_fsm.engine.limits import Stop
+
+    if not isinstance(data, dict) or set(data) != {"stop", "code", "answer", "reason", "state"}:
+        raise ValueError(f"an 'ended' event's result must hold stop, code, answer, reason and state: {data!r:.200}")
+    state = RunState.from_json(json.dumps(data["state"]))
+    stop = Stop(data["stop"])
+    return RunResult(
+        stop=stop,
+        answer=data["answer"],
+        state=state,
+        blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL and state.pending else None,
+        reason=data["reason"],
+        code=data["code"],
+    )

@@ -1,0 +1,169 @@
+"""
+Where a run waits on the world, and the two ways of waiting: one driver for sync and async.
+
+The machine's effects are generators. At each point where a run needs
+something from outside (the model's reply, a gate's verdict, a handler's
+result, a pause between retries) an effect yields a request and receives
+the answer, or has the exception raised into it at that very point. The
+run's logic is written once; :func:`iterate` performs requests by plain
+calls and :func:`agent_fsm.engine.async_steps.adrive` awaits them, so the two drivers cannot disagree.
+
+A request marked *shielded* (a handler's call, the pause before a retry)
+is one that must finish once started: the async runner lets a
+cancellation wait for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agent_fsm.engine.failures import RunError
+
+if TYPE_CHECKING:
+    from agent_fsm.engine.context import RunContext
+    from agent_fsm.engine.events import RunEvent
+
+__all__ = [
+    "NotSynchronous",
+    "Request",
+    "Steps",
+    "call_of",
+    "drive",
+    "handler_call",
+    "iterate",
+    "model_call",
+    "pause_for",
+]
+
+T = TypeVar("T")
+
+Request = tuple[Any, ...]
+"""``(kind, ...)``: what the run waits for (see :func:`call_of`, :func:`handler_call`, :func:`model_call`)."""
+
+Steps = Generator[Request, Any, T]
+"""A piece of a run's logic: yields requests, receives their answers, returns its value."""
+
+CALL, MODEL, SLEEP = 0, 1, 2
+
+
+class NotSynchronous(RunError, TypeError):
+    """The synchronous driver met an ``async`` model, gate, handler or answer check: run it with the async driver."""
+
+
+def call_of(what: str, function: Callable[..., Any], *args: Any) -> Request:
+    """Ask for ``function(*args)``, e.g. a gate's verdict; ``what`` names its role if it turns out asynchronous."""
+    return (CALL, function, args, {}, what, False, False)
+
+
+def handler_call(function: Callable[..., Any], kwargs: Mapping[str, Any], blocking: bool) -> Request:
+    """
+    Ask for a handler's ``function(**kwargs)``: shielded, so a cancellation waits for it to finish.
+
+    A ``blocking`` handler runs in a worker thread under the async driver.
+    """
+    return (CALL, function, (), kwargs, "handler", True, blocking)
+
+
+def model_call(run: RunContext) -> Request:
+    """Ask the run's model for its next reply to the run's transcript."""
+    return (MODEL, run)
+
+
+def pause_for(seconds: float) -> Request:
+    """Wait ``seconds`` inside an effect (a retry's back-off): shielded, so never cut short by a cancellation."""
+    return (SLEEP, seconds)
+
+
+def is_awaitable(value: Any) -> bool:
+    return hasattr(value, "__await__")
+
+
+def _refuse(value: Any, what: str, function: Any) -> NotSynchronous:
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()  # a coroutine never started: nothing ran, and no "never awaited" warning
+    name = getattr(function, "__qualname__", None) or repr(function)
+    return NotSynchronous(
+        f"the {what} {name} is asynchronous (it returned {type(value).__name__}); run it with arun, aadvance or aresume"
+    )
+
+
+def chat_kwargs(run: RunContext, on_delta: Any) -> dict[str, Any]:
+    return {"on_delta": on_delta} if on_delta is not None and getattr(run.model, "streams", False) else {}
+
+
+def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:
+    kind = request[0]
+    if kind == CALL:
+        result = request[1](*request[2], **request[3])
+        if is_awaitable(result):
+            raise _refuse(result, request[4], request[1])
+        return result
+    if kind == MODEL:
+        run: RunContext = request[1]
+        chat = getattr(run.model, "chat", None)
+        if chat is None:
+            raise NotSynchronous(f"the model {run.model!r} has no chat(); an async-only model runs with arun")
+        on_delta = run.delta_sink(live) if run.outbox is not None else None
+        result = chat(run.state.messages, run.declarations, **chat_kwargs(run, on_delta))
+        if is_awaitable(result):
+            raise _refuse(result, "model", chat)
+        return result
+    time.sleep(request[1])
+    return None
+
+
+def iterate(steps: Steps[T], outbox: list[RunEvent] | None = None, live: Any = None) -> Generator[RunEvent, None, T]:
+    """
+    Perform ``steps`` synchronously, yielding the events they post to ``outbox`` as they happen.
+
+    A request's exception is raised into the steps where they made it; a
+    :class:`NotSynchronous` refusal is not (it is the caller's mistake) and
+    ends them. ``live``, when given, receives a streaming model's text
+    deltas during the call instead of after it.
+    """
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(send) if error is None else steps.throw(error)
+        except StopIteration as done:
+            if outbox:
+                yield from _drain(outbox)
+            return done.value  # type: ignore[no-any-return]
+        if outbox:
+            yield from _drain(outbox)
+        send = error = None
+        try:
+            send = _perform(request, live)
+        except NotSynchronous:
+            steps.close()
+            raise
+        except BaseException as exc:  # raised into the steps, where they asked
+            error = exc
+
+
+def _drain(outbox: list[RunEvent]) -> Iterator[RunEvent]:
+    events = outbox[:]
+    outbox.clear()
+    yield from events
+
+
+def drive(steps: Steps[T], outbox: list[RunEvent] | None = None, on_event: Any = None) -> T:
+    """Perform ``steps`` synchronously; each event posted to ``outbox`` goes to ``on_event``."""
+    events = iterate(steps, outbox, on_event)
+    if outbox is None:
+        try:
+            next(events)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        raise AssertionError("no outbox, so no event")  # pragma: no cover
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if is_awaitable(on_event(event)):
+            raise NotSynchronous(f"on_event {on_event!r} is asynchronous; pass it to arun, aadvance or aresume")
