@@ -24,8 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import agent_fsm
-
 from .contestants.agent_fsm_ import arun_agent_fsm, run_agent_fsm
 from .contestants.bare import arun_bare
 from .contestants.langgraph_ import arun_langgraph
@@ -68,13 +66,7 @@ class Entry:
 
 ENTRIES = [
     Entry("bare", "bare loop, async", arun_bare),
-    Entry(
-        "agent_fsm",
-        "agent_fsm arun",
-        arun_agent_fsm,
-        lambda: hasattr(agent_fsm, "arun"),
-        "this agent_fsm has no arun",
-    ),
+    Entry("agent_fsm", "agent_fsm arun", arun_agent_fsm),
     Entry(
         "langgraph",
         "LangGraph ainvoke",

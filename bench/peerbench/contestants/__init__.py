@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..scenarios import Job, Outcome
-from .agent_fsm_ import run_agent_fsm
+from .agent_fsm_ import arun_agent_fsm, run_agent_fsm
 from .bare import arun_bare, run_bare
 from .burr_ import run_burr
 from .langgraph_ import arun_langgraph, run_langgraph
@@ -43,7 +43,7 @@ class Contestant:
 CONTESTANTS = [
     Contestant("bare loop", run_bare),
     Contestant("bare loop (async)", asynchronous=arun_bare),
-    Contestant("agent_fsm", run_agent_fsm),
+    Contestant("agent_fsm", run_agent_fsm, arun_agent_fsm),
     Contestant("transitions (shared machine)", run_transitions, requires="transitions", package="transitions"),
     Contestant(
         "LangGraph", run_langgraph, arun_langgraph, requires="langgraph", package="langgraph", async_native=True

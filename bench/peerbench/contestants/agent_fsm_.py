@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import agent_fsm
-from agent_fsm import RunState, run
+from agent_fsm import RunState, arun, run
 from agent_fsm.examples.support_desk import TASK
 
 from ..scenarios import SYSTEM_PROMPT, Job, Outcome
@@ -34,7 +33,6 @@ def run_agent_fsm(job: Job) -> Outcome:
 
 
 async def arun_agent_fsm(job: Job) -> Outcome:
-    """The async driver; the model's ``achat`` is awaited (looked up here: older versions have no ``arun``)."""
-    arun = agent_fsm.arun  # type: ignore[attr-defined, unused-ignore]
+    """The async driver: the model's ``achat`` is awaited; the gate and the handlers are plain functions."""
     result = await arun(TASK, job.model, job.desk.tools, gate=job.gate, limits=job.limits, system_prompt=SYSTEM_PROMPT)
     return _outcome(job, result)
