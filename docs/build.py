@@ -31,7 +31,9 @@ GUIDES = [
     ("Hostile input", "hostile-input.md"),
     ("Diagrams", "diagrams.md"),
     ("Specs", "specs.md"),
+    ("Async runs and events", "async.md"),
     ("Durable runs", "durability.md"),
+    ("The inbox and the run viewer", "inbox.md"),
     ("Testing your gates and models", "testing.md"),
     ("Workflow patterns", "patterns.md"),
     ("Providers", "providers.md"),
@@ -108,6 +110,7 @@ REFERENCE = [
     ("Providers", "providers.md", ["agent_fsm.providers"]),
     ("Durable runs", "store.md", ["agent_fsm.store", "agent_fsm.engine.checkpoint", "agent_fsm.engine.recovery"]),
     ("Testing kit", "testing.md", ["agent_fsm.testing"]),
+    ("Inbox and viewer", "web.md", ["agent_fsm.web"]),
 ]
 
 CONFIG = """\
@@ -198,6 +201,8 @@ def assemble(folder: Path) -> Path:
             (pages / name).write_text(text, encoding="utf-8")
             guides.append(f"      - {title}: {name}")
     shutil.copytree(ROOT / "diagrams", pages / "diagrams")
+    if (DOCS / "images").is_dir():  # the screenshots the browser tests take (docs/inbox.md)
+        shutil.copytree(DOCS / "images", pages / "images")
     reference = []
     for title, name, modules in REFERENCE:
         body = [f"# {title}\n"]

@@ -32,6 +32,7 @@ LAYERS: list[set[str]] = [
     {"providers", "testing", "scenarios", "store", "patterns"},
     {"examples"},  # examples.compare meters the patterns on the support-desk example
     {"diagrams"},  # the catalog draws the pattern machines
+    {"web"},  # the run viewer draws the run's path; the inbox decides through the store
     {"cli"},
 ]
 
@@ -188,7 +189,19 @@ def test_run_is_still_the_function() -> None:
 
 # Loaded only when something asks for them: a rich schema or a failed call (jsonschema and its
 # referencing stack), a pattern (RE2), the testing kit (hypothesis), a provider, the CLI, a drawing.
-LAZY = ("jsonschema", "referencing", "jsonschema_specifications", "re2", "hypothesis", "httpx", "typer", "graphviz")
+LAZY = (
+    "jsonschema",
+    "referencing",
+    "jsonschema_specifications",
+    "re2",
+    "hypothesis",
+    "httpx",
+    "typer",
+    "graphviz",
+    "starlette",
+    "jinja2",
+    "uvicorn",
+)
 
 
 def _loaded_after(code: str) -> set[str]:

@@ -19,6 +19,7 @@ PUBLIC = [
     "agent_fsm.providers",
     "agent_fsm.store",
     "agent_fsm.testing",
+    "agent_fsm.web",
 ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from agent_fsm.engine.checkpoint import ToolContext, fingerprint, takes_context
+from agent_fsm.engine.checkpoint import ToolContext, fingerprint
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.failures import GateError, HandlerError
 from agent_fsm.engine.gates import Gate, as_verdict
@@ -107,7 +107,7 @@ def execution(
     # ``context`` is the engine's argument, never the model's: a handler that
     # names it gets the call's ToolContext, replacing any argument the model
     # sent under that name, so the idempotency key cannot be forged.
-    if takes_context(handler):
+    if spec.takes_context:
         given = context if context is not None else ToolContext("", call.call_id, fingerprint(call)[:32])
         arguments = {**arguments, "context": given}
     try:

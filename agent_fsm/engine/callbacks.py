@@ -17,7 +17,7 @@ from agent_fsm.engine.boundary import judging
 from agent_fsm.engine.compiled import compile_machine
 from agent_fsm.engine.context import RunContext
 from agent_fsm.engine.durable import commit_intent, commit_observation, run_call
-from agent_fsm.engine.effects import executing
+from agent_fsm.engine.effects import enter_call, leave_call
 from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.events import Judged, ModelReplied, ModelRequested, Observed, Paused, Proposed
 from agent_fsm.engine.failures import RunError
@@ -289,8 +289,11 @@ def execute_call(run: RunContext) -> Steps[None]:
         )
     run.authorized = None
     intent = commit_intent(run.checkpointer, run.run_id, state, call, run.tools)  # before the handler, always
-    with executing(call.call_id):
+    token = enter_call(call.call_id)
+    try:
         observation = yield from run_call(call, run.tools, state, run.run_id, run.limits)
+    finally:
+        leave_call(token)
     _observe(run, observation)
     commit_observation(run.checkpointer, run.run_id, state, intent)
 

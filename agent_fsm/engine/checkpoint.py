@@ -13,7 +13,6 @@ have happened without being observed.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import uuid
 import weakref
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from agent_fsm.engine.handlers import reads_context as _reads_context
 from agent_fsm.engine.state import RunState
 from agent_fsm.engine.tools import ToolCall
 
@@ -112,15 +112,6 @@ def mark_pause(state: RunState) -> None:
     """Give a run resting in ``AwaitingApproval`` its pause id (once): a decision names the pause it decides."""
     if state.machine_state == "AwaitingApproval" and state.pause_id is None:
         state.pause_id = uuid.uuid4().hex
-
-
-def _reads_context(handler: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(handler).parameters
-    except (TypeError, ValueError):  # some builtins have no readable signature: they take no context
-        return False
-    parameter = parameters.get("context")
-    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
 
 # Held weakly: a cache must not keep a handler, and the world its closure holds, alive after its tools are gone.

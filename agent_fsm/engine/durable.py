@@ -15,7 +15,6 @@ from agent_fsm.engine.checkpoint import (
     ToolContext,
     fingerprint,
     idempotency_key,
-    takes_context,
 )
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.observe import Observation
@@ -54,9 +53,7 @@ def run_call(call: ToolCall, tools: Registry, state: RunState, run_id: str, limi
     """
     spec = tools[call.name]
     # The key costs a digest of the call: made only for a handler that asks for its context.
-    context = (
-        ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call)) if takes_context(spec.handler) else None
-    )
+    context = ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call)) if spec.takes_context else None
     state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
     observation = yield from execution(call, tools, state=state, context=context)
     retries = spec.retries if spec.idempotent else 0

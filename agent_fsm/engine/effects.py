@@ -16,7 +16,7 @@ from typing import Any
 
 from agent_fsm.engine.observe import Observation
 
-__all__ = ["EffectMatch", "current_call_id", "executing", "matches_call"]
+__all__ = ["EffectMatch", "current_call_id", "enter_call", "executing", "leave_call", "matches_call"]
 
 EffectMatch = Callable[[Any, Observation], bool]
 """``match(effect, observation)``: does this effect-log entry come from the executed call observed here?"""
@@ -32,6 +32,16 @@ def current_call_id() -> str | None:
     each entry names the call that caused it.
     """
     return _CURRENT.get()
+
+
+def enter_call(call_id: str) -> contextvars.Token[str | None]:
+    """Make ``call_id`` the current call until :func:`leave_call` (the driver's cheap form of :func:`executing`)."""
+    return _CURRENT.set(call_id)
+
+
+def leave_call(token: contextvars.Token[str | None]) -> None:
+    """Restore the current call :func:`enter_call` replaced."""
+    _CURRENT.reset(token)
 
 
 @contextlib.contextmanager

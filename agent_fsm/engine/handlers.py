@@ -16,7 +16,7 @@ from typing import Any
 
 from agent_fsm.engine.errors import ToolDefinitionError
 
-__all__ = ["handler_arguments"]
+__all__ = ["handler_arguments", "reads_context"]
 
 # Keywords that can require or declare arguments away from the top level.
 _COMPOSING = frozenset(
@@ -68,3 +68,13 @@ def handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) ->
                 " a valid call could leave them out"
             )
     return names
+
+
+def reads_context(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` names a ``context`` parameter, to be given the call's ToolContext."""
+    try:
+        parameters = inspect.signature(handler).parameters
+    except (TypeError, ValueError):  # some builtins have no readable signature: they take no context
+        return False
+    parameter = parameters.get("context")
+    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)

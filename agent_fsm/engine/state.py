@@ -67,7 +67,10 @@ def _new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-@attrs.define(eq=True)
+# No validation on assignment: the driver sets fields many times a turn, and a
+# state is checked where it crosses a trust boundary (RunState.from_json,
+# state_problem on advance/resume), not on every write.
+@attrs.define(eq=True, on_setattr=attrs.setters.NO_OP)
 class RunState:
     """
     Everything the engine knows about one run.

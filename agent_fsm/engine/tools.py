@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine.errors import ToolDefinitionError
-from agent_fsm.engine.handlers import handler_arguments
+from agent_fsm.engine.handlers import handler_arguments, reads_context
 from agent_fsm.engine.jsondata import argument_problem
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.schema import compile_checker, make_validator, schema_problem
@@ -144,6 +144,7 @@ class ToolSpec:
     _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")
     _accepts: frozenset[str] | None = attrs.field(init=False, repr=False, eq=False, alias="_accepts")
     _rendered: dict[str, Any] = attrs.field(init=False, repr=False, eq=False, factory=dict, alias="_rendered")
+    _context: bool = attrs.field(init=False, repr=False, eq=False, alias="_context")
 
     def __attrs_post_init__(self) -> None:
         if not callable(self.handler):
@@ -153,6 +154,12 @@ class ToolSpec:
         object.__setattr__(self, "_validator", None)  # built on the first failed call: jsonschema loads lazily
         object.__setattr__(self, "_checker", compile_checker(json_schema))
         object.__setattr__(self, "_accepts", handler_arguments(self.handler, json_schema))
+        object.__setattr__(self, "_context", reads_context(self.handler))
+
+    @property
+    def takes_context(self) -> bool:
+        """The handler names a ``context`` parameter: it is given the call's ToolContext (read once, here)."""
+        return self._context
 
     def errors(self, arguments: Any) -> list[str]:
         """Every way ``arguments`` breaks the contract, as readable lines (empty when valid)."""
