@@ -15,8 +15,20 @@ from typing import Any
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-# bench/ is a folder of scripts; their shared parts are the peerbench package beside them.
-sys.path.insert(0, str(BENCH))
+
+
+def _import_peerbench() -> None:
+    # bench/ is a folder of scripts; their shared parts are the peerbench package beside them. The folder is on
+    # the import path only while it loads, so that its scripts' names shadow nothing for the rest of the suite.
+    sys.path.insert(0, str(BENCH))
+    try:
+        import peerbench.async_runs
+        import peerbench.verification  # noqa: F401
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+_import_peerbench()
 
 from peerbench.async_runs import ENTRIES, many_at_once, verify_entries  # noqa: E402
 from peerbench.contestants import CONTESTANTS, run_once  # noqa: E402
