@@ -19,7 +19,7 @@ runs/s, CPU ms per run (``time.process_time``), and ratios of runs/s taken
 within each round (medians of interleaved rounds).
 
     pip install -e '.[bench]'
-    python bench/concurrent_runs.py            # about a minute
+    python bench/concurrent_runs.py            # one to two minutes
     python bench/concurrent_runs.py --quick    # a few seconds, noisier
 
 (Not ``concurrent.py``: run as a script, bench/ comes first on the import
