@@ -62,7 +62,6 @@ REFERENCE = [
         "async.md",
         [
             "agent_fsm.engine.async_driver",
-            "agent_fsm.engine.events",
             "agent_fsm.engine.launch",
             "agent_fsm.engine.context",
             "agent_fsm.engine.steps",
