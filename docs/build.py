@@ -31,7 +31,10 @@ GUIDES = [
     ("Hostile input", "hostile-input.md"),
     ("Diagrams", "diagrams.md"),
     ("Specs", "specs.md"),
+    ("Async runs and events", "async.md"),
     ("Durable runs", "durability.md"),
+    ("The inbox and the run viewer", "inbox.md"),
+    ("Observability", "observability.md"),
     ("Runs on Temporal", "temporal.md"),
     ("Testing your gates and models", "testing.md"),
     ("Workflow patterns", "patterns.md"),
@@ -60,7 +63,6 @@ REFERENCE = [
         "async.md",
         [
             "agent_fsm.engine.async_driver",
-            "agent_fsm.engine.events",
             "agent_fsm.engine.launch",
             "agent_fsm.engine.context",
             "agent_fsm.engine.steps",
@@ -108,8 +110,10 @@ REFERENCE = [
     ("Workflow patterns", "patterns.md", ["agent_fsm.patterns"]),
     ("Providers", "providers.md", ["agent_fsm.providers"]),
     ("Durable runs", "store.md", ["agent_fsm.store", "agent_fsm.engine.checkpoint", "agent_fsm.engine.recovery"]),
+    ("Observability", "observability.md", ["agent_fsm.engine.events", "agent_fsm.otel", "agent_fsm.cli.follow"]),
     ("Runs on Temporal", "temporal-api.md", ["agent_fsm.temporal"]),
     ("Testing kit", "testing.md", ["agent_fsm.testing"]),
+    ("Inbox and viewer", "web.md", ["agent_fsm.web"]),
 ]
 
 CONFIG = """\
@@ -200,6 +204,8 @@ def assemble(folder: Path) -> Path:
             (pages / name).write_text(text, encoding="utf-8")
             guides.append(f"      - {title}: {name}")
     shutil.copytree(ROOT / "diagrams", pages / "diagrams")
+    if (DOCS / "images").is_dir():  # the screenshots the browser tests take (docs/inbox.md)
+        shutil.copytree(DOCS / "images", pages / "images")
     reference = []
     for title, name, modules in REFERENCE:
         body = [f"# {title}\n"]

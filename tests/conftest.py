@@ -55,6 +55,29 @@ def postgres_dsn(postgres_server) -> str:
 
 
 @pytest.fixture(scope="session")
+def chromium() -> tuple[str, str]:
+    """Debian's chromium and chromium-driver (browser tests skip without them, except under CI, where they fail)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    missing = ""
+    if browser is None or driver is None:
+        missing = (
+            "chromium and chromium-driver are not installed: apt-get install chromium chromium-driver (.ci/run does)"
+        )
+    else:
+        try:
+            import selenium  # noqa: F401
+        except ImportError:
+            missing = "selenium is not installed: pip install -e '.[test]'"
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    assert browser is not None and driver is not None
+    return browser, driver
+
+
+@pytest.fixture(scope="session")
 def temporal_server():
     """A real Temporal dev server for the session; skips without the CLI, except under CI, where it fails."""
     from tests.temporal_server import INSTALL_HINT, TemporalServer, find_cli

@@ -29,9 +29,10 @@ PACKAGE = Path(agent_fsm.__file__).parent
 # Applications may import the kernel and anything on a lower line; never a higher one.
 LAYERS: list[set[str]] = [
     {"engine"},
-    {"providers", "testing", "scenarios", "store", "patterns", "temporal"},
+    {"providers", "testing", "scenarios", "store", "patterns", "otel", "temporal"},
     {"examples"},  # examples.compare meters the patterns on the support-desk example
     {"diagrams"},  # the catalog draws the pattern machines
+    {"web"},  # the run viewer draws the run's path; the inbox decides through the store
     {"cli"},
 ]
 
@@ -187,7 +188,7 @@ def test_run_is_still_the_function() -> None:
 
 
 # Loaded only when something asks for them: a rich schema or a failed call (jsonschema and its
-# referencing stack), a pattern (RE2), the testing kit (hypothesis), a provider, the CLI, a drawing.
+# referencing stack), a pattern (RE2), the testing kit (hypothesis), a provider, the CLI, a drawing, tracing.
 LAZY = (
     "jsonschema",
     "referencing",
@@ -197,6 +198,10 @@ LAZY = (
     "httpx",
     "typer",
     "graphviz",
+    "starlette",
+    "jinja2",
+    "uvicorn",
+    "opentelemetry",
     "temporalio",
 )
 
@@ -222,6 +227,12 @@ def test_import_loads_no_optional_or_heavy_module() -> None:
     """``import agent_fsm`` and a plain run on shorthand tools stay fast: none of LAZY is loaded."""
     assert _loaded_after("import agent_fsm") == set()
     assert _loaded_after(PLAIN_RUN) == set()
+
+
+def test_the_cli_loads_no_tracing() -> None:
+    """The console script's module loads typer, but never OpenTelemetry (only agent_fsm.otel does)."""
+    assert "opentelemetry" not in _loaded_after("import agent_fsm.cli")
+    assert "opentelemetry" in _loaded_after("import agent_fsm.otel")
 
 
 def test_the_lazy_probe_sees_what_a_rich_schema_loads() -> None:

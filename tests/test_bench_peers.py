@@ -1,5 +1,5 @@
 """
-bench/peers.py does the same work in every implementation: checked here once per scenario, never timed.
+bench/py does the same work in every implementation: checked here once per scenario, never timed.
 
 The peer frameworks come with the ``bench`` extra; without it their cases
 skip (``pip install -e '.[bench]'``) and the rest still run.
@@ -8,34 +8,39 @@ skip (``pip install -e '.[bench]'``) and the rest still run.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-PEERS = Path(__file__).resolve().parent.parent / "bench" / "peers.py"
+BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-def _load() -> ModuleType:
-    # bench/ is a folder of scripts, not a package: load the script by its path.
-    spec = importlib.util.spec_from_file_location("bench_peers", PEERS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def _import_peerbench() -> None:
+    # bench/ is a folder of scripts; their shared parts are the peerbench package beside them. The folder is on
+    # the import path only while it loads, so that its scripts' names shadow nothing for the rest of the suite.
+    sys.path.insert(0, str(BENCH))
+    try:
+        import peerbench.async_runs
+        import peerbench.verification  # noqa: F401
+    finally:
+        sys.path.remove(str(BENCH))
 
 
-peers = _load()
-SCENARIOS = [*peers.scenarios(12), peers.PAUSED]
+_import_peerbench()
+
+from peerbench.async_runs import ENTRIES, many_at_once, verify_entries  # noqa: E402
+from peerbench.contestants import CONTESTANTS, run_once  # noqa: E402
+from peerbench.scenarios import PAUSED, Mismatch, new_job, scenarios, verify  # noqa: E402
+from peerbench.verification import reference, verify_paused  # noqa: E402
+
+SCENARIOS = [*scenarios(12), PAUSED]
 
 
 def _cases() -> list[Any]:
     cases = []
-    for contestant in peers.CONTESTANTS:
+    for contestant in CONTESTANTS:
         marks = []
         if not contestant.available:
             reason = f"{contestant.package} is not installed: pip install -e '.[bench]'"
@@ -44,7 +49,7 @@ def _cases() -> list[Any]:
         forms += [("async", True)] if contestant.asynchronous is not None else []
         for form, use_async in forms:
             for scenario in SCENARIOS:
-                if scenario is peers.PAUSED and contestant.name != "bare loop":
+                if scenario is PAUSED and contestant.name != "bare loop":
                     continue  # pausing is compared for the bare loop, as the memory figure is
                 name = f"{contestant.name}-{form}-{scenario.key}"
                 cases.append(pytest.param(contestant, scenario, use_async, id=name, marks=marks))
@@ -54,16 +59,16 @@ def _cases() -> list[Any]:
 @pytest.mark.parametrize(("contestant", "scenario", "use_async"), _cases())
 def test_implementation_matches_agent_fsm(contestant: Any, scenario: Any, use_async: bool) -> None:
     """One run ends, acts and records (transcript, observations, prompt sizes) exactly as agent_fsm's."""
-    if scenario is peers.PAUSED:
-        peers.verify_paused()
+    if scenario is PAUSED:
+        verify_paused()
         return
-    outcome = peers.run_once(contestant, peers.new_job(scenario), use_async=use_async)
-    peers.verify(peers.reference(scenario), outcome, contestant.name, scenario.title)
+    outcome = run_once(contestant, new_job(scenario), use_async=use_async)
+    verify(reference(scenario), outcome, contestant.name, scenario.title)
 
 
 def test_reference_runs_end_as_scripted() -> None:
     """agent_fsm's own runs end as each scenario says: answered with one 4999 refund, or step_limit with none."""
-    overreach, wanderer, parallel = (peers.reference(s) for s in peers.scenarios(12))
+    overreach, wanderer, parallel = (reference(s) for s in scenarios(12))
     refund = [{"order_id": "A-17", "refunded_cents": 4999}]
     assert (overreach.stop, overreach.effects) == ("answered", refund)
     assert (wanderer.stop, wanderer.effects, len(wanderer.prompt_log)) == ("step_limit", [], 12)
@@ -75,7 +80,7 @@ def test_reference_runs_end_as_scripted() -> None:
 @pytest.mark.parametrize("field", ["stop", "effects", "messages", "observations", "prompt_log"])
 def test_verification_fails_loudly(field: str) -> None:
     """A contestant that differs in any compared field is refused, and the message names the field."""
-    want = peers.reference(peers.scenarios(12)[0])
+    want = reference(scenarios(12)[0])
     wrong = {
         "stop": "step_limit",
         "effects": [],
@@ -83,5 +88,26 @@ def test_verification_fails_loudly(field: str) -> None:
         "observations": want.observations[1:],
         "prompt_log": [n + 1 for n in want.prompt_log],
     }[field]
-    with pytest.raises(peers.Mismatch, match=field):
-        peers.verify(want, dataclasses.replace(want, **{field: wrong}), "tampered", "over-reach")
+    with pytest.raises(Mismatch, match=field):
+        verify(want, dataclasses.replace(want, **{field: wrong}), "tampered", "over-reach")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [pytest.param(e, id=e.key, marks=[] if e.available() else [pytest.mark.skip(reason=e.missing)]) for e in ENTRIES],
+)
+def test_concurrent_entry_matches_agent_fsm(entry: Any) -> None:
+    """bench/concurrent_runs.py: each way of running on asyncio does agent_fsm's work, alone and 20 at once."""
+    verify_entries([entry])
+    wall, cpu = many_at_once(entry, 20)
+    assert wall > 0 and cpu > 0
+
+
+def test_bench_modules_stay_small() -> None:
+    """The benchmark follows the project's rule too: one concept per module, none past 400 lines."""
+    long = {
+        str(path.relative_to(BENCH)): n
+        for path in BENCH.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert not long, f"bench modules over 400 lines: {long}"

@@ -18,8 +18,10 @@ PUBLIC = [
     "agent_fsm.patterns",
     "agent_fsm.providers",
     "agent_fsm.store",
+    "agent_fsm.otel",
     "agent_fsm.temporal",
     "agent_fsm.testing",
+    "agent_fsm.web",
 ]
 
 

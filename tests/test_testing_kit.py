@@ -50,7 +50,17 @@ from tests.strategies import make_ledger
 
 # Deterministic search with a fixed budget and no example database: each check
 # finds (or not) the same counterexample every time, so these tests cannot flake.
-FIXED = settings(derandomize=True, database=None, max_examples=100, phases=[p for p in Phase if p is not Phase.explain])
+FIXED = settings(
+    derandomize=True,
+    database=None,
+    max_examples=100,
+    phases=[p for p in Phase if p is not Phase.explain],
+    report_multiple_bugs=False,  # a faulty loop may break two invariants at once: the smallest example is reported
+)
+# A check expected to catch a fault stops at the first failing example, so a wider search costs nothing when it
+# works; it keeps the catch from hanging on luck (Hypothesis's generation also draws on constants it finds in the
+# modules loaded so far, so the examples tried depend on what else the process imported).
+CATCH = settings(FIXED, max_examples=400)
 
 
 def _refund(call: ToolCall) -> int | None:
@@ -85,7 +95,7 @@ def sound_refund_gate(call: ToolCall) -> Verdict:
 def test_off_by_one_gate_is_caught_at_the_boundary() -> None:
     """check_gate_contains finds the one amount the off-by-one gate lets through, and shrinks to it."""
     with pytest.raises(InvariantViolation) as caught:
-        check_gate_contains(off_by_one_gate, make_support_desk, forbidden=refund_needs_manager, settings=FIXED)
+        check_gate_contains(off_by_one_gate, make_support_desk, forbidden=refund_needs_manager, settings=CATCH)
     failure = caught.value
     assert failure.invariant == "forbidden_effect"
     assert '"amount_cents": 5000' in failure.detail and "refund_order" in failure.detail
@@ -136,7 +146,7 @@ def test_gate_reading_the_thought_is_caught() -> None:
             forbidden=refund_needs_manager,
             gate_factory=gate_reading_thoughts,
             models=only_calls,
-            settings=settings(FIXED, max_examples=300),
+            settings=CATCH,
         )
     failure = caught.value
     assert failure.invariant == "forbidden_effect"
@@ -178,7 +188,7 @@ def gate_trusting_missing_tier(call: ToolCall) -> Verdict:
 def test_gate_allowing_when_a_field_is_missing_is_caught() -> None:
     """A gate that allows a large credit when the optional tier is omitted is caught, the shrunk call has no tier."""
     with pytest.raises(InvariantViolation) as caught:
-        check_gate_contains(gate_trusting_missing_tier, make_ledger, forbidden=large_credit_without_vip, settings=FIXED)
+        check_gate_contains(gate_trusting_missing_tier, make_ledger, forbidden=large_credit_without_vip, settings=CATCH)
     failure = caught.value
     assert failure.invariant == "forbidden_effect"
     assert "issue_credit" in failure.detail and '"tier"' not in failure.detail
@@ -190,7 +200,7 @@ def test_stateful_harness_catches_the_off_by_one_gate() -> None:
         make_support_desk, gate=off_by_one_gate, forbidden=refund_needs_manager, limits=Limits(max_turns=4)
     )
     with pytest.raises(InvariantViolation) as caught:
-        run_state_machine_as_test(harness, settings=settings(FIXED, stateful_step_count=8))
+        run_state_machine_as_test(harness, settings=settings(CATCH, stateful_step_count=8))
     assert caught.value.invariant == "forbidden_effect"
     assert '"amount_cents": 5000' in caught.value.detail
 
@@ -260,7 +270,7 @@ def test_engine_passes_the_driver_check() -> None:
 def test_loop_forgetting_the_turn_budget_is_caught() -> None:
     """A loop that never checks max_turns is caught with turn_budget, naming the figures."""
     with pytest.raises(InvariantViolation) as caught:
-        check_driver(bare_loop(check_turns=False), make_support_desk, settings=FIXED)
+        check_driver(bare_loop(check_turns=False), make_support_desk, settings=CATCH)
     failure = caught.value
     assert failure.invariant == "turn_budget"
     assert re.fullmatch(r"\d+ model calls made, max_turns is \d+", failure.detail)
@@ -269,7 +279,7 @@ def test_loop_forgetting_the_turn_budget_is_caught() -> None:
 def test_loop_executing_without_the_gate_is_caught() -> None:
     """A loop that executes valid calls without asking the gate is caught with gate_consulted on the call."""
     with pytest.raises(InvariantViolation) as caught:
-        check_driver(bare_loop(use_gate=False), make_support_desk, settings=FIXED)
+        check_driver(bare_loop(use_gate=False), make_support_desk, settings=CATCH)
     failure = caught.value
     assert failure.invariant == "gate_consulted"
     assert "was executed but the gate answers 'deny'" in failure.detail
@@ -312,7 +322,7 @@ def test_stubborn_policy_is_caught_not_answering() -> None:
     """The stubborn policy is caught ending no_progress when the refund is refused, and the failure says so."""
     with pytest.raises(InvariantViolation) as caught:
         check_policy_ends(
-            StubbornAgent, make_support_desk, stops={Stop.ANSWERED}, limits=Limits(max_turns=4), settings=FIXED
+            StubbornAgent, make_support_desk, stops={Stop.ANSWERED}, limits=Limits(max_turns=4), settings=CATCH
         )
     failure = caught.value
     assert failure.invariant == "expected_stop"

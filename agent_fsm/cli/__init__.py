@@ -1,7 +1,7 @@
 """
 The ``agent-fsm`` command line.
 
-One module per command group (``diagram``, ``run``, ``charts``, ``runs``); each is registered
+One module per command group (``diagram``, ``run``, ``charts``, ``runs``, ``view``, ``inbox``); each is registered
 here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
 reported in one line, 2 a usage error (from the CLI library).
 """
@@ -12,8 +12,10 @@ import typer
 
 from agent_fsm.cli.charts import charts_command
 from agent_fsm.cli.diagram import diagram_command
+from agent_fsm.cli.inbox import inbox_command
 from agent_fsm.cli.run import run_command
 from agent_fsm.cli.runs import runs_app
+from agent_fsm.cli.view import view_command
 from agent_fsm.examples.compare import compare_command
 
 app = typer.Typer(
@@ -43,6 +45,8 @@ app.command(name="run")(run_command)
 app.command(name="diagram")(diagram_command)
 app.command(name="charts")(charts_command)
 app.add_typer(runs_app, name="runs")
+app.command(name="view")(view_command)
+app.command(name="inbox")(inbox_command)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agent_fsm.cli._text import clean
+from agent_fsm.cli.follow import Follower
 from agent_fsm.engine.transcript import format_result
 from agent_fsm.scenarios import (
     ScenarioResult,
@@ -105,11 +106,23 @@ def _allowed(spec: Path, flags: Sequence[str]) -> tuple[str, ...]:
     return allowed
 
 
-def _run_one(path: Path, model: Model | None = None, allowed: Sequence[str] = ()) -> ScenarioResult:
+def _follower(follow: bool) -> Follower | None:
+    return Follower(lambda text: typer.echo(text, nl=False)) if follow else None
+
+
+def _run_one(
+    path: Path, model: Model | None = None, allowed: Sequence[str] = (), follow: bool = False
+) -> ScenarioResult:
     try:
-        return run_scenario(load_scenario(path), model=model, allowed=allowed)
+        scenario = load_scenario(path)
+        if follow:
+            _echo(f"following {scenario.name} ({path})")
+        outcome = run_scenario(scenario, model=model, allowed=allowed, on_event=_follower(follow))
     except SpecFormatError as exc:
         raise _fail(str(exc)) from None
+    if follow:
+        _echo("")
+    return outcome
 
 
 def _show(outcome: ScenarioResult) -> None:
@@ -126,13 +139,13 @@ def _show(outcome: ScenarioResult) -> None:
     _echo(outcome.report())
 
 
-def _run_directory(paths: list[Path], model: Model | None, allowed: Sequence[str]) -> int:
+def _run_directory(paths: list[Path], model: Model | None, allowed: Sequence[str], follow: bool = False) -> int:
     """Run every spec, whatever the others do; print progress, then one table row per spec. Returns the exit code."""
     rows: list[tuple[str, str, str, str]] = []  # (spec, verdict, ending, detail)
     width = len(str(len(paths)))
     for number, path in enumerate(paths, start=1):
         try:
-            outcome = run_scenario(load_scenario(path), model=model, allowed=allowed)
+            outcome = run_scenario(load_scenario(path), model=model, allowed=allowed, on_event=_follower(follow))
         except SpecFormatError as exc:
             rows.append((str(path), "MALFORMED", "-", exc.problem + (f" (key {exc.key})" if exc.key else "")))
         else:
@@ -188,6 +201,9 @@ def run_command(
             ),
         ),
     ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Print the run's events as they happen, the model's streamed text inline.")
+    ] = False,
 ) -> None:
     """Run a scenario spec: transcript, typed ending, effect log, and each expectation with ok or FAILED."""
     if provider is None and (base_url or model_name or read_timeout is not None):
@@ -204,12 +220,12 @@ def run_command(
             raise _fail(f"no specs found under {spec}")
         allowed = _allowed(spec, allow_module or ())
         model = None if provider is None else _provider_model(provider, base_url, model_name, read_timeout)
-        raise typer.Exit(_run_directory(paths, model, allowed))
+        raise typer.Exit(_run_directory(paths, model, allowed, follow))
     if not spec.exists():
         raise _fail(f"{spec}: no such spec file")
     allowed = _allowed(spec, allow_module or ())
     model = None if provider is None else _provider_model(provider, base_url, model_name, read_timeout)
-    outcome = _run_one(spec, model, allowed)
+    outcome = _run_one(spec, model, allowed, follow)
     _show(outcome)
     if save is not None:
         save.write_text(json.dumps(outcome.to_data(), indent=2) + "\n", encoding="utf-8")

@@ -46,14 +46,16 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _open(url: str) -> SqlStore:
+def open_url(url: str) -> SqlStore:
+    """The store at ``url``, or exit 1 saying why it cannot be opened."""
     try:
         return open_store(url)
     except (ValueError, StoreError) as exc:
         raise _fail(str(exc)) from None
 
 
-def _world(spec: str) -> dict[str, Any]:
+def load_world(spec: str) -> dict[str, Any]:
+    """What ``--world MODULE:NAME`` returns (model, tools, gate?, limits?), or exit saying what is wrong."""
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
         raise typer.BadParameter(f"expected MODULE:NAME, got {spec!r}", param_hint="--world")
@@ -93,7 +95,7 @@ def list_command(
     status: Annotated[str | None, typer.Option("--status", help="running, paused or ended")] = None,
 ) -> None:
     """List the stored runs, most recent first; a paused run shows its blocked call and the reason."""
-    with _open(store) as opened:
+    with open_url(store) as opened:
         summaries = opened.runs(status)
     for summary in summaries:
         typer.echo(_line(summary))
@@ -110,7 +112,7 @@ def show_command(
     ] = False,
 ) -> None:
     """Show one run: status, transcript, the path it took, its effects and the decisions on its pauses."""
-    with _open(store) as opened:
+    with open_url(store) as opened:
         try:
             stored = opened.load(run_id)
         except StoreError as exc:
@@ -141,7 +143,7 @@ def export_command(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
 ) -> None:
     """Write the run's state as JSON: what ``agent-fsm diagram --trace`` and ``RunState.from_json`` read."""
-    with _open(store) as opened:
+    with open_url(store) as opened:
         try:
             text = opened.load(run_id).state.to_json()
         except StoreError as exc:
@@ -154,8 +156,8 @@ def export_command(
 
 def _decide(decision: Callable[..., RunResult], run_id: str, store: str, world: str, **how: Any) -> str:
     """Apply one human decision through the store; the line that says how the run rests now."""
-    chosen = _world(world)
-    with _open(store) as opened:
+    chosen = load_world(world)
+    with open_url(store) as opened:
         try:
             result = decision(
                 opened,
@@ -212,8 +214,8 @@ def recover_command(
     ] = 60.0,
 ) -> None:
     """Continue the runs a dead process left in flight; an interrupted non-idempotent call waits for a person."""
-    chosen = _world(world)
-    with _open(store) as opened:
+    chosen = load_world(world)
+    with open_url(store) as opened:
         typer.echo(f"claiming runs with no commit for {older_than:g}s ...")
         done = recover(
             opened,

@@ -22,7 +22,7 @@ from agent_fsm.engine.state import Judgement, RunState
 from agent_fsm.engine.steps import Steps, call_of, drive, handler_call
 from agent_fsm.engine.tools import Registry, ToolCall, check_registry, validate_call
 
-__all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "execute", "execution", "judge", "judging"]
+__all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "attempting", "execute", "execution", "judge", "judging"]
 
 EXPECTED_TOOL_ERRORS: tuple[type[BaseException], ...] = (ToolError, KeyError, ValueError, TimeoutError)
 """Handler exceptions that become ``error`` observations; any other one is a bug and propagates."""
@@ -136,10 +136,15 @@ def attempt(call: ToolCall, tools: Registry, gate: Gate) -> Observation:
     Raises:
         TypeError: ``tools`` is not a mapping of names to ToolSpecs (see :func:`check_registry`).
     """
+    return drive(attempting(call, tools, gate))
+
+
+def attempting(call: ToolCall, tools: Registry, gate: Gate) -> Steps[Observation]:
+    """:func:`attempt` as driver steps: an ``async`` gate or handler is awaited under the async runner."""
     check_registry(tools)
-    judgement = judge(call, tools, gate)
+    judgement = yield from judging(call, tools, gate)
     if judgement.kind == "allow":
-        return execute(call, tools)
+        return (yield from execution(call, tools))
     kind: Literal["invalid", "denied"] = "invalid" if judgement.kind == "invalid" else "denied"
     reason = judgement.reason if judgement.kind != "ask" else f"needs a human's approval: {judgement.reason}"
     return Observation(call.call_id, False, kind, reason)

@@ -26,7 +26,7 @@ from agent_fsm.patterns.agent import AGENT_MACHINE, agent, resume_agent
 from agent_fsm.patterns.chain import CHAIN_MACHINE, chain
 from agent_fsm.patterns.evaluator import EVALUATOR_MACHINE, Criterion, evaluator
 from agent_fsm.patterns.meter import Meter, Spend
-from agent_fsm.patterns.parallel import PARALLEL_MACHINE, parallel
+from agent_fsm.patterns.parallel import PARALLEL_MACHINE, aparallel, parallel
 from agent_fsm.patterns.plan import PLAN_MACHINE, parse_plan, plan_and_execute, plan_prompt
 from agent_fsm.patterns.router import ROUTER_MACHINE, route_prompt, router
 
@@ -35,6 +35,7 @@ __all__ = [
     "chain",
     "router",
     "parallel",
+    "aparallel",
     "evaluator",
     "agent",
     "resume_agent",

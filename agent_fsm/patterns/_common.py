@@ -174,6 +174,13 @@ def _drive(
 ) -> PatternResult:
     """Advance ``run`` until it rests and report its typed ending."""
     machine.advance(run)
+    return _result(machine, run, ending_type)
+
+
+def _result(
+    machine: CompiledMachine, run: _PatternRun, ending_type: type[Ending] | type[Stop] = Ending
+) -> PatternResult:
+    """The typed ending of ``run``, which rests."""
     stop = machine.spec.state(run.machine_state).stop
     assert stop is not None, "the driver returned from a working state"
     ending = ending_type(stop)

@@ -18,10 +18,11 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.boundary import attempt
+from agent_fsm.engine.boundary import attempt, attempting
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.models import Model, ModelReply
 from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
+from agent_fsm.engine.steps import Steps, is_awaitable
 from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = ["Meter", "Spend"]
@@ -69,17 +70,48 @@ class Meter:
         reply = self._call(model, messages, declarations)
         return reply.message if isinstance(reply, ModelReply) else reply
 
-    def _call(
-        self, model: Model, messages: Sequence[Mapping[str, Any]], declarations: Sequence[Mapping[str, Any]]
+    async def aask(
+        self,
+        model: Model,
+        messages: Sequence[Mapping[str, Any]],
+        declarations: Sequence[Mapping[str, Any]] = (),
     ) -> Any:
+        """
+        :meth:`ask`, awaited: a model's ``achat`` is preferred, a ``blocking`` model's ``chat`` runs in a thread.
+        """
+        estimate = self._charge_call(messages, declarations)
+        achat = getattr(model, "achat", None)
+        if achat is not None:
+            reply = achat(messages, declarations)
+        elif getattr(model, "blocking", False):
+            import asyncio  # only an async pattern needs it
+
+            reply = asyncio.to_thread(model.chat, messages, declarations)
+        else:
+            reply = model.chat(messages, declarations)
+        if is_awaitable(reply):
+            reply = await reply
+        self._adopt(reply, estimate)
+        return reply.message if isinstance(reply, ModelReply) else reply
+
+    def _charge_call(self, messages: Sequence[Mapping[str, Any]], declarations: Sequence[Mapping[str, Any]]) -> int:
         estimate = sum(self.estimator(m) for m in messages) + sum(self.estimator(d) for d in declarations)
         with self._lock:
             self.model_calls += 1
             self.prompt_tokens += estimate
-        reply = model.chat(messages, declarations)
+        return estimate
+
+    def _adopt(self, reply: Any, estimate: int) -> None:
         if isinstance(reply, ModelReply) and reply.prompt_tokens is not None:
             with self._lock:  # the provider counted this prompt: its figure replaces the estimate
                 self.prompt_tokens += reply.prompt_tokens - estimate
+
+    def _call(
+        self, model: Model, messages: Sequence[Mapping[str, Any]], declarations: Sequence[Mapping[str, Any]]
+    ) -> Any:
+        estimate = self._charge_call(messages, declarations)
+        reply = model.chat(messages, declarations)
+        self._adopt(reply, estimate)
         return reply
 
     def attempt(self, call: ToolCall, tools: Registry, gate: Gate) -> Observation:
@@ -87,6 +119,17 @@ class Meter:
         with self._lock:
             self.tool_calls += 1
         return attempt(call, tools, gate)
+
+    def attempting(self, call: ToolCall, tools: Registry, gate: Gate) -> Steps[Observation]:
+        """
+        :meth:`attempt` as driver steps (:mod:`agent_fsm.engine.steps`): an ``async`` gate or handler is awaited.
+
+        The same boundary in the same order: validation, the gate (an
+        ``ask`` refused, as there is no pause to offer), then the handler.
+        """
+        with self._lock:
+            self.tool_calls += 1
+        return (yield from attempting(call, tools, gate))
 
     def charge_attempts(self, observations: Iterable[Observation]) -> None:
         """

@@ -3,21 +3,26 @@ The parallel fan-out: independent, effect-free reads dispatched together and joi
 
 Code fires every read at once, joins the typed observations by call id
 (whatever order they finish in), then walks the rest of its plan with all
-of them in view. Fanning out is safe only because the reads cannot
+of them in view. :func:`parallel` runs the reads in threads;
+:func:`aparallel`, the same machine under the async driver, gathers them
+on the event loop. Fanning out is safe only because the reads cannot
 conflict, so a batch that holds an effectful call (or two calls with one
 id, which a join by id could not tell apart) is refused whole: nothing runs.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
 
-from agent_fsm.engine.compiled import compile_machine
+from agent_fsm.engine.compiled import CompiledMachine, compile_machine
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import Observation
+from agent_fsm.engine.steps import Steps, call_of
 from agent_fsm.engine.tools import Registry, ToolCall
 from agent_fsm.patterns._common import (
     PLAN_EDGES,
@@ -36,7 +41,7 @@ from agent_fsm.patterns._common import (
 )
 from agent_fsm.patterns.meter import Meter
 
-__all__ = ["PARALLEL_MACHINE", "parallel"]
+__all__ = ["PARALLEL_MACHINE", "aparallel", "parallel"]
 
 PARALLEL_MACHINE = MachineSpec(
     name="parallel",
@@ -106,6 +111,30 @@ def dispatch_reads(run: _PatternRun) -> None:
         _record(run, call, finished[call.call_id])
 
 
+async def _gather_reads(run: _PatternRun) -> None:
+    import asyncio
+
+    from agent_fsm.engine.async_steps import adrive
+
+    reads: Sequence[ToolCall] = run.extra["reads"]
+    # Every read runs to its end, as the thread pool's do; then the first bug (in declared order) propagates.
+    outcomes = await asyncio.gather(
+        *(adrive(run.meter.attempting(call, run.tools, run.gate)) for call in reads), return_exceptions=True
+    )
+    finished: dict[str, Observation] = {}
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        finished[outcome.call_id] = outcome
+    for call in reads:
+        _record(run, call, finished[call.call_id])
+
+
+def gather_reads(run: _PatternRun) -> Steps[None]:
+    """Under the async driver: run every read at once on the event loop; record them as :func:`dispatch_reads` does."""
+    yield call_of("fan-out", _gather_reads, run)
+
+
 _MACHINE = compile_machine(
     PARALLEL_MACHINE,
     {
@@ -138,3 +167,37 @@ def parallel(
     run = _new_run(model, tools, gate, meter, plan)
     run.extra.update(reads=tuple(reads), max_workers=max_workers)
     return _drive(_MACHINE, run)
+
+
+@functools.cache
+def _async_machine() -> tuple[CompiledMachine, Any]:
+    from agent_fsm.patterns._asteps import ASYNC_VOCABULARY, adrive_pattern
+
+    vocabulary = {**ASYNC_VOCABULARY, "fan_out_unsafe": fan_out_unsafe, "explain_refusal": explain_refusal}
+    return compile_machine(PARALLEL_MACHINE, {**vocabulary, "dispatch_reads": gather_reads}), adrive_pattern
+
+
+async def aparallel(
+    reads: Sequence[ToolCall],
+    plan: Plan,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None = None,
+    meter: Meter | None = None,
+) -> PatternResult:
+    """
+    :func:`parallel` under the async driver: the reads are gathered on the event loop, then the plan runs.
+
+    Same machine, same boundary, same joining by call id, same result.
+    ``async`` handlers and gates are awaited, so their reads overlap; a
+    plain handler runs inline on the loop, and one marked
+    ``ToolSpec(blocking=True)`` in a worker thread, so it overlaps too. The
+    plan's steps and its draft are awaited the same way (a model's ``achat``
+    is preferred to its ``chat``).
+    """
+    machine, adrive_pattern = _async_machine()
+    run = _new_run(model, tools, gate, meter, plan)
+    run.extra.update(reads=tuple(reads), max_workers=None)
+    result: PatternResult = await adrive_pattern(machine, run)
+    return result

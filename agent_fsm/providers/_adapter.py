@@ -1,10 +1,13 @@
 """
-What every HTTP model adapter shares: settings from arguments or the environment, and ``chat``.
+What every HTTP model adapter shares: settings from arguments or the environment, ``chat`` and ``achat``.
 
 An adapter is two pure translations around one exchange: ``request_body``
 turns the engine's OpenAI-wire transcript into the provider's request, and
 ``read_reply`` turns the provider's JSON back into an OpenAI-wire assistant
-message. Both can be called (and tested) without any network.
+message. Both can be called (and tested) without any network. With
+``stream=True`` the reply arrives as a stream that an assembler turns back
+into the body the provider would have sent whole, so ``read_reply`` (and
+everything after it) is the same for both.
 """
 
 from __future__ import annotations
@@ -19,19 +22,24 @@ from typing import Any, ClassVar, Self
 import httpx
 
 from agent_fsm.engine.models import ModelReply
+from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
     ProviderConfigError,
     check_base_url,
     display_url,
 )
+from agent_fsm.providers._sse import StreamAssembler
+
+TextListener = Callable[[str], object]
+"""``on_delta``: called with each text fragment of a streamed reply (awaited by ``achat`` when it returns one)."""
 
 __all__ = ["HttpModel"]
 
 
 class HttpModel:
     """
-    Base of the adapters: resolves settings, holds the HTTP client, implements ``chat``.
+    Base of the adapters: resolves settings, holds the HTTP clients, implements ``chat`` and ``achat``.
 
     Arguments win over environment variables; the API key is never shown
     (not in ``repr``, not in any error message).
@@ -55,9 +63,14 @@ class HttpModel:
         max_retry_wait: the longest wait honoured; a longer ``Retry-After`` ends the call instead.
         max_requests: HTTP requests this adapter may ever send (retries included); ``None`` for no limit.
         max_response_bytes: a larger reply body is refused as ``bad_response``.
+        stream: ask for a streamed reply and report its text as it arrives (``on_delta``); the reply
+            returned is the same as without streaming.
         transport: an httpx transport (e.g. ``httpx.MockTransport``) for the client the adapter creates.
         client: an ``httpx.Client`` to use instead (the caller closes it).
-        sleep: how to wait between retries (``time.sleep``; tests inject a recorder).
+        async_transport: an httpx async transport for the ``httpx.AsyncClient`` that ``achat`` creates.
+        async_client: an ``httpx.AsyncClient`` for ``achat`` to use instead (the caller closes it).
+        sleep: how to wait between retries (``time.sleep``; under ``achat`` the default waits with
+            ``asyncio.sleep``, and a given function's result is awaited when it is awaitable).
     """
 
     provider: ClassVar[str]
@@ -87,9 +100,12 @@ class HttpModel:
         max_retry_wait: float = 30.0,
         max_requests: int | None = 100,
         max_response_bytes: int = 8_000_000,
+        stream: bool = False,
         transport: httpx.BaseTransport | None = None,
         client: httpx.Client | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        async_transport: httpx.AsyncBaseTransport | None = None,
+        async_client: httpx.AsyncClient | None = None,
+        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         source = "base_url" if base_url is not None else self.base_url_env
         url = base_url if base_url is not None else os.environ.get(self.base_url_env) or self.default_base_url
@@ -108,6 +124,10 @@ class HttpModel:
             raise ProviderConfigError(f"parallel_tool_calls must be True, False or None, got {parallel_tool_calls!r}")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ProviderConfigError(f"seed must be an integer, got {seed!r}")
+        if not isinstance(stream, bool):
+            raise ProviderConfigError(f"stream must be True or False, got {stream!r}")
+        # Read by the run driver: it passes on_delta only to an adapter that streams.
+        self.streams = stream
         self.tool_choice = tool_choice
         self.parallel_tool_calls = parallel_tool_calls
         self.seed = seed
@@ -129,6 +149,8 @@ class HttpModel:
             transport=transport,
             client=client,
             sleep=sleep,
+            async_transport=async_transport,
+            async_client=async_client,
         )
 
     @staticmethod
@@ -158,6 +180,16 @@ class HttpModel:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    async def aclose(self) -> None:
+        """Release the HTTP connections of both clients (only those the adapter created)."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     # --- the provider-specific halves ---------------------------------------------
 
     def headers(self) -> dict[str, str]:
@@ -179,9 +211,19 @@ class HttpModel:
         """
         raise NotImplementedError("an adapter must implement read_reply")
 
+    def stream_fields(self) -> dict[str, Any]:
+        """The request fields that ask this provider for a streamed reply."""
+        return {"stream": True}
+
+    def stream_assembler(self) -> StreamAssembler:
+        """A fresh assembler for one streamed reply (see ``_sse``)."""
+        raise NotImplementedError("an adapter that streams must implement stream_assembler")
+
     def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.temperature is not None:
             body["temperature"] = self.temperature
+        if self.streams:
+            body.update(self.stream_fields())
         body.update(self.extra_body)
         return body
 
@@ -190,16 +232,56 @@ class HttpModel:
 
     # --- the Model protocol ----------------------------------------------------------
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        on_delta: TextListener | None = None,
+    ) -> ModelReply:
         """
         Send the transcript and the tool declarations; return the assistant's reply.
+
+        ``on_delta`` hears each text fragment of a streamed reply as it arrives
+        (only when the adapter streams); the reply returned is the whole one.
 
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        body = self.request_body(messages, tools)
-        status, data = self._http.post_json(self.path, body, self.headers(), accept_error=self._reads_as_reply)
+        status, data = self._post(self.request_body(messages, tools), on_delta)
         return self._reply_to(messages, data, status)
+
+    async def achat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        on_delta: TextListener | None = None,
+    ) -> ModelReply:
+        """
+        :meth:`chat` on ``httpx.AsyncClient``: the same request, reply, retries and failures.
+
+        ``on_delta`` may be a plain or an ``async`` function; its result is awaited when awaitable.
+
+        Raises:
+            ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
+        """
+        status, data = await self._apost(self.request_body(messages, tools), on_delta)
+        return self._reply_to(messages, data, status)
+
+    def _post(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
+        stream = self.stream_assembler if self.streams else None
+        return post(
+            self._http, self.path, body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
+            on_delta=on_delta,
+        )  # fmt: skip
+
+    async def _apost(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
+        stream = self.stream_assembler if self.streams else None
+        return await apost(
+            self._http, self.path, body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
+            on_delta=on_delta,
+        )  # fmt: skip
 
     def _reads_as_reply(self, status: int, data: Any) -> bool:
         """Whether an error reply carries something the adapter reads as a model reply (none by default)."""

@@ -25,6 +25,7 @@ from agent_fsm.engine.models import ModelReply
 from agent_fsm.engine.wire import assistant_text
 from agent_fsm.providers._adapter import (
     HttpModel,
+    TextListener,
     arguments_object,
     cached_tokens,
     check_tool_names,
@@ -32,6 +33,7 @@ from agent_fsm.providers._adapter import (
     prompt_tokens,
     wire_tool_name,
 )
+from agent_fsm.providers._anthropic_stream import AnthropicStream
 from agent_fsm.providers._http import ProviderConfigError
 
 __all__ = ["AnthropicMessages", "from_anthropic_message", "to_anthropic_messages"]
@@ -184,6 +186,32 @@ def from_anthropic_message(reply: Mapping[str, Any]) -> dict[str, Any] | None:
     return message
 
 
+class _Turn:
+    """One assistant turn over its ``pause_turn`` parts: the next request, and the blocks so far."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self._asked = body["messages"]
+        self._earlier: list[Any] = []  # blocks of the paused parts of this turn
+        self.status = 200
+        self.data: Any = None
+
+    def add(self, status: int, data: Any) -> bool:
+        """Take one part's reply; ``True`` when the turn paused and the next request is ready."""
+        self.status, self.data = status, data
+        reply = object_of(data)
+        if reply is None or not isinstance(reply.get("content"), list):
+            return False
+        content = [*self._earlier, *reply["content"]]
+        self.data = {**reply, "content": content}
+        if reply.get("stop_reason") != "pause_turn":
+            return False
+        # Paused mid-turn: send the turn so far back as the assistant's, and the API goes on.
+        self._earlier = content
+        self.body = {**self.body, "messages": [*self._asked, {"role": "assistant", "content": list(content)}]}
+        return True
+
+
 class AnthropicMessages(HttpModel):
     """
     A model behind Anthropic's ``POST {base_url}/v1/messages``.
@@ -193,7 +221,8 @@ class AnthropicMessages(HttpModel):
     ``max_tokens`` is required by the API and defaults to 1024.
     A reply that stops with ``pause_turn`` (a server tool's long turn) is
     continued, up to ``max_continuations`` more requests, and the parts are
-    returned as one reply. ``seed`` is not offered by the API.
+    returned as one reply. ``seed`` is not offered by the API. With
+    ``stream=True`` the reply comes as an event stream, assembled into the same message.
     See :class:`HttpModel` for the transport options.
     """
 
@@ -246,29 +275,44 @@ class AnthropicMessages(HttpModel):
             choice["disable_parallel_tool_use"] = True
         return choice
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        on_delta: TextListener | None = None,
+    ) -> ModelReply:
         """
         Send the transcript; continue a ``pause_turn`` reply; return the assistant's whole turn.
+
+        ``on_delta`` hears the text of every part of the turn as it streams (only when the adapter streams).
 
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        body = self.request_body(messages, tools)
-        asked = body["messages"]
-        earlier: list[Any] = []  # blocks of the paused parts of this turn
+        turn = _Turn(self.request_body(messages, tools))
         for _ in range(self.max_continuations + 1):
-            status, data = self._http.post_json(self.path, body, self.headers())
-            reply = object_of(data)
-            if reply is None or not isinstance(reply.get("content"), list):
+            if not turn.add(*self._post(turn.body, on_delta)):
                 break
-            content = [*earlier, *reply["content"]]
-            data = {**reply, "content": content}
-            if reply.get("stop_reason") != "pause_turn":
+        return self.read_reply(turn.data, turn.status)
+
+    async def achat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        on_delta: TextListener | None = None,
+    ) -> ModelReply:
+        """:meth:`chat` on ``httpx.AsyncClient``, ``pause_turn`` continuations included."""
+        turn = _Turn(self.request_body(messages, tools))
+        for _ in range(self.max_continuations + 1):
+            if not turn.add(*await self._apost(turn.body, on_delta)):
                 break
-            # Paused mid-turn: send the turn so far back as the assistant's, and the API goes on.
-            earlier = content
-            body = {**body, "messages": [*asked, {"role": "assistant", "content": list(earlier)}]}
-        return self.read_reply(data, status)
+        return self.read_reply(turn.data, turn.status)
+
+    def stream_assembler(self) -> AnthropicStream:
+        """A Messages event-stream assembler (``message_start`` ... ``message_stop``)."""
+        return AnthropicStream()
 
     def read_reply(self, data: Any, status: int = 200) -> ModelReply:
         """The reply's blocks as one assistant message; the prompt size from ``usage``."""

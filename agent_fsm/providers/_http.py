@@ -1,9 +1,9 @@
 """
-The HTTP exchange every adapter shares: one JSON POST, bounded retries, typed failures.
+How every adapter talks HTTP: its settings, its request budget, and typed failures.
 
 Each adapter only builds a request body and reads a response body; sending,
-counting, retrying and translating httpx's exceptions into
-:class:`agent_fsm.ProviderFailure` happen here, once. The failure kinds::
+counting, retrying (``_exchange``) and translating httpx's exceptions into
+:class:`agent_fsm.ProviderFailure` (here) happen once for all. The failure kinds::
 
     transport       could not connect (refused, DNS, TLS); the request was not sent
     timeout         connect, pool, write or read timeout, or the whole reply took longer than total_timeout
@@ -11,6 +11,7 @@ counting, retrying and translating httpx's exceptions into
     truncated       the reply's body ended early or broke off mid-way
     http            the server answered with a non-success status (``status`` kept)
     bad_response    the body is not JSON, too large, or not shaped as the provider's reply
+    stream_error    the server reported an error in the middle of a streamed reply
     request_limit   the adapter's ``max_requests`` were spent
     invalid_request the request cannot be sent as built (a tool name the provider refuses); nothing was sent
 
@@ -23,18 +24,16 @@ the caller opts in with ``retry_unknown_outcome=True``.
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import json
 import threading
-import time
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from agent_fsm.engine.errors import AgentFSMError, ProviderFailure
-from agent_fsm.providers._retry import retry_after
 from agent_fsm.providers._secrets import echo_pieces, redact
 
 __all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError", "join_url"]
@@ -46,15 +45,13 @@ FAILURE_KINDS: dict[str, str] = {
     "truncated": "the reply's body ended early or broke off mid-way",
     "http": "the server answered with a non-success status; status is kept",
     "bad_response": "the body is not JSON, too large, or not shaped as the provider's reply",
+    "stream_error": "the server reported an error in the middle of a streamed reply",
     "request_limit": "the adapter's max_requests were spent",
     "invalid_request": "the request cannot be sent as built (a tool name the provider refuses); nothing was sent",
 }
 """Every ``ProviderFailure.kind`` an adapter raises, with what it means."""
 
 _EXCERPT = 200
-_RETRY_STATUSES = frozenset({408, 429})
-# Failures after the request went out: the server may have served it.
-_UNKNOWN_OUTCOME = frozenset({"timeout", "disconnected", "truncated", "transport"})
 
 
 class ProviderConfigError(AgentFSMError, ValueError):
@@ -128,7 +125,9 @@ class HttpSettings:
         max_response_bytes: int,
         transport: httpx.BaseTransport | None,
         client: httpx.Client | None,
-        sleep: Callable[[float], None],
+        sleep: Callable[[float], object],
+        async_transport: httpx.AsyncBaseTransport | None = None,
+        async_client: httpx.AsyncClient | None = None,
     ) -> None:
         _positive("connect_timeout", connect_timeout)
         _positive("read_timeout", read_timeout)
@@ -140,6 +139,10 @@ class HttpSettings:
         _count("max_response_bytes", max_response_bytes)
         if transport is not None and client is not None:
             raise ProviderConfigError("pass either transport or client, not both (a client brings its own transport)")
+        if async_transport is not None and async_client is not None:
+            raise ProviderConfigError(
+                "pass either async_transport or async_client, not both (a client brings its own transport)"
+            )
         if isinstance(api_key, str) and any(not "\x21" <= ch <= "\x7e" for ch in api_key.strip()):
             raise ProviderConfigError(
                 f"{name}: the API key holds a space, a control or a non-ASCII character, which no HTTP header can "
@@ -166,6 +169,12 @@ class HttpSettings:
         self.sleep = sleep
         self._owns_client = client is None
         self.client = client if client is not None else httpx.Client(transport=transport, timeout=self.timeout)
+        # The async client is made on first use, inside the event loop that uses it (an
+        # httpx.AsyncClient's connections belong to one loop); one given by the caller is used as is.
+        self._sync_configured = transport is not None or client is not None
+        self._async_transport = async_transport
+        self._async_given = async_client
+        self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
         self._lock = threading.Lock()
         self.requests_made = 0
 
@@ -179,6 +188,34 @@ class HttpSettings:
         if self._owns_client:
             self.client.close()
 
+    def async_client(self) -> httpx.AsyncClient:
+        """
+        The ``httpx.AsyncClient`` for ``achat``: the caller's, or one made for the running event loop.
+
+        Raises:
+            ProviderConfigError: ``transport=`` or ``client=`` was given for the sync path but nothing for
+                the async one; a default client would silently bypass that configuration.
+        """
+        if self._async_given is not None:
+            return self._async_given
+        if self._async_transport is None and self._sync_configured:
+            raise ProviderConfigError(
+                f"{self.name}: achat needs async_transport= or async_client= when transport= or client= is given "
+                "(the sync settings cannot be carried over to an httpx.AsyncClient)"
+            )
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._async[0] is not loop:
+            self._async = (loop, httpx.AsyncClient(transport=self._async_transport, timeout=self.timeout))
+        return self._async[1]
+
+    async def aclose(self) -> None:
+        """Close the async HTTP client if this adapter created it (the sync one too)."""
+        self.close()
+        made, self._async = self._async, None
+        # A client made in an event loop that has since ended has lost its connections with it.
+        if made is not None and made[0] is asyncio.get_running_loop():
+            await made[1].aclose()
+
     # --- messages ----------------------------------------------------------------
 
     def redact(self, text: str) -> str:
@@ -189,134 +226,17 @@ class HttpSettings:
         """A :class:`ProviderFailure` whose message names the adapter, never the secret."""
         return ProviderFailure(self.redact(f"{self.name}: {what}"), kind=kind, status=status)
 
-    # --- the exchange --------------------------------------------------------------
+    # --- the parts of an exchange (``_exchange`` runs it) ---------
 
-    def _claim_request(self) -> bool:
+    def claim_request(self) -> bool:
+        """Count one more request against ``max_requests``; ``False`` when they are spent."""
         with self._lock:
             if self.max_requests is not None and self.requests_made >= self.max_requests:
                 return False
             self.requests_made += 1
             return True
 
-    def post_json(
-        self,
-        path: str,
-        body: Mapping[str, Any],
-        headers: Mapping[str, str],
-        *,
-        accept_error: Callable[[int, Any], bool] | None = None,
-    ) -> tuple[int, Any]:
-        """
-        POST ``body`` as JSON to ``base_url + path``; return the status and the parsed JSON reply.
-
-        Retries what is clearly transient within ``max_retries``; every
-        attempt counts toward ``max_requests``. ``accept_error(status, data)``
-        may claim an error reply the adapter reads as a reply (Groq's
-        ``tool_use_failed``); it is then returned instead of raised.
-
-        Raises:
-            ProviderFailure: the reply could not be obtained; ``kind`` says why.
-        """
-        url = join_url(self.base_url, path)
-        where = f"POST {display_url(url)}"
-        content = json.dumps(body).encode()
-        failure: ProviderFailure | None = None
-        for attempt in itertools.count(1):
-            if not self._claim_request():
-                if failure is None:
-                    raise self.failure(
-                        f"request limit reached: {self.max_requests} requests already made", kind="request_limit"
-                    )
-                raise _noted(failure, f"not retried: the limit of {self.max_requests} requests is spent")
-            outcome, wait = self._attempt(url, where, content, headers, attempt, accept_error)
-            if wait is None:
-                return cast("tuple[int, Any]", outcome)
-            failure = outcome
-            if attempt > self.max_retries:
-                raise failure if attempt == 1 else _noted(failure, f"gave up after {attempt} attempts")
-            self.sleep(wait)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _attempt(
-        self,
-        url: str,
-        where: str,
-        content: bytes,
-        headers: Mapping[str, str],
-        attempt: int,
-        accept_error: Callable[[int, Any], bool] | None = None,
-    ) -> tuple[Any, float | None]:
-        """One request: ``((status, data), None)`` on success, ``(failure, wait)`` to retry, or raise."""
-        backoff = min(self.backoff * 2 ** (attempt - 1), self.max_retry_wait)
-        request = self.client.build_request(
-            "POST", url, content=content, headers={"content-type": "application/json", **headers}, timeout=self.timeout
-        )
-        started = time.monotonic()
-        try:
-            response = self.client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            # Nothing reached the server: always safe to try again.
-            return self._translate(exc, where, body_started=False), backoff
-        except httpx.HTTPError as exc:
-            return self._after_sending(self._translate(exc, where, body_started=False), backoff)
-        try:
-            raw = self._read_body(response, where, started)
-        except httpx.HTTPError as exc:
-            return self._after_sending(
-                self._translate(exc, where, body_started=True, status=response.status_code), backoff
-            )
-        finally:
-            response.close()
-        status = response.status_code
-        if 200 <= status < 300:
-            return (status, self._parse(raw, where, status)), None
-        if accept_error is not None:
-            data = _json_or_none(raw)
-            if data is not None and accept_error(status, data):
-                return (status, data), None
-        failure = self.failure(f"{where} answered HTTP {status}{self._server_said(raw)}", kind="http", status=status)
-        if status in _RETRY_STATUSES or status >= 500:
-            asked = retry_after(response.headers)
-            if asked is not None and asked > self.max_retry_wait:
-                raise self.failure(
-                    f"{where} answered HTTP {status}{self._server_said(raw)}; the server asked to wait "
-                    f"{asked:g}s, above max_retry_wait={self.max_retry_wait:g}s, so it was not retried",
-                    kind="http",
-                    status=status,
-                )
-            return failure, backoff if asked is None else asked
-        raise failure
-
-    def _after_sending(self, failure: ProviderFailure, backoff: float) -> tuple[ProviderFailure, float]:
-        """Retry a failure after the request went out only if the caller accepts a possible repeat."""
-        if self.retry_unknown_outcome and failure.kind in _UNKNOWN_OUTCOME:
-            return failure, backoff
-        raise failure
-
-    def _read_body(self, response: httpx.Response, where: str, started: float | None = None) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        total = self.total_timeout
-        for chunk in response.iter_bytes():
-            # Each read is bounded by read_timeout; a server trickling bytes is
-            # stopped here, at most one read past the deadline.
-            if total is not None and started is not None and time.monotonic() - started > total:
-                raise self.failure(
-                    f"{where} timed out: the reply took longer than total_timeout={total:g}s",
-                    kind="timeout",
-                    status=response.status_code,
-                )
-            size += len(chunk)
-            if size > self.max_response_bytes:
-                raise self.failure(
-                    f"{where}: the reply exceeds max_response_bytes={self.max_response_bytes}",
-                    kind="bad_response",
-                    status=response.status_code,
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def _translate(
+    def translate(
         self, exc: httpx.HTTPError, where: str, *, body_started: bool, status: int | None = None
     ) -> ProviderFailure:
         """Map an httpx exception to the most specific failure kind (the chain keeps the original)."""
@@ -344,7 +264,8 @@ class HttpSettings:
         failure.__cause__ = exc
         return failure
 
-    def _parse(self, raw: bytes, where: str, status: int) -> Any:
+    def parse(self, raw: bytes, where: str, status: int) -> Any:
+        """A success body as JSON, or a ``bad_response`` failure quoting its start."""
         try:
             return json.loads(raw)
         except (ValueError, RecursionError) as exc:
@@ -354,7 +275,7 @@ class HttpSettings:
                 status=status,
             ) from exc
 
-    def _server_said(self, raw: bytes) -> str:
+    def server_said(self, raw: bytes) -> str:
         """The server's own error message (OpenAI, Anthropic and Ollama shapes), briefly."""
         try:
             data = json.loads(raw)
@@ -372,7 +293,8 @@ class HttpSettings:
         return self.failure(f"POST {display_url(self.base_url)}: {what}", kind="bad_response", status=status)
 
 
-def _json_or_none(raw: bytes) -> Any:
+def json_or_none(raw: bytes) -> Any:
+    """``raw`` parsed as JSON, or ``None`` when it is not JSON."""
     try:
         return json.loads(raw)
     except (ValueError, RecursionError):
@@ -383,7 +305,7 @@ def _excerpt(raw: bytes) -> str:
     return raw[:_EXCERPT].decode("utf-8", "replace").strip()
 
 
-def _noted(failure: ProviderFailure, note: str) -> ProviderFailure:
+def noted(failure: ProviderFailure, note: str) -> ProviderFailure:
     """The same failure with ``note`` appended, chained to what caused the original."""
     noted = ProviderFailure(f"{failure.message} ({note})", kind=failure.kind, status=failure.status)
     noted.__cause__ = failure.__cause__ or failure

@@ -20,6 +20,7 @@ from agent_fsm.engine.models import ModelReply
 from agent_fsm.engine.wire import assistant_text
 from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of, prompt_tokens
 from agent_fsm.providers._http import ProviderConfigError
+from agent_fsm.providers._sse import JsonLines, StreamBroken
 
 __all__ = ["OllamaChat"]
 
@@ -49,7 +50,7 @@ def _to_ollama_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
 
 class OllamaChat(HttpModel):
     """
-    A model behind Ollama's ``POST {base_url}/api/chat`` (non-streaming).
+    A model behind Ollama's ``POST {base_url}/api/chat`` (streamed as JSON lines with ``stream=True``).
 
     Environment: ``OLLAMA_HOST`` (default ``http://127.0.0.1:11434``; a bare ``host``
     or ``host:port`` means http and port 11434, as Ollama itself reads it), ``OLLAMA_MODEL``,
@@ -83,9 +84,9 @@ class OllamaChat(HttpModel):
         return f"http://{url}" if parts.port is not None else f"http://{parts.netloc}:11434{parts.path}"
 
     def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Messages with object arguments and ``tool_name``; ``stream`` off; temperature inside ``options``."""
+        """Messages with object arguments and ``tool_name``; ``stream`` as set; temperature inside ``options``."""
         check_tool_names(self, tools)
-        body: dict[str, Any] = {"model": self.model, "messages": _to_ollama_messages(messages), "stream": False}
+        body: dict[str, Any] = {"model": self.model, "messages": _to_ollama_messages(messages), "stream": self.streams}
         if tools:
             body["tools"] = [dict(t) for t in tools]
         options = dict(self.options)
@@ -124,6 +125,10 @@ class OllamaChat(HttpModel):
         # the engine ignores a count that implausibly small.
         return ModelReply(out, prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")), finish=finish)
 
+    def stream_assembler(self) -> OllamaStream:
+        """An NDJSON assembler (``done: false`` parts, then the ``done: true`` summary)."""
+        return OllamaStream()
+
     def _reply_to(self, messages: Sequence[Mapping[str, Any]], data: Any, status: int) -> ModelReply:
         """Number the reply's calls by the assistant messages before it."""
         return self.read_reply(data, status, turn=sum(1 for m in messages if m.get("role") == "assistant"))
@@ -140,3 +145,66 @@ def _with_id(call: Any, turn: int, index: int) -> Any:
         function = {**function, "arguments": "{}"}
     call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"ollama_{turn}_{index}"
     return {"id": call_id, "type": "function", "function": function if function is not None else call.get("function")}
+
+
+class OllamaStream:
+    """
+    Assembles ``/api/chat`` JSON lines into the reply Ollama sends with ``stream: false``.
+
+    Each ``done: false`` line carries a piece of the message (``content`` and
+    ``thinking`` appended, ``tool_calls`` whole, added in order); the
+    ``done: true`` line carries ``done_reason`` and the counts. A line with
+    ``error`` ends the reply as a ``stream_error``.
+    """
+
+    def __init__(self) -> None:
+        self._lines = JsonLines()
+        self._message: dict[str, Any] = {}
+        self._last: dict[str, Any] | None = None
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """Text fragments completed by ``chunk``."""
+        return self._take(self._lines.feed(chunk))
+
+    def finish(self) -> tuple[int, Any]:
+        """The reply, once the ``done: true`` line came; else the stream was cut (``truncated``)."""
+        try:
+            self._take(self._lines.close())
+        except StreamBroken as exc:
+            raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
+        if self._last is None:
+            raise StreamBroken("the stream ended before its done line", kind="truncated")
+        return 200, {**self._last, "message": self._message}
+
+    def _take(self, parts: list[Any]) -> list[str]:
+        fragments: list[str] = []
+        try:
+            self._read(parts, fragments)
+        except StreamBroken as exc:
+            exc.heard = fragments
+            raise
+        return fragments
+
+    def _read(self, parts: list[Any], fragments: list[str]) -> None:
+        for part in parts:
+            if not isinstance(part, dict):
+                raise StreamBroken(f"a streamed line is not a JSON object: {str(part)[:120]!r}")
+            if part.get("error") is not None:
+                raise StreamBroken(
+                    f"the server reported an error mid-stream: {str(part['error'])[:200]}", kind="stream_error"
+                )
+            if self._last is not None:
+                raise StreamBroken("a line came after the done line")
+            message = part.get("message")
+            for key, value in (message if isinstance(message, dict) else {}).items():
+                if key in ("content", "thinking") and isinstance(value, str):
+                    self._message[key] = str(self._message.get(key) or "") + value
+                elif key == "tool_calls" and isinstance(value, list):
+                    self._message.setdefault("tool_calls", []).extend(value)
+                elif value is not None:
+                    self._message[key] = value
+            text = message.get("content") if isinstance(message, dict) else None
+            if isinstance(text, str) and text:
+                fragments.append(text)
+            if part.get("done") is True:
+                self._last = part

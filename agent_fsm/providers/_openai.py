@@ -34,6 +34,7 @@ from typing import Any
 from agent_fsm.engine.models import ModelReply
 from agent_fsm.providers._adapter import HttpModel, check_tool_names, object_of, prompt_tokens, wire_tool_name
 from agent_fsm.providers._http import ProviderConfigError
+from agent_fsm.providers._openai_stream import OpenAIStream
 
 __all__ = ["AzureOpenAIChat", "OpenAIChat"]
 
@@ -138,7 +139,8 @@ class OpenAIChat(HttpModel):
     for vLLM, ``http://127.0.0.1:8080/v1`` for llama.cpp,
     ``http://127.0.0.1:11434/v1`` for Ollama; a query string in it is kept.
     Environment: ``OPENAI_BASE_URL``, ``OPENAI_MODEL``, ``OPENAI_API_KEY``
-    (sent as a bearer token when set). ``system_role="developer"`` sends the
+    (sent as a bearer token when set). ``stream=True`` reads the reply as
+    server-sent chunks, assembled into the same message. ``system_role="developer"`` sends the
     system prompt in the ``developer`` role (OpenAI's reasoning models),
     ``"user"`` as a user message (models that accept neither, like o1-mini).
     See :class:`HttpModel` for the transport and sampling options.
@@ -182,6 +184,14 @@ class OpenAIChat(HttpModel):
         if self.seed is not None:
             body["seed"] = self.seed
         return self._with_options(body)
+
+    def stream_fields(self) -> dict[str, Any]:
+        """``stream`` and ``stream_options.include_usage``, so the last chunk reports the prompt's tokens."""
+        return {"stream": True, "stream_options": {"include_usage": True}}
+
+    def stream_assembler(self) -> OpenAIStream:
+        """A ``chat.completion.chunk`` assembler that reads a mid-stream ``tool_use_failed`` as this adapter does."""
+        return OpenAIStream(self._reads_as_reply)
 
     def _reads_as_reply(self, status: int, data: Any) -> bool:
         """Groq's 400 ``tool_use_failed``: the model's unparsable call, to be answered ``invalid``."""

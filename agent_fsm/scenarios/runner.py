@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import resume, run
+from agent_fsm.engine.driver import EventSink, resume, run
 from agent_fsm.engine.gates import Gate, allow_all, ask_for_effects, deny_effects
 from agent_fsm.engine.invariants import check_run
 from agent_fsm.engine.limits import Stop
@@ -244,7 +244,9 @@ def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, u
     return found
 
 
-def run_scenario(scenario: Scenario, *, model: Model | None = None, allowed: Sequence[str] = ()) -> ScenarioResult:
+def run_scenario(
+    scenario: Scenario, *, model: Model | None = None, allowed: Sequence[str] = (), on_event: EventSink | None = None
+) -> ScenarioResult:
     """
     Run a scenario in a fresh world and judge it.
 
@@ -253,7 +255,8 @@ def run_scenario(scenario: Scenario, *, model: Model | None = None, allowed: Seq
     expectation. ``model`` replaces the spec's model (the hook for running
     the same scenario against a real provider). ``allowed`` names packages
     whose worlds the spec may name besides :data:`ALLOWED_ENVIRONMENT_PREFIXES`
-    (your own, say ``("bookings.worlds",)``).
+    (your own, say ``("bookings.worlds",)``). ``on_event`` receives the
+    events of the run and of each resumption (see :mod:`agent_fsm.events`).
 
     Raises:
         SpecFormatError: a name in the spec (gate, model, check, environment)
@@ -271,6 +274,7 @@ def run_scenario(scenario: Scenario, *, model: Model | None = None, allowed: Seq
     system_prompt = scenario.system_prompt if scenario.system_prompt is not None else environment.system_prompt
     common: dict[str, Any] = {"gate": gate, "limits": scenario.limits, "answer_check": environment.answer_check}
     common["endings"] = environment.endings
+    common["on_event"] = on_event
     result = run(
         scenario.task, model, environment.tools, system_prompt=system_prompt, history=scenario.history, **common
     )

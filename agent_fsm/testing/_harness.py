@@ -15,6 +15,7 @@ checks that handlers and gates are deterministic.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
@@ -24,7 +25,7 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agent_fsm.engine.driver import advance, resume, run, start_state
+from agent_fsm.engine.driver import advance, resume, start_state
 from agent_fsm.engine.errors import ProviderFailure
 from agent_fsm.engine.gates import Gate, deny_effects
 from agent_fsm.engine.limits import Limits, Stop
@@ -175,24 +176,33 @@ class RunHarness(RuleBasedStateMachine):
         self._rested(result, limits)
 
     def _check_replay(self) -> None:
-        """Replay the run from a fresh world with the same replies and decisions: the transcript must agree."""
+        """
+        Replay the run from a fresh world with the same replies and decisions, on the async driver:
+        the transcript must agree, so every step also holds the two drivers to one behaviour.
+        """
         if self.result is None:
             return
-        world = world_of(self.make_world())
-        context = RunContext(world.tools, world.effects)
-        gate = self.make_gate(context)
-        model = _Watched(_Replies(self.replies), context)
-        replayed = run(self.task, model, world.tools, gate=gate, limits=self.limits)
-        for approve, _ in self.decisions:
-            if replayed.stop is not Stop.AWAITING_APPROVAL:
-                break
-            replayed = resume(replayed.state, model, world.tools, approve=approve, gate=gate, limits=self.limits)
+        replayed = asyncio.run(self._replayed())
         if replayed.state.messages != self.state.messages:
             raise InvariantViolation(
                 "deterministic_replay",
                 "replaying the same replies and decisions gave a different transcript\n"
                 f"live:\n{describe_run(self.result)}\nreplayed:\n{describe_run(replayed)}",
             )
+
+    async def _replayed(self) -> RunResult:
+        from agent_fsm.engine.async_driver import aresume, arun
+
+        world = world_of(self.make_world())
+        context = RunContext(world.tools, world.effects)
+        gate = self.make_gate(context)
+        model = _Watched(_Replies(self.replies), context)
+        replayed = await arun(self.task, model, world.tools, gate=gate, limits=self.limits)
+        for approve, _ in self.decisions:
+            if replayed.stop is not Stop.AWAITING_APPROVAL:
+                break
+            replayed = await aresume(replayed.state, model, world.tools, approve=approve, gate=gate, limits=self.limits)
+        return replayed
 
     def replies_of(self, kinds: tuple[MessageKind, ...]) -> st.SearchStrategy[dict[str, Any]]:
         """

@@ -18,6 +18,11 @@ from typing import Any
 import attrs
 
 
+class _Server(ThreadingHTTPServer):
+    # Room for many simultaneous connections (concurrent ``achat`` calls); the stdlib's 5 drops some.
+    request_queue_size = 128
+
+
 @attrs.frozen
 class Reply:
     """One scripted server action: a response, a slow one, a truncated one, or a dropped connection."""
@@ -91,7 +96,7 @@ class LoopbackServer:
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

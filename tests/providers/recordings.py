@@ -87,14 +87,22 @@ class Recording:
         return tools
 
 
-def load_recordings() -> list[Recording]:
-    """Every fixture, in a stable order."""
+def load_recordings(root: Path = FIXTURES) -> list[Recording]:
+    """Every fixture under ``root``, in a stable order."""
     found = []
     for adapter in ADAPTERS:
-        for path in sorted((FIXTURES / adapter).glob("*.json")):
+        for path in sorted((root / adapter).glob("*.json")):
             data = json.loads(path.read_text())
             found.append(Recording(adapter, path.stem, data["host"], data["origin"], data["interactions"]))
     return found
 
 
 RECORDINGS = load_recordings()
+STREAMS = load_recordings(FIXTURES / "streams")
+"""Recorded streamed replies (``stream: true``): SSE from OpenAI-compatible hosts and Anthropic, NDJSON from Ollama."""
+
+
+def is_stream(recording: Recording, index: int) -> bool:
+    """Whether the ``index``-th recorded response is a stream (SSE or JSON lines) rather than one JSON body."""
+    kind = recording.interactions[index]["response"].get("content_type") or ""
+    return kind.startswith(("text/event-stream", "application/x-ndjson"))

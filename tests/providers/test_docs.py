@@ -17,10 +17,11 @@ from .loopback import (
     openai_answer,
     openai_tool_call,
 )
-from .recordings import RECORDINGS
+from .recordings import RECORDINGS, STREAMS
 
 ROOT = Path(__file__).resolve().parents[2]
 BY_NAME = {r.name: r for r in RECORDINGS}
+STREAMS_BY_NAME = {r.name: r for r in STREAMS}
 LOOKUP = '{"order_id": "A-17"}'
 
 
@@ -60,8 +61,30 @@ def test_readme_example_runs_against_a_local_openai_compatible_server(server, ca
 
 
 def test_docs_has_one_example_per_topic(doc):
-    """Six runnable examples: OpenAI-compatible, Anthropic, Ollama, Azure, a cut-off reply, reading a failure."""
-    assert len(_python_blocks(doc)) == 6
+    """Eight runnable examples: OpenAI-compatible, Anthropic, Ollama, Azure, a cut-off reply, a failure, streaming."""
+    assert len(_python_blocks(doc)) == 8
+
+
+def test_streaming_example_prints_each_fragment_of_a_recorded_stream(server, doc, capsys):
+    """``stream=True``: api.openai.com's recorded stream, its two fragments printed as they come, then the reply."""
+    recording = STREAMS_BY_NAME["openai__test_openai_moderation_stream"]
+    server.script(recording.reply(0))
+    _execute(_python_blocks(doc)[6], {"http://127.0.0.1:8080/v1": server.url + "/v1"})
+    assert capsys.readouterr().out == "Paris|.|\nTrue Paris. 13 stop\n"
+    assert server.requests[0].body["stream_options"] == {"include_usage": True}
+
+
+def test_async_example_streams_a_recorded_tool_call(server, doc, capsys):
+    """``achat`` with an async listener: Anthropic's recorded text, then the call whose input came in five pieces."""
+    recording = STREAMS_BY_NAME["anthropic__sdk_tool_use_response"]
+    server.script(recording.reply(0))
+    _execute(_python_blocks(doc)[7], {"http://127.0.0.1:8081": server.url})
+    out = capsys.readouterr().out
+    assert out == (
+        "I'll check the current weather in Paris for you.\n"
+        "tool_calls {'name': 'get_weather', 'arguments': '{\"location\": \"Paris\"}'}\n"
+    )
+    assert server.requests[0].body["stream"] is True
 
 
 def test_openai_example_refunds_within_policy(server, doc, capsys):

@@ -195,6 +195,7 @@ def test_every_kind_raised_is_documented():
         "truncated",
         "http",
         "bad_response",
+        "stream_error",
         "request_limit",
         "invalid_request",
     }

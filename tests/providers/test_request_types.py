@@ -21,7 +21,7 @@ import pytest
 from agent_fsm import allow_all, run
 from agent_fsm.providers import AnthropicMessages, OpenAIChat
 
-from .recordings import RECORDINGS
+from .recordings import RECORDINGS, STREAMS
 from .test_recorded import make_adapter
 
 pydantic = pytest.importorskip("pydantic")
@@ -159,3 +159,24 @@ def test_another_providers_parts_stay_out_of_an_openai_request():
     body = OpenAIChat(base_url="http://127.0.0.1:9/v1", model="m").request_body([message], [])
     assert unknown_keys(body, params) == []
     assert json.dumps(body).count("signature") == 0
+
+
+STREAMED_RUNS = [
+    pytest.param(r, id=r.id) for r in STREAMS if r.adapter in ("openai", "anthropic") and len(r.interactions) > 1
+]
+
+
+@pytest.mark.parametrize("recording", STREAMED_RUNS)
+def test_streamed_request_bodies_fit_the_sdk_streaming_request_type(server, recording):
+    """With ``stream=True`` every body sent over a recorded streamed run fits ``...CreateParamsStreaming``."""
+    if recording.adapter == "openai":
+        params = pytest.importorskip("openai.types.chat.completion_create_params").CompletionCreateParamsStreaming
+    else:
+        params = pytest.importorskip("anthropic.types.message_create_params").MessageCreateParamsStreaming
+    adapter = pydantic.TypeAdapter(params)
+    bodies = _sent(server, recording, stream=True)
+    for body in bodies:
+        assert body["stream"] is True
+        adapter.validate_python(body)
+        extra = [k for k in unknown_keys(body, params) if k.rsplit(".", 1)[-1] not in OPENAI_EXTENSIONS]
+        assert extra == []

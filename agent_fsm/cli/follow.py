@@ -1,0 +1,110 @@
+"""
+``--follow``: a run's events printed as they happen, one line each, the model's streamed text inline.
+
+Every line is ``label | what happened``, aligned like the transcript. The
+text of an event comes from outside (the model's words, a tool's result,
+a gate's reason), so control characters are shown escaped: nothing a
+model writes can move the cursor, clear the screen or forge a line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from agent_fsm.cli._text import clean
+from agent_fsm.engine.events import (
+    Ended,
+    Judged,
+    ModelReplied,
+    ModelRequested,
+    Observed,
+    Paused,
+    Proposed,
+    RunEvent,
+    StateEntered,
+    TextDelta,
+)
+
+__all__ = ["Follower", "event_line"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_LIMIT = 300  # characters of a result or of arguments shown; the saved trace has them whole
+
+
+def _safe(text: str) -> str:
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return _safe(text if len(text) <= _LIMIT else text[: _LIMIT - 1] + "…")
+
+
+def _label(name: str) -> str:
+    return f"{name:7} |"
+
+
+def event_line(event: RunEvent, *, streamed: bool = False) -> str | None:
+    """
+    The line shown for ``event`` (``None`` for a text delta, which is shown inline).
+
+    ``streamed``: the reply's text was already shown as it arrived, so a reply's line leaves it out.
+    """
+    if isinstance(event, StateEntered):
+        guard = f" [{event.guard}]" if event.guard else ""
+        return f"{_label('state')} {event.source} --{event.event}{guard}--> {event.state}"
+    if isinstance(event, ModelRequested):
+        return f"{_label('model')} asked (call {event.turn}: {event.messages} messages, ~{event.prompt_tokens} tokens)"
+    if isinstance(event, ModelReplied):
+        calls = f"{event.calls} call{'s' if event.calls != 1 else ''}" if event.calls else "an answer"
+        finish = f", finish {event.finish}" if event.finish else ""
+        text = f": {_short(event.text)}" if event.text and not streamed else ""
+        return f"{_label('model')} replied with {calls} ({event.prompt_tokens} prompt tokens{finish}){text}"
+    if isinstance(event, Proposed):
+        arguments = "(arguments did not parse)" if event.arguments is None else _short(event.arguments)
+        return f"{_label('propose')} {_safe(event.name)} {arguments}  [{_safe(event.call_id)}]"
+    if isinstance(event, Judged):
+        reason = f": {_short(event.reason)}" if event.reason else ""
+        return f"{_label('judge')} {event.kind}{reason}  [{_safe(event.call_id)}]"
+    if isinstance(event, Observed):
+        return f"{_label('observe')} {event.kind} {_short(event.content)}  [{_safe(event.call_id)}]"
+    if isinstance(event, Paused):
+        return f"{_label('paused')} {event.pause_id}: {_safe(event.name)} waits for a human: {_short(event.reason)}"
+    if isinstance(event, Ended):
+        result = event.result
+        code = f" [{result.code}]" if result.code != result.stop.value else ""
+        reason = f": {_short(result.reason)}" if result.reason else ""
+        return f"{_label('ended')} {result.stop.value}{code}{reason}"
+    return None
+
+
+class Follower:
+    """
+    An ``on_event=`` sink that writes each event as one line through ``write``.
+
+    A streaming model's text deltas are written as they arrive on one
+    ``text`` line, ended when the next event comes.
+    """
+
+    def __init__(self, write: Callable[[str], Any]) -> None:
+        self._write = write
+        self._streaming = False
+
+    def __call__(self, event: RunEvent) -> None:
+        """Write ``event`` (a delta inline; anything else on a line of its own)."""
+        if isinstance(event, TextDelta):
+            if not self._streaming:
+                self._write(_label("text") + " ")
+                self._streaming = True
+            self._write(clean(_safe(event.text)))
+            return
+        streamed = self._streaming
+        if streamed:
+            self._write("\n")
+            self._streaming = False
+        line = event_line(event, streamed=streamed)
+        if line is not None:
+            self._write(clean(line) + "\n")

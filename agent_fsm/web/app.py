@@ -1,0 +1,287 @@
+"""
+The approval inbox as a Starlette application: the paused runs, each run's page, and the decision forms.
+
+Every page needs a signed-in reviewer; every form carries the session's CSRF
+token and is refused without it; every response forbids inline script
+(``Content-Security-Policy``), framing and sniffing. Run pages and the inbox
+poll a small JSON stamp read from the store and reload when it changes, so
+they follow a run as it moves, whoever moves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from importlib import resources
+from typing import Any
+from urllib.parse import quote
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent_fsm.store import RunNotFound, StoreError
+from agent_fsm.store.protocol import RunStore
+from agent_fsm.store.records import RunSummary
+from agent_fsm.web.auth import Reviewers, Session, Sessions
+from agent_fsm.web.decisions import DecisionRefused, apply, read_form
+from agent_fsm.web.pages import render_page, run_context
+from agent_fsm.web.timeline import pretty_json
+
+__all__ = ["APP_POLICY", "inbox_app"]
+
+APP_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+"""The inbox's Content-Security-Policy: scripts and styles only from its own files, never inline."""
+
+COOKIE = "agent_fsm_session"
+_HEADERS = [
+    (b"content-security-policy", APP_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),  # "no-referrer" would make browsers send "Origin: null"
+    (b"cache-control", b"no-store"),
+]
+_NOTICES = {
+    "approve": "You approved the call.",
+    "edit": "You approved the call with your edited arguments.",
+    "reject": "You rejected the call; the model was told your reason.",
+}
+
+
+class _SecurityHeaders:
+    """ASGI middleware adding the security headers to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def _stamp(summaries: list[RunSummary]) -> str:
+    text = "|".join(f"{s.run_id}:{s.version}" for s in sorted(summaries, key=lambda s: s.run_id))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def inbox_app(
+    open_store: Callable[[], RunStore],
+    world: Callable[[], Mapping[str, Any]],
+    *,
+    reviewers: Reviewers,
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    wait: float = 10.0,
+    poll_seconds: float = 1.5,
+    secure_cookies: bool = False,
+) -> Starlette:
+    """
+    The inbox over the store ``open_store()`` opens (once per request), deciding runs against ``world()``.
+
+    ``world`` returns ``{"model", "tools", "gate"?, "limits"?}`` as for
+    ``agent-fsm runs approve --world``; it is called for each decision. A
+    decision continues the run in a worker thread: the reviewer's request
+    waits up to ``wait`` seconds for it to rest, after which the run page
+    follows it live. ``allowed_hosts`` are the Host headers served (others
+    get 400: no DNS rebinding); ``secure_cookies`` for an inbox behind HTTPS.
+    """
+    sessions = Sessions()
+    workers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-fsm-decision")
+
+    def session_of(request: Request) -> Session | None:
+        return sessions.get(request.cookies.get(COOKIE))
+
+    def page(request: Request, template: str, session: Session, status: int = 200, **context: Any) -> HTMLResponse:
+        html = render_page(
+            template, reviewer=session.reviewer, csrf=session.csrf, poll_ms=int(poll_seconds * 1000), **context
+        )
+        response = HTMLResponse(html, status_code=status)
+        if request.cookies.get(COOKIE) != session.sid:
+            response.set_cookie(COOKIE, session.sid, httponly=True, samesite="strict", secure=secure_cookies)
+        return response
+
+    def error(
+        request: Request, session: Session, status: int, title: str, message: str, run_id: str | None = None
+    ) -> HTMLResponse:
+        return page(request, "error.html", session, status, title=title, message=message, run_id=run_id)
+
+    def with_store(read: Callable[[RunStore], Any]) -> Any:
+        store = open_store()
+        try:
+            return read(store)
+        finally:
+            store.close()
+
+    def signed_in(
+        handler: Callable[[Request, Session], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            session = session_of(request)
+            if session is None or session.reviewer is None:
+                if request.url.path.endswith(".json"):
+                    return JSONResponse({"error": "sign in first"}, status_code=401)
+                return RedirectResponse("/login", status_code=303)
+            return await handler(request, session)
+
+        return endpoint
+
+    async def checked_form(request: Request, session: Session) -> Any:
+        form = await request.form()
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            raise DecisionRefused(403, "Refused", "the form was sent from another site")
+        token = form.get("csrf")
+        if not session.csrf_matches(token if isinstance(token, str) else None):
+            raise DecisionRefused(403, "The form has expired", "its security token is not this session's; reload")
+        return form
+
+    async def login_page(request: Request) -> Response:
+        session = session_of(request) or sessions.new()
+        return page(request, "login.html", session, failed=False)
+
+    async def login(request: Request) -> Response:
+        session = session_of(request) or sessions.new()
+        try:
+            form = await checked_form(request, session)
+        except DecisionRefused as refused:
+            return error(request, session, refused.status, refused.title, refused.message)
+        name, token = form.get("reviewer"), form.get("token")
+        who = reviewers.check(name, token) if isinstance(name, str) and isinstance(token, str) else None
+        if who is None:
+            await asyncio.sleep(0.5)  # a guess costs time
+            return page(request, "login.html", session, status=401, failed=True)
+        fresh = sessions.sign_in(session, who)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, fresh.sid, httponly=True, samesite="strict", secure=secure_cookies)
+        return response
+
+    async def logout(request: Request, session: Session) -> Response:
+        try:
+            await checked_form(request, session)
+        except DecisionRefused as refused:
+            return error(request, session, refused.status, refused.title, refused.message)
+        sessions.end(session)
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    async def inbox(request: Request, session: Session) -> Response:
+        summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+        now = time.time()
+        waiting = [
+            {"run": s, "age": _age(now - s.updated_at), "arguments": pretty_json(s.blocked.arguments)}
+            for s in summaries
+            if s.status == "paused" and s.blocked is not None
+        ]
+        others = [{"run": s, "age": _age(now - s.updated_at)} for s in summaries if s.status != "paused"][:25]
+        return page(request, "inbox.html", session, waiting=waiting, others=others, stamp=_stamp(summaries))
+
+    async def inbox_stamp(request: Request, session: Session) -> Response:
+        summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+        return JSONResponse({"stamp": _stamp(summaries), "paused": sum(s.status == "paused" for s in summaries)})
+
+    def _read_run(run_id: str) -> Any:
+        def read(store: RunStore) -> Any:
+            stored = store.load(run_id)
+            return stored, store.effects(run_id), store.history(run_id)
+
+        return with_store(read)
+
+    async def run_page(request: Request, session: Session) -> Response:
+        run_id = request.path_params["run_id"]
+        try:
+            stored, effects, history = await run_in_threadpool(_read_run, run_id)
+        except RunNotFound as exc:
+            return error(request, session, 404, "No such run", str(exc))
+        context = await run_in_threadpool(run_context, stored.state, run_id=run_id, effects=effects, decisions=history)
+        blocked = stored.summary.blocked if stored.status == "paused" else None
+        notice = _NOTICES.get(request.query_params.get("decided", ""))
+        return page(
+            request,
+            "run.html",
+            session,
+            summary=stored.summary,
+            blocked=blocked,
+            blocked_arguments=pretty_json(blocked.arguments) if blocked is not None else "",
+            notice=notice,
+            moving=request.query_params.get("moving") == "1",
+            live_url=f"/runs/{quote(run_id, safe='')}/status.json",
+            stamp=str(stored.summary.version),
+            **context,
+        )
+
+    async def run_stamp(request: Request, session: Session) -> Response:
+        run_id = request.path_params["run_id"]
+        try:
+            stored = await run_in_threadpool(with_store, lambda store: store.load(run_id))
+        except RunNotFound:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        summary = stored.summary
+        return JSONResponse(
+            {
+                "stamp": str(summary.version),
+                "status": summary.status,
+                "state": summary.machine_state,
+                "pause_id": summary.pause_id,
+            }
+        )
+
+    async def decide(request: Request, session: Session) -> Response:
+        run_id = request.path_params["run_id"]
+        assert session.reviewer is not None
+        try:
+            form = await checked_form(request, session)
+            wanted = read_form(run_id, form)
+            job = workers.submit(apply, wanted, reviewer=session.reviewer, open_store=open_store, world=world)
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), timeout=wait)
+        except DecisionRefused as refused:
+            return error(request, session, refused.status, refused.title, refused.message, run_id=run_id)
+        except StoreError as exc:
+            return error(request, session, 503, "The store failed", f"{exc}. Reload the run to see where it rests.")
+        except TimeoutError:
+            return RedirectResponse(f"/runs/{quote(run_id, safe='')}?moving=1", status_code=303)
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}?decided={wanted.action}", status_code=303)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        workers.shutdown(wait=True)  # a decision under way finishes: its run rests in the store
+
+    static = StaticFiles(directory=str(resources.files("agent_fsm.web") / "static"))
+    routes = [
+        Route("/", signed_in(inbox)),
+        Route("/inbox.json", signed_in(inbox_stamp)),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", signed_in(logout), methods=["POST"]),
+        Route("/runs/{run_id}", signed_in(run_page)),
+        Route("/runs/{run_id}/status.json", signed_in(run_stamp)),
+        Route("/runs/{run_id}/decide", signed_in(decide), methods=["POST"]),
+        Mount("/static", static, name="static"),
+    ]
+    middleware = [Middleware(_SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

@@ -1,0 +1,123 @@
+"""
+A reviewer's decision from a form, applied through the store's atomic decision functions.
+
+Nothing here decides by itself: :func:`agent_fsm.store.approve` and
+:func:`agent_fsm.store.reject` check that the pause the reviewer saw is the
+open one (a compare-and-set on its id), and an edit is judged against the
+tool's contract and the gate like a new proposal. This module turns the form
+into their arguments and their refusals into answers a person can act on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from agent_fsm.engine.state import RunResult
+from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
+from agent_fsm.store.protocol import RunStore
+
+__all__ = ["ACTIONS", "DecisionRefused", "Request", "apply", "read_form"]
+
+ACTIONS = ("approve", "edit", "reject")
+"""What a form may ask: approve the call as it is, approve it with edited arguments, or reject it."""
+
+MAX_REASON = 2000
+
+
+class DecisionRefused(ValueError):
+    """
+    No decision was taken; ``status`` is the HTTP status that says why and ``title`` the page's heading.
+
+    409: the pause is not open any more (someone decided first, or the page is stale);
+    422: the form is incomplete, or the edited call breaks the tool's contract or is denied by the gate;
+    404: no such run.
+    """
+
+    def __init__(self, status: int, title: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+
+
+@attrs.frozen
+class Request:
+    """A decision as the form asked for it: which pause, which way, the edit or the reason."""
+
+    run_id: str
+    pause_id: str
+    action: str
+    arguments: dict[str, Any] | None = None
+    reason: str | None = None
+
+
+def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
+    """
+    The decision a submitted form asks for.
+
+    Raises:
+        DecisionRefused: (422) a field is missing, the edit is not a JSON object, or the reason is empty.
+    """
+    action, pause_id = form.get("action"), form.get("pause_id")
+    if action not in ACTIONS:
+        raise DecisionRefused(422, "Unknown decision", f"the form asks for {action!r}; expected one of {ACTIONS}")
+    if not isinstance(pause_id, str) or not pause_id:
+        raise DecisionRefused(422, "No pause named", "the form does not say which pause it decides; reload the run")
+    if action == "edit":
+        text = form.get("arguments")
+        try:
+            arguments = json.loads(text) if isinstance(text, str) else None
+        except json.JSONDecodeError as exc:
+            raise DecisionRefused(422, "The edit is not JSON", f"the edited arguments are not JSON: {exc}") from None
+        if not isinstance(arguments, dict):
+            raise DecisionRefused(422, "The edit is not an object", "the edited arguments must be a JSON object")
+        return Request(run_id, pause_id, "edit", arguments=arguments)
+    if action == "reject":
+        reason = form.get("reason")
+        reason = reason.strip() if isinstance(reason, str) else ""
+        if not reason:
+            raise DecisionRefused(422, "A rejection needs a reason", "say why: the model is told the reason")
+        if len(reason) > MAX_REASON:
+            raise DecisionRefused(422, "The reason is too long", f"keep the reason under {MAX_REASON} characters")
+        return Request(run_id, pause_id, "reject", reason=reason)
+    return Request(run_id, pause_id, "approve")
+
+
+def apply(
+    request: Request, *, reviewer: str, open_store: Callable[[], RunStore], world: Callable[[], Mapping[str, Any]]
+) -> RunResult:
+    """
+    Decide ``request`` as ``reviewer`` and continue the run (in this thread) until it rests again.
+
+    Raises:
+        DecisionRefused: the pause is not open (409), the run is unknown (404), the edit is refused (422).
+        StoreError: the store failed.
+    """
+    chosen = dict(world())
+    how: dict[str, Any] = {
+        "reviewer": reviewer,
+        "gate": chosen.get("gate"),
+        "limits": chosen.get("limits"),  # None: the limits saved with the run
+        "pause_id": request.pause_id,
+    }
+    store = open_store()
+    try:
+        if request.action == "reject":
+            return reject(store, request.run_id, chosen["model"], chosen["tools"], reason=request.reason or "", **how)
+        return approve(store, request.run_id, chosen["model"], chosen["tools"], arguments=request.arguments, **how)
+    except AlreadyDecided as exc:
+        raise DecisionRefused(
+            409, "This pause is no longer open", f"{exc}. Nothing was decided: the page was stale; reload the run."
+        ) from None
+    except RunNotFound as exc:
+        raise DecisionRefused(404, "No such run", str(exc)) from None
+    except StoreError:
+        raise
+    except ValueError as exc:
+        raise DecisionRefused(422, "The edit was refused", f"{exc}. Nothing was decided.") from None
+    finally:
+        store.close()
