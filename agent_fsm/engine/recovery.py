@@ -82,6 +82,7 @@ def _settle(context: RunContext, intent: Intent) -> None:
         f" again under that key or reject to record it as not run{reason}",
     )
     state.pause = open_pause(state, call, state.judgement.reason)  # what a person's approval will cover
+    state.pause_id = state.pause.pause_id  # derived from the run, not drawn at random: the same on every replay
     if came_from == "Proposing":
         MACHINE.fire(context, "judge")  # the judge edge to AwaitingApproval: the gate's own way to a person
 
