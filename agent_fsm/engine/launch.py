@@ -256,19 +256,25 @@ def continuing(
     """``state`` driven on from where it is (see :func:`agent_fsm.advance`)."""
     _check(state)
     chosen = _trusted_limits(state, limits)
-    context = RunContext(
-        state,
-        model,
-        tools,
-        gate,
-        chosen,
-        estimator,
-        _declared(answer_check),
-        store,
-        _stored_id(store, run_id),
-        listening,
-    )
+    context = _context(state, model, tools, gate, chosen, answer_check, estimator, store, run_id, listening)
     return context, _advancing(context, endings)
+
+
+def _context(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    gate: Gate | None,
+    limits: Limits,
+    answer_check: AnswerCheck | None,
+    estimator: TokenEstimator,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+) -> RunContext:
+    """The run in flight: the answer check as the machine calls it, the run id a store requires."""
+    check = _declared(answer_check)
+    return RunContext(state, model, tools, gate, limits, estimator, check, store, _stored_id(store, run_id), listening)
 
 
 def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResult]:
@@ -311,18 +317,7 @@ def deciding(
     work.pause = None
     work.pause_id = None  # this pause is being decided; a later one gets its own id
     work.limits = chosen
-    context = RunContext(
-        work,
-        model,
-        tools,
-        gate,
-        chosen,
-        estimator,
-        _declared(answer_check),
-        store,
-        _stored_id(store, run_id),
-        listening,
-    )
+    context = _context(work, model, tools, gate, chosen, answer_check, estimator, store, run_id, listening)
     return context, _decided(context, state, approve, reason, arguments, seen, endings)
 
 
