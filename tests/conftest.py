@@ -6,6 +6,8 @@ import shutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.system_parts import unavailable
+
 # "ci" is used when CI is set (as it is in .ci/run); "dev" for a quick local loop;
 # "thorough" for a long hunt: HYPOTHESIS_PROFILE=thorough python -m pytest
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -20,9 +22,7 @@ def graphviz_dot() -> str:
     dot = shutil.which("dot")
     if dot is None:
         reason = "Graphviz's `dot` is not installed: apt-get install graphviz (.ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable(reason)
     return dot
 
 
@@ -39,9 +39,7 @@ def postgres_server():
     else:
         missing = INSTALL_HINT if bin_dir is None else ""
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(missing)
-        pytest.skip(missing)
+        unavailable(missing)
     assert bin_dir is not None
     server = PostgresServer(bin_dir).start()
     yield server
@@ -70,9 +68,7 @@ def chromium() -> tuple[str, str]:
         except ImportError:
             missing = "selenium is not installed: pip install -e '.[test]'"
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(missing)
-        pytest.skip(missing)
+        unavailable(missing)
     assert browser is not None and driver is not None
     return browser, driver
 
@@ -90,9 +86,7 @@ def temporal_server():
     else:
         missing = INSTALL_HINT if cli is None else ""
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(missing)
-        pytest.skip(missing)
+        unavailable(missing)
     assert cli is not None
     server = TemporalServer(cli).start()
     yield server
