@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, parse_json
+from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, fragments_of, parse_json
 
 __all__ = ["AnthropicStream"]
 
@@ -39,12 +39,12 @@ class AnthropicStream:
 
     def feed(self, chunk: bytes) -> list[str]:
         """Text fragments (of ``text`` blocks) completed by ``chunk``."""
-        return self._take(self._events.feed(chunk))
+        return fragments_of(self._read, self._events.feed(chunk))
 
     def finish(self) -> tuple[int, Any]:
         """The assembled message, once ``message_stop`` came; else the stream was cut (``truncated``)."""
         try:
-            self._take(self._events.close())
+            fragments_of(self._read, self._events.close())
         except StreamBroken as exc:
             raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
         if self._message is None or not self._stopped:
@@ -54,15 +54,6 @@ class AnthropicStream:
         message = self._message
         message["content"] = [self._blocks[i] for i in sorted(self._blocks)]
         return 200, message
-
-    def _take(self, events: list[tuple[str, str]]) -> list[str]:
-        fragments: list[str] = []
-        try:
-            self._read(events, fragments)
-        except StreamBroken as exc:
-            exc.heard = fragments
-            raise
-        return fragments
 
     def _read(self, events: list[tuple[str, str]], fragments: list[str]) -> None:
         for _name, data in events:

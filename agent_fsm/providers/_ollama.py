@@ -20,7 +20,7 @@ from agent_fsm.engine.models import ModelReply
 from agent_fsm.engine.wire import assistant_text
 from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of, prompt_tokens
 from agent_fsm.providers._http import ProviderConfigError
-from agent_fsm.providers._sse import JsonLines, StreamBroken
+from agent_fsm.providers._sse import JsonLines, StreamBroken, fragments_of
 
 __all__ = ["OllamaChat"]
 
@@ -164,26 +164,17 @@ class OllamaStream:
 
     def feed(self, chunk: bytes) -> list[str]:
         """Text fragments completed by ``chunk``."""
-        return self._take(self._lines.feed(chunk))
+        return fragments_of(self._read, self._lines.feed(chunk))
 
     def finish(self) -> tuple[int, Any]:
         """The reply, once the ``done: true`` line came; else the stream was cut (``truncated``)."""
         try:
-            self._take(self._lines.close())
+            fragments_of(self._read, self._lines.close())
         except StreamBroken as exc:
             raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
         if self._last is None:
             raise StreamBroken("the stream ended before its done line", kind="truncated")
         return 200, {**self._last, "message": self._message}
-
-    def _take(self, parts: list[Any]) -> list[str]:
-        fragments: list[str] = []
-        try:
-            self._read(parts, fragments)
-        except StreamBroken as exc:
-            exc.heard = fragments
-            raise
-        return fragments
 
     def _read(self, parts: list[Any], fragments: list[str]) -> None:
         for part in parts:

@@ -19,7 +19,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, parse_json
+from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, fragments_of, parse_json
 
 __all__ = ["OpenAIStream", "content_text", "merge_content", "merge_delta"]
 
@@ -147,12 +147,12 @@ class OpenAIStream:
 
     def feed(self, chunk: bytes) -> list[str]:
         """Text fragments of choice 0 completed by ``chunk``."""
-        return self._take(self._events.feed(chunk))
+        return fragments_of(self._read, self._events.feed(chunk))
 
     def finish(self) -> tuple[int, Any]:
         """The assembled completion (status 200), or the error reply the adapter reads (Groq's status kept)."""
         try:
-            self._take(self._events.close())
+            fragments_of(self._read, self._events.close())
         except StreamBroken as exc:
             raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
         if self._error is not None:
@@ -171,15 +171,6 @@ class OpenAIStream:
                 ]
             choices.append({"index": index, "message": message, "finish_reason": choice.get("finish_reason")})
         return 200, {"object": "chat.completion", "choices": choices, "usage": self._usage}
-
-    def _take(self, events: list[tuple[str, str]]) -> list[str]:
-        fragments: list[str] = []
-        try:
-            self._read(events, fragments)
-        except StreamBroken as exc:
-            exc.heard = fragments
-            raise
-        return fragments
 
     def _read(self, events: list[tuple[str, str]], fragments: list[str]) -> None:
         for name, data in events:

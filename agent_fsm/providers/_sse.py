@@ -13,6 +13,7 @@ provider could have sent, and the exchange turns that into a typed
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Protocol
 
 __all__ = ["JsonLines", "ServerSentEvents", "StreamAssembler", "StreamBroken", "parse_json"]
@@ -39,6 +40,20 @@ class StreamAssembler(Protocol):
 
     def finish(self) -> tuple[int, Any]:
         """The stream ended: the status and body the provider would have answered without streaming."""
+
+
+def fragments_of(read: Callable[[Any, list[str]], None], items: Any) -> list[str]:
+    """
+    The text fragments ``read(items, fragments)`` collects; on a breakage they go with it (``heard``),
+    since they arrived before it.
+    """
+    fragments: list[str] = []
+    try:
+        read(items, fragments)
+    except StreamBroken as exc:
+        exc.heard = fragments
+        raise
+    return fragments
 
 
 def parse_json(text: str, what: str) -> Any:
