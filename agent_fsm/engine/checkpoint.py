@@ -15,13 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-import weakref
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 
-from agent_fsm.engine.handlers import reads_context as _reads_context
 from agent_fsm.engine.state import RunState
 from agent_fsm.engine.tools import ToolCall
 
@@ -32,8 +29,6 @@ __all__ = [
     "fingerprint",
     "idempotency_key",
     "mark_pause",
-    "new_run_id",
-    "takes_context",
 ]
 
 
@@ -103,30 +98,7 @@ def idempotency_key(run_id: str, state: RunState, call: ToolCall) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def new_run_id() -> str:
-    """A fresh, unguessable run id."""
-    return uuid.uuid4().hex
-
-
 def mark_pause(state: RunState) -> None:
     """Give a run resting in ``AwaitingApproval`` its pause id (once): a decision names the pause it decides."""
     if state.machine_state == "AwaitingApproval" and state.pause_id is None:
         state.pause_id = uuid.uuid4().hex
-
-
-# Held weakly: a cache must not keep a handler, and the world its closure holds, alive after its tools are gone.
-_CONTEXT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
-def takes_context(handler: Callable[..., Any]) -> bool:
-    """Whether ``handler`` names a ``context`` parameter (read once per handler; handlers are called often)."""
-    # A bound method is made anew on every attribute access; its function lasts, and answers the same.
-    key = getattr(handler, "__func__", handler)
-    try:
-        return _CONTEXT[key]
-    except KeyError:
-        pass
-    except TypeError:  # unhashable, or not weakly referenceable: read its signature each time
-        return _reads_context(handler)
-    found = _CONTEXT[key] = _reads_context(handler)
-    return found
