@@ -220,6 +220,45 @@ def test_declarations_are_rendered_once_and_follow_registry_changes():
     assert declaration_tokens(tools, lambda d: 1) == 1  # another estimator is counted on its own
 
 
+def test_equal_tools_built_afresh_share_one_rendering_and_keep_no_world_alive():
+    """A world rebuilt for every run renders each declaration once; what differs, or is renamed, renders anew."""
+    import gc
+    import weakref
+
+    def desk(description: str = "Look an order up.") -> dict[str, ToolSpec]:
+        world: list[str] = []
+        return {"lookup": ToolSpec(description, {"order_id": str}, lambda order_id: world.append(order_id))}
+
+    first, second = desk(), desk()
+    assert function_declarations(first)[0] is function_declarations(second)[0]
+    counted: list[Any] = []
+
+    def counting(declaration: Any) -> int:
+        counted.append(declaration)
+        return 7
+
+    assert declaration_tokens(first, counting) == declaration_tokens(second, counting) == 7
+    assert len(counted) == 1  # measured once for both registries
+    other = desk("Look an order up, by its id.")
+    assert function_declarations(other)[0] is not function_declarations(first)[0]
+    assert function_declarations(other)[0]["function"]["description"] == "Look an order up, by its id."
+    renamed = {"find": first["lookup"]}
+    assert function_declarations(renamed)[0]["function"]["name"] == "find"
+    spec = weakref.ref(first["lookup"])
+    del first, renamed
+    gc.collect()
+    assert spec() is None  # the shared rendering holds no handler, so no world
+
+
+def test_the_shared_renderings_are_bounded():
+    """Tools generated without end (a property test drawing descriptions) cannot grow the cache past its bound."""
+    from agent_fsm.engine import tools as tools_module
+
+    for n in range(tools_module._SHARED_BOUND + 50):
+        function_declarations({"t": ToolSpec(f"Tool number {n}.", {}, lambda: 1)})
+    assert len(tools_module._SHARED) <= tools_module._SHARED_BOUND
+
+
 def test_a_run_is_shown_the_registry_as_it_is_now():
     """A tool added to a registry between runs reaches the model's declarations."""
     shown: list[list[str]] = []

@@ -145,6 +145,8 @@ class ToolSpec:
     _accepts: frozenset[str] | None = attrs.field(init=False, repr=False, eq=False, alias="_accepts")
     _rendered: dict[str, Any] = attrs.field(init=False, repr=False, eq=False, factory=dict, alias="_rendered")
     _context: bool = attrs.field(init=False, repr=False, eq=False, alias="_context")
+    # What the model is shown of this tool, as text: equal declarations share one rendering (see _rendering).
+    _shown: str | None = attrs.field(init=False, repr=False, eq=False, alias="_shown")
 
     def __attrs_post_init__(self) -> None:
         if not callable(self.handler):
@@ -155,6 +157,11 @@ class ToolSpec:
         object.__setattr__(self, "_checker", compile_checker(json_schema))
         object.__setattr__(self, "_accepts", handler_arguments(self.handler, json_schema))
         object.__setattr__(self, "_context", reads_context(self.handler))
+        try:
+            shown = json.dumps([self.description, json_schema], sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):  # not plain JSON (a schema built from other objects): rendered per spec
+            shown = None
+        object.__setattr__(self, "_shown", shown)
 
     @property
     def takes_context(self) -> bool:
@@ -324,10 +331,16 @@ def _entries(tools: Any) -> Any:
     return tools.items()
 
 
+# Renderings shared by equal declarations: a program that builds its tools afresh for every run
+# (a new world per run, as property tests do) renders and measures each declaration once. Keyed by
+# name and the declaration's text, so it holds no handler (no world is kept alive); bounded.
+_SHARED: dict[tuple[str, str], _Rendered] = {}
+_SHARED_BOUND = 1024
+
+
 def _rendering(name: Any, spec: Any) -> _Rendered:
     # The cache lives on the (frozen) ToolSpec, keyed by the name it is registered under: a registry
-    # is read afresh on every call, so adding, removing or replacing a tool is always seen, and no
-    # global cache keeps old registries (and their handlers' worlds) alive.
+    # is read afresh on every call, so adding, removing or replacing a tool is always seen.
     if not isinstance(spec, ToolSpec):
         raise ToolDefinitionError(f"tool {name!r} must be a ToolSpec, got {type(spec).__name__}")
     hit: _Rendered | None = spec._rendered.get(name)
@@ -336,7 +349,15 @@ def _rendering(name: Any, spec: Any) -> _Rendered:
             raise ToolDefinitionError(
                 f"tool name {name!r} must match ^[a-zA-Z0-9_-]{{1,64}}$ (what the providers' APIs accept)"
             )
-        hit = spec._rendered[name] = _Rendered(spec.declaration(name))
+        shown = spec._shown
+        hit = _SHARED.get((name, shown)) if shown is not None else None
+        if hit is None:
+            hit = _Rendered(spec.declaration(name))
+            if shown is not None:
+                if len(_SHARED) >= _SHARED_BOUND:
+                    del _SHARED[next(iter(_SHARED))]
+                _SHARED[(name, shown)] = hit
+        spec._rendered[name] = hit
     return hit
 
 

@@ -96,13 +96,14 @@ def _storable(value: Any) -> bool:
 
 
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
-    if isinstance(raw, Mapping):  # some servers send parsed arguments; accept them as they are
-        arguments = dict(raw)
-        # Not plain JSON data (cyclic, too deep, NaN, a set ...): kept only as text, refused as unparsed.
-        return (arguments if _storable(arguments) else None), _text_of(raw)
-    if not isinstance(raw, str):
-        return None, None if raw is None else describe(raw)
-    if raw.strip() == "":  # an empty argument string is how a no-argument call often arrives
+    if type(raw) is not str:
+        if isinstance(raw, Mapping):  # some servers send parsed arguments; accept them as they are
+            arguments = dict(raw)
+            # Not plain JSON data (cyclic, too deep, NaN, a set ...): kept only as text, refused as unparsed.
+            return (arguments if _storable(arguments) else None), _text_of(raw)
+        if not isinstance(raw, str):
+            return None, None if raw is None else describe(raw)
+    if not raw or raw.isspace():  # an empty argument string is how a no-argument call often arrives
         return {}, raw
     try:
         parsed = _DECODER.decode(raw)
@@ -154,6 +155,17 @@ class CallIds:
         return candidate
 
 
+def _extras(part: Mapping[str, Any], known: frozenset[str]) -> Message:
+    """
+    The provider's fields beside the ones the engine rewrites (reasoning, refusal, signed thinking blocks), copied.
+
+    Kept as they came: some providers refuse the next turn without them. One
+    that is not plain JSON data, or nests past DEPTH_CEILING, could not be
+    saved, and is dropped.
+    """
+    return {k: copy.deepcopy(v) for k, v in part.items() if k not in known and isinstance(k, str) and _storable(v)}
+
+
 def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tuple[Message, list[ToolCall]]:
     """
     Turn whatever the model returned into a well-formed assistant message and its proposals.
@@ -169,19 +181,11 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
     unless they are not JSON data a saved state can hold. Anything that is not a mapping at
     all is kept as the answer text ``str(reply)``.
     """
-    if not isinstance(reply, Mapping):
+    if type(reply) is not dict and not isinstance(reply, Mapping):
         return {"role": "assistant", "content": str(reply)}, []
     message: Message = {"role": "assistant", "content": assistant_text(reply)}
-    # Provider parts beside the text (reasoning, refusal, signed thinking blocks)
-    # are kept as they came: some providers refuse the next turn without them.
-    # (One that is not plain JSON data, or nests past DEPTH_CEILING, could not be saved, and is dropped.)
-    message.update(
-        {
-            k: copy.deepcopy(v)
-            for k, v in reply.items()
-            if k not in _MESSAGE_KEYS and isinstance(k, str) and _storable(v)
-        }
-    )
+    if not reply.keys() <= _MESSAGE_KEYS:
+        message.update(_extras(reply, _MESSAGE_KEYS))
     raw_calls = reply.get("tool_calls")
     if not raw_calls:
         return message, []
@@ -191,9 +195,11 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
     calls: list[ToolCall] = []
     wire_calls: list[Message] = []
     for index, item in enumerate(raw_calls):
-        item = item if isinstance(item, Mapping) else {}
+        if type(item) is not dict and not isinstance(item, Mapping):
+            item = {}
         function = item.get("function")
-        function = function if isinstance(function, Mapping) else {}
+        if type(function) is not dict and not isinstance(function, Mapping):
+            function = {}
         sent = item.get("id")
         wanted = sent if isinstance(sent, str) and sent else f"call_{turn}_{index}"
         call_id = taken.claim(wanted)
@@ -203,10 +209,10 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
         arguments, raw = _parse_arguments(function.get("arguments"))
         text = raw if raw is not None else ""
         calls.append(ToolCall(call_id, name, arguments, text, original_id=renamed))
-        extras = {
-            k: copy.deepcopy(v) for k, v in item.items() if k not in _CALL_KEYS and isinstance(k, str) and _storable(v)
-        }
-        wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}, **extras})
+        wire: Message = {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+        if not item.keys() <= _CALL_KEYS:
+            wire.update(_extras(item, _CALL_KEYS))
+        wire_calls.append(wire)
     message["tool_calls"] = wire_calls
     return message, calls
 
