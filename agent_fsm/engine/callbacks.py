@@ -144,17 +144,18 @@ def _ask_model(run: RunContext) -> Steps[None]:
         state.path.pop()
         raise
     state.finish = None
-    if isinstance(reply, ModelReply):
-        counted = reply.prompt_tokens
-        if counted is not None and _plausible_count(counted, estimate):
-            # The provider counted this prompt: adopt its figure and carry the
-            # correction forward so later estimates start from the real size.
-            state.usage_offset += counted - estimate
-            state.prompt_token_log[-1] = counted
-        state.finish = reply.finish
-        reply = reply.message
-    if not isinstance(reply, Mapping):
-        raise RunError(not_a_message(reply), state=state)
+    if type(reply) is not dict:  # a plain dict is the common reply: no other checks for it
+        if isinstance(reply, ModelReply):
+            counted = reply.prompt_tokens
+            if counted is not None and _plausible_count(counted, estimate):
+                # The provider counted this prompt: adopt its figure and carry the
+                # correction forward so later estimates start from the real size.
+                state.usage_offset += counted - estimate
+                state.prompt_token_log[-1] = counted
+            state.finish = reply.finish
+            reply = reply.message
+        if not isinstance(reply, Mapping):
+            raise RunError(not_a_message(reply), state=state)
     message, calls = normalise_reply(reply, state.turns, run.call_ids)
     run.append(message)
     state.pending = calls
@@ -288,14 +289,17 @@ def execute_call(run: RunContext) -> Steps[None]:
             state=state,
         )
     run.authorized = None
-    intent = commit_intent(run.checkpointer, run.run_id, state, call, run.tools)  # before the handler, always
+    checkpointer = run.checkpointer
+    # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
+    intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
     token = enter_call(call.call_id)
     try:
         observation = yield from run_call(call, run.tools, state, run.run_id, run.limits)
     finally:
         leave_call(token)
     _observe(run, observation)
-    commit_observation(run.checkpointer, run.run_id, state, intent)
+    if intent is not None:
+        commit_observation(checkpointer, run.run_id, state, intent)
 
 
 def record_rejection(run: RunContext) -> None:

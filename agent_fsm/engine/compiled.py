@@ -119,14 +119,15 @@ class CompiledMachine:
             yield from self._one(run, event)
         entered = getattr(run, "entered", None)
         auto = self._auto
-        while (rows := auto[run.machine_state]) is not None:
+        source: str = run.machine_state
+        while (rows := auto[source]) is not None:
             for row in rows:
-                if row[0] is None or row[0](run):
+                guard = row[0]
+                if guard is None or guard(run):
                     break
             else:
                 raise self._refuse(run, rows[0][3])
             _guard, dest, effects, name, label = row
-            source = run.machine_state
             run.machine_state = dest
             if entered is not None:
                 entered(source, name, label)
@@ -134,8 +135,8 @@ class CompiledMachine:
                 step = effect(run)
                 if type(step) is _GENERATOR:
                     yield from step
-        resting: str = run.machine_state
-        return resting
+            source = run.machine_state  # where the effects left the run
+        return source
 
     def fire(self, run: Any, event: str) -> None:
         """

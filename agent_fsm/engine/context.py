@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent_fsm.engine.checkpoint import Checkpointer
@@ -21,7 +21,7 @@ from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import TokenEstimator
 from agent_fsm.engine.state import RunState
-from agent_fsm.engine.tools import Registry, ToolCall, declaration_tokens, function_declarations
+from agent_fsm.engine.tools import Registry, ToolCall, shown_to_model
 from agent_fsm.engine.wire import CallIds
 
 __all__ = ["LOG", "AnswerCheckFn", "RunContext"]
@@ -76,8 +76,7 @@ class RunContext:
         self.model = model
         self.tools = tools
         # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
-        self.declarations = function_declarations(tools)
-        self.declaration_tokens = declaration_tokens(tools, estimator)
+        self.declarations, self.declaration_tokens = shown_to_model(tools, estimator)
         self.gate = gate if gate is not None else deny_effects(tools)
         self.limits = limits
         self.estimator = estimator
@@ -163,21 +162,22 @@ class RunContext:
             self.state.elapsed += now - self.clock_start
             self.clock_start = now
 
-    def measure(self, message: Mapping[str, Any]) -> int:
-        """The estimator's count for one message, which must be a whole number >= 0."""
+    def append(self, message: dict[str, Any]) -> None:
+        """
+        Append a message, measuring it once (token accounting stays O(n) over a run).
+
+        The estimator's count must be a whole number >= 0; one that raises or
+        answers anything else is a bug, reported with the run's state.
+        """
         try:
             tokens = self.estimator(message)
         except Exception as exc:
             raise RunError(f"the token estimator raised {type(exc).__name__}: {exc}", state=self.state) from exc
         if type(tokens) is not int or tokens < 0:
             raise RunError(f"a token estimator must return a whole number >= 0; got {tokens!r}", state=self.state)
-        return tokens
-
-    def append(self, message: dict[str, Any]) -> None:
-        """Append a message, measuring it once (token accounting stays O(n) over a run)."""
-        tokens = self.measure(message)
-        self.state.messages.append(message)
-        self.state.message_tokens += tokens
+        state = self.state
+        state.messages.append(message)
+        state.message_tokens += tokens
 
     def next_prompt_tokens(self) -> int:
         """Estimated size of the prompt the next model call would send."""

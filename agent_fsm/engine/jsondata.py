@@ -144,7 +144,11 @@ def _copy(value: Any, depth: int, texts: list[bool]) -> Any:
     if kind is dict:
         out = {}
         for key, child in value.items():
-            out[key if type(key) is str else _json_key(key)] = _copy(child, depth + 1, texts)
+            if type(key) is not str:
+                key = _json_key(key)
+            leaf = type(child)
+            # Strings, bools and None inline: most results are flat records of them.
+            out[key] = child if leaf is str or leaf is bool or child is None else _copy(child, depth + 1, texts)
         return out
     if kind is list:
         return [_copy(child, depth + 1, texts) for child in value]

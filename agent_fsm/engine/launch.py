@@ -36,6 +36,8 @@ from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "continuing", "deciding", "interrupted", "start_state", "starting"]
 
+_DEFAULT_LIMITS = Limits()  # frozen: one shared value for every run given no limits
+
 DEFAULT_SYSTEM_PROMPT = (
     "You act only through the tools you are given. Each tool result comes back as JSON with "
     "ok, kind and content. A call that comes back invalid or denied is information: read the "
@@ -173,7 +175,7 @@ def _trusted_limits(state: RunState, limits: Limits | None) -> Limits:
     saved = state.limits
     if saved is not None and not isinstance(saved, Limits):
         raise StateError(f"the state's limits are not a Limits: {saved!r}", state=state)
-    return saved if saved is not None else Limits()
+    return saved if saved is not None else _DEFAULT_LIMITS
 
 
 def _check(state: RunState) -> None:
@@ -221,7 +223,7 @@ def starting(
 ) -> Launch:
     """A new run of ``task``: its context and steps (see :func:`agent_fsm.run`)."""
     state = start_state(task, system_prompt=system_prompt, history=history, estimator=estimator, run_id=run_id)
-    state.limits = limits if limits is not None else Limits()
+    state.limits = limits if limits is not None else _DEFAULT_LIMITS
     if store is not None:
         store.begin(_required_id(run_id), state)
     return continuing(
@@ -236,6 +238,7 @@ def starting(
         store=store,
         run_id=run_id,
         listening=listening,
+        fresh=True,
     )
 
 
@@ -252,9 +255,15 @@ def continuing(
     store: Checkpointer | None,
     run_id: str | None,
     listening: bool,
+    fresh: bool = False,
 ) -> Launch:
-    """``state`` driven on from where it is (see :func:`agent_fsm.advance`)."""
-    _check(state)
+    """
+    ``state`` driven on from where it is (see :func:`agent_fsm.advance`).
+
+    A ``fresh`` state, built just now by :func:`start_state`, is consistent by construction and not checked again.
+    """
+    if not fresh:
+        _check(state)
     chosen = _trusted_limits(state, limits)
     context = _context(state, model, tools, gate, chosen, answer_check, estimator, store, run_id, listening)
     return context, _advancing(context, endings)

@@ -62,10 +62,6 @@ class Edge:
     meaning: str = ""
 
 
-def _by_name(states: tuple[StateSpec, ...]) -> dict[str, StateSpec]:
-    return {s.name: s for s in states}
-
-
 @attrs.frozen
 class MachineSpec:
     """
@@ -86,8 +82,11 @@ class MachineSpec:
     states: tuple[StateSpec, ...]
     edges: tuple[Edge, ...]
     budgets: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    # The states by name, built once: drivers look states up several times a run.
+    _index: dict[str, StateSpec] = attrs.field(init=False, repr=False, eq=False, hash=False, alias="_index")
 
     def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_index", {s.name: s for s in self.states})
         problems: list[str] = []
         names = [s.name for s in self.states]
         seen: set[str] = set()
@@ -120,7 +119,7 @@ class MachineSpec:
 
     def state(self, name: str) -> StateSpec:
         """The declared state called ``name``."""
-        return _by_name(self.states)[name]
+        return self._index[name]
 
     def auto_event(self, name: str) -> str | None:
         """The event the driver fires from working state ``name`` (``None`` for resting states)."""

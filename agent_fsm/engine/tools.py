@@ -373,13 +373,20 @@ def function_declarations(tools: Registry) -> list[dict[str, Any]]:
 
 def declaration_tokens(tools: Registry, estimator: Callable[[Mapping[str, Any]], int]) -> int:
     """What the registry's declarations add to every prompt, by ``estimator``; each counted once."""
+    return shown_to_model(tools, estimator)[1]
+
+
+def shown_to_model(tools: Registry, estimator: Callable[[Mapping[str, Any]], int]) -> tuple[list[dict[str, Any]], int]:
+    """:func:`function_declarations` and :func:`declaration_tokens` in one pass over the registry (once a run)."""
+    declarations = []
     total = 0
     for name, spec in _entries(tools):
         rendered = _rendering(name, spec)
+        declarations.append(rendered.declaration)
         tokens = rendered.tokens.get(estimator)
         if tokens is None:
             tokens = estimator(rendered.declaration)
             if len(rendered.tokens) < 8:  # a handful of estimators per tool is all real code has
                 rendered.tokens[estimator] = tokens
         total += tokens
-    return total
+    return declarations, total
