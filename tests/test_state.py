@@ -116,3 +116,19 @@ def test_observation_content_is_stored_as_json_data():
     result = run("t", ScriptedModel([tool_call_message("c", "pair", {})]), tools)
     assert result.state.observations[0].content == [1, 2]
     assert RunState.from_json(result.state.to_json()) == result.state
+
+
+def test_a_new_run_id_is_a_random_version_4_uuid_in_hex() -> None:
+    """The id a run is given reads as ``uuid.uuid4().hex`` does: version 4, the RFC 4122 variant, never repeated."""
+    import uuid
+
+    ids = [RunState().run_id for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for run_id in ids:
+        parsed = uuid.UUID(hex=run_id)
+        assert parsed.hex == run_id and len(run_id) == 32
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    # Every other bit is random: each of the 122 free bits is seen both ways.
+    free = [i for i in range(128) if i not in range(48, 52) and i not in (64, 65)]
+    bits = [int(run_id, 16) for run_id in ids]
+    assert all(any(b >> (127 - i) & 1 for b in bits) and not all(b >> (127 - i) & 1 for b in bits) for i in free)

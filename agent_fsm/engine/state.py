@@ -8,7 +8,7 @@ as it would have in memory.
 
 from __future__ import annotations
 
-import uuid
+import os
 from typing import Any
 
 import attrs
@@ -64,7 +64,12 @@ class Pause:
 
 
 def _new_run_id() -> str:
-    return uuid.uuid4().hex
+    # uuid.uuid4().hex without building a UUID object (several microseconds of every run's start):
+    # 16 random bytes with the version 4 and RFC 4122 variant bits set, as uuid4 sets them.
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return raw.hex()
 
 
 # No validation on assignment: the driver sets fields many times a turn, and a
