@@ -19,7 +19,7 @@ from agent_fsm.engine.jsondata import storable
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.observe import Observation, to_json_data
 from agent_fsm.engine.state import Judgement, RunState
-from agent_fsm.engine.steps import Steps, call_of, drive, handler_call
+from agent_fsm.engine.steps import NotSynchronous, Perform, Steps, call_of, drive, handler_call
 from agent_fsm.engine.tools import Registry, ToolCall, check_registry, validate_call
 
 __all__ = ["EXPECTED_TOOL_ERRORS", "attempt", "attempting", "execute", "execution", "judge", "judging"]
@@ -47,14 +47,27 @@ def judge(
 
 
 def judging(
-    call: ToolCall, tools: Registry, gate: Gate, *, state: RunState | None = None, limits: Limits | None = None
+    call: ToolCall,
+    tools: Registry,
+    gate: Gate,
+    *,
+    state: RunState | None = None,
+    limits: Limits | None = None,
+    perform: Perform | None = None,
 ) -> Steps[Judgement]:
-    """:func:`judge` as driver steps: the gate's verdict is a request, so an ``async`` gate is awaited."""
+    """
+    :func:`judge` as driver steps: the gate's verdict is a request, so an ``async`` gate is awaited.
+
+    ``perform`` performs the request in place instead (see :func:`agent_fsm.engine.steps.perform_now`).
+    """
     reason = validate_call(call, tools, limits=limits)
     if reason is not None:
         return Judgement("invalid", reason)
+    request = call_of("gate", gate, call)
     try:
-        verdict = as_verdict((yield call_of("gate", gate, call)))
+        verdict = as_verdict(perform(request) if perform is not None else (yield request))
+    except NotSynchronous:
+        raise  # the caller's mistake (an async gate under the sync driver), not the gate's
     except GateError as exc:
         exc.state = state
         raise
@@ -93,13 +106,19 @@ def execute(
 
 
 def execution(
-    call: ToolCall, tools: Registry, *, state: RunState | None = None, context: ToolContext | None = None
+    call: ToolCall,
+    tools: Registry,
+    *,
+    state: RunState | None = None,
+    context: ToolContext | None = None,
+    perform: Perform | None = None,
 ) -> Steps[Observation]:
     """
     :func:`execute` as driver steps: the handler's call is a shielded request.
 
     An ``async`` handler is awaited, a ``blocking`` one runs in a thread
     under the async driver, and a cancellation waits for it to finish.
+    ``perform`` performs the request in place instead.
     """
     spec = tools[call.name]
     handler = spec.handler
@@ -110,8 +129,11 @@ def execution(
     if spec.takes_context:
         given = context if context is not None else ToolContext("", call.call_id, fingerprint(call)[:32])
         arguments = {**arguments, "context": given}
+    request = handler_call(handler, arguments, spec.blocking)
     try:
-        result = yield handler_call(handler, arguments, spec.blocking)
+        result = perform(request) if perform is not None else (yield request)
+    except NotSynchronous:
+        raise  # an async handler under the sync driver: nothing ran
     except EXPECTED_TOOL_ERRORS as exc:
         permanent = isinstance(exc, ToolError) and exc.permanent
         return Observation(call.call_id, False, "error", _error_content(exc), permanent=permanent)

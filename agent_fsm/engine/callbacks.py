@@ -26,7 +26,7 @@ from agent_fsm.engine.models import ModelReply, not_a_message
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.progress import count_rejection, no_progress
 from agent_fsm.engine.state import Judgement, ProviderFault, RunState
-from agent_fsm.engine.steps import Steps, call_of, model_call
+from agent_fsm.engine.steps import NotSynchronous, Steps, call_of, model_call
 from agent_fsm.engine.tools import ToolCall
 from agent_fsm.engine.wire import assistant_text, normalise_reply, tool_message
 
@@ -123,8 +123,9 @@ def _ask_model(run: RunContext) -> Steps[None]:
     state.turns += 1
     if run.outbox is not None:
         run.post(ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
+    request = model_call(run)
     try:
-        reply = yield model_call(run)
+        reply = run.perform(request) if run.perform is not None else (yield request)
     except OSError as exc:
         state.fault = ProviderFault(
             type=type(exc).__name__,
@@ -133,15 +134,13 @@ def _ask_model(run: RunContext) -> Steps[None]:
             status=getattr(exc, "status", None),
         )
         return
+    except NotSynchronous:
+        _unask(state)  # an async model under the sync driver: it was never asked
+        raise
     except Exception as exc:
         raise RunError(f"the model raised {type(exc).__name__}: {exc}", state=state) from exc
     except BaseException:
-        # Cancelled (or interrupted) while the model was asked: as if the call was
-        # never made, so the run rests in Ready and asks again when it goes on.
-        state.turns -= 1
-        state.prompt_token_log.pop()
-        state.machine_state = "Ready"
-        state.path.pop()
+        _unask(state)
         raise
     state.finish = None
     if type(reply) is not dict:  # a plain dict is the common reply: no other checks for it
@@ -163,6 +162,18 @@ def _ask_model(run: RunContext) -> Steps[None]:
         text = assistant_text(message)
         tokens = state.prompt_token_log[-1]
         run.post(ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
+
+
+def _unask(state: RunState) -> None:
+    """
+    Undo the start of a model call that did not happen, or was cancelled (or interrupted) in flight.
+
+    As if the call was never made: the run rests in Ready and asks again when it goes on.
+    """
+    state.turns -= 1
+    state.prompt_token_log.pop()
+    state.machine_state = "Ready"
+    state.path.pop()
 
 
 def _plausible_count(counted: int, estimate: int) -> bool:
@@ -215,7 +226,10 @@ def _check_answer(run: RunContext) -> Steps[str | None]:
     text = assistant_text(state.messages[-1]) or ""
     try:
         assert run.answer_check is not None, "judge_proposal asks only when there is a check"
-        reason = yield call_of("answer check", run.answer_check, text, state)
+        request = call_of("answer check", run.answer_check, text, state)
+        reason = run.perform(request) if run.perform is not None else (yield request)
+    except NotSynchronous:
+        raise  # an async check under the sync driver: the caller's mistake, not the check's
     except Exception as exc:
         raise RunError(f"the answer check raised {type(exc).__name__}: {exc}", state=state) from exc
     if isinstance(reason, Ending):  # the driver records an Ending's code; its reason refuses
@@ -253,7 +267,9 @@ def judge_proposal(run: RunContext) -> Steps[None]:
         if state.finish == "length":
             judgement = _cut_off(call)
         else:
-            judgement = yield from judging(call, run.tools, run.gate, state=state, limits=run.limits)
+            judgement = yield from judging(
+                call, run.tools, run.gate, state=state, limits=run.limits, perform=run.perform
+            )
         state.judgement = judgement
         if judgement.kind == "allow":
             run.authorized = call
@@ -294,7 +310,7 @@ def execute_call(run: RunContext) -> Steps[None]:
     intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
     token = enter_call(call.call_id)
     try:
-        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits)
+        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform)
     finally:
         leave_call(token)
     _observe(run, observation)

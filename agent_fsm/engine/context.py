@@ -21,6 +21,7 @@ from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import TokenEstimator
 from agent_fsm.engine.state import RunState
+from agent_fsm.engine.steps import Perform
 from agent_fsm.engine.tools import Registry, ToolCall, shown_to_model
 from agent_fsm.engine.wire import CallIds
 
@@ -49,6 +50,7 @@ class RunContext:
         "limits",
         "model",
         "outbox",
+        "perform",
         "run_id",
         "state",
         "tools",
@@ -86,6 +88,9 @@ class RunContext:
         self.authorized: ToolCall | None = None
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[RunEvent] | None = [] if listening else None
+        # How the run's requests are performed in place; None: they are yielded to the driver
+        # (the async driver, or a listener that hears events between them). Set by the sync driver.
+        self.perform: Perform | None = None
         debug = LOG.isEnabledFor(logging.DEBUG)
         self.entered: Callable[[str, str, str | None], None] | None = self._entered if listening or debug else None
         # The clock is read only under a time budget.

@@ -23,7 +23,7 @@ from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
 from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.steps import drive, iterate
+from agent_fsm.engine.steps import drive, iterate, perform_now
 from agent_fsm.engine.tools import Registry
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "AnswerCheck", "EventSink", "advance", "resume", "run", "start_state", "stream"]
@@ -34,6 +34,8 @@ EventSink = Callable[[RunEvent], Any]
 
 def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
     context, steps = launch
+    if context.outbox is None:  # nobody hears events between requests: perform them where they are made
+        context.perform = perform_now
     try:
         return drive(steps, context.outbox, on_event)
     except BaseException as exc:

@@ -19,7 +19,7 @@ from agent_fsm.engine.checkpoint import (
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import RunState
-from agent_fsm.engine.steps import Steps, pause_for
+from agent_fsm.engine.steps import Perform, Steps, pause_for
 from agent_fsm.engine.tools import Registry, ToolCall
 
 __all__ = ["commit_intent", "commit_observation", "run_call"]
@@ -42,27 +42,34 @@ def commit_observation(checkpointer: Checkpointer | None, run_id: str, state: Ru
         checkpointer.save(run_id, state)
 
 
-def run_call(call: ToolCall, tools: Registry, state: RunState, run_id: str, limits: Limits) -> Steps[Observation]:
+def run_call(
+    call: ToolCall, tools: Registry, state: RunState, run_id: str, limits: Limits, perform: Perform | None = None
+) -> Steps[Observation]:
     """
     Run the head call (counting each attempt in ``state.tool_attempts``) and return its observation.
 
     An idempotent tool with ``retries`` is run again, under the same
     idempotency key, after an ``error`` that is not permanent, with a
     doubling back-off, while ``limits.max_tool_calls`` admits another
-    attempt: every failure spends the budget like any attempt.
+    attempt: every failure spends the budget like any attempt. ``perform``
+    performs the requests in place (see :func:`agent_fsm.engine.steps.perform_now`).
     """
     spec = tools[call.name]
     # The key costs a digest of the call: made only for a handler that asks for its context.
     context = ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call)) if spec.takes_context else None
     state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
-    observation = yield from execution(call, tools, state=state, context=context)
+    observation = yield from execution(call, tools, state=state, context=context, perform=perform)
     retries = spec.retries if spec.idempotent else 0
     for attempt in range(retries):
         if observation.ok or observation.permanent:
             break
         if limits.max_tool_calls is not None and state.tool_attempts >= limits.max_tool_calls:
             break
-        yield pause_for(spec.backoff * 2**attempt)
+        request = pause_for(spec.backoff * 2**attempt)
+        if perform is not None:
+            perform(request)
+        else:
+            yield request
         state.tool_attempts += 1
-        observation = yield from execution(call, tools, state=state, context=context)
+        observation = yield from execution(call, tools, state=state, context=context, perform=perform)
     return observation

@@ -35,6 +35,7 @@ __all__ = [
     "iterate",
     "model_call",
     "pause_for",
+    "perform_now",
 ]
 
 T = TypeVar("T")
@@ -46,6 +47,9 @@ Steps = Generator[Request, Any, T]
 """A piece of a run's logic: yields requests, receives their answers, returns its value."""
 
 CALL, MODEL, SLEEP = 0, 1, 2
+
+Perform = Callable[[Request], Any]
+"""Performs a request in place (:func:`perform_now`); a step given ``None`` yields its requests to the driver."""
 
 
 class NotSynchronous(RunError, TypeError):
@@ -113,6 +117,17 @@ def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:
         return result
     time.sleep(request[1])
     return None
+
+
+def perform_now(request: Request) -> Any:
+    """
+    Perform ``request`` at once, where the steps stand: how the sync driver serves a run nobody listens to.
+
+    A step given this performs its requests in place instead of yielding
+    them (see :data:`Perform`); answers and exceptions arrive exactly where
+    a yield would have received them, without a trip through the driver.
+    """
+    return _perform(request, None)
 
 
 def iterate(steps: Steps[T], outbox: list[RunEvent] | None = None, live: Any = None) -> Generator[RunEvent, None, T]:
