@@ -1,0 +1,100 @@
+"""
+Instructions per run, agent_fsm against the minimal bare loop: a figure the machine's load cannot move.
+
+Not a test: it prints counts. On a shared machine the timed ratios of
+``peers.py`` drift by a tenth from one run to the next; the number of
+instructions a run executes does not. Each contestant runs ``--runs`` fresh
+runs of a scenario inside ``valgrind --tool=callgrind`` (which counts every
+user-space instruction), once more with no runs at all, and the difference
+divided by the runs is one run's count. Runs are the ``peers.py`` scenarios
+(the same desks, models, gate and verification), warmed up before counting.
+
+Instructions are not time: a run that touches more memory or jumps less
+predictably takes longer per instruction (the timed ratio of ``peers.py`` is
+the one users feel). The count says where work was added or removed, exactly.
+
+    python bench/instructions.py                 # about three minutes
+    python bench/instructions.py --runs 20       # quicker, as exact
+
+Needs valgrind (``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+COUNTED = re.compile(r"Collected\s*:\s*(\d+)")
+CONTESTANTS = ("bare loop", "agent_fsm")
+# Fewer runs of the long scenario: its run is fifty times the others'.
+SHARE = {"overreach": 1.0, "wanderer": 0.05, "parallel": 1.0}
+
+# The counted program: warm up, build ``built`` jobs (desks and models), then run ``runs`` of them.
+# Both programs counted build the same jobs, so building them is not counted as the runs' work.
+_PROGRAM = """
+import sys
+sys.path.insert(0, {here!r})
+from peerbench.contestants import CONTESTANTS
+from peerbench.scenarios import new_job, scenarios
+contestant = next(c for c in CONTESTANTS if c.name == {name!r})
+scenario = next(s for s in scenarios({turns}) if s.key == {key!r})
+for _ in range(3):
+    contestant.sync(new_job(scenario))
+jobs = [new_job(scenario) for _ in range({built})]
+for job in jobs[:{runs}]:
+    contestant.sync(job)
+"""
+
+
+def count(name: str, key: str, turns: int, runs: int, built: int) -> int:
+    """Instructions valgrind counted for the program with ``runs`` runs (start-up and warm-up included)."""
+    program = _PROGRAM.format(here=str(HERE), name=name, key=key, turns=turns, runs=runs, built=built)
+    env = dict(os.environ, PYTHONHASHSEED="0")  # the same string hashes, so the same work, every time
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    found = COUNTED.search(done.stderr)
+    if found is None:
+        raise RuntimeError(f"valgrind printed no count:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_run(name: str, key: str, turns: int, runs: int) -> float:
+    return (count(name, key, turns, runs, runs) - count(name, key, turns, 0, runs)) / runs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100, help="runs counted per short scenario (default 100)")
+    parser.add_argument("--turns", type=int, default=200, help="turns of the wanderer (default 200)")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(HERE))
+    from peerbench.scenarios import scenarios
+    from peerbench.verification import reference
+
+    print(f"{'instructions per run':24}{'bare loop':>14}{'agent_fsm':>14}{'ratio':>8}{'extra per turn':>16}")
+    for scenario in scenarios(args.turns):
+        runs = max(2, round(args.runs * SHARE.get(scenario.key, 1.0)))
+        bare, engine = (per_run(name, scenario.key, args.turns, runs) for name in CONTESTANTS)
+        turns = len(reference(scenario).prompt_log)
+        extra = (engine - bare) / turns
+        print(f"{scenario.title[:23]:24}{bare:14,.0f}{engine:14,.0f}{engine / bare:7.2f}x{extra:16,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
