@@ -9,6 +9,7 @@ decided from it. Consistency is not authenticity (see docs/security.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from agent_fsm.engine.approval import call_fingerprint
@@ -117,7 +118,20 @@ def _same_arguments(raw: str | None, arguments: dict[str, Any]) -> bool:
     if raw is None or not raw.strip():
         return arguments == {} or raw is None
     try:
-        parsed = json.loads(raw)
+        parsed = _parse(raw)
     except (ValueError, RecursionError):
         return True  # text the engine could not parse either; the arguments are judged afresh anyway
     return bool(parsed == arguments) or json.dumps(parsed, sort_keys=True) == json.dumps(arguments, sort_keys=True)
+
+
+# json.loads' own rules, without its per-call layers.
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _parse(text: str) -> Any:
+    """``json.loads(text)``; a text that is one JSON value with nothing around it is scanned directly."""
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return json.loads(text)  # leading space, or not JSON: json.loads decides and words it
+    return value if end == len(text) else json.loads(text)

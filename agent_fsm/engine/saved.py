@@ -15,12 +15,14 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from agent_fsm.engine.consistency import state_problem
 from agent_fsm.engine.state import FORMAT, RunState
+from agent_fsm.engine.state_fast_reader import quick_state
 from agent_fsm.engine.state_reader import (
     CALL_EXTRA,
     OBSERVATION_EXTRA,
@@ -51,6 +53,7 @@ def _attrs_data(value: Any) -> Any:
 
 
 def _state_data(s: RunState) -> dict[str, Any]:
+    p = s.pause
     data = {
         "format": FORMAT,
         "messages": s.messages,
@@ -77,7 +80,7 @@ def _state_data(s: RunState) -> dict[str, Any]:
         "finish": s.finish,
         "code": s.code,
         "limits": _attrs_data(s.limits),
-        "pause": _attrs_data(s.pause),
+        "pause": None if p is None else {"pause_id": p.pause_id, "fingerprint": p.fingerprint, "reason": p.reason},
         "run_id": s.run_id,
         "consumed": s.consumed,
         "recent_rejections": s.recent_rejections,
@@ -115,6 +118,7 @@ def _no_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def load_state(text: Any, key: bytes | None) -> RunState:
@@ -132,19 +136,26 @@ def load_state(text: Any, key: bytes | None) -> RunState:
             raise ValueError("saved run state's signature does not match: it was altered, or signed with another key")
         text = inner
     try:
-        data = _DECODER.decode(text)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"saved run state is not JSON: {exc}") from exc
+        data, end = _scan(text, 0)  # the whole text one JSON value, as to_json writes it
+    except (StopIteration, ValueError, RecursionError):
+        end = -1
+    if end != len(text):  # anything else (space around it, not JSON): the decoder decides and words it
+        try:
+            data = _DECODER.decode(text)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"saved run state is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ValueError(f"not a saved agent_fsm run state: expected a JSON object, got a JSON {json_kind(data)}")
     if "signature" in data and "format" not in data:
         raise ValueError("this saved run state is signed: read it with RunState.from_json(text, key=...)")
     if data.get("format") != FORMAT or type(data.get("format")) is not int:
         raise ValueError(f"not a saved agent_fsm run state (format {FORMAT} expected, got {data.get('format')!r})")
-    try:
-        state = read_state(data)
-    except BadField as bad:
-        raise ValueError(f"saved run state is malformed at {bad.path}: {bad.detail}") from None
+    state = quick_state(data)  # a state as this engine writes it: checked in one pass
+    if state is None:  # anything else: the strict reader names the first problem
+        try:
+            state = read_state(data)
+        except BadField as bad:
+            raise ValueError(f"saved run state is malformed at {bad.path}: {bad.detail}") from None
     problem = state_problem(state)
     if problem is not None:
         raise ValueError(f"saved run state is inconsistent at {problem[0]}: {problem[1]}")
