@@ -121,6 +121,7 @@ def quick_state(data: dict[str, Any]) -> RunState | None:
 # Written out in one function, record by record: a call per field would cost
 # more than the checks themselves.
 def _state(data: dict[str, Any]) -> RunState | None:
+    data["format"]  # its value is the caller's to check, but it must be there
     turns, tool_attempts, opening, tokens, offset, alternation, consumed = (
         data["turns"], data["tool_attempts"], data["opening"], data["message_tokens"], data["usage_offset"],
         data["alternation"], data["consumed"],
@@ -140,7 +141,7 @@ def _state(data: dict[str, Any]) -> RunState | None:
         return None
     if code is not None and (type(code) is not str or CODE_PATTERN.fullmatch(code) is None):
         return None
-    elapsed = data.get("elapsed", 0.0)
+    elapsed = data["elapsed"] if len(data) == len(_TOP) else 0.0  # absent only where the count says so
     if (type(elapsed) is not float and type(elapsed) is not int) or not 0 <= elapsed < math.inf:
         return None
     log, denials, recent = data["prompt_token_log"], data["denials"], data["recent_rejections"]
