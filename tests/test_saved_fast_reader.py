@@ -20,7 +20,7 @@ from agent_fsm.engine.state_fast_reader import quick_state
 from agent_fsm.engine.state_reader import BadField, read_state
 from agent_fsm.engine.tools import ToolCall
 from agent_fsm.examples.support_desk import TASK, make_support_desk, refund_gate
-from tests.payments import SCRIPT, make_payments, pay_call, pay_gate, paused
+from tests.payments import SCRIPT, make_payments, paused, pay_call, pay_gate
 
 
 def _texts() -> list[str]:
