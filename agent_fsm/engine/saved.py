@@ -123,10 +123,11 @@ _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignor
 
 def load_state(text: Any, key: bytes | None) -> RunState:
     """Read and check a saved state (see :meth:`RunState.from_json`)."""
-    if not isinstance(text, (str, bytes, bytearray)):
-        raise ValueError(f"a saved run state is JSON text; got {type(text).__name__}")
-    if isinstance(text, (bytes, bytearray)):
-        text = text.decode("utf-8", errors="replace")
+    if type(text) is not str:
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise ValueError(f"a saved run state is JSON text; got {type(text).__name__}")
+        if isinstance(text, (bytes, bytearray)):
+            text = text.decode("utf-8", errors="replace")
     if key is not None:
         found = _SIGNED.match(text)
         if found is None or not text.endswith("}"):
@@ -148,8 +149,9 @@ def load_state(text: Any, key: bytes | None) -> RunState:
         raise ValueError(f"not a saved agent_fsm run state: expected a JSON object, got a JSON {json_kind(data)}")
     if "signature" in data and "format" not in data:
         raise ValueError("this saved run state is signed: read it with RunState.from_json(text, key=...)")
-    if data.get("format") != FORMAT or type(data.get("format")) is not int:
-        raise ValueError(f"not a saved agent_fsm run state (format {FORMAT} expected, got {data.get('format')!r})")
+    found_format = data.get("format")
+    if found_format != FORMAT or type(found_format) is not int:
+        raise ValueError(f"not a saved agent_fsm run state (format {FORMAT} expected, got {found_format!r})")
     state = quick_state(data)  # a state as this engine writes it: checked in one pass
     if state is None:  # anything else: the strict reader names the first problem
         try:

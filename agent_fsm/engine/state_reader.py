@@ -61,9 +61,6 @@ def _expect(path: str, expected: str, value: Any) -> BadField:
     return BadField(path, f"expected {expected}, got {_show(value)}")
 
 
-# --- field readers: each checks one value and returns it as the state holds it ---
-
-
 def _str(value: Any, path: str) -> str:
     if type(value) is not str:
         raise _expect(path, "a string", value)
@@ -277,13 +274,14 @@ def read_limits(value: Any, path: str) -> Limits | None:
     """The budgets a state was saved under (``None`` for null); one shared :class:`Limits` per distinct budgets."""
     if value is None:
         return None
+    if type(value) is dict:  # budgets seen before (the same names, values and types: True is not 1) were checked
+        key = (*value, *value.values(), *map(type, value.values()))
+        try:
+            return _LIMITS_SEEN[key]  # Limits are frozen: runs saved under the same budgets share one
+        except (KeyError, TypeError):
+            pass
     # Fields added to Limits later are optional here, so older saved states still load.
     data = _object(value, path, _LIMITS_SHAPE, _LIMITS_SHAPE[1])
-    key = (*data, *data.values(), *map(type, data.values()))  # the types too: True is not 1
-    try:
-        return _LIMITS_SEEN[key]  # Limits are frozen: runs saved under the same budgets share one
-    except (KeyError, TypeError):
-        pass
     try:
         limits = Limits(**data)
     except (TypeError, ValueError) as exc:
