@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import operator
 import re
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine.consistency import state_problem
+from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.state import FORMAT, RunState
 from agent_fsm.engine.state_fast_reader import quick_state
 from agent_fsm.engine.state_reader import (
@@ -52,13 +54,30 @@ def _attrs_data(value: Any) -> Any:
     return None if value is None else attrs.asdict(value)
 
 
+# Fields the strict reader holds to their default's type are written out in
+# _state_data; these are any added since (each saved after the ones there).
+_OBSERVATION_MORE = tuple(f for f in OBSERVATION_EXTRA if f.name != "text_form")
+_CALL_MORE = tuple(f for f in CALL_EXTRA if f.name != "original_id")
+_STATE_MORE = tuple(f for f in STATE_EXTRA if f.name != "pause_id")
+# Budgets are plain numbers and flags: read in one C call, not by attrs.asdict's recursion.
+_LIMIT_NAMES = tuple(f.name for f in attrs.fields(Limits))
+_limit_values = operator.attrgetter(*_LIMIT_NAMES)
+
+
 def _state_data(s: RunState) -> dict[str, Any]:
     p = s.pause
     data = {
         "format": FORMAT,
         "messages": s.messages,
         "observations": [
-            {"call_id": o.call_id, "ok": o.ok, "kind": o.kind, "content": o.content, "permanent": o.permanent}
+            {
+                "call_id": o.call_id,
+                "ok": o.ok,
+                "kind": o.kind,
+                "content": o.content,
+                "permanent": o.permanent,
+                "text_form": o.text_form,
+            }
             for o in s.observations
         ],
         "prompt_token_log": s.prompt_token_log,
@@ -67,7 +86,13 @@ def _state_data(s: RunState) -> dict[str, Any]:
         "machine_state": s.machine_state,
         "path": s.path,
         "pending": [
-            {"call_id": c.call_id, "name": c.name, "arguments": c.arguments, "raw_arguments": c.raw_arguments}
+            {
+                "call_id": c.call_id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "raw_arguments": c.raw_arguments,
+                "original_id": c.original_id,
+            }
             for c in s.pending
         ],
         "judgement": None if s.judgement is None else {"kind": s.judgement.kind, "reason": s.judgement.reason},
@@ -79,21 +104,22 @@ def _state_data(s: RunState) -> dict[str, Any]:
         "usage_offset": s.usage_offset,
         "finish": s.finish,
         "code": s.code,
-        "limits": _attrs_data(s.limits),
+        "limits": None if s.limits is None else dict(zip(_LIMIT_NAMES, _limit_values(s.limits), strict=True)),
         "pause": None if p is None else {"pause_id": p.pause_id, "fingerprint": p.fingerprint, "reason": p.reason},
         "run_id": s.run_id,
         "consumed": s.consumed,
         "recent_rejections": s.recent_rejections,
         "alternation": s.alternation,
         "elapsed": s.elapsed,
+        "pause_id": s.pause_id,
     }
-    if OBSERVATION_EXTRA:
+    if _OBSERVATION_MORE:
         for item, o in zip(data["observations"], s.observations, strict=True):
-            item.update({f.name: getattr(o, f.name) for f in OBSERVATION_EXTRA})
-    if CALL_EXTRA:
+            item.update({f.name: getattr(o, f.name) for f in _OBSERVATION_MORE})
+    if _CALL_MORE:
         for item, c in zip(data["pending"], s.pending, strict=True):
-            item.update({f.name: getattr(c, f.name) for f in CALL_EXTRA})
-    for field in STATE_EXTRA:
+            item.update({f.name: getattr(c, f.name) for f in _CALL_MORE})
+    for field in _STATE_MORE:
         value = getattr(s, field.name)
         data[field.name] = attrs.asdict(value) if attrs.has(type(value)) else value
     return data
