@@ -2,7 +2,8 @@
 The saved-state format: strict JSON out, a validating reader in, an optional HMAC signature.
 
 A saved state is data that may have been edited, truncated or forged. It is
-read field by field without coercion (:mod:`~agent_fsm.engine.state_reader`)
+read field by field without coercion (:mod:`~agent_fsm.engine.state_reader`;
+a state as the engine writes it in one pass, :mod:`~agent_fsm.engine.state_fast_reader`)
 and its counters are checked against its transcript
 (:mod:`~agent_fsm.engine.consistency`). What the reader cannot tell is whether a well-formed state is *authentic*;
 a signature (``key=``) can, and the driver never takes authority from a
