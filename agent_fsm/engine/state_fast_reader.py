@@ -92,11 +92,12 @@ _pause_id, _pause_fingerprint, _pause_reason = (_setter(Pause, n) for n in _RECO
 _TOP = ("format", *_STATE_FIELDS)
 
 # One shared string per name: a loaded state holds the same objects a run
-# holds, not a fresh copy of "AwaitingApproval" for every step of its path.
+# holds, not a fresh copy of "AwaitingApproval" for every step of its path
+# (found by the lookup that checks the name anyway).
 _STATE_NAMES = {name: name for name in STATES}
+_state_name = _STATE_NAMES.__getitem__
 _KIND_NAMES = {name: name for name in _KINDS}
 _JUDGEMENT_NAMES = {name: name for name in _JUDGEMENTS}
-_ROLES = {name: name for name in ("system", "user", "assistant", "tool")}
 
 
 def quick_state(data: dict[str, Any]) -> RunState | None:
@@ -156,25 +157,17 @@ def _state(data: dict[str, Any]) -> RunState | None:
     for n in denials.values():
         if type(n) is not int or n < 1:
             return None
-    names = _STATE_NAMES
-    machine_state = names[data["machine_state"]]  # an unknown state: KeyError
+    machine_state = _state_name(data["machine_state"])  # an unknown state: KeyError
     path = data["path"]
     if type(path) is not list:
         return None
-    path = [names[p] for p in path]
+    path = list(map(_state_name, path))
     messages = data["messages"]
     if type(messages) is not list:
         return None
-    roles = _ROLES
-    for message in messages:
-        if type(message) is not dict:
+    for message in messages:  # kept as parsed: sharing the role names would cost more time than it saves
+        if type(message) is not dict or type(message.get("role")) is not str:
             return None
-        role = message.get("role")
-        if type(role) is not str:
-            return None
-        known = roles.get(role)
-        if known is not None:
-            message["role"] = known
     items = data["observations"]
     if type(items) is not list:
         return None
