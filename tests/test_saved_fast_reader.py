@@ -209,6 +209,8 @@ def test_a_record_class_that_changed_turns_the_fast_path_off(monkeypatch):
     assert not state_fast_reader._plain(Shape)  # a validator it does not repeat
     monkeypatch.setitem(state_fast_reader._RECORDS, Shape, (("kind",), {"kind": same}))
     assert not state_fast_reader._plain(Shape)  # a field it does not know
+    with pytest.raises(AssertionError):  # a field the class lost: importing still works, using it would not
+        state_fast_reader._setter(Shape, "lost")(Shape("a", "r"), 1)
 
 
 @pytest.mark.parametrize("value", [[], {}, [["Ready"]]])

@@ -77,8 +77,14 @@ ENABLED = all(_plain(cls) for cls in _RECORDS) and RunState.__setattr__ is objec
 
 
 def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    slot: Any = getattr(cls, name)
-    return slot.__set__  # type: ignore[no-any-return]
+    slot: Any = getattr(cls, name, None)
+    if not isinstance(slot, types.MemberDescriptorType):  # the class has changed: never called, ENABLED is off
+        return _unused
+    return slot.__set__
+
+
+def _unused(record: Any, value: Any) -> None:
+    raise AssertionError("the fast reader is off: its record classes are not the ones it was written for")
 
 
 _new = object.__new__
