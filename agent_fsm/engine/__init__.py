@@ -33,7 +33,8 @@ Models and messages
     :mod:`~agent_fsm.engine.transcript`.
 State that leaves memory
     :mod:`~agent_fsm.engine.state`, :mod:`~agent_fsm.engine.saved`,
-    :mod:`~agent_fsm.engine.state_reader`, :mod:`~agent_fsm.engine.consistency`,
+    :mod:`~agent_fsm.engine.state_reader`, :mod:`~agent_fsm.engine.state_fast_reader`,
+    :mod:`~agent_fsm.engine.consistency`,
     :mod:`~agent_fsm.engine.checkpoint`, :mod:`~agent_fsm.engine.durable`,
     :mod:`~agent_fsm.engine.recovery`.
 Checks and errors

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from agent_fsm.engine.boundary import judging
 from agent_fsm.engine.gates import Gate
@@ -39,11 +40,23 @@ def call_fingerprint(call: ToolCall) -> str:
     one call never covers an identical proposal made later.
     """
     arguments = call.arguments if call.arguments is not None else {"<unparsed>": call.raw_arguments}
-    text = _CANONICAL.encode([call.call_id, call.name, arguments])
+    item = [call.call_id, call.name, arguments]
+    try:
+        text = "".join(_encode(item, 0))
+    except RecursionError:  # a cycle (or nesting too deep): the checking encoder says which
+        text = _CANONICAL.encode(item)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+# The same encoding, built once rather than per call as JSONEncoder.encode does;
+# without cycle markers, so it holds no state between calls or threads.
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # CPython's; absent in a pure-Python json
+_encode: Callable[[object, int], Sequence[str]] = (
+    _C_ENCODER(None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+    if _C_ENCODER is not None
+    else lambda item, _level: [_CANONICAL.encode(item)]
+)
 
 
 def open_pause(state: RunState, call: ToolCall, reason: str) -> Pause:

@@ -9,6 +9,7 @@ decided from it. Consistency is not authenticity (see docs/security.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from agent_fsm.engine.approval import call_fingerprint
@@ -22,6 +23,8 @@ __all__ = ["STATES", "state_problem"]
 STATES = frozenset(s.name for s in RUN_MACHINE.states)
 """The names of the run machine's states: nothing else is a machine state."""
 
+_COUNTERS = ("turns", "tool_attempts", "opening", "message_tokens", "alternation")
+
 
 def state_problem(state: RunState) -> tuple[str, str] | None:
     """
@@ -34,22 +37,29 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     carries the reply's text; a pause exactly while awaiting approval, bound
     to the blocked call.
     """
-    for name in ("turns", "tool_attempts", "opening", "message_tokens", "alternation"):
-        value = getattr(state, name)
-        if type(value) is not int or value < 0:
-            return name, f"expected a whole number >= 0, got {value!r}"
+    turns, attempts, opening, tokens, alternation = (
+        state.turns, state.tool_attempts, state.opening, state.message_tokens, state.alternation
+    )  # fmt: skip
+    counts = (turns, attempts, opening, tokens, alternation)
+    if (
+        type(turns) is not int or type(attempts) is not int or type(opening) is not int or type(tokens) is not int
+        or type(alternation) is not int or min(counts) < 0
+    ):  # fmt: skip
+        for name, value in zip(_COUNTERS, counts, strict=True):
+            if type(value) is not int or value < 0:
+                return name, f"expected a whole number >= 0, got {value!r}"
     if state.machine_state not in STATES:
         return "machine_state", f"expected a state of the run machine, got {state.machine_state!r}"
     messages = state.messages
-    if state.opening > len(messages):
-        return "opening", f"{state.opening} opening messages but the transcript holds {len(messages)}"
-    if len(state.prompt_token_log) != state.turns:
-        return "turns", f"{state.turns} model calls but {len(state.prompt_token_log)} prompt sizes logged"
+    if opening > len(messages):
+        return "opening", f"{opening} opening messages but the transcript holds {len(messages)}"
+    if len(state.prompt_token_log) != turns:
+        return "turns", f"{turns} model calls but {len(state.prompt_token_log)} prompt sizes logged"
     replies = 0
     answered: list[Any] = []
     last_reply: dict[str, Any] | None = None
     since_reply = 0  # tool messages answering the latest reply
-    for message in messages[state.opening :]:
+    for message in messages[opening:] if opening else messages:
         role = message.get("role")
         if role == "assistant":
             replies += 1
@@ -75,9 +85,10 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         executed += observation.kind in ("result", "error")
     if state.tool_attempts < executed:
         return "tool_attempts", f"{state.tool_attempts} handler attempts but {executed} calls were executed"
-    problem = _pending_problem(state, last_reply, set(answered[len(answered) - since_reply :]))
-    if problem is not None:
-        return problem
+    if state.pending:
+        problem = _pending_problem(state, last_reply, set(answered[len(answered) - since_reply :]))
+        if problem is not None:
+            return problem
     paused = state.machine_state == "AwaitingApproval"
     if paused and (state.pause is None or not state.pending):
         return "pause", "a run awaiting approval must hold its pause and the blocked call"
@@ -89,27 +100,24 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
 
 
 def _pending_problem(state: RunState, reply: dict[str, Any] | None, answered: set[Any]) -> tuple[str, str] | None:
-    if not state.pending:
-        return None
     proposed: dict[Any, Any] = {}
     for item in (reply or {}).get("tool_calls") or ():
         if isinstance(item, dict):
             proposed[item.get("id")] = item.get("function")
-    for index, call in enumerate(state.pending):
-        path = f"pending.{index}"
+    for index, call in enumerate(state.pending):  # the dotted path is spelled only when reported
         if not isinstance(call, ToolCall):
-            return path, f"expected a ToolCall, got {call!r}"
+            return f"pending.{index}", f"expected a ToolCall, got {call!r}"
         function = proposed.get(call.call_id)
         if not isinstance(function, dict):
-            return f"{path}.call_id", f"{call.call_id!r} was not proposed by the latest reply"
+            return f"pending.{index}.call_id", f"{call.call_id!r} was not proposed by the latest reply"
         if call.call_id in answered:
-            return f"{path}.call_id", f"{call.call_id!r} was already answered"
+            return f"pending.{index}.call_id", f"{call.call_id!r} was already answered"
         if function.get("name") != call.name:
-            return f"{path}.name", f"{call.name!r} but the reply proposed {function.get('name')!r}"
+            return f"pending.{index}.name", f"{call.name!r} but the reply proposed {function.get('name')!r}"
         if function.get("arguments") != call.raw_arguments:
-            return f"{path}.raw_arguments", "differs from the arguments text of the reply"
+            return f"pending.{index}.raw_arguments", "differs from the arguments text of the reply"
         if call.arguments is not None and not _same_arguments(call.raw_arguments, call.arguments):
-            return f"{path}.arguments", "differ from the arguments the reply's text holds"
+            return f"pending.{index}.arguments", "differ from the arguments the reply's text holds"
     return None
 
 
@@ -117,7 +125,20 @@ def _same_arguments(raw: str | None, arguments: dict[str, Any]) -> bool:
     if raw is None or not raw.strip():
         return arguments == {} or raw is None
     try:
-        parsed = json.loads(raw)
+        parsed = _parse(raw)
     except (ValueError, RecursionError):
         return True  # text the engine could not parse either; the arguments are judged afresh anyway
     return bool(parsed == arguments) or json.dumps(parsed, sort_keys=True) == json.dumps(arguments, sort_keys=True)
+
+
+# json.loads' own rules, without its per-call layers.
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _parse(text: str) -> Any:
+    """``json.loads(text)``; a text that is one JSON value with nothing around it is scanned directly."""
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return json.loads(text)  # leading space, or not JSON: json.loads decides and words it
+    return value if end == len(text) else json.loads(text)

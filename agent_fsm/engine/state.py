@@ -8,7 +8,9 @@ as it would have in memory.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -149,9 +151,7 @@ class RunState:
         Raises:
             ValueError: the state holds something strict JSON cannot (NaN, a non-JSON object, too deep).
         """
-        from agent_fsm.engine.saved import dump_state
-
-        return dump_state(self, key)
+        return _saved_format()[0](self, key)
 
     @classmethod
     def from_json(cls, text: str, *, key: bytes | None = None) -> RunState:
@@ -166,9 +166,7 @@ class RunState:
                 message names the dotted path of the first problem. With
                 ``key``, also when the signature is missing or does not match.
         """
-        from agent_fsm.engine.saved import load_state
-
-        return load_state(text, key)
+        return _saved_format()[1](text, key)
 
     @property
     def stop(self) -> Stop | None:
@@ -176,6 +174,15 @@ class RunState:
         from agent_fsm.engine.machine import RUN_MACHINE
 
         return RUN_MACHINE.stop_of(self.machine_state)
+
+
+@functools.cache
+def _saved_format() -> tuple[Callable[[RunState, bytes | None], str], Callable[[Any, bytes | None], RunState]]:
+    # Imported on first use (it imports this module), then kept: an import
+    # statement on every save or load would cost more than reading a small state.
+    from agent_fsm.engine.saved import dump_state, load_state
+
+    return dump_state, load_state
 
 
 @attrs.frozen

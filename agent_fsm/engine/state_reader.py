@@ -25,7 +25,7 @@ from agent_fsm.engine.observe import Observation
 from agent_fsm.engine.state import Judgement, Pause, ProviderFault, RunState
 from agent_fsm.engine.tools import ToolCall
 
-__all__ = ["CALL_EXTRA", "OBSERVATION_EXTRA", "STATE_EXTRA", "FIELDS", "BadField", "json_kind", "read_state"]
+__all__ = ["CALL_EXTRA", "OBSERVATION_EXTRA", "STATE_EXTRA", "BadField", "json_kind", "read_limits", "read_state"]
 
 _KINDS = ("result", "invalid", "denied", "error")
 _JUDGEMENTS = ("invalid", "denied", "ask", "allow")
@@ -59,9 +59,6 @@ def json_kind(value: Any) -> str:
 
 def _expect(path: str, expected: str, value: Any) -> BadField:
     return BadField(path, f"expected {expected}, got {_show(value)}")
-
-
-# --- field readers: each checks one value and returns it as the state holds it ---
 
 
 def _str(value: Any, path: str) -> str:
@@ -243,9 +240,9 @@ def _messages(value: Any, path: str) -> list[dict[str, Any]]:
 
 
 def _machine_state(value: Any, path: str) -> str:
-    if value not in STATES or type(value) is not str:
+    if type(value) is not str or value not in STATES:  # a type first: a list is not even hashable
         raise _expect(path, "a state of the run machine", value)
-    return str(value)
+    return value
 
 
 def _judgement(value: Any, path: str) -> Judgement | None:
@@ -273,16 +270,18 @@ def _fault(value: Any, path: str) -> ProviderFault | None:
     )
 
 
-def _limits(value: Any, path: str) -> Limits | None:
+def read_limits(value: Any, path: str) -> Limits | None:
+    """The budgets a state was saved under (``None`` for null); one shared :class:`Limits` per distinct budgets."""
     if value is None:
         return None
+    if type(value) is dict:  # budgets seen before (the same names, values and types: True is not 1) were checked
+        key = (*value, *value.values(), *map(type, value.values()))
+        try:
+            return _LIMITS_SEEN[key]  # Limits are frozen: runs saved under the same budgets share one
+        except (KeyError, TypeError):
+            pass
     # Fields added to Limits later are optional here, so older saved states still load.
     data = _object(value, path, _LIMITS_SHAPE, _LIMITS_SHAPE[1])
-    key = (*data.items(), *map(type, data.values()))  # the types too: True is not 1
-    try:
-        return _LIMITS_SEEN[key]  # Limits are frozen: runs saved under the same budgets share one
-    except (KeyError, TypeError):
-        pass
     try:
         limits = Limits(**data)
     except (TypeError, ValueError) as exc:
@@ -329,7 +328,7 @@ def _ints(value: Any, path: str) -> list[int]:
 
 def _states(value: Any, path: str) -> list[str]:
     for index, item in enumerate(_list(value, path)):
-        if item not in STATES or type(item) is not str:
+        if type(item) is not str or item not in STATES:
             raise _expect(f"{path}.{index}", "a state of the run machine", item)
     return value  # type: ignore[no-any-return]
 
@@ -348,10 +347,9 @@ _KNOWN = (
     "judgement", "denials", "answer", "opening", "fault", "message_tokens", "usage_offset", "finish", "code",
     "limits", "pause", "run_id", "consumed", "recent_rejections", "alternation", "elapsed",
 )  # fmt: skip
-FIELDS = attrs.fields(RunState)
 STATE_EXTRA = _extra(RunState, _KNOWN)
 _STATE_READERS = _readers(STATE_EXTRA)
-_TOP = _shape(("format", *(f.name for f in FIELDS)))
+_TOP = _shape(("format", *(f.name for f in attrs.fields(RunState))))
 _ADDED = frozenset({"elapsed"})  # fields added to format 2 later: a state saved before them still loads
 
 
@@ -387,7 +385,7 @@ def read_state(data: dict[str, Any]) -> RunState:
         "usage_offset": _int(data["usage_offset"], "usage_offset", None),
         "finish": _opt_str(data["finish"], "finish"),
         "code": _code(data["code"], "code"),
-        "limits": _limits(data["limits"], "limits"),
+        "limits": read_limits(data["limits"], "limits"),
         "pause": _pause(data["pause"], "pause"),
         "run_id": _str(data["run_id"], "run_id"),
         "consumed": _bool(data["consumed"], "consumed"),
