@@ -242,6 +242,12 @@ def test_equal_tools_built_afresh_share_one_rendering_and_keep_no_world_alive():
     other = desk("Look an order up, by its id.")
     assert function_declarations(other)[0] is not function_declarations(first)[0]
     assert function_declarations(other)[0]["function"]["description"] == "Look an order up, by its id."
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    reordered = {"required": ["n"], "type": "object", "properties": {"n": {"type": "integer"}}}
+    one = function_declarations({"t": ToolSpec("T.", schema, lambda n: n)})[0]
+    other = function_declarations({"t": ToolSpec("T.", reordered, lambda n: n)})[0]
+    assert list(other["function"]["parameters"]) == list(reordered)  # shown as written, not as another tool's
+    assert one is not other
     renamed = {"find": first["lookup"]}
     assert function_declarations(renamed)[0]["function"]["name"] == "find"
     spec = weakref.ref(first["lookup"])

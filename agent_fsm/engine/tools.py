@@ -158,7 +158,8 @@ class ToolSpec:
         object.__setattr__(self, "_accepts", handler_arguments(self.handler, json_schema))
         object.__setattr__(self, "_context", reads_context(self.handler))
         try:
-            shown = json.dumps([self.description, json_schema], sort_keys=True, allow_nan=False)
+            # In the schema's own key order: a tool shares only a rendering that reads exactly as its own would.
+            shown = json.dumps([self.description, json_schema], allow_nan=False)
         except (TypeError, ValueError):  # not plain JSON (a schema built from other objects): rendered per spec
             shown = None
         object.__setattr__(self, "_shown", shown)
