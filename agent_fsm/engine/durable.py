@@ -66,10 +66,7 @@ def run_call(
         if limits.max_tool_calls is not None and state.tool_attempts >= limits.max_tool_calls:
             break
         request = pause_for(spec.backoff * 2**attempt)
-        if perform is not None:
-            perform(request)
-        else:
-            yield request
+        perform(request) if perform is not None else (yield request)
         state.tool_attempts += 1
         observation = yield from execution(call, tools, state=state, context=context, perform=perform)
     return observation

@@ -102,7 +102,7 @@ def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:
     kind = request[0]
     if kind == CALL:
         result = request[1](*request[2], **request[3])
-        if hasattr(result, "__await__"):  # is_awaitable, inline: this runs for every gate and handler
+        if is_awaitable(result):
             raise _refuse(result, request[4], request[1])
         return result
     if kind == MODEL:
