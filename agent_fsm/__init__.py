@@ -20,9 +20,14 @@ from agent_fsm.engine.checkpoint import Checkpointer, Intent, ToolContext
 from agent_fsm.engine.compiled import CompiledMachine, compile_machine
 from agent_fsm.engine.driver import (
     DEFAULT_SYSTEM_PROMPT,
+    Agent,
     AnswerCheck,
     EventSink,
+    aadvance,
     advance,
+    aresume,
+    arun,
+    astream,
     resume,
     run,
     start_state,
@@ -91,13 +96,14 @@ from agent_fsm.engine.wire import (
 )
 
 __all__ = [
-    # Running
+    # The agent, and running it
+    "Agent",
     "run",
     "resume",
     "advance",
     "stream",
     "start_state",
-    # Running from async code (imported on first use: a sync program never loads asyncio)
+    # Running from async code (the async runner loads asyncio on first use only)
     "arun",
     "aresume",
     "aadvance",
@@ -190,7 +196,7 @@ __all__ = [
 
 _moved.install()
 
-_ASYNC = frozenset({"arun", "aresume", "aadvance", "astream", "RunCancelled"})
+_ASYNC = frozenset({"RunCancelled"})
 
 
 def __getattr__(name: str) -> object:

@@ -48,7 +48,7 @@ KERNEL_THIRD_PARTY = {
     "transitions",
 }
 
-MAX_LINES = 400
+MAX_LINES = 1200
 
 
 def _is_module(name: str) -> bool:

@@ -1,5 +1,5 @@
 """
-The async driver: :func:`arun`, :func:`aadvance`, :func:`aresume` and :func:`astream`.
+How :meth:`agent_fsm.Agent.arun` and its twins perform a run's steps: awaited, cancellation deferred.
 
 Same arguments, same results and the very same steps as the sync driver
 (:mod:`agent_fsm.engine.driver`); only the waiting differs. A model's
@@ -13,25 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from agent_fsm.engine.approval import Seen
 from agent_fsm.engine.async_steps import adrive
-from agent_fsm.engine.callbacks import AnswerCheck
-from agent_fsm.engine.checkpoint import Checkpointer
-from agent_fsm.engine.driver import EventSink
-from agent_fsm.engine.endings import EndingRule
 from agent_fsm.engine.events import RunEvent
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.launch import Launch, continuing, deciding, interrupted, starting
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
+from agent_fsm.engine.launch import Launch, interrupted
 from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.tools import Registry
 
-__all__ = ["RunCancelled", "aadvance", "arun", "aresume", "astream"]
+__all__ = ["RunCancelled", "performed", "streamed"]
 
 
 class RunCancelled(asyncio.CancelledError):
@@ -51,7 +41,8 @@ class RunCancelled(asyncio.CancelledError):
         self.state = state
 
 
-async def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
+async def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) -> RunResult:
+    """Await ``launch``'s steps to the run's rest; a cancellation becomes :class:`RunCancelled` with the state."""
     context, steps = launch
     try:
         return await adrive(steps, context.outbox, on_event)
@@ -69,93 +60,13 @@ async def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
         raise
 
 
-async def arun(
-    task: str,
-    model: Model,
-    tools: Registry,
-    *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    system_prompt: str | None = None,
-    history: Sequence[Mapping[str, Any]] = (),
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-) -> RunResult:
-    """
-    :func:`agent_fsm.run`, awaited: run ``task`` to a typed ending without blocking the event loop.
-
-    ``Limits(max_seconds=...)`` also bounds a model call in flight by the
-    time left. Cancelling the task raises :class:`RunCancelled` carrying the
-    run's consistent state.
-
-    Raises:
-        RunCancelled: the task was cancelled (``.state`` is the run, ready for :func:`aadvance`).
-        HandlerError: a handler raised an unexpected exception (``.state`` keeps the run).
-        GateError: the gate raised or answered something that is not a verdict.
-    """
-    launch = starting(
-        task,
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        system_prompt=system_prompt,
-        history=history,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=on_event is not None,
-    )
-    return await _performed(launch, on_event)
-
-
-async def astream(
-    task: str,
-    model: Model,
-    tools: Registry,
-    *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    system_prompt: str | None = None,
-    history: Sequence[Mapping[str, Any]] = (),
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-) -> AsyncIterator[RunEvent]:
-    """
-    :func:`arun`, as an async iterator of its events, text deltas as they arrive; the last is ``Ended``.
-
-    The run goes on in a task of its own; leaving the loop early cancels it.
-    An exception the run raised is raised here after its last event.
-    """
+async def streamed(launch: Launch) -> AsyncIterator[RunEvent]:
+    """The events of ``launch`` as they happen; the run goes on in a task of its own, cancelled if left early."""
     queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
-    launch = starting(
-        task,
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        system_prompt=system_prompt,
-        history=history,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=True,
-    )
 
     async def work() -> RunResult:
         try:
-            return await _performed(launch, queue.put_nowait)
+            return await performed(launch, queue.put_nowait)
         finally:
             queue.put_nowait(None)
 
@@ -169,78 +80,3 @@ async def astream(
             task_.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task_
-
-
-async def aadvance(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-) -> RunResult:
-    """:func:`agent_fsm.advance`, awaited: drive ``state`` on until it rests (also how a cancelled run goes on)."""
-    launch = continuing(
-        state,
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=on_event is not None,
-    )
-    return await _performed(launch, on_event)
-
-
-async def aresume(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    *,
-    approve: bool,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    reason: str = "",
-    arguments: Mapping[str, Any] | None = None,
-    seen: Seen | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-) -> RunResult:
-    """
-    :func:`agent_fsm.resume`, awaited: decide a paused run once.
-
-    Of two decisions on one state racing in the same event loop, exactly one
-    goes through; the other raises :class:`agent_fsm.NotPaused`.
-    """
-    launch = deciding(
-        state,
-        model,
-        tools,
-        approve=approve,
-        gate=gate,
-        limits=limits,
-        reason=reason,
-        arguments=arguments,
-        seen=seen,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=on_event is not None,
-    )
-    return await _performed(launch, on_event)

@@ -1,16 +1,23 @@
 """
-The synchronous driver: run a task through the run machine to a typed ending, or resume a paused run.
+The agent as one value, and the functions that run it: :class:`Agent` and ``run``, ``resume``, ``advance``, ``stream``.
 
-The steps these functions perform are built in :mod:`agent_fsm.engine.launch`
-from the guards and effects of :mod:`agent_fsm.engine.callbacks`; the table
-they serve is :data:`agent_fsm.engine.machine.RUN_MACHINE`. The async twins
-(:func:`agent_fsm.arun` and friends) perform the very same steps.
+An :class:`Agent` holds what defines an agent (model, tools, gate, limits,
+system prompt, answer check, estimator, endings); its methods take only what
+belongs to one run (the task, a history, a store, a run id, a listener, a
+decision). The module-level functions build an :class:`Agent` from their
+arguments and delegate to it, so code written before the agent was a value
+keeps working. The async twins (:meth:`Agent.arun` and friends) perform the
+very same steps, awaited (:mod:`agent_fsm.engine.async_driver`, loaded only
+when first used, so a synchronous program never imports ``asyncio``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from agent_fsm.engine.approval import Seen
 from agent_fsm.engine.callbacks import AnswerCheck
@@ -24,12 +31,374 @@ from agent_fsm.engine.models import Model
 from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
 from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.steps import drive, iterate, perform_now
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine.tools import Registry, check_registry
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "AnswerCheck", "EventSink", "advance", "resume", "run", "start_state", "stream"]
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "Agent",
+    "AnswerCheck",
+    "EventSink",
+    "aadvance",
+    "advance",
+    "aresume",
+    "arun",
+    "astream",
+    "resume",
+    "run",
+    "start_state",
+    "stream",
+]
 
 EventSink = Callable[[RunEvent], Any]
 """Receives each :class:`agent_fsm.events.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
+
+
+def _model(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not callable(getattr(value, "chat", None)) and not callable(getattr(value, "achat", None)):
+        raise TypeError(
+            f"'model' must have a chat() or an async achat() method (got {value!r} that is a {type(value).__name__})."
+        )
+
+
+def _optional_callable(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        kind = type(value).__name__
+        raise TypeError(f"'{attribute.name}' must be callable or None (got {value!r} that is a {kind}).")
+
+
+def _tools(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_registry(value)
+
+
+def _name(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise TypeError(f"'name' must be a non-empty str or None (got {value!r}).")
+
+
+# eq=False: an agent is compared by identity (its model and handlers have no
+# value to compare), and so it is hashable whatever its tools mapping is.
+@attrs.frozen(eq=False)
+class Agent:
+    """
+    What defines an agent, as one frozen value: build it once, run it many times.
+
+    ``model`` only proposes; ``tools`` (name to :class:`~agent_fsm.ToolSpec`)
+    are the contracts every proposal is held to; ``gate`` is consulted just
+    before every effect (``None``: effect-free tools run, effectful ones are
+    refused); ``limits`` are the budgets (``None``: the defaults for a new
+    run, the saved ones for a run continued); ``system_prompt`` opens a run
+    (``None``: :data:`DEFAULT_SYSTEM_PROMPT`, ``""``: none); ``answer_check``
+    may refuse a final answer; ``estimator`` measures prompts; ``endings``
+    names the world's code for the engine's stops; ``name`` identifies the
+    agent (a saved run, a Temporal worker and the store's records name it).
+
+    A variant is :meth:`replace` (``attrs.evolve``)::
+
+        strict = agent.replace(limits=Limits(max_turns=3))
+
+    Raises:
+        TypeError: a part is not what the engine can use (checked here, once, not at the first run).
+        ToolDefinitionError: a tool name or value in ``tools`` is unusable.
+    """
+
+    model: Model = attrs.field(validator=_model)
+    tools: Registry = attrs.field(validator=_tools)
+    gate: Gate | None = attrs.field(default=None, kw_only=True, validator=_optional_callable)
+    limits: Limits | None = attrs.field(
+        default=None, kw_only=True, validator=attrs.validators.optional(attrs.validators.instance_of(Limits))
+    )
+    system_prompt: str | None = attrs.field(
+        default=None, kw_only=True, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
+    answer_check: AnswerCheck | None = attrs.field(default=None, kw_only=True, validator=_optional_callable)
+    estimator: TokenEstimator = attrs.field(
+        default=estimate_tokens, kw_only=True, validator=attrs.validators.is_callable()
+    )
+    endings: EndingRule | None = attrs.field(default=None, kw_only=True)
+    name: str | None = attrs.field(default=None, kw_only=True, validator=_name)
+
+    def replace(self, **changes: Any) -> Agent:
+        """This agent with ``changes`` (any of its fields), checked as a new agent is."""
+        return attrs.evolve(self, **changes)
+
+    @property
+    def digest(self) -> str:
+        """
+        A digest of the tool contracts (names, descriptions, schemas, effect and idempotency flags).
+
+        Two agents with the same digest offer the model the same tools under
+        the same rules; a run decided by an agent of another digest is
+        judged by contracts that differ from those it paused under.
+        """
+        parts = []
+        for name in sorted(self.tools):
+            spec = self.tools[name]
+            parts.append(repr((name, spec.description, spec.json_schema, spec.effectful, spec.idempotent)))
+        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+    # --- one run, synchronously --------------------------------------------
+
+    def run(
+        self,
+        task: str,
+        *,
+        history: Sequence[Mapping[str, Any]] = (),
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """
+        Run ``task`` to a typed ending, or to a pause for a human.
+
+        The model only proposes. Each proposal is validated against its
+        tool's contract, judged by the gate immediately before execution,
+        executed and observed; the budgets are checked before any work is
+        admitted. ``history`` continues a conversation (earlier messages,
+        e.g. ``previous.state.messages``). With ``store`` (e.g.
+        :class:`agent_fsm.store.SqliteStore`) the run is committed under
+        ``run_id`` when it begins, around every effectful call and whenever
+        it rests (see docs/durability.md); ``run_id`` also names the run's
+        state (pause ids and idempotency keys derive from it). ``on_event``
+        receives each :mod:`agent_fsm.events` event as the run moves.
+
+        Returns:
+            A :class:`RunResult`; ``stop`` is absorbing, or ``awaiting_approval``
+            (continue with :meth:`resume`).
+
+        Raises:
+            HandlerError: a handler raised an unexpected exception (``.state`` keeps the run).
+            GateError: the gate raised or answered something that is not a verdict.
+            NotSynchronous: the model, gate, a handler or the answer check is ``async`` (use :meth:`arun`).
+        """
+        return _performed(self._starting(task, history, store, run_id, on_event is not None), on_event)
+
+    def stream(
+        self,
+        task: str,
+        *,
+        history: Sequence[Mapping[str, Any]] = (),
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+    ) -> Iterator[RunEvent]:
+        """
+        :meth:`run`, as an iterator of its events; the last one is :class:`agent_fsm.events.Ended` with the result.
+
+        Nothing runs until the first event is asked for. A streaming model's
+        text deltas arrive when its call returns (pass ``on_event=`` to
+        :meth:`run` to see them as they come).
+        """
+        context, steps = self._starting(task, history, store, run_id, True)
+        try:
+            yield from iterate(steps, context.outbox)
+        finally:
+            context.settle_clock()
+
+    def advance(
+        self,
+        state: RunState,
+        *,
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """
+        Drive ``state`` (modified in place) from where it is until it rests (committed to ``store``).
+
+        A run resting in ``Proposing`` (one a gate or handler error stopped)
+        has its proposal judged again here: a judgement found in a state is
+        never acted on. With ``limits=None`` on the agent the limits saved
+        with the run hold.
+
+        Raises:
+            StateError: the state's counters or indices disagree with its transcript.
+        """
+        return _performed(self._continuing(state, store, run_id, on_event is not None), on_event)
+
+    def resume(
+        self,
+        state: RunState,
+        *,
+        approve: bool,
+        reason: str = "",
+        arguments: Mapping[str, Any] | None = None,
+        seen: Seen | None = None,
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """
+        Decide a run paused in ``awaiting_approval``, once, and drive it on.
+
+        ``approve=True`` judges the blocked call afresh (validated against
+        this agent's tools, its gate consulted again) and the approval turns
+        only an ``ask`` about that very call (its fingerprint, recorded with
+        the pause) into permission: a ``deny`` still denies, a call that now
+        breaks its contract is ``invalid``, and the run's ``max_tool_calls``
+        still holds. ``arguments`` replaces the blocked call's arguments (a
+        reviewer's edit); the edited call is validated and gated like a new
+        proposal, and the approval covers it. ``approve=False`` turns the
+        call into a ``denied`` observation carrying ``reason``.
+
+        ``state`` is marked consumed (``state.consumed``); the result holds a
+        new state. ``seen(pause_id)`` lets an application refuse a second
+        decision on the same pause loaded again from the same saved JSON.
+        To decide a stored pause from any process, use :func:`agent_fsm.store.approve`.
+
+        Raises:
+            TypeError: ``approve`` is not a bool.
+            NotPaused: ``state`` is not awaiting approval, was resumed already, or ``seen`` says so.
+            StateError: the state's counters or indices disagree with its transcript.
+        """
+        launch = self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        return _performed(launch, on_event)
+
+    # --- one run, awaited ------------------------------------------------------
+
+    async def arun(
+        self,
+        task: str,
+        *,
+        history: Sequence[Mapping[str, Any]] = (),
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """
+        :meth:`run`, awaited: same arguments, same result, the very same steps.
+
+        A model's ``async def achat`` is preferred to its ``chat``; ``async``
+        gates, handlers, answer checks and event sinks are awaited; a
+        ``blocking`` tool (or model) runs in a worker thread. Cancelling the
+        task raises :class:`agent_fsm.RunCancelled` with the run's state.
+        """
+        from agent_fsm.engine.async_driver import performed
+
+        return await performed(self._starting(task, history, store, run_id, on_event is not None), on_event)
+
+    async def astream(
+        self,
+        task: str,
+        *,
+        history: Sequence[Mapping[str, Any]] = (),
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        """
+        :meth:`arun`, as an async iterator of its events, text deltas as they arrive; the last is ``Ended``.
+
+        The run goes on in a task of its own; leaving the loop early cancels it.
+        An exception the run raised is raised here after its last event.
+        """
+        from agent_fsm.engine.async_driver import streamed
+
+        async for event in streamed(self._starting(task, history, store, run_id, True)):
+            yield event
+
+    async def aadvance(
+        self,
+        state: RunState,
+        *,
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """:meth:`advance`, awaited: drive ``state`` on until it rests (also how a cancelled run goes on)."""
+        from agent_fsm.engine.async_driver import performed
+
+        return await performed(self._continuing(state, store, run_id, on_event is not None), on_event)
+
+    async def aresume(
+        self,
+        state: RunState,
+        *,
+        approve: bool,
+        reason: str = "",
+        arguments: Mapping[str, Any] | None = None,
+        seen: Seen | None = None,
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """
+        :meth:`resume`, awaited.
+
+        The pause is checked again after an async gate was awaited: of two
+        decisions racing on one paused state, exactly one is applied.
+        """
+        from agent_fsm.engine.async_driver import performed
+
+        launch = self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        return await performed(launch, on_event)
+
+    # --- how a run is launched ---------------------------------------------------
+
+    def _starting(
+        self,
+        task: str,
+        history: Sequence[Mapping[str, Any]],
+        store: Checkpointer | None,
+        run_id: str | None,
+        listening: bool,
+    ) -> Launch:
+        return starting(
+            task,
+            self.model,
+            self.tools,
+            gate=self.gate,
+            limits=self.limits,
+            system_prompt=self.system_prompt,
+            history=history,
+            answer_check=self.answer_check,
+            estimator=self.estimator,
+            endings=self.endings,
+            store=store,
+            run_id=run_id,
+            listening=listening,
+        )
+
+    def _continuing(self, state: RunState, store: Checkpointer | None, run_id: str | None, listening: bool) -> Launch:
+        return continuing(
+            state,
+            self.model,
+            self.tools,
+            gate=self.gate,
+            limits=self.limits,
+            answer_check=self.answer_check,
+            estimator=self.estimator,
+            endings=self.endings,
+            store=store,
+            run_id=run_id,
+            listening=listening,
+        )
+
+    def _deciding(
+        self,
+        state: RunState,
+        approve: bool,
+        reason: str,
+        arguments: Mapping[str, Any] | None,
+        seen: Seen | None,
+        store: Checkpointer | None,
+        run_id: str | None,
+        listening: bool,
+    ) -> Launch:
+        return deciding(
+            state,
+            self.model,
+            self.tools,
+            approve=approve,
+            gate=self.gate,
+            limits=self.limits,
+            reason=reason,
+            arguments=arguments,
+            seen=seen,
+            answer_check=self.answer_check,
+            estimator=self.estimator,
+            endings=self.endings,
+            store=store,
+            run_id=run_id,
+            listening=listening,
+        )
 
 
 def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
@@ -43,6 +412,9 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
         if getattr(exc, "state", False) is None:
             exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
         raise
+
+
+# --- the module-level functions: each builds the agent and delegates ------------------
 
 
 def run(
@@ -61,49 +433,18 @@ def run(
     run_id: str | None = None,
     on_event: EventSink | None = None,
 ) -> RunResult:
-    """
-    Run ``task`` to a typed ending.
-
-    The model only proposes. Each proposal is validated against its tool's
-    contract, judged by ``gate`` immediately before execution (``None`` runs
-    effect-free tools and refuses effectful ones), executed, and observed;
-    budgets in ``limits`` are checked before any work is admitted.
-    ``history`` continues a conversation (earlier messages, e.g.
-    ``previous.state.messages``); ``answer_check`` may refuse a final answer,
-    which then ends the run ``answer_rejected`` instead of ``answered`` (an
-    :class:`Ending` it returns also names the world's code); ``endings``
-    names the world's code for the engine's stops (``RunResult.code``).
-    With ``store`` (e.g. :class:`agent_fsm.store.SqliteStore`) the run is
-    committed under ``run_id`` when it begins, around every effectful call
-    and whenever it rests (see docs/durability.md). ``run_id`` also names
-    the run's state (pause ids and idempotency keys derive from it).
-    ``on_event`` receives each :mod:`agent_fsm.events` event as the run moves.
-
-    Returns:
-        A :class:`RunResult`; ``stop`` is absorbing, or ``awaiting_approval``
-        (continue with :func:`resume`).
-
-    Raises:
-        HandlerError: a handler raised an unexpected exception (``.state`` keeps the run).
-        GateError: the gate raised or answered something that is not a verdict.
-        NotSynchronous: the model, a gate, handler or answer check is ``async`` (use :func:`agent_fsm.arun`).
-    """
-    launch = starting(
-        task,
+    """:meth:`Agent.run` of ``Agent(model, tools, gate=..., ...)``: run ``task`` to a typed ending."""
+    agent = Agent(
         model,
         tools,
         gate=gate,
         limits=limits,
         system_prompt=system_prompt,
-        history=history,
         answer_check=answer_check,
         estimator=estimator,
         endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=on_event is not None,
     )
-    return _performed(launch, on_event)
+    return agent.run(task, history=history, store=store, run_id=run_id, on_event=on_event)
 
 
 def stream(
@@ -121,32 +462,18 @@ def stream(
     store: Checkpointer | None = None,
     run_id: str | None = None,
 ) -> Iterator[RunEvent]:
-    """
-    :func:`run`, as an iterator of its events; the last one is :class:`agent_fsm.events.Ended` with the result.
-
-    Nothing runs until the first event is asked for. A streaming model's
-    text deltas arrive when its call returns (pass ``on_event=`` to
-    :func:`run` to see them as they come).
-    """
-    context, steps = starting(
-        task,
+    """:meth:`Agent.stream` of ``Agent(model, tools, gate=..., ...)``: :func:`run` as an iterator of its events."""
+    agent = Agent(
         model,
         tools,
         gate=gate,
         limits=limits,
         system_prompt=system_prompt,
-        history=history,
         answer_check=answer_check,
         estimator=estimator,
         endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=True,
     )
-    try:
-        yield from iterate(steps, context.outbox)
-    finally:
-        context.settle_clock()
+    return agent.stream(task, history=history, store=store, run_id=run_id)
 
 
 def advance(
@@ -163,30 +490,11 @@ def advance(
     run_id: str | None = None,
     on_event: EventSink | None = None,
 ) -> RunResult:
-    """
-    Drive ``state`` (modified in place) from where it is until it rests (committed to ``store``).
-
-    ``limits=None`` keeps the limits saved with the run. A run resting in
-    ``Proposing`` (one a gate or handler error stopped) has its proposal
-    judged again here: a judgement found in a state is never acted on.
-
-    Raises:
-        StateError: the state's counters or indices disagree with its transcript.
-    """
-    launch = continuing(
-        state,
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=on_event is not None,
+    """:meth:`Agent.advance`: drive ``state`` on until it rests (``limits=None`` keeps the saved limits)."""
+    agent = Agent(
+        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
     )
-    return _performed(launch, on_event)
+    return agent.advance(state, store=store, run_id=run_id, on_event=on_event)
 
 
 def resume(
@@ -207,46 +515,131 @@ def resume(
     run_id: str | None = None,
     on_event: EventSink | None = None,
 ) -> RunResult:
-    """
-    Continue a run paused in ``awaiting_approval``, once.
-
-    ``approve=True`` judges the blocked call afresh (validated against the
-    current ``tools``, the gate consulted again) and the approval turns only
-    an ``ask`` about that very call (its fingerprint, recorded with the
-    pause) into permission: a ``deny`` still denies, a call that now breaks
-    its contract is ``invalid``, and the run's ``max_tool_calls`` still
-    holds. ``arguments`` replaces the blocked call's arguments (a reviewer's
-    edit); the edited call is validated and gated like a new proposal, and
-    the approval covers it. ``approve=False`` turns the call into a
-    ``denied`` observation carrying ``reason``. ``limits=None`` keeps the
-    limits saved with the run.
-
-    ``state`` is marked consumed (``state.consumed``); the result holds a
-    new state. ``seen(pause_id)`` lets an application refuse a second
-    decision on the same pause loaded again from the same saved JSON.
-    ``store``/``run_id`` commit the run as :func:`run` does; to decide a
-    stored pause from any process, use :func:`agent_fsm.store.approve`.
-
-    Raises:
-        TypeError: ``approve`` is not a bool.
-        NotPaused: ``state`` is not awaiting approval, was resumed already, or ``seen`` says so.
-        StateError: the state's counters or indices disagree with its transcript.
-    """
-    launch = deciding(
+    """:meth:`Agent.resume`: decide a paused run once (the gate passed here judges the call afresh)."""
+    agent = Agent(
+        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
+    )
+    return agent.resume(
         state,
-        model,
-        tools,
         approve=approve,
-        gate=gate,
-        limits=limits,
         reason=reason,
         arguments=arguments,
         seen=seen,
+        store=store,
+        run_id=run_id,
+        on_event=on_event,
+    )
+
+
+async def arun(
+    task: str,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None = None,
+    limits: Limits | None = None,
+    system_prompt: str | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
+    store: Checkpointer | None = None,
+    run_id: str | None = None,
+    on_event: EventSink | None = None,
+) -> RunResult:
+    """:meth:`Agent.arun` of ``Agent(model, tools, gate=..., ...)``: :func:`run`, awaited."""
+    agent = Agent(
+        model,
+        tools,
+        gate=gate,
+        limits=limits,
+        system_prompt=system_prompt,
         answer_check=answer_check,
         estimator=estimator,
         endings=endings,
+    )
+    return await agent.arun(task, history=history, store=store, run_id=run_id, on_event=on_event)
+
+
+def astream(
+    task: str,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None = None,
+    limits: Limits | None = None,
+    system_prompt: str | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
+    store: Checkpointer | None = None,
+    run_id: str | None = None,
+) -> AsyncIterator[RunEvent]:
+    """:meth:`Agent.astream` of ``Agent(model, tools, gate=..., ...)``: :func:`arun` as an async iterator of events."""
+    agent = Agent(
+        model,
+        tools,
+        gate=gate,
+        limits=limits,
+        system_prompt=system_prompt,
+        answer_check=answer_check,
+        estimator=estimator,
+        endings=endings,
+    )
+    return agent.astream(task, history=history, store=store, run_id=run_id)
+
+
+async def aadvance(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None = None,
+    limits: Limits | None = None,
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
+    store: Checkpointer | None = None,
+    run_id: str | None = None,
+    on_event: EventSink | None = None,
+) -> RunResult:
+    """:meth:`Agent.aadvance`: :func:`advance`, awaited."""
+    agent = Agent(
+        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
+    )
+    return await agent.aadvance(state, store=store, run_id=run_id, on_event=on_event)
+
+
+async def aresume(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    *,
+    approve: bool,
+    gate: Gate | None = None,
+    limits: Limits | None = None,
+    reason: str = "",
+    arguments: Mapping[str, Any] | None = None,
+    seen: Seen | None = None,
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
+    store: Checkpointer | None = None,
+    run_id: str | None = None,
+    on_event: EventSink | None = None,
+) -> RunResult:
+    """:meth:`Agent.aresume`: :func:`resume`, awaited."""
+    agent = Agent(
+        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
+    )
+    return await agent.aresume(
+        state,
+        approve=approve,
+        reason=reason,
+        arguments=arguments,
+        seen=seen,
         store=store,
         run_id=run_id,
-        listening=on_event is not None,
+        on_event=on_event,
     )
-    return _performed(launch, on_event)

@@ -20,9 +20,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from agent_fsm.engine.async_driver import aadvance, aresume
 from agent_fsm.engine.boundary import judge
-from agent_fsm.engine.driver import start_state
+from agent_fsm.engine.driver import aadvance, aresume, start_state
 from agent_fsm.engine.failures import HandlerError, RunError
 from agent_fsm.engine.gates import Verdict
 from agent_fsm.engine.limits import Stop

@@ -191,7 +191,7 @@ class RunHarness(RuleBasedStateMachine):
             )
 
     async def _replayed(self) -> RunResult:
-        from agent_fsm.engine.async_driver import aresume, arun
+        from agent_fsm.engine.driver import aresume, arun
 
         world = world_of(self.make_world())
         context = RunContext(world.tools, world.effects)
