@@ -14,85 +14,91 @@ subpackages imported by name when wanted: :mod:`agent_fsm.diagrams`,
 and :mod:`agent_fsm.examples`.
 """
 
-from agent_fsm import _moved
-from agent_fsm.engine.boundary import EXPECTED_TOOL_ERRORS, attempt, execute, judge
-from agent_fsm.engine.checkpoint import Checkpointer, Intent, ToolContext
-from agent_fsm.engine.compiled import CompiledMachine, compile_machine
-from agent_fsm.engine.driver import (
+from agent_fsm.engine import (
     DEFAULT_SYSTEM_PROMPT,
+    EXPECTED_TOOL_ERRORS,
+    RUN_MACHINE,
     Agent,
+    AgentFSMError,
     AnswerCheck,
+    Checkpointer,
+    CompiledMachine,
+    DefinitionError,
+    Edge,
+    Ended,
+    Ending,
+    EndingRule,
     EventSink,
+    Gate,
+    GateError,
+    HandlerError,
+    Intent,
+    InvalidTransition,
+    Judged,
+    Judgement,
+    Limits,
+    MachineDefinitionError,
+    MachineSpec,
+    Model,
+    ModelReplied,
+    ModelReply,
+    ModelRequested,
+    NotPaused,
+    NotSynchronous,
+    Observation,
+    Observed,
+    Pause,
+    Paused,
+    Proposed,
+    ProviderFailure,
+    ProviderFault,
+    Registry,
+    RunError,
+    RunEvent,
+    RunResult,
+    RunState,
+    ScriptedModel,
+    StateEntered,
+    StateError,
+    StateSpec,
+    Stop,
+    TextDelta,
+    TokenEstimator,
+    ToolCall,
+    ToolContext,
+    ToolDefinitionError,
+    ToolError,
+    ToolSpec,
+    Verdict,
     aadvance,
     advance,
+    allow_all,
+    answer_message,
     aresume,
     arun,
+    as_verdict,
+    ask_for_effects,
     astream,
+    attempt,
+    check_run,
+    checked_formats,
+    compile_machine,
+    current_call_id,
+    deny_effects,
+    estimate_tokens,
+    event_from_json,
+    event_to_json,
+    execute,
+    function_declarations,
+    judge,
+    parse_tool_calls,
     resume,
     run,
     start_state,
     stream,
-)
-from agent_fsm.engine.effects import current_call_id
-from agent_fsm.engine.endings import Ending, EndingRule
-from agent_fsm.engine.errors import (
-    AgentFSMError,
-    DefinitionError,
-    MachineDefinitionError,
-    ProviderFailure,
-    ToolDefinitionError,
-    ToolError,
-)
-from agent_fsm.engine.events import (
-    Ended,
-    Judged,
-    ModelReplied,
-    ModelRequested,
-    Observed,
-    Paused,
-    Proposed,
-    RunEvent,
-    StateEntered,
-    TextDelta,
-    event_from_json,
-    event_to_json,
-)
-from agent_fsm.engine.failures import (
-    GateError,
-    HandlerError,
-    InvalidTransition,
-    NotPaused,
-    RunError,
-    StateError,
-)
-from agent_fsm.engine.formats import checked_formats
-from agent_fsm.engine.gates import (
-    Gate,
-    Verdict,
-    allow_all,
-    as_verdict,
-    ask_for_effects,
-    deny_effects,
-)
-from agent_fsm.engine.invariants import check_run
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
-from agent_fsm.engine.models import Model, ModelReply, ScriptedModel
-from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
-from agent_fsm.engine.state import Judgement, Pause, ProviderFault, RunResult, RunState
-from agent_fsm.engine.steps import NotSynchronous
-from agent_fsm.engine.tools import (
-    Registry,
-    ToolCall,
-    ToolSpec,
-    function_declarations,
-    validate_call,
-)
-from agent_fsm.engine.wire import (
-    answer_message,
-    parse_tool_calls,
     tool_call_message,
     tool_message,
+    validate_call,
 )
 
 __all__ = [
@@ -194,17 +200,15 @@ __all__ = [
     "ToolError",
 ]
 
-_moved.install()
-
 _ASYNC = frozenset({"RunCancelled"})
 
 
 def __getattr__(name: str) -> object:
     # The async driver loads asyncio (tens of milliseconds): only when it is first used.
     if name in _ASYNC:
-        from agent_fsm.engine import async_driver
+        from agent_fsm import engine
 
-        return getattr(async_driver, name)
+        return getattr(engine, name)
     raise AttributeError(f"module 'agent_fsm' has no attribute {name!r}")
 
 

@@ -21,8 +21,8 @@ from typing import Any
 from jsonschema.validators import Draft202012Validator
 
 from agent_fsm import ToolCall, estimate_tokens, function_declarations, validate_call
-from agent_fsm.engine.jsondata import storable
-from agent_fsm.engine.tools import declaration_tokens
+from agent_fsm.engine._json import storable
+from agent_fsm.engine._tools import declaration_tokens
 from agent_fsm.examples.support_desk import make_support_desk
 from tests.strategies import CREDIT_SCHEMA
 

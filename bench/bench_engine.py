@@ -30,11 +30,12 @@ from agent_fsm import (
     estimate_tokens,
     run,
 )
-from agent_fsm.engine.boundary import execute, judge
-from agent_fsm.engine.observe import Observation
-from agent_fsm.engine.tools import function_declarations
-from agent_fsm.engine.wire import (
+from agent_fsm.engine import (
+    Observation,
     answer_message,
+    execute,
+    function_declarations,
+    judge,
     normalise_reply,
     tool_call_message,
     tool_message,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_fsm import ToolContext, ToolSpec, Verdict, answer_message, tool_call_message
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import ToolCall
 
 __all__ = ["LedgerModel", "ledger_tools", "pay_gate", "read_ledger", "task_for"]
 

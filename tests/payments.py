@@ -17,7 +17,7 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
-from agent_fsm.engine.approval import call_fingerprint
+from agent_fsm.engine import call_fingerprint
 
 PAY_SCHEMA: dict[str, Any] = {
     "type": "object",

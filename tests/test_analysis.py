@@ -6,7 +6,7 @@ import pytest
 
 from agent_fsm import RUN_MACHINE, Edge, MachineSpec, StateSpec
 from agent_fsm.diagrams.catalog import machines
-from agent_fsm.engine.analysis import MachineReport, check_machine
+from agent_fsm.engine import MachineReport, check_machine
 
 END = StateSpec("End", "absorbing", "done", stop="answered")
 

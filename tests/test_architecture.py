@@ -22,7 +22,7 @@ import pytest
 
 import agent_fsm
 from agent_fsm._moved import MOVED
-from agent_fsm.engine.analysis import cycles
+from agent_fsm.engine import cycles
 
 PACKAGE = Path(agent_fsm.__file__).parent
 
@@ -184,7 +184,7 @@ def test_moved_paths_still_import(old: str) -> None:
 def test_run_is_still_the_function() -> None:
     """``agent_fsm.run`` stays the facade's function, whatever old paths were imported."""
     importlib.import_module("agent_fsm.machine")
-    assert callable(agent_fsm.run) and agent_fsm.run.__module__ == "agent_fsm.engine.driver"
+    assert callable(agent_fsm.run) and agent_fsm.run.__module__ == "agent_fsm.engine._agent"
 
 
 # Loaded only when something asks for them: a rich schema or a failed call (jsonschema and its

@@ -15,7 +15,7 @@ from agent_fsm import run
 from agent_fsm.cli import app
 from agent_fsm.diagrams import path_of, sequence_diagram, to_dot, to_mermaid
 from agent_fsm.diagrams.catalog import machines
-from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine import RUN_MACHINE
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 

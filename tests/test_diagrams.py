@@ -44,8 +44,7 @@ from agent_fsm.diagrams import (
 )
 from agent_fsm.diagrams.catalog import machines
 from agent_fsm.diagrams.charts import CHART_FILES
-from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
-from agent_fsm.engine.wire import answer_message
+from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, StateSpec, answer_message
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from tests.system_parts import unavailable
@@ -141,7 +140,7 @@ AWKWARD = _awkward_machine(
 
 # --- runs of known shape on the support desk ----------------------------------
 
-_run_module = importlib.import_module("agent_fsm.engine.callbacks")
+_run_module = importlib.import_module("agent_fsm.engine._run")
 
 
 @contextlib.contextmanager

@@ -16,8 +16,7 @@ from agent_fsm.cli import app
 from agent_fsm.diagrams.dot import to_dot
 from agent_fsm.diagrams.mermaid import REGENERATE_COMMAND, to_mermaid
 from agent_fsm.diagrams.sequence import sequence_diagram
-from agent_fsm.engine.gates import ask_for_effects
-from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
+from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, StateSpec, ask_for_effects
 from agent_fsm.examples.support_desk import make_support_desk
 
 runner = CliRunner()
@@ -34,7 +33,7 @@ USER_MACHINE = MachineSpec(
 )
 
 MODULE = """
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
+from agent_fsm import Edge, MachineSpec, StateSpec
 
 BOOKING = MachineSpec(
     name="booking",

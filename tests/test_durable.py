@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 
 from agent_fsm import Limits, ToolContext, ToolDefinitionError, ToolError, ToolSpec, run, tool_call_message
-from agent_fsm.engine.checkpoint import fingerprint, idempotency_key
-from agent_fsm.engine.models import ScriptedModel
-from agent_fsm.engine.tools import ToolCall
-from agent_fsm.engine.wire import answer_message
+from agent_fsm.engine import ScriptedModel, ToolCall, answer_message
+from agent_fsm.engine import call_fingerprint as fingerprint
+from agent_fsm.engine._boundary import idempotency_key
 from agent_fsm.store import OUTCOME_UNKNOWN, AlreadyDecided, SqliteStore, approve, recover, reject
 from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
 

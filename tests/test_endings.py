@@ -17,7 +17,7 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
-from agent_fsm.engine.gates import ask_for_effects
+from agent_fsm.engine import ask_for_effects
 from agent_fsm.testing import assert_run_invariants
 
 

@@ -30,7 +30,8 @@ from agent_fsm import (
     tool_call_message,
     validate_call,
 )
-from agent_fsm.engine.wire import CallIds, normalise_reply
+from agent_fsm.engine import normalise_reply
+from agent_fsm.engine._messages import CallIds
 
 AMOUNT_SCHEMA: dict[str, Any] = {
     "type": "object",

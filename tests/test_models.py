@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent_fsm import ScriptedModel, answer_message, tool_call_message
-from agent_fsm.engine.models import DEFAULT_LAST_WORD
+from agent_fsm.engine import DEFAULT_LAST_WORD
 
 LOOKUP = tool_call_message("c1", "lookup", {"id": "A"})
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent_fsm import Limits, ScriptedModel, Stop, answer_message, check_run, run, tool_call_message
-from agent_fsm.engine.callbacks import RunContext, denial_repeated
-from agent_fsm.engine.state import RunState
+from agent_fsm.engine import RunContext, RunState
+from agent_fsm.engine._run import denial_repeated
 from tests.payments import make_payments, pay_call, pay_gate
 
 

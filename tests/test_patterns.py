@@ -25,7 +25,7 @@ from agent_fsm import (
     tool_call_message,
 )
 from agent_fsm.diagrams.catalog import machines
-from agent_fsm.engine.analysis import check_machine
+from agent_fsm.engine import check_machine
 from agent_fsm.examples.compare import (
     AFTER_FAN_OUT,
     BRANCHES,

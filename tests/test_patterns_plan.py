@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm.engine.analysis import check_machine
-from agent_fsm.engine.wire import answer_message
+from agent_fsm.engine import answer_message, check_machine
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.patterns import PLAN_MACHINE, Ending, ScriptedReplies, parse_plan, plan_and_execute
 

@@ -9,15 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_fsm import Ending, Limits, RunError, Stop, ToolSpec, run
-from agent_fsm.engine.policy import (
-    DecisionPolicy,
-    FinalDecision,
-    conversation_of,
-    observations_of,
-    string_fields,
-    task_of,
-)
-from agent_fsm.engine.wire import parse_tool_calls
+from agent_fsm.engine import DecisionPolicy, FinalDecision, observations_of, parse_tool_calls, string_fields
+from agent_fsm.engine._policy import conversation_of, task_of
 
 FINAL = FinalDecision("final", string_fields({"answer": 50, "citation": 20}, may_be_empty=("citation",)))
 

@@ -21,8 +21,7 @@ from agent_fsm import (
     resume,
     run,
 )
-from agent_fsm.engine.machine import RUN_MACHINE
-from agent_fsm.engine.wire import tool_call_message
+from agent_fsm.engine import RUN_MACHINE, tool_call_message
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.testing import (
     TableGate,

@@ -23,7 +23,7 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
-from agent_fsm.engine.limits import Stop as StopEnum
+from agent_fsm.engine import Stop as StopEnum
 from tests.warehouse import make_warehouse, ship_args
 
 

@@ -20,8 +20,7 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
-from agent_fsm.engine.analysis import check_machine
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import ToolCall, check_machine
 
 
 def _tools(calls: list[str]) -> dict[str, ToolSpec]:

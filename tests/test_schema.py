@@ -23,10 +23,10 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
-from agent_fsm.engine.jsondata import storable
-from agent_fsm.engine.observe import to_json_data
-from agent_fsm.engine.schema import compile_checker, make_validator
-from agent_fsm.engine.tools import declaration_tokens
+from agent_fsm.engine import to_json_data
+from agent_fsm.engine._json import storable
+from agent_fsm.engine._schema import compile_checker, make_validator
+from agent_fsm.engine._tools import declaration_tokens
 from tests.strategies import CREDIT_SCHEMA
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -258,7 +258,7 @@ def test_equal_tools_built_afresh_share_one_rendering_and_keep_no_world_alive():
 
 def test_the_shared_renderings_are_bounded():
     """Tools generated without end (a property test drawing descriptions) cannot grow the cache past its bound."""
-    from agent_fsm.engine import tools as tools_module
+    from agent_fsm.engine import _tools as tools_module
 
     for n in range(tools_module._SHARED_BOUND + 50):
         function_declarations({"t": ToolSpec(f"Tool number {n}.", {}, lambda: 1)})
@@ -285,7 +285,7 @@ def test_the_compiler_knows_every_draft_2020_12_keyword() -> None:
     """The keyword list that decides what is compiled (kept so importing needs no jsonschema) is jsonschema's own."""
     from jsonschema.validators import Draft202012Validator
 
-    from agent_fsm.engine.schema import _DRAFT_2020_12
+    from agent_fsm.engine._schema import _DRAFT_2020_12
 
     assert frozenset(Draft202012Validator.VALIDATORS) == _DRAFT_2020_12
 

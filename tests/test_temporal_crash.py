@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agent_fsm import Stop
-from agent_fsm.engine.recovery import OUTCOME_UNKNOWN
+from agent_fsm.engine import OUTCOME_UNKNOWN
 from tests import temporal_world as world
 
 pytestmark = pytest.mark.temporal

@@ -16,8 +16,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
 from agent_fsm import Limits, MachineSpec, compile_machine, tool_call_message
-from agent_fsm.engine.analysis import check_machine
-from agent_fsm.engine.machine import Edge, StateSpec
+from agent_fsm.engine import Edge, StateSpec, check_machine
 from agent_fsm.examples.support_desk import make_support_desk
 from agent_fsm.testing import (
     InvariantViolation,

@@ -25,7 +25,7 @@ from agent_fsm import (
     run,
     validate_call,
 )
-from agent_fsm.engine.wire import tool_call_message
+from agent_fsm.engine import tool_call_message
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.testing import (
     InvariantViolation,

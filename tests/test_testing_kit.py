@@ -20,13 +20,14 @@ from agent_fsm import (
     start_state,
     validate_call,
 )
-from agent_fsm.engine.boundary import execute
-from agent_fsm.engine.machine import RUN_MACHINE
-from agent_fsm.engine.observe import Observation, estimate_tokens
-from agent_fsm.engine.tools import function_declarations
-from agent_fsm.engine.wire import (
+from agent_fsm.engine import (
+    RUN_MACHINE,
+    Observation,
     answer_message,
     assistant_text,
+    estimate_tokens,
+    execute,
+    function_declarations,
     normalise_reply,
     tool_call_message,
     tool_message,

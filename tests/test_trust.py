@@ -93,7 +93,8 @@ def test_a_state_forged_to_proposing_with_an_allow_judgement_is_judged_again():
 
 def test_a_judgement_found_in_memory_never_reaches_the_handler():
     """Even a run object driven straight into Executing stops at the boundary: no judgement of this process."""
-    from agent_fsm.engine.callbacks import MACHINE, RunContext
+    from agent_fsm.engine import RunContext
+    from agent_fsm.engine._run import MACHINE
 
     result, tools, ledger = paused(cents=50)
     state = copy.deepcopy(result.state)
@@ -135,7 +136,8 @@ def test_an_approval_does_not_outvote_a_deny():
 
 def test_an_approval_covers_only_the_fingerprint_it_names():
     """The approval turns an ask into allow for the approved call alone; any other call stays refused."""
-    from agent_fsm.engine.approval import approved_judgement, call_fingerprint
+    from agent_fsm.engine import call_fingerprint
+    from agent_fsm.engine._boundary import approved_judgement
 
     tools, _ = make_payments()
     asked = ToolCall("c1", "pay", {"account": "ACME", "cents": 50})

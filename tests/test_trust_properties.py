@@ -24,8 +24,7 @@ from agent_fsm import (
     run,
     validate_call,
 )
-from agent_fsm.engine.approval import call_fingerprint
-from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine import RUN_MACHINE, call_fingerprint
 from tests.payments import edit_pending_arguments, make_payments, pay_call, pay_gate
 
 STATES = [s.name for s in RUN_MACHINE.states]

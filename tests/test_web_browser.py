@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine import RUN_MACHINE
 from agent_fsm.store import SqliteStore, open_store, reject
 from agent_fsm.web import Reviewers, inbox_app, render_view
 from tests.browser import (

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from agent_fsm import Limits, RunState, ScriptedModel, ToolSpec, allow_all, answer_message, run, tool_call_message
 from agent_fsm.cli import app
-from agent_fsm.engine.machine import RUN_MACHINE
+from agent_fsm.engine import RUN_MACHINE
 from agent_fsm.web import VIEW_POLICY, budget_chart, render_view, timeline_of
 from tests.web_world import ANSWER, IMG, SCRIPT, TEXTAREA, THOUGHTS
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_fsm import ToolCall, answer_message, parse_tool_calls, tool_call_message
-from agent_fsm.engine.wire import assistant_text, normalise_reply
+from agent_fsm.engine import assistant_text, normalise_reply
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_fsm import ScriptedModel, ToolSpec, Verdict, answer_message, run, tool_call_message
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import ToolCall
 from agent_fsm.examples.demo import TASK as REFUND_TASK
 from agent_fsm.examples.durable import world as desk_world
 from agent_fsm.store import RunStore

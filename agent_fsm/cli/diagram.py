@@ -18,7 +18,7 @@ from agent_fsm.diagrams.dot import DEFAULT_DIRECTION, Direction, GraphvizMissing
 from agent_fsm.diagrams.mermaid import to_mermaid
 from agent_fsm.diagrams.path import TRACE_KEY, TraceError, load_trace, path_of
 from agent_fsm.diagrams.sequence import sequence_diagram
-from agent_fsm.engine.machine import RUN_MACHINE, MachineSpec
+from agent_fsm.engine import RUN_MACHINE, MachineSpec
 
 __all__ = ["Format", "diagram_command"]
 

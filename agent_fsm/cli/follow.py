@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_fsm.cli._text import clean
-from agent_fsm.engine.events import (
+from agent_fsm.engine import (
     Ended,
     Judged,
     ModelReplied,

@@ -24,7 +24,7 @@ import typer
 
 from agent_fsm.cli._text import clean
 from agent_fsm.cli.follow import Follower
-from agent_fsm.engine.transcript import format_result
+from agent_fsm.engine import format_result
 from agent_fsm.scenarios import (
     ScenarioResult,
     SpecFormatError,
@@ -36,7 +36,7 @@ from agent_fsm.scenarios import (
 )
 
 if TYPE_CHECKING:
-    from agent_fsm.engine.models import Model
+    from agent_fsm.engine import Model
 
 __all__ = ["run_command"]
 

@@ -21,8 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.transcript import format_transcript
+from agent_fsm.engine import RunResult, format_transcript
 from agent_fsm.store import StoreError, approve, open_store, recover, reject
 from agent_fsm.store.records import RunSummary
 from agent_fsm.store.sql import SqlStore
@@ -131,7 +130,7 @@ def show_command(
     if diagram:
         from agent_fsm.diagrams.mermaid import to_mermaid
         from agent_fsm.diagrams.path import path_of
-        from agent_fsm.engine.machine import RUN_MACHINE
+        from agent_fsm.engine import RUN_MACHINE
 
         typer.echo(to_mermaid(RUN_MACHINE, path=path_of(stored.state)))
 

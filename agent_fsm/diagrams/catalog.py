@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agent_fsm.diagrams.dot import render, to_dot
 from agent_fsm.diagrams.mermaid import to_mermaid
-from agent_fsm.engine.machine import RUN_MACHINE, MachineSpec
+from agent_fsm.engine import RUN_MACHINE, MachineSpec
 from agent_fsm.patterns import MACHINES as PATTERN_MACHINES
 
 __all__ = ["machines", "write_all"]

@@ -25,9 +25,7 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
-from agent_fsm.engine.driver import run
-from agent_fsm.engine.gates import allow_all
-from agent_fsm.engine.limits import Limits
+from agent_fsm.engine import Limits, allow_all, run
 from agent_fsm.examples.compare import compare_rows
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import AUTO_REFUND_LIMIT_CENTS, SYSTEM_PROMPT, make_support_desk, refund_gate

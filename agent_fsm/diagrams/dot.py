@@ -17,8 +17,7 @@ from agent_fsm.diagrams.labels import (
     title_of,
 )
 from agent_fsm.diagrams.path import RunPath
-from agent_fsm.engine.errors import AgentFSMError
-from agent_fsm.engine.machine import MachineSpec
+from agent_fsm.engine import AgentFSMError, MachineSpec
 
 __all__ = ["DEFAULT_DIRECTION", "Direction", "GraphvizMissing", "render", "to_dot"]
 

@@ -5,7 +5,7 @@ What both renderers write on states and edges, so Mermaid and DOT never disagree
 from __future__ import annotations
 
 from agent_fsm.diagrams.path import RunPath
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
+from agent_fsm.engine import Edge, MachineSpec, StateSpec
 
 __all__ = ["REGENERATE_COMMAND", "check_path", "edge_label", "paused_note", "taken_label", "title_of"]
 

@@ -17,7 +17,7 @@ from agent_fsm.diagrams.labels import (
     title_of,
 )
 from agent_fsm.diagrams.path import RunPath
-from agent_fsm.engine.machine import MachineSpec
+from agent_fsm.engine import MachineSpec
 
 __all__ = ["mermaid_text", "to_mermaid"]
 

@@ -16,10 +16,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.errors import AgentFSMError
-from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec
-from agent_fsm.engine.observe import Observation
-from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine import RUN_MACHINE, AgentFSMError, Edge, MachineSpec, Observation, RunResult, RunState
 
 __all__ = [
     "TRACE_KEY",

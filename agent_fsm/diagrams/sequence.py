@@ -10,9 +10,7 @@ from collections.abc import Iterator
 
 from agent_fsm.diagrams.mermaid import mermaid_text
 from agent_fsm.diagrams.path import CallRecord, TurnRecord, state_of, turns_of
-from agent_fsm.engine.observe import Observation
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.wire import assistant_text
+from agent_fsm.engine import Observation, RunResult, RunState, assistant_text
 
 __all__ = ["sequence_diagram"]
 

@@ -1,44 +1,271 @@
 """
 The kernel: the run machine and everything a run needs, with no optional dependency.
 
-Users import from the :mod:`agent_fsm` facade; this map is for readers.
-Applications (diagrams, scenarios, patterns, providers, store, the testing
-kit, the CLI) import the kernel; the kernel never imports them.
+Users import from the :mod:`agent_fsm` facade; applications (diagrams,
+scenarios, patterns, providers, store, temporal, web, the testing kit, the
+CLI) import the names below. The modules behind them are private, one concept
+each, layered so that each imports only those above it in this list::
 
-The machine and its run
-    :mod:`~agent_fsm.engine.machine` (the table, one row per edge),
-    :mod:`~agent_fsm.engine.compiled` (the shared ``transitions`` machine),
-    :mod:`~agent_fsm.engine.callbacks` (guards and effects),
-    :mod:`~agent_fsm.engine.context` (one run in flight),
-    :mod:`~agent_fsm.engine.steps` (where a run waits; the sync runner),
-    :mod:`~agent_fsm.engine.async_steps` (the async runner),
-    :mod:`~agent_fsm.engine.launch` (how a run starts and rests),
-    :mod:`~agent_fsm.engine.driver` (``run``, ``resume``, ``advance``, ``stream``),
-    :mod:`~agent_fsm.engine.async_driver` (``arun``, ``aresume``, ``aadvance``, ``astream``),
-    :mod:`~agent_fsm.engine.events` (run events as plain data),
-    :mod:`~agent_fsm.engine.limits`, :mod:`~agent_fsm.engine.progress`
-    (no-progress bookkeeping), :mod:`~agent_fsm.engine.endings` (a world's codes).
-The effect boundary
-    :mod:`~agent_fsm.engine.boundary` (validate, gate, execute),
-    :mod:`~agent_fsm.engine.gates`, :mod:`~agent_fsm.engine.approval`
-    (what a human approval covers), :mod:`~agent_fsm.engine.effects` (effect
-    log to call).
-Contracts and hostile input
-    :mod:`~agent_fsm.engine.tools`, :mod:`~agent_fsm.engine.schema`,
-    :mod:`~agent_fsm.engine.regexes`, :mod:`~agent_fsm.engine.formats`,
-    :mod:`~agent_fsm.engine.jsondata`, :mod:`~agent_fsm.engine.handlers`.
-Models and messages
-    :mod:`~agent_fsm.engine.models`, :mod:`~agent_fsm.engine.wire`,
-    :mod:`~agent_fsm.engine.policy`, :mod:`~agent_fsm.engine.observe`,
-    :mod:`~agent_fsm.engine.transcript`.
-State that leaves memory
-    :mod:`~agent_fsm.engine.state`, :mod:`~agent_fsm.engine.saved`,
-    :mod:`~agent_fsm.engine.state_reader`, :mod:`~agent_fsm.engine.state_fast_reader`,
-    :mod:`~agent_fsm.engine.consistency`,
-    :mod:`~agent_fsm.engine.checkpoint`, :mod:`~agent_fsm.engine.durable`,
-    :mod:`~agent_fsm.engine.recovery`.
-Checks and errors
-    :mod:`~agent_fsm.engine.invariants`, :mod:`~agent_fsm.engine.analysis`
-    (the static checker), :mod:`~agent_fsm.engine.errors`,
-    :mod:`~agent_fsm.engine.failures`.
+    _errors       every exception the kernel raises, the tree drawn in its docstring
+    _json         plain JSON data: what arrives is checked, what handlers return is stored
+    _schema       a tool's JSON Schema: checked when defined, compiled once (linear-time patterns, formats)
+    _limits       the budgets, and the typed reasons a run stops
+    _endings      a world's own ending codes on top of the typed stops
+    _tools        tool contracts, calls and their one digest, the registry
+    _machine      THE TABLE: the run machine's states and edges, one row per edge, as data
+    _messages     observations, token estimates, the wire format and its never-raising parser
+    _models       what the engine needs of a model, and the scripted stand-in
+    _state        the run's state and result; its saved form (one field list: writer, strict and fast readers)
+    _events       run events as plain data
+    _steps        where a run waits on the world (requests), and the sync way of waiting
+    _gates        gates and verdicts
+    _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
+    _invariants   what every run must satisfy
+    _analysis     the static checker: termination proved from the table
+    _run          THE LOOP: the table bound to its guards and effects, a run launched, driven, rested, recovered
+    _async        the async way of waiting (the only module that imports asyncio, loaded on first use)
+    _agent        the Agent value and the module-level functions that delegate to it
+    _policy       a narrow decide(task, observations) interface adapted onto a model
+
+A reader starts at :mod:`~agent_fsm.engine._machine` (what a run may do) and
+then the banner of :mod:`~agent_fsm.engine._run` (how it does it).
 """
+
+from typing import TYPE_CHECKING
+
+from agent_fsm.engine._agent import Agent, EventSink, aadvance, advance, aresume, arun, astream, resume, run, stream
+from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, cycles
+from agent_fsm.engine._boundary import (
+    EXPECTED_TOOL_ERRORS,
+    Checkpointer,
+    EffectMatch,
+    Intent,
+    Seen,
+    ToolContext,
+    attempt,
+    attempting,
+    current_call_id,
+    execute,
+    executing,
+    execution,
+    judge,
+    matches_call,
+)
+from agent_fsm.engine._endings import CODE_PATTERN, Ending, EndingRule
+from agent_fsm.engine._errors import (
+    AgentFSMError,
+    DefinitionError,
+    GateError,
+    HandlerError,
+    InvalidTransition,
+    MachineDefinitionError,
+    NotPaused,
+    NotSynchronous,
+    ProviderFailure,
+    RunError,
+    StateError,
+    ToolDefinitionError,
+    ToolError,
+)
+from agent_fsm.engine._events import (
+    Ended,
+    Judged,
+    ModelReplied,
+    ModelRequested,
+    Observed,
+    Paused,
+    Proposed,
+    RunEvent,
+    StateEntered,
+    TextDelta,
+    event_from_json,
+    event_to_json,
+)
+from agent_fsm.engine._gates import Gate, Verdict, allow_all, as_verdict, ask_for_effects, deny_effects
+from agent_fsm.engine._invariants import check_run
+from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
+from agent_fsm.engine._messages import (
+    Observation,
+    TokenEstimator,
+    answer_message,
+    assistant_text,
+    estimate_tokens,
+    normalise_reply,
+    parse_tool_calls,
+    to_json_data,
+    tool_call_message,
+    tool_message,
+)
+from agent_fsm.engine._models import DEFAULT_LAST_WORD, Model, ModelReply, ScriptedModel
+from agent_fsm.engine._policy import DecisionPolicy, FinalDecision, named, observations_of, string_fields
+from agent_fsm.engine._run import (
+    DEFAULT_SYSTEM_PROMPT,
+    OUTCOME_UNKNOWN,
+    AnswerCheck,
+    CompiledMachine,
+    RunContext,
+    compile_machine,
+    continue_run,
+    settle_intent,
+    start_state,
+)
+from agent_fsm.engine._schema import checked_formats, compile_pattern
+from agent_fsm.engine._state import (
+    Judgement,
+    Pause,
+    ProviderFault,
+    RunResult,
+    RunState,
+    format_result,
+    format_transcript,
+)
+from agent_fsm.engine._steps import Steps, call_of, is_awaitable
+from agent_fsm.engine._tools import (
+    Registry,
+    ToolCall,
+    ToolSpec,
+    call_fingerprint,
+    check_registry,
+    function_declarations,
+    validate_call,
+)
+
+if TYPE_CHECKING:
+    from agent_fsm.engine._async import RunCancelled, adrive
+
+__all__ = [
+    "aadvance",
+    "adrive",
+    "advance",
+    "Agent",
+    "AgentFSMError",
+    "allow_all",
+    "answer_message",
+    "AnswerCheck",
+    "aresume",
+    "arun",
+    "as_verdict",
+    "ask_for_effects",
+    "assistant_text",
+    "astream",
+    "attempt",
+    "attempting",
+    "call_fingerprint",
+    "call_of",
+    "check_machine",
+    "check_registry",
+    "check_run",
+    "checked_formats",
+    "Checkpointer",
+    "CODE_PATTERN",
+    "compile_machine",
+    "compile_pattern",
+    "CompiledMachine",
+    "continue_run",
+    "current_call_id",
+    "cycles",
+    "DecisionPolicy",
+    "DEFAULT_LAST_WORD",
+    "DEFAULT_SYSTEM_PROMPT",
+    "DefinitionError",
+    "deny_effects",
+    "Edge",
+    "EffectMatch",
+    "Ended",
+    "Ending",
+    "EndingRule",
+    "estimate_tokens",
+    "event_from_json",
+    "event_to_json",
+    "EventSink",
+    "execute",
+    "executing",
+    "execution",
+    "EXPECTED_TOOL_ERRORS",
+    "FinalDecision",
+    "format_result",
+    "format_transcript",
+    "function_declarations",
+    "Gate",
+    "GateError",
+    "HandlerError",
+    "Intent",
+    "InvalidTransition",
+    "is_awaitable",
+    "judge",
+    "Judged",
+    "Judgement",
+    "Limits",
+    "MachineDefinitionError",
+    "MachineReport",
+    "MachineSpec",
+    "matches_call",
+    "Model",
+    "ModelReplied",
+    "ModelReply",
+    "ModelRequested",
+    "named",
+    "normalise_reply",
+    "NotPaused",
+    "NotSynchronous",
+    "Observation",
+    "observations_of",
+    "Observed",
+    "OUTCOME_UNKNOWN",
+    "parse_tool_calls",
+    "Pause",
+    "Paused",
+    "Proposed",
+    "ProviderFailure",
+    "ProviderFault",
+    "Registry",
+    "resume",
+    "run",
+    "RUN_MACHINE",
+    "RunCancelled",
+    "RunContext",
+    "RunError",
+    "RunEvent",
+    "RunResult",
+    "RunState",
+    "ScriptedModel",
+    "Seen",
+    "settle_intent",
+    "start_state",
+    "StateEntered",
+    "StateError",
+    "StateSpec",
+    "Steps",
+    "Stop",
+    "stream",
+    "string_fields",
+    "TextDelta",
+    "to_json_data",
+    "TokenEstimator",
+    "tool_call_message",
+    "tool_message",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolSpec",
+    "validate_call",
+    "Verdict",
+    "Violation",
+]
+
+_ASYNC = frozenset({"RunCancelled", "adrive"})
+
+
+def __getattr__(name: str) -> object:
+    # The async runner loads asyncio (tens of milliseconds): only when it is first used.
+    if name in _ASYNC:
+        from agent_fsm.engine import _async
+
+        return getattr(_async, name)
+    raise AttributeError(f"module 'agent_fsm.engine' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _ASYNC)

@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 import attrs
 
-from agent_fsm.engine.tools import ToolCall
-from agent_fsm.engine.wire import answer_message
+from agent_fsm.engine import ToolCall, answer_message
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import (
     SYSTEM_PROMPT,

@@ -6,12 +6,7 @@ Run it with ``agent-fsm demo`` (or ``python -m agent_fsm.examples.demo``).
 
 from __future__ import annotations
 
-from agent_fsm.engine.driver import run
-from agent_fsm.engine.invariants import check_run
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import ScriptedModel
-from agent_fsm.engine.transcript import format_result
-from agent_fsm.engine.wire import answer_message, tool_call_message
+from agent_fsm.engine import Limits, ScriptedModel, answer_message, check_run, format_result, run, tool_call_message
 from agent_fsm.examples.support_desk import (
     SYSTEM_PROMPT,
     make_support_desk,

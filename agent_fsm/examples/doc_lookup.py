@@ -42,13 +42,20 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import run
-from agent_fsm.engine.endings import Ending
-from agent_fsm.engine.errors import ToolError
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.policy import FinalDecision, named, observations_of, string_fields
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.engine import (
+    Ending,
+    FinalDecision,
+    Limits,
+    RunResult,
+    RunState,
+    Stop,
+    ToolError,
+    ToolSpec,
+    named,
+    observations_of,
+    run,
+    string_fields,
+)
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [

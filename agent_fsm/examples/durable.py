@@ -24,12 +24,16 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent_fsm.engine.checkpoint import ToolContext
-from agent_fsm.engine.driver import run
-from agent_fsm.engine.gates import Verdict
-from agent_fsm.engine.models import ScriptedModel
-from agent_fsm.engine.tools import ToolCall, ToolSpec
-from agent_fsm.engine.wire import answer_message, tool_call_message
+from agent_fsm.engine import (
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    ToolSpec,
+    Verdict,
+    answer_message,
+    run,
+    tool_call_message,
+)
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import SYSTEM_PROMPT, make_support_desk
 from agent_fsm.store import open_store

@@ -34,13 +34,18 @@ import json
 import re
 from typing import Any
 
-from agent_fsm.engine import endings
-from agent_fsm.engine.errors import ProviderFailure, ToolError
-from agent_fsm.engine.gates import Verdict
-from agent_fsm.engine.limits import Stop
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.tools import ToolCall, ToolSpec
-from agent_fsm.engine.wire import parse_tool_calls
+from agent_fsm.engine import Ending as CodedEnding
+from agent_fsm.engine import (
+    ProviderFailure,
+    RunResult,
+    RunState,
+    Stop,
+    ToolCall,
+    ToolError,
+    ToolSpec,
+    Verdict,
+    parse_tool_calls,
+)
 from agent_fsm.examples.handoff_replay import STATUSES, Ending, Event, Replay, decide, replay
 from agent_fsm.scenarios.environment import Environment
 
@@ -151,7 +156,7 @@ def _manuals_read(state: RunState) -> list[dict[str, Any]]:
 _INTERVAL = re.compile(r"every\s+(\d+)\s+days", re.IGNORECASE)
 
 
-def check_answer(answer: str, state: RunState) -> endings.Ending | None:
+def check_answer(answer: str, state: RunState) -> CodedEnding | None:
     """
     Refuse an answer that states an interval no manual read in this run supports (``unsupported_claim``).
 
@@ -162,12 +167,12 @@ def check_answer(answer: str, state: RunState) -> endings.Ending | None:
     supported = {int(n) for m in _manuals_read(state) for n in _INTERVAL.findall(m.get("text", ""))}
     unsupported = sorted(stated - supported)
     if unsupported:
-        return endings.Ending(
+        return CodedEnding(
             Ending.UNSUPPORTED_CLAIM.value,
             f"the answer states an interval of {unsupported[0]} days that no manual read in this run supports",
         )
     if not stated:
-        return endings.Ending(Ending.MISSING_EVIDENCE.value, "the answer states no interval", accept=True)
+        return CodedEnding(Ending.MISSING_EVIDENCE.value, "the answer states no interval", accept=True)
     return None
 
 

@@ -17,9 +17,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from agent_fsm.engine.errors import ToolError
-from agent_fsm.engine.gates import Verdict
-from agent_fsm.engine.tools import ToolCall, ToolSpec
+from agent_fsm.engine import ToolCall, ToolError, ToolSpec, Verdict
 
 __all__ = ["PASSAGES", "VERSION", "PinnedCorpus"]
 

@@ -42,10 +42,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent_fsm.engine.endings import Ending
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.policy import FinalDecision, named
-from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine import Ending, FinalDecision, Limits, RunResult, RunState, Stop, named
 from agent_fsm.examples.pinned_corpus import PASSAGES, VERSION, PinnedCorpus
 from agent_fsm.scenarios.environment import Environment
 

@@ -14,11 +14,16 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.gates import Verdict
-from agent_fsm.engine.models import ScriptedModel
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import ToolCall, ToolSpec
-from agent_fsm.engine.wire import answer_message, parse_tool_calls, tool_call_message
+from agent_fsm.engine import (
+    RunResult,
+    ScriptedModel,
+    ToolCall,
+    ToolSpec,
+    Verdict,
+    answer_message,
+    parse_tool_calls,
+    tool_call_message,
+)
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [

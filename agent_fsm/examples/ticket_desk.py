@@ -31,14 +31,21 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import resume, run
-from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.gates import Gate, ask_for_effects
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.policy import DecisionPolicy, FinalDecision, observations_of
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.engine import (
+    DecisionPolicy,
+    FinalDecision,
+    Gate,
+    Limits,
+    Model,
+    RunError,
+    RunResult,
+    Stop,
+    ToolSpec,
+    ask_for_effects,
+    observations_of,
+    resume,
+    run,
+)
 from agent_fsm.examples.tickets import TicketDesk, desk_gate
 from agent_fsm.scenarios.environment import Environment
 

@@ -12,9 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent_fsm.engine.errors import ToolError
-from agent_fsm.engine.gates import Gate, Verdict, as_verdict, ask_for_effects
-from agent_fsm.engine.tools import ToolCall, ToolSpec
+from agent_fsm.engine import Gate, ToolCall, ToolError, ToolSpec, Verdict, as_verdict, ask_for_effects
 
 __all__ = ["TicketDesk", "desk_gate"]
 

@@ -21,17 +21,7 @@ import attrs
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from agent_fsm.engine.events import (
-    Ended,
-    Judged,
-    ModelReplied,
-    ModelRequested,
-    Observed,
-    Paused,
-    RunEvent,
-    StateEntered,
-)
-from agent_fsm.engine.limits import Stop
+from agent_fsm.engine import Ended, Judged, ModelReplied, ModelRequested, Observed, Paused, RunEvent, StateEntered, Stop
 
 __all__ = ["ERROR_STOPS", "OtelSink"]
 

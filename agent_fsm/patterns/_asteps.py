@@ -12,11 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_fsm.engine.async_steps import adrive
-from agent_fsm.engine.compiled import CompiledMachine
-from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.steps import Steps, call_of
-from agent_fsm.engine.wire import assistant_text, normalise_reply
+from agent_fsm.engine import CompiledMachine, RunError, Steps, adrive, assistant_text, call_of, normalise_reply
 from agent_fsm.patterns._common import SHARED_VOCABULARY, PatternResult, _PatternRun, _record, _result
 
 __all__ = ["ASYNC_VOCABULARY", "adrive_pattern"]

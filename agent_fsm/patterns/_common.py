@@ -17,17 +17,25 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.compiled import CompiledMachine
-from agent_fsm.engine.errors import DefinitionError
-from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.gates import Gate, deny_effects
-from agent_fsm.engine.limits import Stop
-from agent_fsm.engine.machine import Edge, StateSpec
-from agent_fsm.engine.models import DEFAULT_LAST_WORD, Model
-from agent_fsm.engine.observe import Observation
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import Registry, ToolCall
-from agent_fsm.engine.wire import answer_message, assistant_text, normalise_reply
+from agent_fsm.engine import (
+    DEFAULT_LAST_WORD,
+    CompiledMachine,
+    DefinitionError,
+    Edge,
+    Gate,
+    Model,
+    Observation,
+    Registry,
+    RunError,
+    RunResult,
+    StateSpec,
+    Stop,
+    ToolCall,
+    answer_message,
+    assistant_text,
+    deny_effects,
+    normalise_reply,
+)
 from agent_fsm.patterns.meter import Meter, Spend
 
 __all__ = ["Ending", "PatternResult", "Plan", "Results", "ScriptedReplies", "Step"]

@@ -15,16 +15,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent_fsm.engine.compiled import compile_machine
-from agent_fsm.engine.driver import resume as _resume_run
-from agent_fsm.engine.driver import run as _run
-from agent_fsm.engine.failures import NotPaused
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine import (
+    RUN_MACHINE,
+    Edge,
+    Gate,
+    Limits,
+    MachineSpec,
+    Model,
+    NotPaused,
+    Registry,
+    RunResult,
+    StateSpec,
+    Stop,
+    compile_machine,
+)
+from agent_fsm.engine import resume as _resume_run
+from agent_fsm.engine import run as _run
 from agent_fsm.patterns._common import (
     READY,
     PatternResult,

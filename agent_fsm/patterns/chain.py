@@ -9,11 +9,7 @@ situation the plan never anticipated has nowhere to go.
 
 from __future__ import annotations
 
-from agent_fsm.engine.compiled import compile_machine
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import MachineSpec
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine import Gate, MachineSpec, Model, Registry, compile_machine
 from agent_fsm.patterns._common import (
     PLAN_EDGES,
     PLAN_STATES,

@@ -13,12 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent_fsm.engine.compiled import compile_machine
-from agent_fsm.engine.errors import DefinitionError
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine import DefinitionError, Edge, Gate, MachineSpec, Model, Registry, StateSpec, compile_machine
 from agent_fsm.patterns._common import (
     PROVIDER_ERROR,
     READY,

@@ -18,12 +18,20 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.boundary import attempt, attempting
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.models import Model, ModelReply
-from agent_fsm.engine.observe import Observation, TokenEstimator, estimate_tokens
-from agent_fsm.engine.steps import Steps, is_awaitable
-from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine import (
+    Gate,
+    Model,
+    ModelReply,
+    Observation,
+    Registry,
+    Steps,
+    TokenEstimator,
+    ToolCall,
+    attempt,
+    attempting,
+    estimate_tokens,
+    is_awaitable,
+)
 
 __all__ = ["Meter", "Spend"]
 

@@ -17,13 +17,20 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-from agent_fsm.engine.compiled import CompiledMachine, compile_machine
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.observe import Observation
-from agent_fsm.engine.steps import Steps, call_of
-from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine import (
+    CompiledMachine,
+    Edge,
+    Gate,
+    MachineSpec,
+    Model,
+    Observation,
+    Registry,
+    StateSpec,
+    Steps,
+    ToolCall,
+    call_of,
+    compile_machine,
+)
 from agent_fsm.patterns._common import (
     PLAN_EDGES,
     PLAN_STATES,
@@ -114,7 +121,7 @@ def dispatch_reads(run: _PatternRun) -> None:
 async def _gather_reads(run: _PatternRun) -> None:
     import asyncio
 
-    from agent_fsm.engine.async_steps import adrive
+    from agent_fsm.engine import adrive
 
     reads: Sequence[ToolCall] = run.extra["reads"]
     # Every read runs to its end, as the thread pool's do; then the first bug (in declared order) propagates.

@@ -23,11 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_fsm.engine.compiled import compile_machine
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine import Edge, Gate, MachineSpec, Model, Registry, StateSpec, ToolCall, compile_machine
 from agent_fsm.patterns._common import (
     PROVIDER_ERROR,
     READY,

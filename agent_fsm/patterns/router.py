@@ -12,11 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from agent_fsm.engine.compiled import compile_machine
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.machine import Edge, MachineSpec, StateSpec
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine import Edge, Gate, MachineSpec, Model, Registry, StateSpec, compile_machine
 from agent_fsm.patterns._common import (
     PLAN_EDGES,
     PLAN_STATES,

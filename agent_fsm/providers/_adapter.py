@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine.models import ModelReply
+from agent_fsm.engine import ModelReply
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,

@@ -21,8 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine.models import ModelReply
-from agent_fsm.engine.wire import assistant_text
+from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._adapter import (
     HttpModel,
     TextListener,

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from agent_fsm.engine.errors import ProviderFailure
+from agent_fsm.engine import ProviderFailure
 from agent_fsm.providers._http import HttpSettings, display_url, join_url, json_or_none, noted
 from agent_fsm.providers._retry import retry_after
 from agent_fsm.providers._sse import StreamAssembler, StreamBroken

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from agent_fsm.engine.errors import AgentFSMError, ProviderFailure
+from agent_fsm.engine import AgentFSMError, ProviderFailure
 from agent_fsm.providers._secrets import echo_pieces, redact
 
 __all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError", "join_url"]

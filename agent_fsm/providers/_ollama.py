@@ -16,8 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from agent_fsm.engine.models import ModelReply
-from agent_fsm.engine.wire import assistant_text
+from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of, prompt_tokens
 from agent_fsm.providers._http import ProviderConfigError
 from agent_fsm.providers._sse import JsonLines, StreamBroken, fragments_of

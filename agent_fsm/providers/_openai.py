@@ -31,7 +31,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine.models import ModelReply
+from agent_fsm.engine import ModelReply
 from agent_fsm.providers._adapter import HttpModel, check_tool_names, object_of, prompt_tokens, wire_tool_name
 from agent_fsm.providers._http import ProviderConfigError
 from agent_fsm.providers._openai_stream import OpenAIStream

@@ -13,12 +13,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import AnswerCheck
-from agent_fsm.engine.endings import EndingRule
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import ToolSpec
+from agent_fsm.engine import AnswerCheck, EndingRule, Gate, Model, RunResult, ToolSpec
 
 __all__ = ["Check", "Environment"]
 

@@ -17,8 +17,7 @@ from typing import Any, cast
 
 import attrs
 
-from agent_fsm.engine.errors import AgentFSMError
-from agent_fsm.engine.limits import Limits, Stop
+from agent_fsm.engine import AgentFSMError, Limits, Stop
 
 __all__ = ["ModelSpec", "Resume", "Scenario", "SpecFormatError", "discover", "load_scenario", "scenario_from_data"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm.engine.transcript import format_result
+from agent_fsm.engine import format_result
 from agent_fsm.scenarios import (
     ScenarioResult,
     SpecFormatError,

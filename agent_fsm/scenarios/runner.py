@@ -16,13 +16,21 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import EventSink, resume, run
-from agent_fsm.engine.gates import Gate, allow_all, ask_for_effects, deny_effects
-from agent_fsm.engine.invariants import check_run
-from agent_fsm.engine.limits import Stop
-from agent_fsm.engine.models import Model, ScriptedModel
-from agent_fsm.engine.observe import to_json_data
-from agent_fsm.engine.state import RunResult
+from agent_fsm.engine import (
+    EventSink,
+    Gate,
+    Model,
+    RunResult,
+    ScriptedModel,
+    Stop,
+    allow_all,
+    ask_for_effects,
+    check_run,
+    deny_effects,
+    resume,
+    run,
+    to_json_data,
+)
 from agent_fsm.scenarios.allowed import ALLOWED_ENVIRONMENT_PREFIXES, allowed_packages
 from agent_fsm.scenarios.environment import Environment
 from agent_fsm.scenarios.format import (

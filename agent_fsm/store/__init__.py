@@ -12,8 +12,7 @@ The guarantees (what is exactly-once, what needs an idempotent tool, what
 a person decides) are stated in docs/durability.md.
 """
 
-from agent_fsm.engine.checkpoint import Checkpointer, Intent, ToolContext
-from agent_fsm.engine.recovery import OUTCOME_UNKNOWN
+from agent_fsm.engine import OUTCOME_UNKNOWN, Checkpointer, Intent, ToolContext
 from agent_fsm.store.errors import AlreadyDecided, RunExists, RunNotFound, RunTakenOver, SchemaError, StoreError
 from agent_fsm.store.inbox import approve, reject
 from agent_fsm.store.postgres import PostgresStore

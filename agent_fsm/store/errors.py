@@ -11,7 +11,7 @@ What a store raises, all under :class:`StoreError`::
 
 from __future__ import annotations
 
-from agent_fsm.engine.errors import AgentFSMError
+from agent_fsm.engine import AgentFSMError
 
 __all__ = ["AlreadyDecided", "RunExists", "RunNotFound", "RunTakenOver", "SchemaError", "StoreError"]
 

@@ -13,17 +13,22 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_fsm.engine.boundary import judge
-from agent_fsm.engine.callbacks import AnswerCheck
-from agent_fsm.engine.driver import resume
-from agent_fsm.engine.endings import EndingRule
-from agent_fsm.engine.gates import Gate, deny_effects
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
-from agent_fsm.engine.recovery import OUTCOME_UNKNOWN
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine import (
+    OUTCOME_UNKNOWN,
+    AnswerCheck,
+    EndingRule,
+    Gate,
+    Limits,
+    Model,
+    Registry,
+    RunResult,
+    TokenEstimator,
+    ToolCall,
+    deny_effects,
+    estimate_tokens,
+    judge,
+    resume,
+)
 from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from agent_fsm.engine.checkpoint import Intent
-from agent_fsm.engine.state import RunState
+from agent_fsm.engine import Intent, RunState
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
 
 __all__ = ["RunStore"]

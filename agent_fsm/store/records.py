@@ -6,9 +6,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.checkpoint import Intent
-from agent_fsm.engine.state import RunState
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import Intent, RunState, ToolCall
 
 __all__ = ["Decision", "Effect", "RunSummary", "StoredRun"]
 

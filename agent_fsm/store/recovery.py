@@ -15,16 +15,19 @@ from collections.abc import Callable
 
 import attrs
 
-from agent_fsm.engine.callbacks import AnswerCheck
-from agent_fsm.engine.endings import EndingRule
-from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
-from agent_fsm.engine.recovery import continue_run
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine import (
+    AnswerCheck,
+    EndingRule,
+    Gate,
+    Limits,
+    Model,
+    Registry,
+    RunError,
+    RunResult,
+    TokenEstimator,
+    continue_run,
+    estimate_tokens,
+)
 from agent_fsm.store.errors import StoreError
 from agent_fsm.store.protocol import RunStore
 

@@ -18,9 +18,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from agent_fsm.engine.checkpoint import Intent
-from agent_fsm.engine.state import RunState
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import Intent, RunState, ToolCall
 from agent_fsm.store.errors import AlreadyDecided, RunExists, RunNotFound, RunTakenOver, SchemaError, StoreError
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
 from agent_fsm.store.schema import MIGRATIONS, VERSION_TABLE

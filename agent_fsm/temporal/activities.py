@@ -19,13 +19,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_fsm.engine.async_steps import adrive
-from agent_fsm.engine.boundary import execute, execution
-from agent_fsm.engine.checkpoint import ToolContext
-from agent_fsm.engine.effects import executing
-from agent_fsm.engine.failures import HandlerError
-from agent_fsm.engine.gates import as_verdict
-from agent_fsm.engine.models import Model
+from agent_fsm.engine import HandlerError, Model, ToolContext, adrive, as_verdict, execute, executing, execution
 from agent_fsm.temporal.codec import call_of, fault_data, observation_data, reply_data, verdict_data
 from agent_fsm.temporal.definition import definition_for
 

@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_fsm.engine.errors import AgentFSMError
-from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine import AgentFSMError, RunResult, RunState
 from agent_fsm.temporal.codec import result_of
 
 if TYPE_CHECKING:

@@ -12,13 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_fsm.engine.errors import ProviderFailure
-from agent_fsm.engine.gates import Verdict
-from agent_fsm.engine.limits import Stop
-from agent_fsm.engine.models import ModelReply
-from agent_fsm.engine.observe import Observation
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import ModelReply, Observation, ProviderFailure, RunResult, RunState, Stop, ToolCall, Verdict
 
 __all__ = [
     "call_data",

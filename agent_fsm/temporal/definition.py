@@ -13,12 +13,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.callbacks import AnswerCheck
-from agent_fsm.engine.endings import EndingRule
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.tools import ToolSpec, check_registry
+from agent_fsm.engine import AnswerCheck, EndingRule, Gate, Limits, Model, ToolSpec, check_registry
 
 __all__ = ["HISTORY_BOUND", "AgentDefinition", "Timeouts", "definition_for", "register", "registered"]
 

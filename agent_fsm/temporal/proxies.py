@@ -25,11 +25,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
-from agent_fsm.engine.checkpoint import Intent, ToolContext
-from agent_fsm.engine.errors import ProviderFailure, ToolError
-from agent_fsm.engine.gates import Gate, Verdict
-from agent_fsm.engine.state import RunState
-from agent_fsm.engine.tools import ToolCall, ToolSpec
+from agent_fsm.engine import (
+    Gate,
+    Intent,
+    ProviderFailure,
+    RunState,
+    ToolCall,
+    ToolContext,
+    ToolError,
+    ToolSpec,
+    Verdict,
+)
 from agent_fsm.temporal.activities import GATE_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
 from agent_fsm.temporal.codec import call_data, fault_of, observation_of, reply_of, verdict_of
 from agent_fsm.temporal.definition import AgentDefinition, Timeouts

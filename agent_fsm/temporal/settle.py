@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import attrs
 
-from agent_fsm.engine.callbacks import RunContext
-from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.observe import estimate_tokens
-from agent_fsm.engine.recovery import _settle
-from agent_fsm.engine.state import RunState
+from agent_fsm.engine import RunContext, RunError, RunState, estimate_tokens, settle_intent
 from agent_fsm.temporal.definition import AgentDefinition
 from agent_fsm.temporal.proxies import IntentLog
 
@@ -41,7 +37,7 @@ def settle_unknown(log: IntentLog, definition: AgentDefinition) -> RunState:
     }
     limits = state.limits or definition.limits
     context = RunContext(state, None, tools, definition.gate, limits, estimate_tokens, run_id=state.run_id)  # type: ignore[arg-type]
-    _settle(context, intent)
+    settle_intent(context, intent)
     assert state.pause is not None, "an interrupted call settles as a pause"
     # The kernel's recovery leaves the pause id to the store's commit; here it is the pause's own (deterministic).
     state.pause_id = state.pause.pause_id

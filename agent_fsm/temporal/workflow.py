@@ -20,13 +20,19 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from agent_fsm.engine.boundary import judge
-from agent_fsm.engine.driver import aadvance, aresume, start_state
-from agent_fsm.engine.failures import HandlerError, RunError
-from agent_fsm.engine.gates import Verdict
-from agent_fsm.engine.limits import Stop
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import (
+    HandlerError,
+    RunError,
+    RunResult,
+    RunState,
+    Stop,
+    ToolCall,
+    Verdict,
+    aadvance,
+    aresume,
+    judge,
+    start_state,
+)
 from agent_fsm.temporal.codec import result_json
 from agent_fsm.temporal.definition import HISTORY_BOUND, definition_for
 from agent_fsm.temporal.proxies import IntentLog, OutcomeUnknown, Rollover, WorkflowModel, gate_of, tools_of

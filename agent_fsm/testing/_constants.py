@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent_fsm.engine.tools import Registry
+from agent_fsm.engine import Registry
 from agent_fsm.testing._formats import is_format
 
 __all__ = ["constants_of", "gate_constants"]

@@ -18,12 +18,7 @@ from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from agent_fsm.engine.driver import resume, run
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine import Gate, Limits, Model, Registry, RunResult, Stop, ToolCall, resume, run
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._invariants import (
     InvariantViolation,

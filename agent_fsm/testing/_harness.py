@@ -25,12 +25,19 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agent_fsm.engine.driver import advance, resume, start_state
-from agent_fsm.engine.errors import ProviderFailure
-from agent_fsm.engine.gates import Gate, deny_effects
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.tools import ToolCall
+from agent_fsm.engine import (
+    Gate,
+    Limits,
+    ProviderFailure,
+    RunResult,
+    RunState,
+    Stop,
+    ToolCall,
+    advance,
+    deny_effects,
+    resume,
+    start_state,
+)
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
@@ -191,7 +198,7 @@ class RunHarness(RuleBasedStateMachine):
             )
 
     async def _replayed(self) -> RunResult:
-        from agent_fsm.engine.driver import aresume, arun
+        from agent_fsm.engine import aresume, arun
 
         world = world_of(self.make_world())
         context = RunContext(world.tools, world.effects)

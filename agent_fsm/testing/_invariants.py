@@ -14,16 +14,26 @@ import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from agent_fsm.engine.effects import EffectMatch, matches_call
-from agent_fsm.engine.endings import CODE_PATTERN
-from agent_fsm.engine.gates import Gate, as_verdict
-from agent_fsm.engine.invariants import check_run
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.machine import RUN_MACHINE
-from agent_fsm.engine.observe import Observation
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.tools import Registry, ToolCall, validate_call
-from agent_fsm.engine.wire import assistant_text, parse_tool_calls, tool_message
+from agent_fsm.engine import (
+    CODE_PATTERN,
+    RUN_MACHINE,
+    EffectMatch,
+    Gate,
+    Limits,
+    Observation,
+    Registry,
+    RunResult,
+    RunState,
+    Stop,
+    ToolCall,
+    as_verdict,
+    assistant_text,
+    check_run,
+    matches_call,
+    parse_tool_calls,
+    tool_message,
+    validate_call,
+)
 
 __all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
 

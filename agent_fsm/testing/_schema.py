@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from agent_fsm.engine.regexes import compile_pattern
+from agent_fsm.engine import compile_pattern
 from agent_fsm.testing._formats import (
     FORMATS,
     format_values,

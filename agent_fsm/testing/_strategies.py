@@ -15,11 +15,7 @@ from typing import Any, Literal
 import attrs
 from hypothesis import strategies as st
 
-from agent_fsm.engine.gates import Verdict
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import ScriptedModel
-from agent_fsm.engine.tools import Registry, ToolCall
-from agent_fsm.engine.wire import answer_message
+from agent_fsm.engine import Limits, Registry, ScriptedModel, ToolCall, Verdict, answer_message
 from agent_fsm.testing._schema import schema_values, schema_violations
 
 __all__ = [

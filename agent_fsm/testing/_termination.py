@@ -26,8 +26,7 @@ from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from agent_fsm.engine.compiled import CompiledMachine
-from agent_fsm.engine.machine import Edge, MachineSpec
+from agent_fsm.engine import CompiledMachine, Edge, MachineSpec
 from agent_fsm.testing._invariants import InvariantViolation
 from agent_fsm.testing._settings import default_settings
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import Model
+from agent_fsm.engine import Limits, Model
 from agent_fsm.testing._invariants import InvariantViolation
 
 __all__ = ["Runaway", "runaway_violation", "watchdog_calls"]

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.state import RunState
+from agent_fsm.engine import Limits, RunState
 
 __all__ = ["Bar", "BudgetChart", "Meter", "budget_chart"]
 

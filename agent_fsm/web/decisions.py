@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.state import RunResult
+from agent_fsm.engine import RunResult
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
 from agent_fsm.store.protocol import RunStore
 

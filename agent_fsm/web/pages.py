@@ -17,8 +17,7 @@ from typing import Any
 
 from agent_fsm.diagrams.dot import GraphvizMissing, render
 from agent_fsm.diagrams.path import TraceError, path_of
-from agent_fsm.engine.machine import RUN_MACHINE
-from agent_fsm.engine.state import RunState
+from agent_fsm.engine import RUN_MACHINE, RunState
 from agent_fsm.store.records import Decision, Effect
 from agent_fsm.web.budget import budget_chart
 from agent_fsm.web.timeline import pretty_json, timeline_of

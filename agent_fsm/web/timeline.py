@@ -16,9 +16,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.diagrams.path import CallRecord, TurnRecord, turns_of
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.state import RunState
-from agent_fsm.engine.wire import assistant_text
+from agent_fsm.engine import Limits, RunState, assistant_text
 from agent_fsm.store.records import Decision, Effect
 
 __all__ = ["CallView", "TurnView", "Timeline", "timeline_of", "ending_reason", "pretty_json"]

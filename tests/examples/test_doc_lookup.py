@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm import Limits, ScriptedModel, Stop, ToolError, check_run, run
-from agent_fsm.engine.wire import answer_message, tool_call_message
+from agent_fsm.engine import answer_message, tool_call_message
 from agent_fsm.examples import doc_lookup
 from agent_fsm.examples.doc_lookup import (
     EXPECTED,

@@ -1,4 +1,35 @@
-"""
+r"""
+[regexes]
+Regular expressions for JSON Schema ``pattern``: linear time, with JSON Schema's meaning.
+
+A tool schema's ``pattern`` runs on text the model wrote. Python's ``re``
+backtracks: ``^(a+)+$`` takes seconds on forty characters, so a pattern is a
+way for hostile input to stall the engine. Patterns here run on RE2, whose
+matching time is linear in the input; a pattern that needs backtracking
+(look-around, back-references) is refused when the tool is defined.
+
+JSON Schema patterns are ECMA-262 regular expressions, where ``\d`` and ``\w``
+are ASCII (Python's ``re`` would let ``"٣"`` pass ``^\d+$``) and ``$`` ends the
+text (Python's would also accept a trailing newline). RE2 agrees on those;
+the translation below covers where it does not: ``\s`` (ECMA's includes
+Unicode spaces), ``.`` (ECMA's stops at ``\r``, U+2028 and U+2029 too) and
+``\uXXXX`` escapes.
+
+RE2 is loaded with the first pattern compiled, so importing the engine does not load it.
+
+
+[formats]
+The ``format`` values agent_fsm checks, and how.
+
+JSON Schema 2020-12 makes ``format`` an annotation unless a validator opts in;
+agent_fsm opts in for the formats below, because a tool that declares
+``"format": "date"`` means it, and a model that sends ``"next Tuesday"``
+should hear so before the handler runs. Formats not listed are annotations
+only (not checked). Every check is a bounded scan of a string; none
+backtracks, and none consults the network.
+
+
+[schema]
 A tool's schema, checked once when the tool is defined and compiled once into a checker.
 
 Checking at definition: the schema must pass its meta-schema, every ``$ref``
@@ -18,22 +49,289 @@ whichever checker decided.
 
 ``jsonschema`` (and its ``referencing`` stack) is imported on first use, by a
 rich schema or a failed call: a run whose tools are all compiled never loads it.
+
+
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
+import ipaddress
 import json
+import re
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
-
-from agent_fsm.engine.formats import FORMAT_CHECKS
-from agent_fsm.engine.regexes import PatternError, compile_pattern
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import jsonschema
 
-__all__ = ["Checker", "compile_checker", "make_validator", "schema_problem"]
+__all__ = [
+    "Checker",
+    "FORMAT_CHECKS",
+    "PatternError",
+    "checked_formats",
+    "compile_checker",
+    "compile_pattern",
+    "format_error",
+    "make_validator",
+    "schema_problem",
+    "translate",
+]
+
+
+# --- regexes ---
+
+# ECMA-262 WhiteSpace and LineTerminator, the members of \s.
+_ECMA_SPACE = r"\t\n\x{0b}\f\r \x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}\x{feff}"
+_ECMA_DOT = r"[^\n\r\x{2028}\x{2029}]"
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+class PatternError(ValueError):
+    """A pattern that RE2 cannot run (a syntax error, or a feature that needs backtracking)."""
+
+
+def translate(pattern: str) -> str:
+    """
+    ``pattern`` (ECMA-262, as JSON Schema writes it) rewritten in RE2 syntax with the same meaning.
+
+    Raises:
+        PatternError: an escape this translation cannot carry over (``\\S`` inside a class).
+    """
+    out: list[str] = []
+    in_class = False
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        if char == "\\" and i + 1 < n:
+            nxt = pattern[i + 1]
+            if nxt == "s":
+                out.append(_ECMA_SPACE if in_class else f"[{_ECMA_SPACE}]")
+            elif nxt == "S":
+                if in_class:
+                    raise PatternError(f"\\S inside a character class is not supported: {pattern!r}")
+                out.append(f"[^{_ECMA_SPACE}]")
+            elif nxt == "u" and pattern[i + 2 : i + 3] == "{":
+                end = pattern.find("}", i + 3)
+                if end < 0:
+                    raise PatternError(f"unterminated \\u{{...}} escape in {pattern!r}")
+                out.append(f"\\x{{{pattern[i + 3 : end]}}}")
+                i = end + 1
+                continue
+            elif nxt == "u" and len(pattern) >= i + 6 and set(pattern[i + 2 : i + 6]) <= _HEX:
+                out.append(f"\\x{{{pattern[i + 2 : i + 6]}}}")
+                i += 6
+                continue
+            else:
+                out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            opening = "[^" if pattern[i + 1 : i + 2] == "^" else "["
+            if pattern[i + len(opening) : i + len(opening) + 1] == "]":
+                # ECMA-262 reads "[]" as matching nothing and "[^]" as anything; RE2 reads a literal "]".
+                raise PatternError(f"an empty character class ({opening}]) is not supported: {pattern!r}")
+            out.append(opening)
+            i += len(opening)
+            continue
+        elif char == ".":
+            out.append(_ECMA_DOT)
+            i += 1
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+@functools.cache
+def _engine() -> tuple[Any, Any, Any]:
+    # (RE2's constructor, its options, the unanchored mode), loaded with the first pattern.
+    from re2 import _re2
+
+    options = _re2.RE2.Options()
+    options.log_errors = False  # RE2 would print every refused pattern to stderr
+    options.never_capture = True  # only "does it match" is asked; no group offsets to track
+    return _re2.RE2, options, _re2.RE2.Anchor.UNANCHORED
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_pattern(pattern: str) -> Callable[[str], bool]:
+    """
+    A predicate ``search(text) -> bool`` for ``pattern``, as JSON Schema's ``pattern`` applies it.
+
+    The match is unanchored (``pattern`` finds its match anywhere unless it
+    anchors itself) and takes time linear in ``len(text)``.
+
+    Raises:
+        PatternError: RE2 cannot compile it; the message says why.
+    """
+    re2, options, unanchored = _engine()
+    regexp = re2(translate(pattern).encode("utf-8"), options)
+    if not regexp.ok():
+        why = regexp.error().decode("utf-8", "replace")
+        raise PatternError(
+            f"pattern {pattern!r} is refused by the linear-time regex engine: {why}"
+            " (look-around and back-references need backtracking, so they are not supported)"
+        )
+
+    def search(text: str) -> bool:
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate, as JSON's "\ud800" makes; RE2 sees its bytes
+            data = text.encode("utf-8", "surrogatepass")
+        return bool(regexp.Match(unanchored, data, 0, len(data))[0][0] >= 0)
+
+    return search
+
+
+# --- formats ---
+
+# Fixed-width pieces only (no nested quantifiers), so these run in linear time.
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
+_TIME = re.compile(r"(\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))", re.ASCII)
+_DOT_ATOM = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*", re.ASCII)
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*", re.ASCII)
+_URI_CHARS = re.compile(r"([A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*", re.ASCII)
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
+_OCTET = re.compile(r"0|[1-9][0-9]{0,2}", re.ASCII)
+
+
+def _is_date(text: str) -> bool:
+    # RFC 3339 full-date; date.fromisoformat alone would also take "20240101" and week dates.
+    match = _DATE.fullmatch(text)
+    if match is None:
+        return False
+    try:
+        datetime.date(int(match[1]), int(match[2]), int(match[3]))
+    except ValueError:
+        return False
+    return True
+
+
+def _is_time(text: str) -> bool:
+    # RFC 3339 full-time: the offset is required; a leap second is only 23:59:60 in UTC.
+    match = _TIME.fullmatch(text)
+    if match is None:
+        return False
+    hour, minute, second = int(match[1]), int(match[2]), int(match[3])
+    if hour > 23 or minute > 59 or second > 60:
+        return False
+    offset_hour, offset_minute = (int(match[6]), int(match[7])) if match[6] is not None else (0, 0)
+    if offset_hour > 23 or offset_minute > 59:
+        return False
+    if second == 60:
+        sign = -1 if match[5].startswith("-") else 1
+        utc = (hour * 60 + minute - sign * (offset_hour * 60 + offset_minute)) % (24 * 60)
+        return utc == 23 * 60 + 59
+    return True
+
+
+def _is_date_time(text: str) -> bool:
+    if len(text) < 11 or text[10] not in "Tt":
+        return False
+    return _is_date(text[:10]) and _is_time(text[11:])
+
+
+def _is_hostname(text: str) -> bool:
+    labels = text.split(".")
+    return len(text) <= 253 and all(_LABEL.fullmatch(label) for label in labels)
+
+
+def _is_email(text: str) -> bool:
+    # RFC 5321 mailbox, ASCII (idn-email is a different format): dot-atom local part,
+    # then a host name or a bracketed IP address literal.
+    local, at, domain = text.rpartition("@")
+    if not at or not local or len(local) > 64 or _DOT_ATOM.fullmatch(local) is None:
+        return False
+    if domain.startswith("[") and domain.endswith("]"):
+        literal = domain[1:-1]
+        try:
+            if literal.lower().startswith("ipv6:"):
+                ipaddress.IPv6Address(literal[5:])
+            else:
+                ipaddress.IPv4Address(literal)
+        except ValueError:
+            return False
+        return True
+    return _is_hostname(domain)
+
+
+def _is_uri(text: str) -> bool:
+    # RFC 3986 URI: a scheme, then only the characters the grammar allows (non-ASCII must be
+    # percent-encoded), with brackets only around an IP literal host.
+    scheme, colon, _rest = text.partition(":")
+    if not colon or _SCHEME.fullmatch(scheme) is None or _URI_CHARS.fullmatch(text) is None:
+        return False
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (raises ValueError on a port that is not a number in range)
+    except ValueError:
+        return False
+    host = parts.netloc.rpartition("@")[2]
+    brackets = text.count("[") + text.count("]")
+    if brackets == 0:
+        return True
+    if brackets != 2 or not host.startswith("[") or "]" not in host:
+        return False
+    try:
+        ipaddress.IPv6Address(host[1 : host.index("]")])
+    except ValueError:
+        return False
+    return True
+
+
+def _is_uuid(text: str) -> bool:
+    if _UUID.fullmatch(text) is None:
+        return False
+    uuid.UUID(text)
+    return True
+
+
+def _is_ipv4(text: str) -> bool:
+    # Dotted quad, decimal, no leading zeros (an octal reading is how "010" surprises people).
+    octets = text.split(".")
+    return len(octets) == 4 and all(_OCTET.fullmatch(o) is not None and int(o) <= 255 for o in octets)
+
+
+FORMAT_CHECKS: dict[str, Callable[[str], bool]] = {
+    "date": _is_date,
+    "date-time": _is_date_time,
+    "time": _is_time,
+    "email": _is_email,
+    "uri": _is_uri,
+    "uuid": _is_uuid,
+    "ipv4": _is_ipv4,
+}
+"""Each checked format's predicate over a string (non-strings are not this keyword's business)."""
+
+
+def checked_formats() -> frozenset[str]:
+    """
+    The ``format`` values a tool schema's arguments are checked against.
+
+    Any other ``format`` is an annotation: shown to the model, not enforced.
+    Generators of valid arguments (such as ``agent_fsm.testing``) ask this.
+    """
+    return frozenset(FORMAT_CHECKS)
+
+
+def format_error(format_name: str, value: object) -> str | None:
+    """Why ``value`` is not a ``format_name``, or ``None`` if it is (or the format is not checked)."""
+    check = FORMAT_CHECKS.get(format_name)
+    if check is None or not isinstance(value, str) or check(value):
+        return None
+    return f"{value!r} is not a {format_name!r}"
+
+
+# --- schema ---
 
 Checker = Callable[[Any], bool]
 """A compiled schema: ``True`` when the instance is valid."""

@@ -1,4 +1,5 @@
-"""
+r"""
+[endings]
 A world's own endings, declared on top of the engine's typed stops.
 
 The engine stops for reasons it can see (:class:`agent_fsm.Stop`): an answer
@@ -16,6 +17,8 @@ world says so with data, never by having callers read reason strings:
 The code lands in ``RunState.code`` (so it survives a save and load) and in
 ``RunResult.code``, which is always set: the stop's own value when the world
 declared nothing.
+
+
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agent_fsm.engine.limits import Stop
+from agent_fsm.engine._limits import Stop
 
 if TYPE_CHECKING:
-    from agent_fsm.engine.state import RunState
+    from agent_fsm.engine._state import RunState
 
 __all__ = ["CODE_PATTERN", "Ending", "EndingRule", "code_for"]
+
+
+# --- endings ---
 
 CODE_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
 """What a code looks like: a lowercase identifier of at most 64 characters (it is a name, not prose)."""

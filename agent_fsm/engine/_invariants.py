@@ -1,10 +1,13 @@
-"""
+r"""
+[invariants]
 Run invariants: what every run must satisfy however the model behaved.
 
 They read only the run's own record and the environment's effect log, so
 checking them needs no re-running. Whether the model replied, and whether
 the job got done, are separate matters that these leave alone: they only
 say whether the run kept to the engine's rules.
+
+
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent_fsm.engine.effects import EffectMatch, matches_call
-from agent_fsm.engine.limits import Limits, Stop
-from agent_fsm.engine.machine import RUN_MACHINE
-from agent_fsm.engine.state import RunResult
+from agent_fsm.engine._boundary import EffectMatch, matches_call
+from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._machine import RUN_MACHINE
+from agent_fsm.engine._state import RunResult
 
 __all__ = ["check_run"]
+
+
+# --- invariants ---
 
 
 def check_run(

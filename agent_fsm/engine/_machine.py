@@ -1,10 +1,13 @@
-"""
+r"""
+[machine]
 Machines as data: a declaration (:class:`MachineSpec`) and the run machine's table.
 
 A :class:`MachineSpec` is only a declaration: states, edges, budgets. It is
 immutable and checked when created. Diagrams, the static checker and the
 engine all read the same declaration; :mod:`agent_fsm.engine.compiled` turns
 it into the running ``transitions`` machine.
+
+
 """
 
 from __future__ import annotations
@@ -14,15 +17,13 @@ from typing import Literal
 
 import attrs
 
-from agent_fsm.engine.errors import MachineDefinitionError
-from agent_fsm.engine.limits import Stop
+from agent_fsm.engine._errors import MachineDefinitionError
+from agent_fsm.engine._limits import Stop
 
-__all__ = [
-    "RUN_MACHINE",
-    "Edge",
-    "MachineSpec",
-    "StateSpec",
-]
+__all__ = ["Edge", "MachineSpec", "RUN_MACHINE", "StateSpec"]
+
+
+# --- machine ---
 
 StateKind = Literal["working", "absorbing", "paused"]
 

@@ -1,4 +1,5 @@
-"""
+r"""
+[async_steps]
 The async runner of a run's steps (see :mod:`agent_fsm.engine.steps`): requests awaited, cancellation deferred.
 
 Cancellation is deferred across *shielded* requests, the ones inside an
@@ -6,21 +7,40 @@ effect (a handler running, the pause before its retry): the effect
 finishes and is recorded, and the cancellation is raised into the run at
 its next unshielded request, where nothing is half done. Kept apart from
 the sync runner so a synchronous program never imports ``asyncio``.
+
+
+[async_driver]
+How :meth:`agent_fsm.Agent.arun` and its twins perform a run's steps: awaited, cancellation deferred.
+
+Same arguments, same results and the very same steps as the sync driver
+(:mod:`agent_fsm.engine.driver`); only the waiting differs. A model's
+``async def achat`` is preferred to its ``chat``; ``async`` gates,
+handlers, answer checks and event sinks are awaited; a ``blocking`` tool
+(or model) runs in a worker thread. Imported only when used, so a
+synchronous program never loads ``asyncio``.
+
+
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_fsm.engine.steps import CALL, MODEL, SLEEP, Request, Steps, chat_kwargs, is_awaitable
+from agent_fsm.engine._events import RunEvent
+from agent_fsm.engine._run import Launch, interrupted
+from agent_fsm.engine._state import RunResult, RunState
+from agent_fsm.engine._steps import CALL, MODEL, SLEEP, Request, Steps, chat_kwargs, is_awaitable
 
 if TYPE_CHECKING:
-    from agent_fsm.engine.context import RunContext
-    from agent_fsm.engine.events import RunEvent
+    from agent_fsm.engine._run import RunContext
 
-__all__ = ["adrive"]
+__all__ = ["RunCancelled", "adrive", "performed", "streamed"]
+
+
+# --- async_steps ---
 
 T = TypeVar("T")
 
@@ -126,3 +146,64 @@ async def _adrain(outbox: list[RunEvent], deliver: Callable[[RunEvent], Awaitabl
     outbox.clear()
     for event in events:
         await deliver(event)
+
+
+# --- async_driver ---
+
+
+class RunCancelled(asyncio.CancelledError):
+    """
+    The task running an async driver was cancelled; ``state`` is where the run stands.
+
+    The state is consistent and saveable: an effect in flight was finished
+    and recorded first, a model call in flight is undone (the run rests in
+    ``Ready`` and asks again). Continue it with :func:`aadvance` (or
+    :func:`agent_fsm.advance`); with a store it was committed as it stands.
+    It is a ``CancelledError``, so code that does not look for it still
+    sees the cancellation it asked for.
+    """
+
+    def __init__(self, message: str, *, state: RunState) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+async def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) -> RunResult:
+    """Await ``launch``'s steps to the run's rest; a cancellation becomes :class:`RunCancelled` with the state."""
+    context, steps = launch
+    try:
+        return await adrive(steps, context.outbox, on_event)
+    except RunCancelled:
+        raise
+    except asyncio.CancelledError as exc:
+        interrupted(context)
+        raise RunCancelled(
+            f"the run was cancelled in {context.state.machine_state!r}; continue it with aadvance", state=context.state
+        ) from exc
+    except BaseException as exc:
+        context.settle_clock()
+        if getattr(exc, "state", False) is None:
+            exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
+        raise
+
+
+async def streamed(launch: Launch) -> AsyncIterator[RunEvent]:
+    """The events of ``launch`` as they happen; the run goes on in a task of its own, cancelled if left early."""
+    queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+
+    async def work() -> RunResult:
+        try:
+            return await performed(launch, queue.put_nowait)
+        finally:
+            queue.put_nowait(None)
+
+    task_ = asyncio.ensure_future(work())
+    try:
+        while (event := await queue.get()) is not None:
+            yield event
+        await task_
+    finally:
+        if not task_.done():
+            task_.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task_

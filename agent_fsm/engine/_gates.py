@@ -1,9 +1,12 @@
-"""
+r"""
+[gates]
 Gates: policy applied to the exact arguments immediately before an effect.
 
 A gate is any callable from a validated :class:`ToolCall` to a
 :class:`Verdict` (or a plain ``(allowed, reason)`` tuple). It decides whether
 *this* call may run *now*; it never sees the model's prose, only the call.
+
+
 """
 
 from __future__ import annotations
@@ -13,17 +16,13 @@ from typing import Literal, Union
 
 import attrs
 
-from agent_fsm.engine.failures import GateError
-from agent_fsm.engine.tools import Registry, ToolCall
+from agent_fsm.engine._errors import GateError
+from agent_fsm.engine._tools import Registry, ToolCall
 
-__all__ = [
-    "Gate",
-    "Verdict",
-    "allow_all",
-    "as_verdict",
-    "ask_for_effects",
-    "deny_effects",
-]
+__all__ = ["Gate", "Verdict", "allow_all", "as_verdict", "ask_for_effects", "deny_effects"]
+
+
+# --- gates ---
 
 VerdictKind = Literal["allow", "deny", "ask"]
 

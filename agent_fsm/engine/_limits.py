@@ -1,5 +1,8 @@
-"""
+r"""
+[limits]
 Budgets, and the fixed set of typed reasons a run ends.
+
+
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
-from agent_fsm.engine.jsondata import DEPTH_CEILING
+from agent_fsm.engine._json import DEPTH_CEILING
 
 __all__ = ["Limits", "Stop"]
+
+
+# --- limits ---
 
 
 class Stop(str, enum.Enum):

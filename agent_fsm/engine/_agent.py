@@ -1,4 +1,5 @@
-"""
+r"""
+[driver]
 The agent as one value, and the functions that run it: :class:`Agent` and ``run``, ``resume``, ``advance``, ``stream``.
 
 An :class:`Agent` holds what defines an agent (model, tools, gate, limits,
@@ -9,6 +10,8 @@ arguments and delegate to it, so code written before the agent was a value
 keeps working. The async twins (:meth:`Agent.arun` and friends) perform the
 very same steps, awaited (:mod:`agent_fsm.engine.async_driver`, loaded only
 when first used, so a synchronous program never imports ``asyncio``).
+
+
 """
 
 from __future__ import annotations
@@ -19,24 +22,30 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.approval import Seen
-from agent_fsm.engine.callbacks import AnswerCheck
-from agent_fsm.engine.checkpoint import Checkpointer
-from agent_fsm.engine.endings import EndingRule
-from agent_fsm.engine.events import RunEvent
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.launch import DEFAULT_SYSTEM_PROMPT, Launch, continuing, deciding, start_state, starting
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
-from agent_fsm.engine.state import RunResult, RunState
-from agent_fsm.engine.steps import drive, iterate, perform_now
-from agent_fsm.engine.tools import Registry, check_registry
+from agent_fsm.engine._boundary import Checkpointer, Seen
+from agent_fsm.engine._endings import EndingRule
+from agent_fsm.engine._events import RunEvent
+from agent_fsm.engine._gates import Gate
+from agent_fsm.engine._limits import Limits
+from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
+from agent_fsm.engine._models import Model
+from agent_fsm.engine._run import (
+    DEFAULT_SYSTEM_PROMPT,
+    AnswerCheck,
+    Launch,
+    continuing,
+    deciding,
+    start_state,
+    starting,
+)
+from agent_fsm.engine._state import RunResult, RunState
+from agent_fsm.engine._steps import drive, iterate, perform_now
+from agent_fsm.engine._tools import Registry, check_registry
 
 __all__ = [
-    "DEFAULT_SYSTEM_PROMPT",
     "Agent",
     "AnswerCheck",
+    "DEFAULT_SYSTEM_PROMPT",
     "EventSink",
     "aadvance",
     "advance",
@@ -48,6 +57,9 @@ __all__ = [
     "start_state",
     "stream",
 ]
+
+
+# --- driver ---
 
 EventSink = Callable[[RunEvent], Any]
 """Receives each :class:`agent_fsm.events.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
@@ -271,7 +283,7 @@ class Agent:
         ``blocking`` tool (or model) runs in a worker thread. Cancelling the
         task raises :class:`agent_fsm.RunCancelled` with the run's state.
         """
-        from agent_fsm.engine.async_driver import performed
+        from agent_fsm.engine._async import performed
 
         return await performed(self._starting(task, history, store, run_id, on_event is not None), on_event)
 
@@ -289,7 +301,7 @@ class Agent:
         The run goes on in a task of its own; leaving the loop early cancels it.
         An exception the run raised is raised here after its last event.
         """
-        from agent_fsm.engine.async_driver import streamed
+        from agent_fsm.engine._async import streamed
 
         async for event in streamed(self._starting(task, history, store, run_id, True)):
             yield event
@@ -303,7 +315,7 @@ class Agent:
         on_event: EventSink | None = None,
     ) -> RunResult:
         """:meth:`advance`, awaited: drive ``state`` on until it rests (also how a cancelled run goes on)."""
-        from agent_fsm.engine.async_driver import performed
+        from agent_fsm.engine._async import performed
 
         return await performed(self._continuing(state, store, run_id, on_event is not None), on_event)
 
@@ -325,7 +337,7 @@ class Agent:
         The pause is checked again after an async gate was awaited: of two
         decisions racing on one paused state, exactly one is applied.
         """
-        from agent_fsm.engine.async_driver import performed
+        from agent_fsm.engine._async import performed
 
         launch = self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event is not None)
         return await performed(launch, on_event)

@@ -1,38 +1,122 @@
-"""
+r"""
+[handlers]
+Whether a tool's handler fits its schema: checked once, when the ToolSpec is built.
+
+A valid call must never end as a ``TypeError`` inside the handler (the run
+would end as a handler bug for something the contract allowed). So a schema
+that declares an argument the handler cannot take, or a handler argument
+that a valid call may leave out, is refused at definition; and an open
+schema's extra arguments reach only a handler that takes ``**kwargs``.
+
+
+[tools]
 Tool contracts: what a tool promises to accept, checked before anything runs.
 
 A proposal is *well formed* when it names a tool in the registry and its
 arguments satisfy that tool's JSON Schema. Whether it is *permitted* is a
 different question, answered later by the gate; keeping the two apart is what
 lets each be tested on its own.
+
+
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from agent_fsm.engine.errors import ToolDefinitionError
-from agent_fsm.engine.handlers import handler_arguments, reads_context
-from agent_fsm.engine.jsondata import argument_problem
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.schema import compile_checker, make_validator, schema_problem
+from agent_fsm.engine._errors import ToolDefinitionError
+from agent_fsm.engine._json import argument_problem
+from agent_fsm.engine._limits import Limits
+from agent_fsm.engine._schema import compile_checker, make_validator, schema_problem
 
 __all__ = [
-    "TOOL_NAME",
+    "call_fingerprint",
     "Registry",
+    "TOOL_NAME",
     "ToolCall",
     "ToolSpec",
     "check_registry",
     "declaration_tokens",
     "function_declarations",
+    "handler_arguments",
+    "reads_context",
     "validate_call",
 ]
+
+
+# --- handlers ---
+
+# Keywords that can require or declare arguments away from the top level.
+_COMPOSING = frozenset(
+    {
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "$ref",
+        "$dynamicRef",
+        "dependentRequired",
+        "dependentSchemas",
+    }
+)
+
+
+def handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) -> frozenset[str] | None:
+    """
+    The argument names ``handler`` takes, to pass it only those; ``None`` when it takes any (``**kwargs``).
+
+    Refuses, at definition, a handler that a valid call would make raise ``TypeError``.
+    """
+    try:
+        parameters = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):  # some builtins have no signature to read; pass them everything
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    # ``context`` is the engine's to give (see boundary.execute), never a model's argument.
+    by_name = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "context"]
+    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+    if positional:
+        raise ToolDefinitionError(f"handler takes positional-only {positional}; arguments are passed by name")
+    names = frozenset(p.name for p in by_name)
+    declared = set(schema.get("properties", {})) | set(schema.get("required", []))
+    unknown = sorted(declared - names)
+    if unknown:
+        raise ToolDefinitionError(
+            f"the schema declares {unknown} but the handler takes no such parameter (it takes {sorted(names)})"
+        )
+    if not (_COMPOSING & schema.keys()):
+        needed = sorted(p.name for p in by_name if p.default is p.empty and p.name not in schema.get("required", []))
+        if needed:
+            raise ToolDefinitionError(
+                f"handler parameters {needed} have no default, but the schema does not require them:"
+                " a valid call could leave them out"
+            )
+    return names
+
+
+def reads_context(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` names a ``context`` parameter, to be given the call's ToolContext."""
+    try:
+        parameters = inspect.signature(handler).parameters
+    except (TypeError, ValueError):  # some builtins have no readable signature: they take no context
+        return False
+    parameter = parameters.get("context")
+    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+
+
+# --- tools ---
 
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 """What a tool may be called: the names every provider's API accepts."""
@@ -228,6 +312,34 @@ class ToolCall:
             except (TypeError, ValueError, RecursionError):
                 pass  # not JSON data (it will be refused as such); its text stands in
         return f"{self.name}:<unparsed>{self.raw_arguments}"
+
+
+def call_fingerprint(call: ToolCall) -> str:
+    """
+    A digest of the call id, tool name and canonical arguments: equal exactly for the same call.
+
+    Canonical means sorted keys and no whitespace, so key order in the
+    model's text does not matter; the call id is included so an approval of
+    one call never covers an identical proposal made later.
+    """
+    arguments = call.arguments if call.arguments is not None else {"<unparsed>": call.raw_arguments}
+    item = [call.call_id, call.name, arguments]
+    try:
+        text = "".join(_encode_digested(item, 0))
+    except RecursionError:  # a cycle (or nesting too deep): the checking encoder says which
+        text = _DIGESTED.encode(item)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_DIGESTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+# The same encoding, built once rather than per call as JSONEncoder.encode does;
+# without cycle markers, so it holds no state between calls or threads.
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encode_digestedr", None)  # CPython's; absent in a pure-Python json
+_encode_digested: Callable[[object, int], Sequence[str]] = (
+    _C_ENCODER(None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
+    if _C_ENCODER is not None
+    else lambda item, _level: [_DIGESTED.encode(item)]
+)
 
 
 def _quote(text: str | None, limit: int = 200) -> str:

@@ -1,4 +1,5 @@
-"""
+r"""
+[analysis]
 Static checks on a machine declaration: termination is proved from the table, not hoped for.
 
 The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
@@ -13,6 +14,8 @@ The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
 It also warns (without failing the report) about a working state whose edges
 for its event are all guarded: unless those guards are exhaustive, some run
 can find no edge to take and raises :class:`~agent_fsm.InvalidTransition`.
+
+
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from agent_fsm.engine.machine import Edge, MachineSpec
+from agent_fsm.engine._machine import Edge, MachineSpec
 
 __all__ = ["MachineReport", "Violation", "check_machine", "cycles"]
+
+
+# --- analysis ---
 
 
 @attrs.frozen

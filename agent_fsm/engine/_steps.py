@@ -1,4 +1,5 @@
-"""
+r"""
+[steps]
 Where a run waits on the world, and the two ways of waiting: one driver for sync and async.
 
 The machine's effects are generators. At each point where a run needs
@@ -11,6 +12,8 @@ calls and :func:`agent_fsm.engine.async_steps.adrive` awaits them, so the two dr
 A request marked *shielded* (a handler's call, the pause before a retry)
 is one that must finish once started: the async runner lets a
 cancellation wait for it.
+
+
 """
 
 from __future__ import annotations
@@ -19,14 +22,13 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_fsm.engine.failures import RunError
+from agent_fsm.engine._errors import NotSynchronous
 
 if TYPE_CHECKING:
-    from agent_fsm.engine.context import RunContext
-    from agent_fsm.engine.events import RunEvent
+    from agent_fsm.engine._events import RunEvent
+    from agent_fsm.engine._run import RunContext
 
 __all__ = [
-    "NotSynchronous",
     "Request",
     "Steps",
     "call_of",
@@ -37,6 +39,9 @@ __all__ = [
     "pause_for",
     "perform_now",
 ]
+
+
+# --- steps ---
 
 T = TypeVar("T")
 
@@ -50,10 +55,6 @@ CALL, MODEL, SLEEP = 0, 1, 2
 
 Perform = Callable[[Request], Any]
 """Performs a request in place (:func:`perform_now`); a step given ``None`` yields its requests to the driver."""
-
-
-class NotSynchronous(RunError, TypeError):
-    """The synchronous driver met an ``async`` model, gate, handler or answer check: run it with the async driver."""
 
 
 def call_of(what: str, function: Callable[..., Any], *args: Any) -> Request:

@@ -1,4 +1,5 @@
-"""
+r"""
+[events]
 Run events: what a run did, as it did it, as plain data.
 
 The drivers post these as the run moves (``on_event=``, :func:`agent_fsm.stream`,
@@ -8,6 +9,8 @@ epoch), and survives a JSON round trip (:func:`event_to_json`,
 :func:`event_from_json`), so it can be shipped to a UI or a log as it is.
 Events are made only when someone listens: a run without a listener pays
 nothing for them.
+
+
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from agent_fsm.engine.state import RunResult, RunState
+from agent_fsm.engine._limits import Stop
+from agent_fsm.engine._state import RunResult, RunState
 
 __all__ = [
     "EVENT_TYPES",
@@ -34,6 +38,9 @@ __all__ = [
     "event_from_json",
     "event_to_json",
 ]
+
+
+# --- events ---
 
 
 @attrs.frozen
@@ -190,8 +197,6 @@ def event_from_json(data: dict[str, Any]) -> RunEvent:
 
 
 def _result(data: Any) -> RunResult:
-    from agent_fsm.engine.limits import Stop
-
     if not isinstance(data, dict) or set(data) != {"stop", "code", "answer", "reason", "state"}:
         raise ValueError(f"an 'ended' event's result must hold stop, code, answer, reason and state: {data!r:.200}")
     state = RunState.from_json(json.dumps(data["state"]))

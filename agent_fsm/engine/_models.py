@@ -1,5 +1,8 @@
-"""
+r"""
+[models]
 What the engine needs of a model, and the deterministic stand-in that speaks its wire format.
+
+
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from agent_fsm.engine.wire import answer_message
+from agent_fsm.engine._messages import answer_message
 
 __all__ = ["Model", "ModelReply", "ScriptedModel", "not_a_message"]
+
+
+# --- models ---
 
 
 @attrs.frozen

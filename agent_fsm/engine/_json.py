@@ -1,4 +1,5 @@
-"""
+r"""
+[jsondata]
 Plain JSON data: checking what arrives, and storing what handlers return.
 
 Both directions meet values nobody vouched for. Arguments come from model
@@ -7,6 +8,8 @@ Python's ``json`` reads), or be cyclic objects from an in-process model;
 handler results may hold tuple keys, cycles or integers JSON text cannot
 carry. Nothing here recurses without a bound, so none of it can raise
 ``RecursionError``.
+
+
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import reprlib
 from typing import Any
 
 __all__ = ["DEPTH_CEILING", "argument_problem", "describe", "nesting_exceeds", "storable"]
+
+
+# --- jsondata ---
 
 DEPTH_CEILING = 100
 """No stored value nests deeper: deeper ones could not be saved (``json`` and ``cattrs`` recurse)."""

@@ -1,4 +1,5 @@
-"""
+r"""
+[policy]
 A narrow decision interface, ``decide(task, observations) -> dict``, adapted onto the engine's Model protocol.
 
 A policy written against this interface never sees the wire format. The
@@ -43,6 +44,8 @@ of the world's codes: it becomes a final decision ``{"ending": code,
 "reason": ...}`` that the answer check of ``FinalDecision.check`` refuses
 with that code. Only codes listed in ``FinalDecision.endings`` are accepted,
 so a reply cannot invent an ending the world never declared.
+
+
 """
 
 from __future__ import annotations
@@ -53,11 +56,11 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import AnswerCheck
-from agent_fsm.engine.endings import Ending
-from agent_fsm.engine.state import RunState
-from agent_fsm.engine.tools import ToolSpec
-from agent_fsm.engine.wire import answer_message, assistant_text
+from agent_fsm.engine._endings import Ending
+from agent_fsm.engine._messages import answer_message, assistant_text
+from agent_fsm.engine._run import AnswerCheck
+from agent_fsm.engine._state import RunState
+from agent_fsm.engine._tools import ToolSpec
 
 __all__ = [
     "DECISION_ERRORS",
@@ -71,6 +74,9 @@ __all__ = [
     "string_fields",
     "task_of",
 ]
+
+
+# --- policy ---
 
 DECISION_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, KeyError)
 """What ``decide`` may raise for a bad decision (an ``invalid`` observation); others but ``OSError`` are bugs."""

@@ -1,0 +1,1306 @@
+r"""
+[compiled]
+A declaration bound to its guard and effect functions: one ``transitions.Machine`` per process.
+
+:func:`compile_machine` builds the machine once and caches it, then reads
+a dispatch table off the machine's own edges (per state, its edges in
+table order: guard, destination, the destination's on-enter effects).
+Every run is driven through that table and passed as the single argument
+guards and effects receive, so a run costs no machine of its own and a
+step costs a dictionary look-up and the guards it tries.
+
+
+[context]
+One run in flight: its plain-data state plus what it runs against, which is never saved.
+
+The guards and effects of :mod:`agent_fsm.engine.callbacks` receive this
+object; the drivers build it once per call and throw it away when the run
+rests, so nothing in it can be smuggled in through a saved state.
+
+
+[progress]
+No-progress bookkeeping: O(1) per rejection, whatever the run's length.
+
+Each rejected proposal is counted by its fingerprint, and the last two are
+remembered so that an alternation (A, B, A, B ...) is seen as it grows. A
+run that keeps proposing what was refused ends ``no_progress``: the same
+proposal ``Limits.repeated_denials`` times, or two in alternation over
+``Limits.oscillation`` consecutive rejections.
+
+
+[callbacks]
+The run machine's guards and effects, and the machine compiled from them.
+
+Guards are pure predicates over one run in flight; effects are the on-enter
+callbacks that ask the model, judge proposals and cross the effect boundary.
+The table they serve is :data:`agent_fsm.engine.machine.RUN_MACHINE`; the
+public functions that drive it are in :mod:`agent_fsm.engine.driver`.
+
+
+[launch]
+How a run is set going and how it comes to rest, shared by the sync and async drivers.
+
+Each public driver function checks its arguments at once, then builds a
+:class:`RunContext` and the run's steps here; the sync driver performs the
+steps with plain calls, the async driver awaits them. The result, the
+reason in words and the commit to a store are made here too, so both
+drivers end a run the same way.
+
+
+[recovery]
+Continuing a run from its last checkpoint after the process that ran it died.
+
+A checkpoint taken at an intent holds the run in ``Executing`` with the
+call at the head of ``pending`` and no observation of it: the handler may
+have run, in part or fully, or not at all. Nobody can know, so the rule is:
+the step into ``Executing`` is rolled back to the state it was taken from
+(``Proposing``, or ``AwaitingApproval`` for an approved call), and then
+
+* an **idempotent** tool the gate still allows is run again, under the same
+  idempotency key (the key depends only on the run and the call);
+* any other call pauses in ``AwaitingApproval`` with the reason "outcome
+  unknown": a person checks the world and approves (it runs again, same
+  key) or rejects (it is recorded as not run).
+
+A call is never silently executed twice.
+
+
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+import time
+import types
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from transitions import Machine, State
+
+from agent_fsm.engine._boundary import (
+    Checkpointer,
+    Intent,
+    Seen,
+    approved_judging,
+    commit_intent,
+    commit_observation,
+    enter_call,
+    idempotency_key,
+    judge,
+    judging,
+    leave_call,
+    mark_pause,
+    open_pause,
+    run_call,
+)
+from agent_fsm.engine._endings import Ending, EndingRule, code_for
+from agent_fsm.engine._errors import (
+    InvalidTransition,
+    MachineDefinitionError,
+    NotPaused,
+    NotSynchronous,
+    RunError,
+    StateError,
+)
+from agent_fsm.engine._events import (
+    Ended,
+    Judged,
+    ModelReplied,
+    ModelRequested,
+    Observed,
+    Paused,
+    Proposed,
+    RunEvent,
+    StateEntered,
+    TextDelta,
+)
+from agent_fsm.engine._gates import Gate, deny_effects
+from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._machine import RUN_MACHINE, MachineSpec
+from agent_fsm.engine._messages import (
+    CallIds,
+    Observation,
+    TokenEstimator,
+    assistant_text,
+    estimate_tokens,
+    normalise_reply,
+    tool_message,
+)
+from agent_fsm.engine._models import Model, ModelReply, not_a_message
+from agent_fsm.engine._state import Judgement, ProviderFault, RunResult, RunState, state_problem
+from agent_fsm.engine._steps import Perform, Steps, call_of, drive, model_call
+from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, shown_to_model
+
+__all__ = [
+    "AnswerCheck",
+    "AnswerCheckFn",
+    "CompiledMachine",
+    "DEFAULT_SYSTEM_PROMPT",
+    "LOG",
+    "MACHINE",
+    "OUTCOME_UNKNOWN",
+    "RunContext",
+    "Vocabulary",
+    "compile_machine",
+    "continue_run",
+    "continuing",
+    "count_rejection",
+    "deciding",
+    "interrupted",
+    "no_progress",
+    "no_progress_reason",
+    "start_state",
+    "starting",
+]
+
+
+# --- compiled ---
+
+Vocabulary = Mapping[str, Callable[[Any], Any]]
+
+# One edge as the driver takes it: guard (None: the fallback), destination,
+# the destination's on-enter effects, and the event and guard names it reports.
+_Row = tuple[Callable[[Any], Any] | None, str, tuple[Callable[[Any], Any], ...], str, str | None]
+
+_GENERATOR = types.GeneratorType
+
+
+class CompiledMachine:
+    """
+    A declaration bound to its guard and effect functions, as one shared ``transitions.Machine``.
+
+    Every run is a plain object with a ``machine_state`` attribute (and, if
+    it wants to hear of each move, an ``entered(source, event, guard)``
+    method). Effects are plain functions or generators of driver requests
+    (see :mod:`agent_fsm.engine.steps`): :meth:`steps` serves both drivers.
+    """
+
+    def __init__(self, spec: MachineSpec, vocabulary: Vocabulary) -> None:
+        missing = sorted(spec.names() - set(vocabulary))
+        if missing:
+            raise MachineDefinitionError(f"machine {spec.name!r}: no function given for {missing}")
+        self.spec = spec
+        states = [
+            State(s.name, on_enter=[vocabulary[n] for n in s.on_enter], final=s.kind == "absorbing")
+            for s in spec.states
+        ]
+        transitions = [
+            {
+                "trigger": e.event,
+                "source": e.source,
+                "dest": e.dest,
+                "conditions": [vocabulary[e.guard]] if e.guard else [],
+            }
+            for e in spec.edges
+        ]
+        self.machine = Machine(
+            model=None,  # runs are never attached: each is driven through the table below
+            states=states,
+            transitions=transitions,
+            initial=spec.initial,
+            auto_transitions=False,  # no implicit to_<state>() triggers: every move is an edge of the table
+            send_event=False,
+            model_attribute="machine_state",
+            ignore_invalid_triggers=False,
+            queued=False,
+        )
+        self._rows = self._read_rows()
+        self._auto: dict[str, tuple[_Row, ...] | None] = {}
+        for s in spec.states:
+            event = spec.auto_event(s.name)
+            self._auto[s.name] = None if event is None else self._rows[(s.name, event)]
+
+    def _read_rows(self) -> dict[tuple[str, str], tuple[_Row, ...]]:
+        """The dispatch table, read off the ``transitions`` machine's events, in table order."""
+        rows: dict[tuple[str, str], tuple[_Row, ...]] = {}
+        for name, event in self.machine.events.items():
+            for source, candidates in event.transitions.items():
+                found: list[_Row] = []
+                for transition in candidates:
+                    assert transition.dest is not None, "every edge has a destination"
+                    guard = transition.conditions[0].func if transition.conditions else None
+                    effects = tuple(self.machine.get_state(transition.dest).on_enter)
+                    label = getattr(guard, "__name__", None) if guard is not None else None
+                    found.append((guard, transition.dest, effects, name, label))  # type: ignore[arg-type]
+                rows[(source, name)] = tuple(found)
+        return rows
+
+    def _refuse(self, run: Any, event: str) -> InvalidTransition:
+        source = run.machine_state
+        if (source, event) in self._rows:
+            detail = "had a guard that held"
+        else:
+            detail = "exists (it is not a source of that event)"
+        return InvalidTransition(
+            f"machine {self.spec.name!r}: no edge for event {event!r} from {source!r} {detail}",
+            state=getattr(run, "state", None),
+            machine_state=source,
+            event=event,
+        )
+
+    def steps(self, run: Any, event: str | None = None) -> Steps[str]:
+        """
+        Fire ``event`` (if given), then each working state's automatic event, until the run rests.
+
+        Returns the resting state. Raises InvalidTransition when no edge's
+        guard held (a gap in the definition) or the state cannot take ``event``.
+        """
+        if event is not None:
+            yield from self._one(run, event)
+        entered = getattr(run, "entered", None)
+        auto = self._auto
+        source: str = run.machine_state
+        while (rows := auto[source]) is not None:
+            for row in rows:
+                guard = row[0]
+                if guard is None or guard(run):
+                    break
+            else:
+                raise self._refuse(run, rows[0][3])
+            _guard, dest, effects, name, label = row
+            run.machine_state = dest
+            if entered is not None:
+                entered(source, name, label)
+            for effect in effects:
+                step = effect(run)
+                if type(step) is _GENERATOR:
+                    yield from step
+            source = run.machine_state  # where the effects left the run
+        return source
+
+    def fire(self, run: Any, event: str) -> None:
+        """
+        Fire ``event`` for ``run``, synchronously, and nothing more.
+
+        Raises:
+            InvalidTransition: no edge's guard held (a gap in the definition).
+        """
+        drive(self._one(run, event))
+
+    def _one(self, run: Any, event: str) -> Steps[None]:
+        rows = self._rows.get((run.machine_state, event))
+        if rows is None:
+            raise self._refuse(run, event)
+        for guard, dest, effects, _name, label in rows:
+            if guard is None or guard(run):
+                source = run.machine_state
+                run.machine_state = dest
+                entered = getattr(run, "entered", None)
+                if entered is not None:
+                    entered(source, event, label)
+                for effect in effects:
+                    step = effect(run)
+                    if type(step) is _GENERATOR:
+                        yield from step
+                return
+        raise self._refuse(run, event)
+
+    def advance(self, run: Any) -> str:
+        """Fire the automatic event of each working state until the run rests, synchronously; return that state."""
+        if self._auto[run.machine_state] is None:
+            resting: str = run.machine_state
+            return resting
+        return drive(self.steps(run))
+
+
+@functools.cache
+def _compile_cached(spec: MachineSpec, vocabulary_items: tuple[tuple[str, Any], ...]) -> CompiledMachine:
+    return CompiledMachine(spec, dict(vocabulary_items))
+
+
+def compile_machine(spec: MachineSpec, vocabulary: Vocabulary) -> CompiledMachine:
+    """Compile ``spec`` once per process (cached on the spec and the functions given)."""
+    return _compile_cached(spec, tuple(sorted(vocabulary.items())))
+
+
+# --- context ---
+
+LOG = logging.getLogger("agent_fsm")
+"""The library's logger: one DEBUG line per transition, nothing at INFO or above in a run that goes well."""
+
+AnswerCheckFn = Callable[[str, RunState], Any]
+
+
+class RunContext:
+    """One run in flight: its state, its model, tools, gate and budgets, and who listens."""
+
+    __slots__ = (
+        "answer_check",
+        "authorized",
+        "call_ids",
+        "checkpointer",
+        "clock_start",
+        "declaration_tokens",
+        "declarations",
+        "entered",
+        "estimator",
+        "gate",
+        "limits",
+        "model",
+        "outbox",
+        "perform",
+        "run_id",
+        "state",
+        "tools",
+    )
+
+    def __init__(
+        self,
+        state: RunState,
+        model: Model,
+        tools: Registry,
+        gate: Gate | None,
+        limits: Limits,
+        estimator: TokenEstimator,
+        answer_check: AnswerCheckFn | None = None,
+        checkpointer: Checkpointer | None = None,
+        run_id: str | None = None,
+        listening: bool = False,
+    ) -> None:
+        self.state = state
+        # Where the run is committed (None: in memory only), and its id, from
+        # which every call's idempotency key is derived.
+        self.checkpointer = checkpointer
+        self.run_id = run_id if run_id is not None else state.run_id
+        self.answer_check = answer_check
+        self.model = model
+        self.tools = tools
+        # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
+        self.declarations, self.declaration_tokens = shown_to_model(tools, estimator)
+        self.gate = gate if gate is not None else deny_effects(tools)
+        self.limits = limits
+        self.estimator = estimator
+        self.call_ids = CallIds.of(state.messages)  # ids in the transcript; new proposals never reuse one
+        # The call this process just judged allowed (or a human approved); never
+        # saved, so authority to run a handler cannot come from a saved state.
+        self.authorized: ToolCall | None = None
+        # Events wait here for the driver to deliver them (None: nobody listens, none is made).
+        self.outbox: list[RunEvent] | None = [] if listening else None
+        # How the run's requests are performed in place; None: they are yielded to the driver
+        # (the async driver, or a listener that hears events between them). Set by the sync driver.
+        self.perform: Perform | None = None
+        debug = LOG.isEnabledFor(logging.DEBUG)
+        self.entered: Callable[[str, str, str | None], None] | None = self._entered if listening or debug else None
+        # The clock is read only under a time budget.
+        self.clock_start = time.monotonic() if limits.max_seconds is not None else None
+
+    @property
+    def machine_state(self) -> str:
+        return self.state.machine_state
+
+    @machine_state.setter
+    def machine_state(self, value: str) -> None:
+        self.state.machine_state = value
+        self.state.path.append(value)
+
+    def _entered(self, source: str, event: str, guard: str | None) -> None:
+        state = self.state
+        if LOG.isEnabledFor(logging.DEBUG):
+            LOG.debug(
+                "run %s: %s --%s [%s]--> %s (turn %d)",
+                self.run_id,
+                source,
+                event,
+                guard or "else",
+                state.machine_state,
+                state.turns,
+            )
+        if self.outbox is not None:
+            self.outbox.append(
+                StateEntered(self.run_id, time.time(), state.machine_state, source, event, guard, state.turns)
+            )
+
+    def post(self, event: RunEvent) -> None:
+        """Post ``event`` for the driver to deliver (only called when someone listens)."""
+        assert self.outbox is not None
+        self.outbox.append(event)
+
+    def delta_sink(self, live: Callable[[RunEvent], Any] | None) -> Callable[[str], None]:
+        """What a streaming model calls with each text fragment under the sync driver."""
+        turn = self.state.turns
+
+        def on_delta(text: str) -> None:
+            event = TextDelta(self.run_id, time.time(), turn, text)
+            if live is not None:
+                live(event)
+            else:
+                self.post(event)
+
+        return on_delta
+
+    def adelta_sink(self, deliver: Callable[[RunEvent], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
+        """What a streaming model awaits with each text fragment under the async driver."""
+        turn = self.state.turns
+
+        async def on_delta(text: str) -> None:
+            await deliver(TextDelta(self.run_id, time.time(), turn, text))
+
+        return on_delta
+
+    def elapsed(self) -> float:
+        """Seconds this run has spent in drivers under its time budget, this call included."""
+        if self.clock_start is None:
+            return self.state.elapsed
+        return self.state.elapsed + (time.monotonic() - self.clock_start)
+
+    def remaining_seconds(self) -> float | None:
+        """Seconds left in the time budget (``None``: no time budget)."""
+        limit = self.limits.max_seconds
+        return None if limit is None else limit - self.elapsed()
+
+    def settle_clock(self) -> None:
+        """Record the time spent so far in the state, as the run rests or is interrupted."""
+        if self.clock_start is not None:
+            now = time.monotonic()
+            self.state.elapsed += now - self.clock_start
+            self.clock_start = now
+
+    def append(self, message: dict[str, Any]) -> None:
+        """
+        Append a message, measuring it once (token accounting stays O(n) over a run).
+
+        The estimator's count must be a whole number >= 0; one that raises or
+        answers anything else is a bug, reported with the run's state.
+        """
+        try:
+            tokens = self.estimator(message)
+        except Exception as exc:
+            raise RunError(f"the token estimator raised {type(exc).__name__}: {exc}", state=self.state) from exc
+        if type(tokens) is not int or tokens < 0:
+            raise RunError(f"a token estimator must return a whole number >= 0; got {tokens!r}", state=self.state)
+        state = self.state
+        state.messages.append(message)
+        state.message_tokens += tokens
+
+    def next_prompt_tokens(self) -> int:
+        """Estimated size of the prompt the next model call would send."""
+        return self.state.message_tokens + self.declaration_tokens + self.state.usage_offset
+
+
+# --- progress ---
+
+
+def count_rejection(state: RunState, key: str) -> None:
+    """Count the rejection of the proposal fingerprinted ``key``."""
+    state.denials[key] = state.denials.get(key, 0) + 1
+    recent = state.recent_rejections
+    if len(recent) == 2 and key == recent[0] and key != recent[1]:
+        state.alternation += 1  # ... A, B, A: the alternation goes on
+    elif recent and key != recent[-1]:
+        state.alternation = 2  # B after A: an alternation may be starting
+    else:
+        state.alternation = 1
+    state.recent_rejections = [*recent[-1:], key]
+
+
+def _repeated(state: RunState, limits: Limits) -> bool:
+    return (
+        bool(state.recent_rejections) and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials
+    )
+
+
+def no_progress(state: RunState, limits: Limits) -> bool:
+    """The latest rejection crossed a threshold (only it can have: O(1))."""
+    return bool(state.recent_rejections) and (_repeated(state, limits) or state.alternation >= limits.oscillation)
+
+
+def no_progress_reason(state: RunState, limits: Limits, last: object) -> str:
+    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason."""
+    if _repeated(state, limits):
+        return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
+    return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"
+
+
+# --- callbacks ---
+
+AnswerCheck = Callable[[str, RunState], "str | Ending | None"]
+"""
+Judges a final answer before it is accepted: ``None`` accepts, a reason refuses (``answer_rejected``),
+an :class:`agent_fsm.Ending` names the world's code as well.
+"""
+
+
+# --- guards: pure predicates over the run -----------------------------------
+
+
+def time_spent(run: RunContext) -> bool:
+    """The run has spent its ``max_seconds`` time budget."""
+    limit = run.limits.max_seconds
+    return limit is not None and run.elapsed() >= limit
+
+
+def turn_budget_spent(run: RunContext) -> bool:
+    """``max_turns`` model calls were made."""
+    return run.state.turns >= run.limits.max_turns
+
+
+def prompt_over_budget(run: RunContext) -> bool:
+    """The next prompt is estimated above ``max_prompt_tokens``."""
+    return run.next_prompt_tokens() > run.limits.max_prompt_tokens
+
+
+def provider_failed(run: RunContext) -> bool:
+    """The last model call raised an ``OSError``."""
+    return run.state.fault is not None
+
+
+def answer_refused(run: RunContext) -> bool:
+    """The reply was a plain answer and the answer check refused it."""
+    return not run.state.pending and run.state.judgement is not None
+
+
+def reply_has_no_calls(run: RunContext) -> bool:
+    """Nothing is pending: the reply was a plain answer."""
+    return not run.state.pending
+
+
+def tool_budget_spent(run: RunContext) -> bool:
+    """``max_tool_calls`` handler attempts were made."""
+    limit = run.limits.max_tool_calls
+    return limit is not None and run.state.tool_attempts >= limit
+
+
+def call_rejected(run: RunContext) -> bool:
+    """The head proposal broke its contract or the gate denied it."""
+    judgement = run.state.judgement
+    return judgement is not None and judgement.kind in ("invalid", "denied")
+
+
+def approval_needed(run: RunContext) -> bool:
+    """The gate asked for a human's decision."""
+    judgement = run.state.judgement
+    return judgement is not None and judgement.kind == "ask"
+
+
+def call_allowed(run: RunContext) -> bool:
+    """The head proposal is valid and the gate allowed it."""
+    judgement = run.state.judgement
+    return judgement is not None and judgement.kind == "allow"
+
+
+def failed_permanently(run: RunContext) -> bool:
+    """The call just executed reported a failure that retrying cannot fix."""
+    observations = run.state.observations
+    return bool(observations) and observations[-1].permanent
+
+
+def calls_pending(run: RunContext) -> bool:
+    """The current reply has calls not yet judged."""
+    return bool(run.state.pending)
+
+
+def denial_repeated(run: RunContext) -> bool:
+    """The rejected proposal came back ``repeated_denials`` times, or two have alternated ``oscillation`` times."""
+    return no_progress(run.state, run.limits)
+
+
+# --- effects: the on-enter callbacks of states --------------------------------
+
+
+def _ask_model(run: RunContext) -> Steps[None]:
+    state = run.state
+    estimate = run.next_prompt_tokens()
+    state.prompt_token_log.append(estimate)
+    state.turns += 1
+    if run.outbox is not None:
+        run.post(ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
+    request = model_call(run)
+    try:
+        reply = run.perform(request) if run.perform is not None else (yield request)
+    except OSError as exc:
+        state.fault = ProviderFault(
+            type=type(exc).__name__,
+            kind=getattr(exc, "kind", "timeout" if isinstance(exc, TimeoutError) else "transport"),
+            message=str(exc) or type(exc).__name__,
+            status=getattr(exc, "status", None),
+        )
+        return
+    except NotSynchronous:
+        _unask(state)  # an async model under the sync driver: it was never asked
+        raise
+    except Exception as exc:
+        raise RunError(f"the model raised {type(exc).__name__}: {exc}", state=state) from exc
+    except BaseException:
+        _unask(state)
+        raise
+    state.finish = None
+    if type(reply) is not dict:  # a plain dict is the common reply: no other checks for it
+        if isinstance(reply, ModelReply):
+            counted = reply.prompt_tokens
+            if counted is not None and _plausible_count(counted, estimate):
+                # The provider counted this prompt: adopt its figure and carry the
+                # correction forward so later estimates start from the real size.
+                state.usage_offset += counted - estimate
+                state.prompt_token_log[-1] = counted
+            state.finish = reply.finish
+            reply = reply.message
+        if not isinstance(reply, Mapping):
+            raise RunError(not_a_message(reply), state=state)
+    message, calls = normalise_reply(reply, state.turns, run.call_ids)
+    run.append(message)
+    state.pending = calls
+    if run.outbox is not None:
+        text = assistant_text(message)
+        tokens = state.prompt_token_log[-1]
+        run.post(ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
+
+
+def _unask(state: RunState) -> None:
+    """
+    Undo the start of a model call that did not happen, or was cancelled (or interrupted) in flight.
+
+    As if the call was never made: the run rests in Ready and asks again when it goes on.
+    """
+    state.turns -= 1
+    state.prompt_token_log.pop()
+    state.machine_state = "Ready"
+    state.path.pop()
+
+
+def _plausible_count(counted: int, estimate: int) -> bool:
+    """
+    Whether a provider's prompt token count may replace the estimate.
+
+    Rationale: adopting a count moves every later estimate by the difference,
+    so a server reporting 0 (or only the few tokens it did not have cached)
+    would switch the token budget off. A count below a quarter of the
+    estimate is taken as such a report and the estimate stands.
+    """
+    return counted > 0 and counted * 4 >= estimate
+
+
+def _not_an_answer(run: RunContext) -> str | None:
+    """Why the latest reply, which proposes nothing, cannot be taken as an answer (``None``: it can)."""
+    state = run.state
+    if state.finish == "length" and not run.limits.accept_truncated:
+        return (
+            "the reply was cut off at the model's output token limit (finish 'length'), so it is not a "
+            "complete answer; raise the provider's max_tokens, or accept it with Limits(accept_truncated=True)"
+        )
+    if state.finish == "refusal":
+        message = state.messages[-1]
+        text = message.get("refusal") or assistant_text(message) or "(no text)"
+        return f"the model refused (finish 'refusal'): {text}"
+    if state.finish == "content_filter":
+        return "the provider's content filter withheld the reply (finish 'content_filter')"
+    return None
+
+
+def _cut_off(call: ToolCall) -> Judgement:
+    return Judgement(
+        "invalid",
+        f"the call to {call.name or '(no name)'} was cut off at the model's output token limit "
+        f"(finish 'length'), so its arguments may be incomplete; it was not run: {call.raw_arguments!r}",
+    )
+
+
+def take_proposal(run: RunContext) -> Steps[None]:
+    """Take the next proposal (asking the model when the reply is used up) and judge it."""
+    if not run.state.pending:
+        yield from _ask_model(run)
+    yield from judge_proposal(run)
+
+
+def _check_answer(run: RunContext) -> Steps[str | None]:
+    """The answer check's reason to refuse the answer; a check that raises or answers garbage is a bug."""
+    state = run.state
+    text = assistant_text(state.messages[-1]) or ""
+    try:
+        assert run.answer_check is not None, "judge_proposal asks only when there is a check"
+        request = call_of("answer check", run.answer_check, text, state)
+        reason = run.perform(request) if run.perform is not None else (yield request)
+    except NotSynchronous:
+        raise  # an async check under the sync driver: the caller's mistake, not the check's
+    except Exception as exc:
+        raise RunError(f"the answer check raised {type(exc).__name__}: {exc}", state=state) from exc
+    if isinstance(reason, Ending):  # the driver records an Ending's code; its reason refuses
+        reason = None if reason.accept else reason.reason or reason.code
+    if reason is not None and not isinstance(reason, str):
+        raise RunError(f"an answer check must return None, a reason string or an Ending; got {reason!r}", state=state)
+    return reason
+
+
+def judge_proposal(run: RunContext) -> Steps[None]:
+    """
+    Judge what the model proposed, afresh: the answer check for an answer, the boundary for the head call.
+
+    Also how a run resting in ``Proposing`` (a saved or failed state) goes
+    on: whatever judgement it holds is discarded and made again here.
+    """
+    state = run.state
+    state.judgement = None
+    run.authorized = None
+    if state.fault is not None:
+        return
+    if not state.pending:
+        reason = _not_an_answer(run)
+        if reason is None and run.answer_check is not None:
+            reason = yield from _check_answer(run)
+        if reason is not None:
+            state.judgement = Judgement("invalid", reason)
+    elif not tool_budget_spent(run):
+        call = state.pending[0]
+        listening = run.outbox is not None
+        if listening:
+            run.post(Proposed(run.run_id, time.time(), call.call_id, call.name, call.arguments))
+        # A reply cut off at the token limit may end inside a call's arguments
+        # that still happen to parse and pass the schema: none of its calls run.
+        if state.finish == "length":
+            judgement = _cut_off(call)
+        else:
+            judgement = yield from judging(
+                call, run.tools, run.gate, state=state, limits=run.limits, perform=run.perform
+            )
+        state.judgement = judgement
+        if judgement.kind == "allow":
+            run.authorized = call
+        elif judgement.kind == "ask":
+            state.pause = open_pause(state, call, judgement.reason)
+            state.pause_id = state.pause.pause_id  # one id for seen=, a store and the inbox
+        if listening:
+            now = time.time()
+            run.post(Judged(run.run_id, now, call.call_id, call.name, judgement.kind, judgement.reason))
+            if state.pause is not None and judgement.kind == "ask":
+                run.post(Paused(run.run_id, now, state.pause.pause_id, call.call_id, call.name, judgement.reason))
+
+
+def _observe(run: RunContext, observation: Observation) -> None:
+    state = run.state
+    state.observations.append(observation)
+    run.append(tool_message(observation))
+    call = state.pending.pop(0)
+    state.judgement = None
+    if run.outbox is not None:
+        o = observation
+        run.post(Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
+
+
+def execute_call(run: RunContext) -> Steps[None]:
+    """Run the head call's handler: the only place a tool's authority is used."""
+    state = run.state
+    call = state.pending[0]
+    if run.authorized is not call:
+        raise RunError(
+            f"call {call.call_id!r} reached the effect boundary without a judgement made by this process"
+            " (a saved judgement is never authority)",
+            state=state,
+        )
+    run.authorized = None
+    checkpointer = run.checkpointer
+    # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
+    intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
+    token = enter_call(call.call_id)
+    try:
+        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform)
+    finally:
+        leave_call(token)
+    _observe(run, observation)
+    if intent is not None:
+        commit_observation(checkpointer, run.run_id, state, intent)
+
+
+def record_rejection(run: RunContext) -> None:
+    """Send the rejection back to the model and count it toward no-progress."""
+    state = run.state
+    call = state.pending[0]
+    judgement = state.judgement
+    assert judgement is not None and judgement.kind in ("invalid", "denied")
+    count_rejection(state, call.fingerprint())
+    _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
+
+
+def close_pending(run: RunContext) -> None:
+    """
+    Answer every call the run stops before judging, as ``denied``.
+
+    A transcript whose assistant message proposes calls that no tool message
+    answers is not valid wire history: a provider would refuse it if the
+    conversation went on with ``history=``. The calls did not run; saying so
+    keeps the record complete.
+    """
+    state = run.state
+    stop = RUN_MACHINE.ending_of(state.machine_state)
+    while state.pending:
+        call = state.pending[0]
+        _observe(run, Observation(call.call_id, False, "denied", f"not run: the run stopped ({stop})"))
+
+
+def record_answer(run: RunContext) -> None:
+    """Keep the answer text of the final assistant message."""
+    run.state.answer = assistant_text(run.state.messages[-1]) or ""
+
+
+MACHINE = compile_machine(
+    RUN_MACHINE,
+    {
+        f.__name__: f
+        for f in (
+            time_spent,
+            turn_budget_spent,
+            prompt_over_budget,
+            provider_failed,
+            answer_refused,
+            reply_has_no_calls,
+            tool_budget_spent,
+            call_rejected,
+            approval_needed,
+            call_allowed,
+            calls_pending,
+            failed_permanently,
+            denial_repeated,
+            take_proposal,
+            execute_call,
+            record_rejection,
+            record_answer,
+            close_pending,
+        )
+    },
+)
+
+
+# --- launch ---
+
+_DEFAULT_LIMITS = Limits()  # frozen: one shared value for every run given no limits
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You act only through the tools you are given. Each tool result comes back as JSON with "
+    "ok, kind and content. A call that comes back invalid or denied is information: read the "
+    "reason and change your proposal, or answer in plain text."
+)
+"""The system prompt a run starts with when ``system_prompt`` is not given: how tool results read."""
+
+Launch = tuple[RunContext, Steps[RunResult]]
+
+
+def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
+    if stop is Stop.ANSWERED:
+        return None
+    if stop in (Stop.ANSWER_REJECTED, Stop.AWAITING_APPROVAL):
+        return state.judgement.reason if state.judgement is not None else None
+    if stop is Stop.PROVIDER_ERROR:
+        return state.fault.message if state.fault is not None else None
+    if stop is Stop.TIME_LIMIT:
+        cut = " (the model call in flight was cut off)" if state.fault is not None else ""
+        return f"{state.elapsed:.3f} s of the {limits.max_seconds} s time budget spent{cut}"
+    # A state handed in may claim an ending its record does not show: say so, never raise.
+    last = state.observations[-1].content if state.observations else "(no observation recorded)"
+    if stop is Stop.NO_PROGRESS:
+        return no_progress_reason(state, limits, last)
+    if stop is Stop.STEP_LIMIT:
+        return f"{state.turns} of {limits.max_turns} model calls made"
+    if stop is Stop.TOKEN_LIMIT:
+        return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
+    if stop is Stop.HANDOFF:
+        return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
+    return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
+
+
+def _declared(check: AnswerCheck | None) -> Any:
+    """The answer check as the machine calls it: an :class:`Ending` it returns is recorded as the run's code."""
+    if check is None:
+        return None
+
+    def answer_check(text: str, state: RunState) -> Any:
+        verdict = check(text, state)
+        if hasattr(verdict, "__await__"):
+            return _awaited_verdict(verdict, state)
+        return _verdict(verdict, state)
+
+    answer_check.__qualname__ = getattr(check, "__qualname__", repr(check))  # named as the user wrote it
+    return answer_check
+
+
+def _verdict(verdict: Any, state: RunState) -> Any:
+    if not isinstance(verdict, Ending):
+        return verdict
+    state.code = verdict.code
+    return None if verdict.accept else verdict.reason or verdict.code
+
+
+class _awaited_verdict:  # used as the function it stands in for
+    """An async check's verdict, read when awaited; closing it closes the check's own coroutine (never started)."""
+
+    def __init__(self, pending: Any, state: RunState) -> None:
+        self.pending = pending
+        self.state = state
+
+    def __await__(self) -> Any:
+        return self._settle().__await__()
+
+    async def _settle(self) -> Any:
+        return _verdict(await self.pending, self.state)
+
+    def close(self) -> None:
+        close = getattr(self.pending, "close", None)
+        if callable(close):
+            close()
+
+
+def _result(state: RunState, limits: Limits, endings: EndingRule | None = None) -> RunResult:
+    stop = RUN_MACHINE.stop_of(state.machine_state)
+    assert stop is not None, "the driver returned from a working state"
+    code = code_for(endings, stop, state)
+    if stop is not Stop.AWAITING_APPROVAL and code != stop.value:
+        state.code = code  # kept in the state, so a saved run still says how it ended
+    return RunResult(
+        stop=stop,
+        answer=state.answer if stop is Stop.ANSWERED else None,
+        state=state,
+        blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL else None,
+        reason=_reason(stop, state, limits),
+        code=code,
+    )
+
+
+def start_state(
+    task: str,
+    *,
+    system_prompt: str | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+    estimator: TokenEstimator = estimate_tokens,
+    run_id: str | None = None,
+) -> RunState:
+    """
+    A fresh state in ``Ready``: the system prompt (``""`` for none), any earlier
+    ``history`` of a conversation, then the task as the newest user message.
+
+    The system prompt is added only when ``history`` has none of its own.
+    ``run_id`` names the run (pause ids and idempotency keys derive from it);
+    by default it is random.
+    """
+    state = RunState() if run_id is None else RunState(run_id=run_id)
+    prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    opening: list[dict[str, Any]] = []
+    if prompt and not any(m.get("role") == "system" for m in history):
+        opening.append({"role": "system", "content": prompt})
+    for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
+        state.messages.append(message)
+        state.message_tokens += estimator(message)
+    state.opening = len(state.messages)
+    return state
+
+
+def _required_id(run_id: str | None) -> str:
+    if not isinstance(run_id, str) or not run_id:
+        raise TypeError(f"a run kept in a store needs a run_id to be found by (a non-empty str, got {run_id!r})")
+    return run_id
+
+
+def _stored_id(store: Checkpointer | None, run_id: str | None) -> str | None:
+    return _required_id(run_id) if store is not None else run_id
+
+
+def _trusted_limits(state: RunState, limits: Limits | None) -> Limits:
+    """The limits to run under: those passed, else those saved with the run, else the defaults."""
+    if limits is not None:
+        if not isinstance(limits, Limits):
+            raise TypeError(f"'limits' must be a Limits (got {limits!r} that is a {type(limits).__name__}).")
+        return limits
+    saved = state.limits
+    if saved is not None and not isinstance(saved, Limits):
+        raise StateError(f"the state's limits are not a Limits: {saved!r}", state=state)
+    return saved if saved is not None else _DEFAULT_LIMITS
+
+
+def _check(state: RunState) -> None:
+    if not isinstance(state, RunState):
+        raise TypeError(f"'state' must be a RunState (got {type(state).__name__})")
+    problem = state_problem(state)
+    if problem is not None:
+        raise StateError(f"the run state is inconsistent at {problem[0]}: {problem[1]}", state=state)
+
+
+def _rest(context: RunContext, endings: EndingRule | None) -> RunResult:
+    """The run rests (paused or ended): its result, committed (a pause under its own id) and announced."""
+    context.settle_clock()
+    result = _result(context.state, context.limits, endings)
+    if context.checkpointer is not None:
+        mark_pause(context.state)
+        context.checkpointer.save(context.run_id, context.state)
+    if context.outbox is not None:
+        context.post(Ended(context.run_id, time.time(), result))
+    return result
+
+
+def interrupted(context: RunContext) -> None:
+    """The run was cancelled where it stands (consistent by construction): keep its time, and commit it if stored."""
+    context.settle_clock()
+    if context.checkpointer is not None:
+        context.checkpointer.save(context.run_id, context.state)
+
+
+def starting(
+    task: str,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None,
+    limits: Limits | None,
+    system_prompt: str | None,
+    history: Sequence[Mapping[str, Any]],
+    answer_check: AnswerCheck | None,
+    estimator: TokenEstimator,
+    endings: EndingRule | None,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+) -> Launch:
+    """A new run of ``task``: its context and steps (see :func:`agent_fsm.run`)."""
+    state = start_state(task, system_prompt=system_prompt, history=history, estimator=estimator, run_id=run_id)
+    state.limits = limits if limits is not None else _DEFAULT_LIMITS
+    if store is not None:
+        store.begin(_required_id(run_id), state)
+    return continuing(
+        state,
+        model,
+        tools,
+        gate=gate,
+        limits=limits,
+        answer_check=answer_check,
+        estimator=estimator,
+        endings=endings,
+        store=store,
+        run_id=run_id,
+        listening=listening,
+        fresh=True,
+    )
+
+
+def continuing(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    *,
+    gate: Gate | None,
+    limits: Limits | None,
+    answer_check: AnswerCheck | None,
+    estimator: TokenEstimator,
+    endings: EndingRule | None,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+    fresh: bool = False,
+) -> Launch:
+    """
+    ``state`` driven on from where it is (see :func:`agent_fsm.advance`).
+
+    A ``fresh`` state, built just now by :func:`start_state`, is consistent by construction and not checked again.
+    """
+    if not fresh:
+        _check(state)
+    chosen = _trusted_limits(state, limits)
+    context = _context(state, model, tools, gate, chosen, answer_check, estimator, store, run_id, listening)
+    return context, _advancing(context, endings)
+
+
+def _context(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    gate: Gate | None,
+    limits: Limits,
+    answer_check: AnswerCheck | None,
+    estimator: TokenEstimator,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+) -> RunContext:
+    """The run in flight: the answer check as the machine calls it, the run id a store requires."""
+    check = _declared(answer_check)
+    return RunContext(state, model, tools, gate, limits, estimator, check, store, _stored_id(store, run_id), listening)
+
+
+def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResult]:
+    state = context.state
+    if RUN_MACHINE.state(state.machine_state).kind == "working":
+        state.limits = context.limits
+        if state.machine_state == "Proposing":
+            yield from judge_proposal(context)
+        yield from MACHINE.steps(context)
+    return _rest(context, endings)
+
+
+def deciding(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    *,
+    approve: bool,
+    gate: Gate | None,
+    limits: Limits | None,
+    reason: str,
+    arguments: Mapping[str, Any] | None,
+    seen: Seen | None,
+    answer_check: AnswerCheck | None,
+    estimator: TokenEstimator,
+    endings: EndingRule | None,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+) -> Launch:
+    """A human's decision on a paused ``state`` (see :func:`agent_fsm.resume`); the checks are made at once."""
+    if not isinstance(approve, bool):
+        raise TypeError(f"'approve' must be a bool (got {approve!r} that is a {type(approve).__name__}).")
+    if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
+        raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
+    _still_paused(state)
+    _check(state)
+    chosen = _trusted_limits(state, limits)
+    work = copy.deepcopy(state)
+    work.pause = None
+    work.pause_id = None  # this pause is being decided; a later one gets its own id
+    work.limits = chosen
+    context = _context(work, model, tools, gate, chosen, answer_check, estimator, store, run_id, listening)
+    return context, _decided(context, state, approve, reason, arguments, seen, endings)
+
+
+def _still_paused(state: RunState) -> None:
+    if state.machine_state != "AwaitingApproval":
+        raise NotPaused(
+            f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state
+        )
+    if state.consumed:
+        raise NotPaused("this paused state was resumed already; a pause is decided once", state=state)
+
+
+def _decided(
+    context: RunContext,
+    state: RunState,
+    approve: bool,
+    reason: str,
+    arguments: Mapping[str, Any] | None,
+    seen: Seen | None,
+    endings: EndingRule | None,
+) -> Steps[RunResult]:
+    pause = state.pause
+    assert pause is not None, "state_problem checks that a paused state holds its pause"
+    work = context.state
+    if approve:
+        yield from _approve(context, pause.fingerprint, arguments)  # may consult the gate; runs nothing yet
+    else:
+        work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
+    # Decided from here on: nothing ran before this point, so a failure above
+    # leaves the pause open. Checked again after the gate was awaited: another
+    # decision may have taken the pause meanwhile.
+    _still_paused(state)
+    if seen is not None and seen(pause.pause_id):
+        raise NotPaused(f"pause {pause.pause_id!r} was decided already; a pause is decided once", state=state)
+    state.consumed = True
+    # An approval judged afresh to be refused (invalid now, denied, not the
+    # call approved, no tool attempts left) leaves the pause as a rejection.
+    allowed = approve and work.judgement is not None and work.judgement.kind == "allow"
+    yield from MACHINE.steps(context, "approve" if allowed else "reject")
+    return _rest(context, endings)
+
+
+def _approve(context: RunContext, covers: str, arguments: Mapping[str, Any] | None) -> Steps[None]:
+    """Judge the blocked call afresh under a human's approval of the call ``covers`` names."""
+    state = context.state
+    call = state.pending[0]
+    if arguments is not None:
+        edited = dict(arguments)
+        call = ToolCall(call.call_id, call.name, edited, json.dumps(edited, default=repr))
+        state.pending[0] = call
+        covers = call_fingerprint(call)  # the reviewer wrote this call: their approval is of it
+    context.authorized = None
+    state.judgement = None
+    limit = context.limits.max_tool_calls
+    if limit is not None and state.tool_attempts >= limit:
+        state.judgement = Judgement("denied", f"not run: the tool budget is spent ({state.tool_attempts} of {limit})")
+        return
+    state.judgement = yield from approved_judging(call, context.tools, context.gate, covers, state=state)
+    if state.judgement.kind == "allow":
+        context.authorized = call
+
+
+# --- recovery ---
+
+OUTCOME_UNKNOWN = "outcome unknown"
+"""How the reason of a pause for an interrupted, non-idempotent call begins."""
+
+
+def _roll_back(state: RunState, intent: Intent) -> None:
+    call = state.pending[0] if state.pending else None
+    if state.machine_state != "Executing" or call is None or call_fingerprint(call) != intent.fingerprint:
+        raise RunError(
+            f"the checkpoint does not match its intent: expected the call {intent.call_id!r} ({intent.tool})"
+            f" at the head of pending in 'Executing', found {state.machine_state!r} with"
+            f" {call.call_id if call else 'nothing'!r} pending",
+            state=state,
+        )
+    # execute_call commits the intent as its first act, so entering Executing is all there is to undo.
+    state.path.pop()
+    state.machine_state = state.path[-1]
+
+
+def settle_intent(context: RunContext, intent: Intent) -> None:
+    state = context.state
+    _roll_back(state, intent)
+    call = state.pending[0]
+    spec = context.tools.get(call.name)
+    came_from = state.machine_state
+    reason = ""
+    if spec is not None and spec.idempotent:
+        if came_from == "AwaitingApproval":
+            context.authorized = call  # the store recorded a person's approval of this very call
+            MACHINE.fire(context, "approve")  # run it again, same key
+            return
+        # The saved judgement is data, not authority: the gate is asked again before anything runs.
+        judgement = judge(call, context.tools, context.gate, state=state)
+        if judgement.kind == "allow":
+            state.judgement = judgement
+            context.authorized = call
+            MACHINE.fire(context, "judge")
+            return
+        reason = f"; the gate now answers {judgement.kind}: {judgement.reason}"
+    key = idempotency_key(context.run_id, state, call)
+    state.judgement = Judgement(
+        "ask",
+        f"{OUTCOME_UNKNOWN}: {call.name} ({call.call_id}) was interrupted after its intent was recorded and"
+        f" before its result was; check whether it took effect (idempotency key {key}), then approve to run it"
+        f" again under that key or reject to record it as not run{reason}",
+    )
+    state.pause = open_pause(state, call, state.judgement.reason)  # what a person's approval will cover
+    state.pause_id = state.pause.pause_id  # derived from the run, not drawn at random: the same on every replay
+    if came_from == "Proposing":
+        MACHINE.fire(context, "judge")  # the judge edge to AwaitingApproval: the gate's own way to a person
+
+
+def continue_run(
+    state: RunState,
+    model: Model,
+    tools: Registry,
+    *,
+    store: Checkpointer,
+    run_id: str,
+    intent: Intent | None,
+    gate: Gate | None = None,
+    limits: Limits | None = None,
+    answer_check: AnswerCheck | None = None,
+    estimator: TokenEstimator = estimate_tokens,
+    endings: EndingRule | None = None,
+) -> RunResult:
+    """
+    Continue a stored run (``state``, modified in place) from its last checkpoint until it rests again.
+
+    ``intent`` is the effect the checkpoint says was in flight (``None``:
+    none was); it is settled as the module says before the run goes on.
+    A run already resting is committed as it is and returned.
+
+    Raises:
+        RunError: the checkpoint and its intent disagree (a store written by something else).
+    """
+    chosen = _trusted_limits(state, limits)  # the run's own limits unless new ones are passed
+    context = RunContext(state, model, tools, gate, chosen, estimator, _declared(answer_check), store, run_id)
+    if intent is not None:
+        settle_intent(context, intent)
+    elif state.machine_state == "AwaitingApproval":
+        # Stored as paused but claimed as running: a decision was taken and its process died before the
+        # run moved on. The decision did not take effect; the pause opens again, under a new id.
+        state.pause_id = None
+    if not RUN_MACHINE.state(state.machine_state).is_resting:
+        MACHINE.advance(context)
+    return _rest(context, endings)

@@ -1,0 +1,1241 @@
+r"""
+[state]
+The run's state as plain data, and the result a run returns.
+
+Nothing about a run lives anywhere else: save a :class:`RunState` as JSON,
+load it in another process, and :func:`agent_fsm.resume` carries on exactly
+as it would have in memory.
+
+
+[consistency]
+Consistency of a run state: counters and indices that must agree with its transcript.
+
+Both the saved-state reader and the driver ask this of every state they are
+handed, so an edited or hand-built state is refused before anything is
+decided from it. Consistency is not authenticity (see docs/security.md).
+
+
+[state_reader]
+The strict reader of a saved run state: one small function per field, nothing coerced.
+
+``"5"``, ``5.9`` and ``true`` are not counts; an unknown machine state, a
+missing or extra field is refused; the first problem is reported by its
+dotted path. It is written by hand because it runs on every load of every
+paused run and must cost little more than ``json.loads`` itself. Fields
+added to the state classes later, that this reader has no rule for, are
+held to the type of their default.
+
+
+[state_fast_reader]
+The fast path of the saved-state reader: accept a plainly valid state in one pass, or decline.
+
+:func:`quick_state` holds a saved state to exactly the rules of
+:func:`~agent_fsm.engine.state_reader.read_state`, but only answers yes (the
+state) or "not plainly valid" (``None``); the strict reader then finds and
+words the first problem. So the common case, a state this engine wrote, pays
+for boolean checks only: no dotted paths, no per-field calls, no keyword
+dictionaries, and its records are built without running attrs validators the
+checks here already made.
+
+It builds records by setting their slots directly, which is only right while
+the record classes have exactly the fields and validators written out here.
+That is checked once at import: if a class has changed (a field added, a
+validator that this module does not repeat), the fast path turns itself off
+and every state goes through the strict reader.
+
+
+[saved]
+The saved-state format: strict JSON out, a validating reader in, an optional HMAC signature.
+
+A saved state is data that may have been edited, truncated or forged. It is
+read field by field without coercion (:mod:`~agent_fsm.engine.state_reader`;
+a state as the engine writes it in one pass, :mod:`~agent_fsm.engine.state_fast_reader`)
+and its counters are checked against its transcript
+(:mod:`~agent_fsm.engine.consistency`). What the reader cannot tell is whether a well-formed state is *authentic*;
+a signature (``key=``) can, and the driver never takes authority from a
+state either way (see docs/security.md).
+
+
+[transcript]
+Human-readable views of a run: the transcript, one line per message or call.
+
+
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import math
+import operator
+import os
+import re
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from agent_fsm.engine._endings import CODE_PATTERN
+from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._machine import RUN_MACHINE
+from agent_fsm.engine._messages import Observation
+from agent_fsm.engine._tools import ToolCall, call_fingerprint
+
+__all__ = [
+    "BadField",
+    "CALL_EXTRA",
+    "ENABLED",
+    "Judgement",
+    "OBSERVATION_EXTRA",
+    "Pause",
+    "ProviderFault",
+    "RunResult",
+    "RunState",
+    "STATES",
+    "STATE_EXTRA",
+    "dump_state",
+    "format_result",
+    "format_transcript",
+    "json_kind",
+    "load_state",
+    "quick_state",
+    "read_limits",
+    "read_state",
+    "state_problem",
+]
+
+
+# --- state ---
+
+FORMAT = 2
+"""Version of the saved-state format; bumped on any incompatible change."""
+
+
+@attrs.frozen
+class ProviderFault:
+    """Why the model could not be reached: the exception type, a short kind, HTTP status, message."""
+
+    type: str
+    kind: str
+    message: str
+    status: int | None = None
+
+
+@attrs.frozen
+class Judgement:
+    """
+    What the engine decided about the proposal at the head of ``pending``.
+
+    ``invalid`` (it broke the contract), ``denied`` (the gate or a human
+    refused), ``ask`` (the gate wants a human) or ``allow``.
+    """
+
+    kind: str = attrs.field(validator=attrs.validators.in_(("invalid", "denied", "ask", "allow")))
+    reason: str
+
+
+@attrs.frozen
+class Pause:
+    """
+    Why a run waits for a human, and exactly which call the human is asked about.
+
+    ``pause_id`` is unique to this pause (the run's id and the pause's ordinal),
+    so an application or a store can record that it was decided once.
+    ``fingerprint`` is :func:`agent_fsm.engine.approval.call_fingerprint` of the
+    blocked call (call id, tool name, canonical arguments): an approval covers
+    that call and nothing else. ``reason`` is the gate's.
+    """
+
+    pause_id: str
+    fingerprint: str
+    reason: str
+
+
+def _new_run_id() -> str:
+    # uuid.uuid4().hex without building a UUID object (several microseconds of every run's start):
+    # 16 random bytes with the version 4 and RFC 4122 variant bits set, as uuid4 sets them.
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return raw.hex()
+
+
+# No validation on assignment: the driver sets fields many times a turn, and a
+# state is checked where it crosses a trust boundary (RunState.from_json,
+# state_problem on advance/resume), not on every write.
+@attrs.define(eq=True, on_setattr=attrs.setters.NO_OP)
+class RunState:
+    """
+    Everything the engine knows about one run.
+
+    ``messages`` is the transcript in OpenAI wire format, ``observations`` the
+    typed result of every attempted call, ``prompt_token_log`` the size of
+    every prompt sent. ``pending`` holds the current reply's calls that have
+    not been judged yet (its head is the call being judged, executed or
+    awaiting approval). ``machine_state`` is where the run is in the machine.
+    """
+
+    messages: list[dict[str, Any]] = attrs.field(factory=list)
+    observations: list[Observation] = attrs.field(factory=list)
+    prompt_token_log: list[int] = attrs.field(factory=list)
+    turns: int = 0
+    tool_attempts: int = 0
+    machine_state: str = "Ready"
+    # Every state the run entered, in order: the trace that diagrams and
+    # reviews read, so nothing about the route has to be inferred.
+    path: list[str] = attrs.field(factory=list)
+    pending: list[ToolCall] = attrs.field(factory=list)
+    judgement: Judgement | None = None
+    denials: dict[str, int] = attrs.field(factory=dict)
+    answer: str | None = None
+    # How many messages the run started with (system prompt, history, task):
+    # what came before is a conversation's past, not this run's record.
+    opening: int = 0
+    fault: ProviderFault | None = None
+    # Estimated tokens of ``messages``, kept as messages are appended so each
+    # is measured once; ``usage_offset`` corrects it with a provider's count.
+    message_tokens: int = 0
+    usage_offset: int = 0
+    # How the latest model reply ended, as its adapter reported it
+    # (``ModelReply.finish``: "stop", "length", "refusal", ...), else None.
+    finish: str | None = None
+    # The world's own ending (agent_fsm.Ending), once the run rests on one; kept here so it survives a save.
+    code: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.matches_re(r"[a-z][a-z0-9_]{0,63}"))
+    )
+    # Set while the run rests in ``AwaitingApproval``: unique to this pause,
+    # so a decision names the pause it decides and is applied once.
+    pause_id: str | None = None
+    # The budgets the run was started (or last resumed) under: a resume
+    # without ``limits=`` keeps them, so a run cannot outgrow its budgets by
+    # being saved and loaded.
+    limits: Limits | None = None
+    # The open pause (set while ``AwaitingApproval``), and the run's identity
+    # that makes each pause id unique across runs.
+    pause: Pause | None = None
+    run_id: str = attrs.field(factory=_new_run_id)
+    # Set on a paused state once resume() has used it: a state object is
+    # decided once. (The same saved JSON loaded twice is two objects; see
+    # resume(seen=...) and docs/security.md.)
+    consumed: bool = False
+    # No-progress bookkeeping, O(1) per rejection: the fingerprints of the
+    # last two rejected proposals, and how many consecutive rejections so far
+    # alternated between two different proposals (A, B, A, B ...).
+    recent_rejections: list[str] = attrs.field(factory=list)
+    alternation: int = 0
+    # Seconds spent in the drivers under a time budget (Limits.max_seconds), pauses excluded.
+    elapsed: float = 0.0
+
+    def to_json(self, *, key: bytes | None = None) -> str:
+        """
+        This state as strict JSON text (lossless: ``from_json(s.to_json()) == s``).
+
+        With ``key``, the text is signed (HMAC-SHA256) and :meth:`from_json`
+        must be given the same key: use it whenever the state travels through
+        hands that are not yours (a browser, a queue, a ticket system).
+
+        Raises:
+            ValueError: the state holds something strict JSON cannot (NaN, a non-JSON object, too deep).
+        """
+        return dump_state(self, key)
+
+    @classmethod
+    def from_json(cls, text: str, *, key: bytes | None = None) -> RunState:
+        """
+        Read a state written by :meth:`to_json`, checking every field and the counters' consistency.
+
+        Nothing is coerced: a wrong type, an unknown machine state, a counter
+        that disagrees with the transcript, a missing or extra field is refused.
+
+        Raises:
+            ValueError: the text is not a saved run state of this format; the
+                message names the dotted path of the first problem. With
+                ``key``, also when the signature is missing or does not match.
+        """
+        return load_state(text, key)
+
+    @property
+    def stop(self) -> Stop | None:
+        """The typed ending this state is in, or ``None`` while the run is still working."""
+        return RUN_MACHINE.stop_of(self.machine_state)
+
+
+@attrs.frozen
+class RunResult:
+    """
+    How a run ended (typed), its answer if it gave one, and every detail of its state.
+
+    ``blocked_on`` is the call awaiting a human when ``stop`` is
+    ``awaiting_approval``, else ``None``. ``reason`` says in words why the
+    run stopped (the last denial, the refused answer, the provider's error).
+    """
+
+    stop: Stop
+    answer: str | None
+    state: RunState
+    blocked_on: ToolCall | None = None
+    reason: str | None = None  # why it stopped, in words (None for a plain answer)
+    # The world's ending (see agent_fsm.Ending): always set, the stop's own value when the world declared none.
+    code: str = attrs.field(default=attrs.Factory(lambda self: self.stop.value, takes_self=True))
+
+
+# --- consistency ---
+
+STATES = frozenset(s.name for s in RUN_MACHINE.states)
+"""The names of the run machine's states: nothing else is a machine state."""
+
+_COUNTERS = ("turns", "tool_attempts", "opening", "message_tokens", "alternation")
+
+
+def state_problem(state: RunState) -> tuple[str, str] | None:
+    """
+    The first way ``state`` disagrees with itself, as ``(dotted path, what is wrong)``; ``None`` if consistent.
+
+    Checked: counters are whole numbers >= 0; one logged prompt per turn; no
+    more assistant replies than turns and no fewer handler attempts than
+    executed calls; observations answer this run's tool messages one to one;
+    every pending call was proposed by the latest reply, is unanswered and
+    carries the reply's text; a pause exactly while awaiting approval, bound
+    to the blocked call.
+    """
+    turns, attempts, opening, tokens, alternation = (
+        state.turns, state.tool_attempts, state.opening, state.message_tokens, state.alternation
+    )  # fmt: skip
+    counts = (turns, attempts, opening, tokens, alternation)
+    if (
+        type(turns) is not int or type(attempts) is not int or type(opening) is not int or type(tokens) is not int
+        or type(alternation) is not int or min(counts) < 0
+    ):  # fmt: skip
+        for name, value in zip(_COUNTERS, counts, strict=True):
+            if type(value) is not int or value < 0:
+                return name, f"expected a whole number >= 0, got {value!r}"
+    if state.machine_state not in STATES:
+        return "machine_state", f"expected a state of the run machine, got {state.machine_state!r}"
+    messages = state.messages
+    if opening > len(messages):
+        return "opening", f"{opening} opening messages but the transcript holds {len(messages)}"
+    if len(state.prompt_token_log) != turns:
+        return "turns", f"{turns} model calls but {len(state.prompt_token_log)} prompt sizes logged"
+    replies = 0
+    answered: list[Any] = []
+    last_reply: dict[str, Any] | None = None
+    since_reply = 0  # tool messages answering the latest reply
+    for message in messages[opening:] if opening else messages:
+        role = message.get("role")
+        if role == "assistant":
+            replies += 1
+            last_reply = message
+            since_reply = 0
+        elif role == "tool":
+            answered.append(message.get("tool_call_id"))
+            since_reply += 1
+    if replies > state.turns:
+        return "turns", f"{state.turns} model calls but {replies} replies in the transcript"
+    observations = state.observations
+    if len(answered) != len(observations):
+        return "observations", f"{len(observations)} observations but {len(answered)} tool messages in this run"
+    executed = 0
+    for index, observation in enumerate(observations):
+        if not isinstance(observation, Observation):
+            return f"observations.{index}", f"expected an Observation, got {observation!r}"
+        if observation.call_id != answered[index]:
+            return (
+                f"observations.{index}.call_id",
+                f"{observation.call_id!r} but its tool message answers {answered[index]!r}",
+            )
+        executed += observation.kind in ("result", "error")
+    if state.tool_attempts < executed:
+        return "tool_attempts", f"{state.tool_attempts} handler attempts but {executed} calls were executed"
+    if state.pending:
+        problem = _pending_problem(state, last_reply, set(answered[len(answered) - since_reply :]))
+        if problem is not None:
+            return problem
+    paused = state.machine_state == "AwaitingApproval"
+    if paused and (state.pause is None or not state.pending):
+        return "pause", "a run awaiting approval must hold its pause and the blocked call"
+    if not paused and state.pause is not None:
+        return "pause", f"a pause is recorded but the run is in {state.machine_state!r}"
+    if state.pause is not None and state.pause.fingerprint != call_fingerprint(state.pending[0]):
+        return "pause.fingerprint", "does not match the blocked call (the call or the pause was edited)"
+    return None
+
+
+def _pending_problem(state: RunState, reply: dict[str, Any] | None, answered: set[Any]) -> tuple[str, str] | None:
+    proposed: dict[Any, Any] = {}
+    for item in (reply or {}).get("tool_calls") or ():
+        if isinstance(item, dict):
+            proposed[item.get("id")] = item.get("function")
+    for index, call in enumerate(state.pending):  # the dotted path is spelled only when reported
+        if not isinstance(call, ToolCall):
+            return f"pending.{index}", f"expected a ToolCall, got {call!r}"
+        function = proposed.get(call.call_id)
+        if not isinstance(function, dict):
+            return f"pending.{index}.call_id", f"{call.call_id!r} was not proposed by the latest reply"
+        if call.call_id in answered:
+            return f"pending.{index}.call_id", f"{call.call_id!r} was already answered"
+        if function.get("name") != call.name:
+            return f"pending.{index}.name", f"{call.name!r} but the reply proposed {function.get('name')!r}"
+        if function.get("arguments") != call.raw_arguments:
+            return f"pending.{index}.raw_arguments", "differs from the arguments text of the reply"
+        if call.arguments is not None and not _same_arguments(call.raw_arguments, call.arguments):
+            return f"pending.{index}.arguments", "differ from the arguments the reply's text holds"
+    return None
+
+
+def _same_arguments(raw: str | None, arguments: dict[str, Any]) -> bool:
+    if raw is None or not raw.strip():
+        return arguments == {} or raw is None
+    try:
+        parsed = _parse(raw)
+    except (ValueError, RecursionError):
+        return True  # text the engine could not parse either; the arguments are judged afresh anyway
+    return bool(parsed == arguments) or json.dumps(parsed, sort_keys=True) == json.dumps(arguments, sort_keys=True)
+
+
+# json.loads' own rules, without its per-call layers.
+_scan_lenient: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _parse(text: str) -> Any:
+    """``json.loads(text)``; a text that is one JSON value with nothing around it is scanned directly."""
+    try:
+        value, end = _scan_lenient(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return json.loads(text)  # leading space, or not JSON: json.loads decides and words it
+    return value if end == len(text) else json.loads(text)
+
+
+# --- state_reader ---
+
+_KINDS = ("result", "invalid", "denied", "error")
+_JUDGEMENTS = ("invalid", "denied", "ask", "allow")
+
+
+class BadField(Exception):
+    """The first problem found: its dotted ``path`` and what is wrong there."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(path, detail)
+        self.path = path
+        self.detail = detail
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return f"{text if len(text) <= 60 else text[:57] + '...'} (a JSON {json_kind(value)})"
+
+
+def json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _expect(path: str, expected: str, value: Any) -> BadField:
+    return BadField(path, f"expected {expected}, got {_show(value)}")
+
+
+def _str(value: Any, path: str) -> str:
+    if type(value) is not str:
+        raise _expect(path, "a string", value)
+    return value
+
+
+def _opt_str(value: Any, path: str) -> str | None:
+    return None if value is None else _str(value, path)
+
+
+def _bool(value: Any, path: str) -> bool:
+    if type(value) is not bool:
+        raise _expect(path, "true or false", value)
+    return value
+
+
+def _int(value: Any, path: str, minimum: int | None = 0) -> int:
+    if type(value) is not int:
+        raise _expect(path, "a whole number", value)
+    if minimum is not None and value < minimum:
+        raise _expect(path, f"a whole number >= {minimum}", value)
+    return value
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if type(value) is not list:
+        raise _expect(path, "an array", value)
+    return value
+
+
+Shape = tuple[tuple[str, ...], frozenset[str]]
+
+
+def _shape(names: tuple[str, ...]) -> Shape:
+    return names, frozenset(names)
+
+
+def _object(value: Any, path: str, shape: Shape, optional: frozenset[str] = frozenset()) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise _expect(path, "an object", value)
+    if value.keys() != shape[1]:
+        for name in shape[0]:
+            if name not in value and name not in optional:
+                raise BadField(f"{path}.{name}" if path else name, "missing")
+        for name in value:
+            if name not in shape[1]:
+                raise BadField(f"{path}.{name}" if path else name, f"unknown field (known: {', '.join(shape[0])})")
+    return value
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in attrs.fields(cls))
+
+
+_OBSERVATION = _names(Observation)
+_CALL = _names(ToolCall)
+_LIMITS = _names(Limits)
+_OBSERVATION_SHAPE = _shape(_OBSERVATION)
+_CALL_SHAPE = _shape(_CALL)
+_LIMITS_SHAPE = _shape(_LIMITS)
+_JUDGEMENT_SHAPE = _shape(("kind", "reason"))
+_FAULT_SHAPE = _shape(("type", "kind", "message", "status"))
+_PAUSE_SHAPE = _shape(("pause_id", "fingerprint", "reason"))
+
+
+Reader = Callable[[Any, str], Any]
+
+
+def _any(value: Any, path: str) -> Any:
+    return value
+
+
+def _object_of(value: Any, path: str) -> Any:
+    if type(value) is not dict:
+        raise _expect(path, "an object", value)
+    return value
+
+
+def _generic(field: attrs.Attribute[Any]) -> Reader:
+    """The reader of a field this module has no rule for (added later): held to the type of its default."""
+    default: Any = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        default = default.factory()
+    if default is None and str(field.type) in ("str | None", "Optional[str]"):
+        return _opt_str
+    if default is attrs.NOTHING or default is None:
+        return _any
+    if isinstance(default, bool):
+        return _bool
+    if isinstance(default, int):
+        return functools.partial(_int, minimum=None)
+    if isinstance(default, str):
+        return _str
+    if isinstance(default, list):
+        return _list
+    if isinstance(default, dict):
+        return _object_of
+    return _any
+
+
+def _extra(cls: type, known: tuple[str, ...]) -> tuple[attrs.Attribute[Any], ...]:
+    """Fields of ``cls`` this reader has no rule for (added after it was written)."""
+    return tuple(f for f in attrs.fields(cls) if f.name not in known)
+
+
+def _readers(extra: tuple[attrs.Attribute[Any], ...]) -> tuple[tuple[str, str, Reader], ...]:
+    # Decided once per field, not once per record read: (saved name, argument name, reader).
+    return tuple((f.name, f.alias or f.name, _generic(f)) for f in extra)
+
+
+def _record(
+    cls: type, extra: tuple[tuple[str, str, Reader], ...], known: dict[str, Any], data: dict[str, Any], path: str
+) -> Any:
+    for name, argument, read in extra:
+        known[argument] = read(data[name], f"{path}.{name}")
+    try:
+        return cls(**known)
+    except (TypeError, ValueError) as exc:
+        raise BadField(path, str(exc)) from None
+
+
+OBSERVATION_EXTRA = _extra(Observation, ("call_id", "ok", "kind", "content", "permanent"))
+CALL_EXTRA = _extra(ToolCall, ("call_id", "name", "arguments", "raw_arguments"))
+_OBSERVATION_READERS = _readers(OBSERVATION_EXTRA)
+_CALL_READERS = _readers(CALL_EXTRA)
+
+
+# The records below are read once per saved call: their checks are written out,
+# and a field's dotted path is only spelled when it is reported.
+
+
+def _observation(value: Any, path: str) -> Observation:
+    data = _object(value, path, _OBSERVATION_SHAPE)
+    kind = data["kind"]
+    if kind not in _KINDS:
+        raise _expect(f"{path}.kind", f"one of {', '.join(_KINDS)}", kind)
+    ok = data["ok"]
+    if type(ok) is not bool:
+        raise _expect(f"{path}.ok", "true or false", ok)
+    if ok != (kind == "result"):
+        raise BadField(f"{path}.ok", f"{ok} disagrees with kind {kind!r} (only a result is ok)")
+    call_id = data["call_id"]
+    if type(call_id) is not str:
+        raise _expect(f"{path}.call_id", "a string", call_id)
+    permanent = data["permanent"]
+    if type(permanent) is not bool:
+        raise _expect(f"{path}.permanent", "true or false", permanent)
+    known = {"call_id": call_id, "ok": ok, "kind": kind, "content": data["content"], "permanent": permanent}
+    result: Observation = _record(Observation, _OBSERVATION_READERS, known, data, path)
+    return result
+
+
+def _call(value: Any, path: str) -> ToolCall:
+    data = _object(value, path, _CALL_SHAPE)
+    arguments = data["arguments"]
+    if arguments is not None and type(arguments) is not dict:
+        raise _expect(f"{path}.arguments", "an object or null", arguments)
+    call_id, name, raw = data["call_id"], data["name"], data["raw_arguments"]
+    if type(call_id) is not str:
+        raise _expect(f"{path}.call_id", "a string", call_id)
+    if type(name) is not str:
+        raise _expect(f"{path}.name", "a string", name)
+    if raw is not None and type(raw) is not str:
+        raise _expect(f"{path}.raw_arguments", "a string", raw)
+    known = {"call_id": call_id, "name": name, "arguments": arguments, "raw_arguments": raw}
+    result: ToolCall = _record(ToolCall, _CALL_READERS, known, data, path)
+    return result
+
+
+def _messages(value: Any, path: str) -> list[dict[str, Any]]:
+    for index, message in enumerate(_list(value, path)):
+        if type(message) is not dict:
+            raise _expect(f"{path}.{index}", "a message object", message)
+        if type(message.get("role")) is not str:
+            raise _expect(f"{path}.{index}.role", "a string", message.get("role"))
+    return value  # type: ignore[no-any-return]
+
+
+def _machine_state(value: Any, path: str) -> str:
+    if type(value) is not str or value not in STATES:  # a type first: a list is not even hashable
+        raise _expect(path, "a state of the run machine", value)
+    return value
+
+
+def _judgement(value: Any, path: str) -> Judgement | None:
+    if value is None:
+        return None
+    data = _object(value, path, _JUDGEMENT_SHAPE)
+    kind, reason = data["kind"], data["reason"]
+    if kind not in _JUDGEMENTS:
+        raise _expect(f"{path}.kind", f"one of {', '.join(_JUDGEMENTS)}", kind)
+    if type(reason) is not str:
+        raise _expect(f"{path}.reason", "a string", reason)
+    return Judgement(kind, reason)
+
+
+def _fault(value: Any, path: str) -> ProviderFault | None:
+    if value is None:
+        return None
+    data = _object(value, path, _FAULT_SHAPE)
+    status = data["status"]
+    return ProviderFault(
+        _str(data["type"], f"{path}.type"),
+        _str(data["kind"], f"{path}.kind"),
+        _str(data["message"], f"{path}.message"),
+        None if status is None else _int(status, f"{path}.status"),
+    )
+
+
+def read_limits(value: Any, path: str) -> Limits | None:
+    """The budgets a state was saved under (``None`` for null); one shared :class:`Limits` per distinct budgets."""
+    if value is None:
+        return None
+    if type(value) is dict:  # budgets seen before (the same names, values and types: True is not 1) were checked
+        key = (*value, *value.values(), *map(type, value.values()))
+        try:
+            return _LIMITS_SEEN[key]  # Limits are frozen: runs saved under the same budgets share one
+        except (KeyError, TypeError):
+            pass
+    # Fields added to Limits later are optional here, so older saved states still load.
+    data = _object(value, path, _LIMITS_SHAPE, _LIMITS_SHAPE[1])
+    try:
+        limits = Limits(**data)
+    except (TypeError, ValueError) as exc:
+        raise BadField(path, str(exc)) from None
+    if len(_LIMITS_SEEN) >= 256:
+        _LIMITS_SEEN.clear()
+    _LIMITS_SEEN[key] = limits
+    return limits
+
+
+_LIMITS_SEEN: dict[tuple[Any, ...], Limits] = {}
+
+
+def _pause(value: Any, path: str) -> Pause | None:
+    if value is None:
+        return None
+    data = _object(value, path, _PAUSE_SHAPE)
+    for name in _PAUSE_SHAPE[0]:
+        if type(data[name]) is not str:
+            raise _expect(f"{path}.{name}", "a string", data[name])
+    return Pause(data["pause_id"], data["fingerprint"], data["reason"])
+
+
+def _denials(value: Any, path: str) -> dict[str, int]:
+    if type(value) is not dict:
+        raise _expect(path, "an object", value)
+    for key, count in value.items():
+        _int(count, f"{path}.{key}", 1)
+    return value
+
+
+def _code(value: Any, path: str) -> str | None:
+    if value is not None and (type(value) is not str or CODE_PATTERN.fullmatch(value) is None):
+        raise _expect(path, "null or an ending code (a lowercase identifier)", value)
+    return value
+
+
+def _ints(value: Any, path: str) -> list[int]:
+    for index, item in enumerate(_list(value, path)):
+        if type(item) is not int or item < 0:
+            raise _expect(f"{path}.{index}", "a whole number >= 0", item)
+    return value  # type: ignore[no-any-return]
+
+
+def _states(value: Any, path: str) -> list[str]:
+    for index, item in enumerate(_list(value, path)):
+        if type(item) is not str or item not in STATES:
+            raise _expect(f"{path}.{index}", "a state of the run machine", item)
+    return value  # type: ignore[no-any-return]
+
+
+def _recent(value: Any, path: str) -> list[str]:
+    for index, item in enumerate(_list(value, path)):
+        _str(item, f"{path}.{index}")
+    if len(value) > 2:
+        raise _expect(path, "at most two fingerprints", value)
+    return value  # type: ignore[no-any-return]
+
+
+# The fields read_state has a rule for, in the order a saved state lists them.
+_KNOWN = (
+    "messages", "observations", "prompt_token_log", "turns", "tool_attempts", "machine_state", "path", "pending",
+    "judgement", "denials", "answer", "opening", "fault", "message_tokens", "usage_offset", "finish", "code",
+    "limits", "pause", "run_id", "consumed", "recent_rejections", "alternation", "elapsed",
+)  # fmt: skip
+STATE_EXTRA = _extra(RunState, _KNOWN)
+_STATE_READERS = _readers(STATE_EXTRA)
+_TOP = _shape(("format", *(f.name for f in attrs.fields(RunState))))
+_ADDED = frozenset({"elapsed"})  # fields added to format 2 later: a state saved before them still loads
+
+
+def _seconds(value: Any, path: str) -> float:  # a float field: RunState.elapsed
+    if type(value) in (int, float) and 0 <= value < math.inf:
+        return float(value)
+    raise _expect(path, "a number of seconds >= 0", value)
+
+
+def read_state(data: dict[str, Any]) -> RunState:
+    # One straight line per field, in the order a saved state lists them, so
+    # the first problem found is the first in the document.
+    _object(data, "", _TOP, _ADDED)
+    observations = data["observations"]
+    pending = data["pending"]
+    values: dict[str, Any] = {
+        "messages": _messages(data["messages"], "messages"),
+        "observations": [
+            _observation(o, f"observations.{i}") for i, o in enumerate(_list(observations, "observations"))
+        ],
+        "prompt_token_log": _ints(data["prompt_token_log"], "prompt_token_log"),
+        "turns": _int(data["turns"], "turns"),
+        "tool_attempts": _int(data["tool_attempts"], "tool_attempts"),
+        "machine_state": _machine_state(data["machine_state"], "machine_state"),
+        "path": _states(data["path"], "path"),
+        "pending": [_call(c, f"pending.{i}") for i, c in enumerate(_list(pending, "pending"))],
+        "judgement": _judgement(data["judgement"], "judgement"),
+        "denials": _denials(data["denials"], "denials"),
+        "answer": _opt_str(data["answer"], "answer"),
+        "opening": _int(data["opening"], "opening"),
+        "fault": _fault(data["fault"], "fault"),
+        "message_tokens": _int(data["message_tokens"], "message_tokens"),
+        "usage_offset": _int(data["usage_offset"], "usage_offset", None),
+        "finish": _opt_str(data["finish"], "finish"),
+        "code": _code(data["code"], "code"),
+        "limits": read_limits(data["limits"], "limits"),
+        "pause": _pause(data["pause"], "pause"),
+        "run_id": _str(data["run_id"], "run_id"),
+        "consumed": _bool(data["consumed"], "consumed"),
+        "recent_rejections": _recent(data["recent_rejections"], "recent_rejections"),
+        "alternation": _int(data["alternation"], "alternation"),
+        "elapsed": _seconds(data.get("elapsed", 0.0), "elapsed"),
+    }
+    for name, _argument, read in _STATE_READERS:
+        values[name] = read(data[name], name)
+    return RunState(**values)
+
+
+# --- state_fast_reader ---
+
+
+_STATE_FIELDS = (
+    "messages", "observations", "prompt_token_log", "turns", "tool_attempts", "machine_state", "path", "pending",
+    "judgement", "denials", "answer", "opening", "fault", "message_tokens", "usage_offset", "finish", "code",
+    "pause_id", "limits", "pause", "run_id", "consumed", "recent_rejections", "alternation", "elapsed",
+)  # fmt: skip
+
+# Field names and the attrs validators this module repeats, class by class.
+_RECORDS: dict[type, tuple[tuple[str, ...], dict[str, Any]]] = {
+    Observation: (
+        ("call_id", "ok", "kind", "content", "permanent", "text_form"),
+        {"kind": attrs.validators.in_(_KINDS)},
+    ),
+    ToolCall: (("call_id", "name", "arguments", "raw_arguments", "original_id"), {}),
+    Judgement: (("kind", "reason"), {"kind": attrs.validators.in_(_JUDGEMENTS)}),
+    Pause: (("pause_id", "fingerprint", "reason"), {}),
+    RunState: (_STATE_FIELDS, {"code": attrs.validators.optional(attrs.validators.matches_re(CODE_PATTERN.pattern))}),
+}
+
+
+def _plain(cls: type) -> bool:
+    """Whether ``cls`` is exactly the record written out above: slots, these fields, these validators only."""
+    names, checked = _RECORDS[cls]
+    fields = attrs.fields(cls)
+    if tuple(f.name for f in fields) != names or hasattr(cls, "__attrs_post_init__"):
+        return False
+    if hasattr(cls, "__attrs_pre_init__"):
+        return False
+    for f in fields:
+        if f.converter is not None or not isinstance(getattr(cls, f.name, None), types.MemberDescriptorType):
+            return False
+        if f.validator is not None and repr(f.validator) != repr(checked.get(f.name)):
+            return False
+    return True
+
+
+ENABLED = all(_plain(cls) for cls in _RECORDS) and RunState.__setattr__ is object.__setattr__
+"""Whether the fast path is on (the record classes are as this module expects); else :func:`quick_state` declines."""
+
+
+def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    slot: Any = getattr(cls, name, None)
+    if not isinstance(slot, types.MemberDescriptorType):  # the class has changed: never called, ENABLED is off
+        return _unused
+    return slot.__set__
+
+
+def _unused(record: Any, value: Any) -> None:
+    raise AssertionError("the fast reader is off: its record classes are not the ones it was written for")
+
+
+_new = object.__new__
+_obs_call_id, _obs_ok, _obs_kind, _obs_content, _obs_permanent, _obs_text_form = (
+    _setter(Observation, n) for n in _RECORDS[Observation][0]
+)
+_call_id, _call_name, _call_arguments, _call_raw, _call_original = (_setter(ToolCall, n) for n in _RECORDS[ToolCall][0])
+_judgement_kind, _judgement_reason = (_setter(Judgement, n) for n in _RECORDS[Judgement][0])
+_pause_id, _pause_fingerprint, _pause_reason = (_setter(Pause, n) for n in _RECORDS[Pause][0])
+
+_QUICK_TOP = ("format", *_STATE_FIELDS)
+
+# One shared string per name: a loaded state holds the same objects a run
+# holds, not a fresh copy of "AwaitingApproval" for every step of its path
+# (found by the lookup that checks the name anyway).
+_STATE_NAMES = {name: name for name in STATES}
+_state_name = _STATE_NAMES.__getitem__
+_KIND_NAMES = {name: name for name in _KINDS}
+_JUDGEMENT_NAMES = {name: name for name in _JUDGEMENTS}
+
+
+def quick_state(data: dict[str, Any]) -> RunState | None:
+    """
+    ``data`` (a freshly parsed saved state) as a :class:`RunState` if it is plainly valid, else ``None``.
+
+    "Plainly valid" is exactly what :func:`~agent_fsm.engine.state_reader.read_state`
+    accepts, and the state built is equal to the one it builds. The parsed data is
+    owned by the state afterwards (its messages are kept, not copied), so the
+    caller must have parsed it for this call alone.
+    """
+    size = len(data)
+    # The right number of fields and, below, every field found: no field missing, none unknown.
+    if not ENABLED or (size != len(_QUICK_TOP) and (size != len(_QUICK_TOP) - 1 or "elapsed" in data)):
+        return None
+    try:
+        return _state(data)
+    except (KeyError, TypeError):  # a field or record field missing, or a name that is not even hashable
+        return None
+
+
+# Written out in one function, record by record: a call per field would cost
+# more than the checks themselves.
+def _state(data: dict[str, Any]) -> RunState | None:
+    data["format"]  # its value is the caller's to check, but it must be there
+    turns, tool_attempts, opening, tokens, offset, alternation, consumed = (
+        data["turns"], data["tool_attempts"], data["opening"], data["message_tokens"], data["usage_offset"],
+        data["alternation"], data["consumed"],
+    )  # fmt: skip
+    if type(turns) is not int or type(tool_attempts) is not int or type(opening) is not int:
+        return None
+    if type(tokens) is not int or type(offset) is not int or type(alternation) is not int:
+        return None
+    if turns < 0 or tool_attempts < 0 or opening < 0 or tokens < 0 or alternation < 0 or type(consumed) is not bool:
+        return None
+    answer, finish, code, pause_id, run_id = (
+        data["answer"], data["finish"], data["code"], data["pause_id"], data["run_id"]
+    )  # fmt: skip
+    if (answer is not None and type(answer) is not str) or (finish is not None and type(finish) is not str):
+        return None
+    if (pause_id is not None and type(pause_id) is not str) or type(run_id) is not str:
+        return None
+    if code is not None and (type(code) is not str or CODE_PATTERN.fullmatch(code) is None):
+        return None
+    elapsed = data["elapsed"] if len(data) == len(_QUICK_TOP) else 0.0  # absent only where the count says so
+    if (type(elapsed) is not float and type(elapsed) is not int) or not 0 <= elapsed < math.inf:
+        return None
+    log, denials, recent = data["prompt_token_log"], data["denials"], data["recent_rejections"]
+    if type(log) is not list or type(recent) is not list or len(recent) > 2 or type(denials) is not dict:
+        return None
+    for n in log:
+        if type(n) is not int or n < 0:
+            return None
+    for r in recent:
+        if type(r) is not str:
+            return None
+    for n in denials.values():
+        if type(n) is not int or n < 1:
+            return None
+    machine_state = _state_name(data["machine_state"])  # an unknown state: KeyError
+    path = data["path"]
+    if type(path) is not list:
+        return None
+    path = list(map(_state_name, path))
+    messages = data["messages"]
+    if type(messages) is not list:
+        return None
+    for message in messages:  # kept as parsed: sharing the role names would cost more time than it saves
+        if type(message) is not dict or type(message.get("role")) is not str:
+            return None
+    items = data["observations"]
+    if type(items) is not list:
+        return None
+    observations = []
+    for item in items:
+        if type(item) is not dict or len(item) != 6:
+            return None
+        kind, ok, call_id, content, permanent, text_form = (
+            item["kind"], item["ok"], item["call_id"], item["content"], item["permanent"], item["text_form"]
+        )  # fmt: skip
+        if type(kind) is not str or type(ok) is not bool or ok != (kind == "result") or type(call_id) is not str:
+            return None
+        if type(permanent) is not bool or type(text_form) is not bool:
+            return None
+        o = _new(Observation)
+        _obs_call_id(o, call_id)
+        _obs_ok(o, ok)
+        _obs_kind(o, _KIND_NAMES[kind])  # not a kind: KeyError
+        _obs_content(o, content)
+        _obs_permanent(o, permanent)
+        _obs_text_form(o, text_form)
+        observations.append(o)
+    items = data["pending"]
+    if type(items) is not list:
+        return None
+    pending = []
+    for item in items:
+        if type(item) is not dict or len(item) != 5:
+            return None
+        call_id, name, arguments, raw, original = (
+            item["call_id"], item["name"], item["arguments"], item["raw_arguments"], item["original_id"]
+        )  # fmt: skip
+        if type(call_id) is not str or type(name) is not str or (arguments is not None and type(arguments) is not dict):
+            return None
+        if (raw is not None and type(raw) is not str) or (original is not None and type(original) is not str):
+            return None
+        c = _new(ToolCall)
+        _call_id(c, call_id)
+        _call_name(c, name)
+        _call_arguments(c, arguments)
+        _call_raw(c, raw)
+        _call_original(c, original)
+        pending.append(c)
+    pause: Pause | None = None
+    found = data["pause"]
+    if found is not None:
+        if type(found) is not dict or len(found) != 3:
+            return None
+        fingerprint, reason, given_id = found["fingerprint"], found["reason"], found["pause_id"]
+        if type(given_id) is not str or type(fingerprint) is not str or type(reason) is not str:
+            return None
+        if given_id == pause_id:
+            given_id = pause_id  # one string for the state's and the pause's id, as a run holds it
+        pause = _new(Pause)
+        _pause_id(pause, given_id)
+        _pause_fingerprint(pause, fingerprint)
+        _pause_reason(pause, reason)
+    judgement: Judgement | None = None
+    found = data["judgement"]
+    if found is not None:
+        if type(found) is not dict or len(found) != 2:
+            return None
+        kind, reason = found["kind"], found["reason"]
+        if type(reason) is not str:
+            return None
+        if pause is not None and reason == pause.reason:
+            reason = pause.reason  # the gate's reason, held once
+        judgement = _new(Judgement)
+        _judgement_kind(judgement, _JUDGEMENT_NAMES[kind])  # not a kind: KeyError
+        _judgement_reason(judgement, reason)
+    fault = data["fault"]
+    if fault is not None:
+        fault = _quick_fault(fault)
+        if fault is None:
+            return None
+    limits = data["limits"]
+    if limits is not None:
+        try:
+            limits = read_limits(limits, "limits")
+        except BadField:
+            return None
+    state = _new(RunState)
+    state.messages = messages
+    state.observations = observations
+    state.prompt_token_log = log
+    state.turns = turns
+    state.tool_attempts = tool_attempts
+    state.machine_state = machine_state
+    state.path = path
+    state.pending = pending
+    state.judgement = judgement
+    state.denials = denials
+    state.answer = answer
+    state.opening = opening
+    state.fault = fault
+    state.message_tokens = tokens
+    state.usage_offset = offset
+    state.finish = finish
+    state.code = code
+    state.pause_id = pause_id
+    state.limits = limits
+    state.pause = pause
+    state.run_id = run_id
+    state.consumed = consumed
+    state.recent_rejections = recent
+    state.alternation = alternation
+    state.elapsed = float(elapsed)
+    return state
+
+
+def _quick_fault(data: Any) -> ProviderFault | None:  # rare (a run that ended provider_error): built the ordinary way
+    if type(data) is not dict or len(data) != 4:
+        return None
+    kind, message, status, error_type = data["kind"], data["message"], data["status"], data["type"]
+    if type(error_type) is not str or type(kind) is not str or type(message) is not str:
+        return None
+    if status is not None and (type(status) is not int or status < 0):
+        return None
+    return ProviderFault(error_type, kind, message, status)
+
+
+# --- saved ---
+
+_SIGNED = re.compile(r'\{"signature":"([0-9a-f]{64})","state":')
+_SIGNED_PREFIX = len('{"signature":"') + 64 + len('","state":')
+
+
+def _key(key: Any) -> bytes:
+    if not isinstance(key, bytes) or not key:
+        raise TypeError(f"'key' must be non-empty bytes (got {type(key).__name__})")
+    return key
+
+
+def _sign(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def _attrs_data(value: Any) -> Any:
+    return None if value is None else attrs.asdict(value)
+
+
+# Fields the strict reader holds to their default's type are written out in
+# _state_data; these are any added since (each saved after the ones there).
+_OBSERVATION_MORE = tuple(f for f in OBSERVATION_EXTRA if f.name != "text_form")
+_CALL_MORE = tuple(f for f in CALL_EXTRA if f.name != "original_id")
+_STATE_MORE = tuple(f for f in STATE_EXTRA if f.name != "pause_id")
+# Budgets are plain numbers and flags: read in one C call, not by attrs.asdict's recursion.
+_LIMIT_NAMES = tuple(f.name for f in attrs.fields(Limits))
+_limit_values = operator.attrgetter(*_LIMIT_NAMES)
+
+
+def _state_data(s: RunState) -> dict[str, Any]:
+    p = s.pause
+    data = {
+        "format": FORMAT,
+        "messages": s.messages,
+        "observations": [
+            {
+                "call_id": o.call_id,
+                "ok": o.ok,
+                "kind": o.kind,
+                "content": o.content,
+                "permanent": o.permanent,
+                "text_form": o.text_form,
+            }
+            for o in s.observations
+        ],
+        "prompt_token_log": s.prompt_token_log,
+        "turns": s.turns,
+        "tool_attempts": s.tool_attempts,
+        "machine_state": s.machine_state,
+        "path": s.path,
+        "pending": [
+            {
+                "call_id": c.call_id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "raw_arguments": c.raw_arguments,
+                "original_id": c.original_id,
+            }
+            for c in s.pending
+        ],
+        "judgement": None if s.judgement is None else {"kind": s.judgement.kind, "reason": s.judgement.reason},
+        "denials": s.denials,
+        "answer": s.answer,
+        "opening": s.opening,
+        "fault": _attrs_data(s.fault),
+        "message_tokens": s.message_tokens,
+        "usage_offset": s.usage_offset,
+        "finish": s.finish,
+        "code": s.code,
+        "limits": None if s.limits is None else dict(zip(_LIMIT_NAMES, _limit_values(s.limits), strict=True)),
+        "pause": None if p is None else {"pause_id": p.pause_id, "fingerprint": p.fingerprint, "reason": p.reason},
+        "run_id": s.run_id,
+        "consumed": s.consumed,
+        "recent_rejections": s.recent_rejections,
+        "alternation": s.alternation,
+        "elapsed": s.elapsed,
+        "pause_id": s.pause_id,
+    }
+    if _OBSERVATION_MORE:
+        for item, o in zip(data["observations"], s.observations, strict=True):
+            item.update({f.name: getattr(o, f.name) for f in _OBSERVATION_MORE})
+    if _CALL_MORE:
+        for item, c in zip(data["pending"], s.pending, strict=True):
+            item.update({f.name: getattr(c, f.name) for f in _CALL_MORE})
+    for field in _STATE_MORE:
+        value = getattr(s, field.name)
+        data[field.name] = attrs.asdict(value) if attrs.has(type(value)) else value
+    return data
+
+
+_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
+def dump_state(state: RunState, key: bytes | None) -> str:
+    """``state`` as strict JSON, signed when ``key`` is given (see :meth:`RunState.to_json`)."""
+    try:
+        text = _ENCODER.encode(_state_data(state))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
+    if key is None:
+        return text
+    return f'{{"signature":"{_sign(_key(key), text)}","state":{text}}}'
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (a strict saved state holds no NaN or Infinity)")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def load_state(text: Any, key: bytes | None) -> RunState:
+    """Read and check a saved state (see :meth:`RunState.from_json`)."""
+    if type(text) is not str:
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise ValueError(f"a saved run state is JSON text; got {type(text).__name__}")
+        if isinstance(text, (bytes, bytearray)):
+            text = text.decode("utf-8", errors="replace")
+    if key is not None:
+        found = _SIGNED.match(text)
+        if found is None or not text.endswith("}"):
+            raise ValueError("saved run state is not signed (a key was given, so a signature is required)")
+        inner = text[_SIGNED_PREFIX:-1]
+        if not hmac.compare_digest(found.group(1), _sign(_key(key), inner)):
+            raise ValueError("saved run state's signature does not match: it was altered, or signed with another key")
+        text = inner
+    try:
+        data, end = _scan(text, 0)  # the whole text one JSON value, as to_json writes it
+    except (StopIteration, ValueError, RecursionError):
+        end = -1
+    if end != len(text):  # anything else (space around it, not JSON): the decoder decides and words it
+        try:
+            data = _DECODER.decode(text)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"saved run state is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"not a saved agent_fsm run state: expected a JSON object, got a JSON {json_kind(data)}")
+    if "signature" in data and "format" not in data:
+        raise ValueError("this saved run state is signed: read it with RunState.from_json(text, key=...)")
+    found_format = data.get("format")
+    if found_format != FORMAT or type(found_format) is not int:
+        raise ValueError(f"not a saved agent_fsm run state (format {FORMAT} expected, got {found_format!r})")
+    state = quick_state(data)  # a state as this engine writes it: checked in one pass
+    if state is None:  # anything else: the strict reader names the first problem
+        try:
+            state = read_state(data)
+        except BadField as bad:
+            raise ValueError(f"saved run state is malformed at {bad.path}: {bad.detail}") from None
+    problem = state_problem(state)
+    if problem is not None:
+        raise ValueError(f"saved run state is inconsistent at {problem[0]}: {problem[1]}")
+    return state
+
+
+# --- transcript ---
+
+_LABELS = {"system": "system", "user": "user", "assistant": "model", "tool": "tool"}
+
+
+def format_transcript(messages: Iterable[Mapping[str, Any]]) -> str:
+    """The transcript as aligned lines: ``role | text`` and ``model | -> tool {arguments}``."""
+    lines = []
+    for message in messages:
+        label = f"{_LABELS.get(message.get('role', ''), str(message.get('role')))[:6]:6} |"
+        content = message.get("content")
+        if message.get("role") == "assistant":
+            if content:
+                lines.append(f"{label} {content}")
+            for item in message.get("tool_calls") or ():
+                function = item.get("function", {})
+                lines.append(f"{label} -> {function.get('name')} {function.get('arguments')}  [{item.get('id')}]")
+        else:
+            lines.append(f"{label} {content if isinstance(content, str) else json.dumps(content)}")
+    return "\n".join(lines)
+
+
+def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> str:
+    """Transcript, typed ending, counters and (when given) the effect log."""
+    state = result.state
+    lines = [format_transcript(state.messages), ""]
+    lines.append(
+        f"stop={result.stop.value}  turns={state.turns}  tool_attempts={state.tool_attempts}"
+        f"  observations={len(state.observations)}"
+    )
+    if result.code != result.stop.value:
+        lines.append(f"code: {result.code}")
+    if result.answer is not None:
+        lines.append(f"answer: {result.answer}")
+    if result.blocked_on is not None:
+        lines.append(f"blocked on: {result.blocked_on.name} {json.dumps(result.blocked_on.arguments)}")
+    if state.fault is not None:
+        lines.append(f"provider fault: {state.fault.type} ({state.fault.kind}): {state.fault.message}")
+    if effects is not None:
+        lines.append(f"effect log: {json.dumps(list(effects))}")
+    return "\n".join(lines)
