@@ -1,27 +1,23 @@
 """
-The layout's rules, checked on the source: no import cycles, dependencies pointing one way, small modules.
+The layout's rules, checked on the source: no import cycles, dependencies pointing one way, modules of one concept.
 
-Imports are read from each module's syntax tree as Python runs them at
-import time: module-level statements, including those inside a module-level
-``try``/``if``, but not ``if TYPE_CHECKING:`` blocks (never executed) nor
-imports inside functions (lazy on purpose, e.g. optional dependencies).
+Imports are read from each module's syntax tree: module-level statements,
+including those inside a module-level ``try``/``if``, and imports inside
+functions too (an import placed in a function to dodge a cycle is still a
+cycle), but not ``if TYPE_CHECKING:`` blocks (never executed).
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 import os
 import subprocess
 import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import agent_fsm
-from agent_fsm._moved import MOVED
+from agent_fsm import engine
 from agent_fsm.engine import cycles
 
 PACKAGE = Path(agent_fsm.__file__).parent
@@ -48,6 +44,13 @@ KERNEL_THIRD_PARTY = {
     "transitions",
 }
 
+# The kernel's private modules, lowest first: each may import only those before it (see agent_fsm/engine/__init__.py).
+KERNEL_LAYERS = [
+    "_errors", "_json", "_schema", "_limits", "_endings", "_tools", "_steps", "_machine", "_messages", "_models",
+    "_state", "_events", "_gates", "_boundary", "_invariants", "_analysis", "_run", "_async", "_agent", "_policy",
+]  # fmt: skip
+
+# A module holds one concept whole: long is fine, a second concept is not (the cap only catches a drift).
 MAX_LINES = 1200
 
 
@@ -84,11 +87,24 @@ def _runtime_imports(body: list[ast.stmt]) -> Iterator[str]:
                 yield from _runtime_imports(block)
 
 
-def _graph() -> dict[str, set[str]]:
+def _local_imports(tree: ast.Module) -> Iterator[str]:
+    """Imports inside functions and methods (lazy ones): still arrows in the graph."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        yield from _runtime_imports([sub])
+
+
+def _graph(local: bool = True) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        graph[_module_name(path)] = set(_runtime_imports(tree.body))
+        imports = set(_runtime_imports(tree.body))
+        if local:
+            imports |= set(_local_imports(tree))
+        graph[_module_name(path)] = imports
     return graph
 
 
@@ -106,15 +122,43 @@ def _layer(area: str) -> int:
 
 
 def test_no_importcycles() -> None:
-    """No module of the package imports itself back, directly or through others, at import time."""
+    """No module of the package imports itself back, directly or through others, counting imports in functions."""
     assert cycles(_internal(_graph())) == []
 
 
 def test_cycle_finder_finds_a_planted_cycle() -> None:
     """The check is not vacuous: a cycle planted in the real graph is reported."""
     graph = _internal(_graph())
-    graph["agent_fsm.engine.errors"] = [*graph["agent_fsm.engine.errors"], "agent_fsm.engine.state"]
-    assert any("agent_fsm.engine.errors" in cycle for cycle in cycles(graph))
+    graph["agent_fsm.engine._errors"] = [*graph["agent_fsm.engine._errors"], "agent_fsm.engine._state"]
+    assert any("agent_fsm.engine._errors" in cycle for cycle in cycles(graph))
+
+
+def test_a_function_local_import_is_an_arrow() -> None:
+    """The graph sees an import placed inside a function (the lazy async runner is one)."""
+    assert "agent_fsm.engine._async" in _graph()["agent_fsm.engine._agent"]
+    assert "agent_fsm.engine._async" not in _graph(local=False)["agent_fsm.engine._agent"]
+
+
+def test_the_kernel_is_layered() -> None:
+    """Each kernel module imports only kernel modules below it, in the order the engine's docstring lists them."""
+    on_disk = sorted(p.stem for p in (PACKAGE / "engine").glob("_*.py") if p.stem != "__init__")
+    assert sorted(KERNEL_LAYERS) == on_disk, "place a new kernel module in KERNEL_LAYERS"
+    listed = [line.split()[0] for line in (engine.__doc__ or "").splitlines() if line.strip().startswith("_")]
+    assert listed == KERNEL_LAYERS, "the engine's docstring lists the modules in their layer order"
+    wrong = []
+    for module, targets in _internal(_graph()).items():
+        if not module.startswith("agent_fsm.engine._"):
+            continue
+        rank = KERNEL_LAYERS.index(module.rsplit(".", 1)[1])
+        for target in targets:
+            if target.startswith("agent_fsm.engine.") and KERNEL_LAYERS.index(target.rsplit(".", 1)[1]) >= rank:
+                wrong.append(f"{module} imports {target}")
+    assert wrong == []
+
+
+def test_the_kernel_is_at_most_twenty_modules() -> None:
+    """The kernel was cut by concept, not by length: a newcomer reads about twenty files, not forty."""
+    assert len(list((PACKAGE / "engine").glob("_*.py"))) - 1 <= 20
 
 
 def test_every_area_has_a_layer() -> None:
@@ -142,7 +186,7 @@ def test_facade_imports_only_the_kernel() -> None:
     """``import agent_fsm`` loads the kernel, not the applications (fast import, no optional dependency)."""
     facade = _graph()["agent_fsm"]
     internal = {t for t in facade if t.startswith("agent_fsm.")}
-    assert all(t.startswith("agent_fsm.engine.") or t == "agent_fsm._moved" for t in internal), internal
+    assert all(t.startswith("agent_fsm.engine") for t in internal), internal
 
 
 def test_kernel_imports_only_core_dependencies() -> None:
@@ -170,20 +214,8 @@ def test_no_module_is_too_long() -> None:
     assert long == {}
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_moved_paths_still_import(old: str) -> None:
-    """A 0.1 module path gives the very module at its new home, with a DeprecationWarning naming it."""
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(MOVED[old])
-    assert any(issubclass(w.category, DeprecationWarning) and MOVED[old] in str(w.message) for w in caught)
-
-
-def test_run_is_still_the_function() -> None:
-    """``agent_fsm.run`` stays the facade's function, whatever old paths were imported."""
-    importlib.import_module("agent_fsm.machine")
+def test_run_is_the_function_that_delegates_to_agent() -> None:
+    """``agent_fsm.run`` is the module-level function beside :class:`agent_fsm.Agent`."""
     assert callable(agent_fsm.run) and agent_fsm.run.__module__ == "agent_fsm.engine._agent"
 
 

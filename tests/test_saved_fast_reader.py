@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from agent_fsm import RunState, ScriptedModel, answer_message, run, tool_call_message
 from agent_fsm.engine import ToolCall, call_fingerprint
-from agent_fsm.engine import _state as state_fast_reader
 from agent_fsm.engine import _state as consistency
+from agent_fsm.engine import _state as state_fast_reader
 from agent_fsm.engine._state import BadField, dump_state, quick_state, read_state
 from agent_fsm.engine._tools import _CANONICAL
 from agent_fsm.examples.support_desk import TASK, make_support_desk, refund_gate

@@ -12,17 +12,17 @@ each, layered so that each imports only those above it in this list::
     _limits       the budgets, and the typed reasons a run stops
     _endings      a world's own ending codes on top of the typed stops
     _tools        tool contracts, calls and their one digest, the registry
-    _machine      THE TABLE: the run machine's states and edges, one row per edge, as data
+    _steps        where a run waits on the world (requests), and the sync way of waiting
+    _machine      THE TABLE: the run machine's states and edges as data, and a table bound to its functions
     _messages     observations, token estimates, the wire format and its never-raising parser
     _models       what the engine needs of a model, and the scripted stand-in
     _state        the run's state and result; its saved form (one field list: writer, strict and fast readers)
     _events       run events as plain data
-    _steps        where a run waits on the world (requests), and the sync way of waiting
     _gates        gates and verdicts
     _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
     _invariants   what every run must satisfy
     _analysis     the static checker: termination proved from the table
-    _run          THE LOOP: the table bound to its guards and effects, a run launched, driven, rested, recovered
+    _run          THE LOOP: the guards and effects, a run launched, driven, rested, recovered
     _async        the async way of waiting (the only module that imports asyncio, loaded on first use)
     _agent        the Agent value and the module-level functions that delegate to it
     _policy       a narrow decide(task, observations) interface adapted onto a model
@@ -84,7 +84,7 @@ from agent_fsm.engine._events import (
 from agent_fsm.engine._gates import Gate, Verdict, allow_all, as_verdict, ask_for_effects, deny_effects
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._limits import Limits, Stop
-from agent_fsm.engine._machine import RUN_MACHINE, Edge, MachineSpec, StateSpec
+from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
     Observation,
     TokenEstimator,
@@ -103,9 +103,7 @@ from agent_fsm.engine._run import (
     DEFAULT_SYSTEM_PROMPT,
     OUTCOME_UNKNOWN,
     AnswerCheck,
-    CompiledMachine,
     RunContext,
-    compile_machine,
     continue_run,
     settle_intent,
     start_state,

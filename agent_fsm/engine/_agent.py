@@ -1,5 +1,4 @@
-r"""
-[driver]
+"""
 The agent as one value, and the functions that run it: :class:`Agent` and ``run``, ``resume``, ``advance``, ``stream``.
 
 An :class:`Agent` holds what defines an agent (model, tools, gate, limits,
@@ -10,8 +9,6 @@ arguments and delegate to it, so code written before the agent was a value
 keeps working. The async twins (:meth:`Agent.arun` and friends) perform the
 very same steps, awaited (:mod:`agent_fsm.engine.async_driver`, loaded only
 when first used, so a synchronous program never imports ``asyncio``).
-
-
 """
 
 from __future__ import annotations

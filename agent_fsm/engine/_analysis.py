@@ -1,5 +1,4 @@
-r"""
-[analysis]
+"""
 Static checks on a machine declaration: termination is proved from the table, not hoped for.
 
 The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
@@ -14,8 +13,6 @@ The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
 It also warns (without failing the report) about a working state whose edges
 for its event are all guarded: unless those guards are exhaustive, some run
 can find no edge to take and raises :class:`~agent_fsm.InvalidTransition`.
-
-
 """
 
 from __future__ import annotations

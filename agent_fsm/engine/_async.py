@@ -1,5 +1,9 @@
-r"""
-[async_steps]
+"""
+The async way of waiting: a run's steps awaited, cancellation deferred; how ``Agent.arun`` and its twins run.
+
+The only kernel module that imports ``asyncio``; loaded on first use, so a
+synchronous program never pays for it.
+
 The async runner of a run's steps (see :mod:`agent_fsm.engine.steps`): requests awaited, cancellation deferred.
 
 Cancellation is deferred across *shielded* requests, the ones inside an
@@ -18,8 +22,6 @@ Same arguments, same results and the very same steps as the sync driver
 handlers, answer checks and event sinks are awaited; a ``blocking`` tool
 (or model) runs in a worker thread. Imported only when used, so a
 synchronous program never loads ``asyncio``.
-
-
 """
 
 from __future__ import annotations

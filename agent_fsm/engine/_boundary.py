@@ -1,5 +1,10 @@
-r"""
-[effects]
+"""
+The effect boundary: validation, then the gate, then the handler; approvals; intents and checkpoints.
+
+Nothing else runs a tool. The sections below, in order: tying an effect log
+to its calls, what a run tells a store, the boundary itself, one call under
+a checkpointer, and what a human approval covers.
+
 Tying the environment's effect log to the calls that caused it.
 
 A handler that logs its effect can name the call it serves with
@@ -45,8 +50,6 @@ fingerprint of the exact call the gate asked about; on resume the call is
 validated against the current registry and the gate is consulted again, and
 the human's "yes" turns only a fresh ``ask`` about that same fingerprint into
 permission. A ``deny`` still denies, a broken contract is still ``invalid``.
-
-
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-r"""
-[endings]
+"""
 A world's own endings, declared on top of the engine's typed stops.
 
 The engine stops for reasons it can see (:class:`agent_fsm.Stop`): an answer
@@ -17,8 +16,6 @@ world says so with data, never by having callers read reason strings:
 The code lands in ``RunState.code`` (so it survives a save and load) and in
 ``RunResult.code``, which is always set: the stop's own value when the world
 declared nothing.
-
-
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-r"""
-[errors]
+"""
 The exceptions agent_fsm raises, and why each is separate.
 
 This module imports nothing from the package, so every module can raise
@@ -31,8 +30,6 @@ The errors raised while a run is in flight; each carries the run's state so noth
 They sit above :mod:`~agent_fsm.engine.state` (which they hold) and below
 the driver, the boundary and the gates (which raise them); the exception
 tree is drawn in :mod:`agent_fsm.engine.errors`.
-
-
 """
 
 from __future__ import annotations

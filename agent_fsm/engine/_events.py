@@ -1,5 +1,4 @@
-r"""
-[events]
+"""
 Run events: what a run did, as it did it, as plain data.
 
 The drivers post these as the run moves (``on_event=``, :func:`agent_fsm.stream`,
@@ -9,8 +8,6 @@ epoch), and survives a JSON round trip (:func:`event_to_json`,
 :func:`event_from_json`), so it can be shipped to a UI or a log as it is.
 Events are made only when someone listens: a run without a listener pays
 nothing for them.
-
-
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-r"""
-[gates]
+"""
 Gates: policy applied to the exact arguments immediately before an effect.
 
 A gate is any callable from a validated :class:`ToolCall` to a
 :class:`Verdict` (or a plain ``(allowed, reason)`` tuple). It decides whether
 *this* call may run *now*; it never sees the model's prose, only the call.
-
-
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-r"""
-[invariants]
+"""
 Run invariants: what every run must satisfy however the model behaved.
 
 They read only the run's own record and the environment's effect log, so
 checking them needs no re-running. Whether the model replied, and whether
 the job got done, are separate matters that these leave alone: they only
 say whether the run kept to the engine's rules.
-
-
 """
 
 from __future__ import annotations

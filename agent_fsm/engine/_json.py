@@ -1,5 +1,4 @@
-r"""
-[jsondata]
+"""
 Plain JSON data: checking what arrives, and storing what handlers return.
 
 Both directions meet values nobody vouched for. Arguments come from model
@@ -8,8 +7,6 @@ Python's ``json`` reads), or be cyclic objects from an in-process model;
 handler results may hold tuple keys, cycles or integers JSON text cannot
 carry. Nothing here recurses without a bound, so none of it can raise
 ``RecursionError``.
-
-
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-r"""
-[limits]
+"""
 Budgets, and the fixed set of typed reasons a run ends.
-
-
 """
 
 from __future__ import annotations

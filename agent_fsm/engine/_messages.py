@@ -1,5 +1,6 @@
-r"""
-[observe]
+"""
+Observations and token accounting, and the OpenAI-compatible wire format with a parser that never raises.
+
 Observations (what happened when a call was attempted) and token accounting.
 
 
@@ -10,8 +11,6 @@ An assistant message proposes tool calls as data: each entry carries an id
 (echoed back by the tool message that answers it), a tool name, and the
 arguments as a JSON *string* the model generated. Everything in it may be
 broken; broken parts become proposals that fail validation, never exceptions.
-
-
 """
 
 from __future__ import annotations

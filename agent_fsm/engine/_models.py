@@ -1,8 +1,5 @@
-r"""
-[models]
+"""
 What the engine needs of a model, and the deterministic stand-in that speaks its wire format.
-
-
 """
 
 from __future__ import annotations

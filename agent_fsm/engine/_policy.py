@@ -1,5 +1,4 @@
-r"""
-[policy]
+"""
 A narrow decision interface, ``decide(task, observations) -> dict``, adapted onto the engine's Model protocol.
 
 A policy written against this interface never sees the wire format. The
@@ -44,8 +43,6 @@ of the world's codes: it becomes a final decision ``{"ending": code,
 "reason": ...}`` that the answer check of ``FinalDecision.check`` refuses
 with that code. Only codes listed in ``FinalDecision.endings`` are accepted,
 so a reply cannot invent an ending the world never declared.
-
-
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 r"""
-[regexes]
+A tool's JSON Schema: checked once when the tool is defined, compiled once into a checker.
+
+The sections below: linear-time ``pattern`` matching, the ``format`` values
+checked, and the schema checks and compiler.
+
 Regular expressions for JSON Schema ``pattern``: linear time, with JSON Schema's meaning.
 
 A tool schema's ``pattern`` runs on text the model wrote. Python's ``re``
@@ -49,8 +53,6 @@ whichever checker decided.
 
 ``jsonschema`` (and its ``referencing`` stack) is imported on first use, by a
 rich schema or a failed call: a run whose tools are all compiled never loads it.
-
-
 """
 
 from __future__ import annotations

@@ -1,65 +1,20 @@
-r"""
-[state]
-The run's state as plain data, and the result a run returns.
+"""
+The run's state as plain data, the result a run returns, and the saved form of both.
 
 Nothing about a run lives anywhere else: save a :class:`RunState` as JSON,
-load it in another process, and :func:`agent_fsm.resume` carries on exactly
-as it would have in memory.
+load it in another process, and resume carries on exactly as in memory. A
+saved state is data that may have been edited, truncated or forged, so it
+is read without coercion and its counters are checked against its
+transcript (:func:`state_problem`) before anything is decided from it;
+whether it is *authentic* only a signature (``key=``) can tell, and the
+driver never takes authority from a state either way (docs/security.md).
 
-
-[consistency]
-Consistency of a run state: counters and indices that must agree with its transcript.
-
-Both the saved-state reader and the driver ask this of every state they are
-handed, so an edited or hand-built state is refused before anything is
-decided from it. Consistency is not authenticity (see docs/security.md).
-
-
-[state_reader]
-The strict reader of a saved run state: one small function per field, nothing coerced.
-
-``"5"``, ``5.9`` and ``true`` are not counts; an unknown machine state, a
-missing or extra field is refused; the first problem is reported by its
-dotted path. It is written by hand because it runs on every load of every
-paused run and must cost little more than ``json.loads`` itself. Fields
-added to the state classes later, that this reader has no rule for, are
-held to the type of their default.
-
-
-[state_fast_reader]
-The fast path of the saved-state reader: accept a plainly valid state in one pass, or decline.
-
-:func:`quick_state` holds a saved state to exactly the rules of
-:func:`~agent_fsm.engine.state_reader.read_state`, but only answers yes (the
-state) or "not plainly valid" (``None``); the strict reader then finds and
-words the first problem. So the common case, a state this engine wrote, pays
-for boolean checks only: no dotted paths, no per-field calls, no keyword
-dictionaries, and its records are built without running attrs validators the
-checks here already made.
-
-It builds records by setting their slots directly, which is only right while
-the record classes have exactly the fields and validators written out here.
-That is checked once at import: if a class has changed (a field added, a
-validator that this module does not repeat), the fast path turns itself off
-and every state goes through the strict reader.
-
-
-[saved]
-The saved-state format: strict JSON out, a validating reader in, an optional HMAC signature.
-
-A saved state is data that may have been edited, truncated or forged. It is
-read field by field without coercion (:mod:`~agent_fsm.engine.state_reader`;
-a state as the engine writes it in one pass, :mod:`~agent_fsm.engine.state_fast_reader`)
-and its counters are checked against its transcript
-(:mod:`~agent_fsm.engine.consistency`). What the reader cannot tell is whether a well-formed state is *authentic*;
-a signature (``key=``) can, and the driver never takes authority from a
-state either way (see docs/security.md).
-
-
-[transcript]
-Human-readable views of a run: the transcript, one line per message or call.
-
-
+The strict reader (:func:`read_state`) has one rule per field and names the
+first problem by its dotted path; the fast reader (:func:`quick_state`)
+accepts a state as this engine writes it in one pass, or answers ``None``
+and leaves the wording to the strict one. Sections: the records,
+consistency, the strict reader, the fast reader, the format (writer,
+signature), views.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-r"""
-[steps]
+"""
 Where a run waits on the world, and the two ways of waiting: one driver for sync and async.
 
 The machine's effects are generators. At each point where a run needs
@@ -12,8 +11,6 @@ calls and :func:`agent_fsm.engine.async_steps.adrive` awaits them, so the two dr
 A request marked *shielded* (a handler's call, the pause before a retry)
 is one that must finish once started: the async runner lets a
 cancellation wait for it.
-
-
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-r"""
-[handlers]
+"""
+Tool contracts: what a tool promises to accept, checked before anything runs; calls and their one digest.
+
 Whether a tool's handler fits its schema: checked once, when the ToolSpec is built.
 
 A valid call must never end as a ``TypeError`` inside the handler (the run
@@ -16,8 +17,6 @@ A proposal is *well formed* when it names a tool in the registry and its
 arguments satisfy that tool's JSON Schema. Whether it is *permitted* is a
 different question, answered later by the gate; keeping the two apart is what
 lets each be tested on its own.
-
-
 """
 
 from __future__ import annotations
