@@ -144,3 +144,38 @@ def test_async_twins_rest_where_the_sync_ones_do() -> None:
     sync_tools, _ = make_payments()
     sync_paused = Agent(_paying(50), sync_tools, gate=pay_gate).run("pay 50", run_id="a")
     assert sync_paused.state.to_json() == saved
+
+
+def test_a_run_records_its_agent_and_its_contracts() -> None:
+    """The state names the agent that ran it and the digest of its tool contracts; both survive a save."""
+    tools, _ = make_payments()
+    agent = Agent(_paying(50), tools, gate=pay_gate, name="payments")
+    state = agent.run("pay 50").state
+    assert (state.agent, state.agent_digest) == ("payments", agent.digest)
+    loaded = RunState.from_json(state.to_json())
+    assert (loaded.agent, loaded.agent_digest) == ("payments", agent.digest)
+
+
+def test_a_state_saved_before_the_agent_was_recorded_still_loads() -> None:
+    """Saved states written without the agent fields load, with both unset; a wrong type there is refused."""
+    import json
+
+    tools, _ = make_payments()
+    data = json.loads(Agent(_paying(50), tools, gate=pay_gate).run("pay 50").state.to_json())
+    del data["agent"], data["agent_digest"], data["elapsed"]
+    loaded = RunState.from_json(json.dumps(data))
+    assert (loaded.agent, loaded.agent_digest) == (None, None)
+    data["agent"] = 7
+    with pytest.raises(ValueError, match="agent"):
+        RunState.from_json(json.dumps(data))
+
+
+def test_the_digest_is_computed_once_per_agent() -> None:
+    """An agent computes its digest once (every run records it); equal to the registry's contract digest."""
+    from agent_fsm.engine import contract_digest
+
+    tools, _ = make_payments()
+    agent = Agent(_paying(1), tools)
+    first = agent.digest
+    assert agent.digest is first
+    assert first == contract_digest(tools)

@@ -17,7 +17,7 @@ from agent_fsm.engine import ToolCall, call_fingerprint
 from agent_fsm.engine import _state as consistency
 from agent_fsm.engine import _state as state_fast_reader
 from agent_fsm.engine._state import BadField, dump_state, quick_state, read_state
-from agent_fsm.engine._tools import _CANONICAL
+from agent_fsm.engine._tools import _DIGESTED as _CANONICAL
 from agent_fsm.examples.support_desk import TASK, make_support_desk, refund_gate
 from tests.payments import SCRIPT, make_payments, paused, pay_call, pay_gate
 

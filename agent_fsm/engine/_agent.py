@@ -13,7 +13,6 @@ when first used, so a synchronous program never imports ``asyncio``).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -37,7 +36,7 @@ from agent_fsm.engine._run import (
 )
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
-from agent_fsm.engine._tools import Registry, check_registry
+from agent_fsm.engine._tools import Registry, check_registry, contract_digest
 
 __all__ = [
     "Agent",
@@ -125,6 +124,7 @@ class Agent:
     )
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
     name: str | None = attrs.field(default=None, kw_only=True, validator=_name)
+    _digest: str | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -137,13 +137,12 @@ class Agent:
 
         Two agents with the same digest offer the model the same tools under
         the same rules; a run decided by an agent of another digest is
-        judged by contracts that differ from those it paused under.
+        judged by contracts that differ from those it paused under. Computed
+        once per agent (a saved run records it).
         """
-        parts = []
-        for name in sorted(self.tools):
-            spec = self.tools[name]
-            parts.append(repr((name, spec.description, spec.json_schema, spec.effectful, spec.idempotent)))
-        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+        if self._digest is None:
+            object.__setattr__(self, "_digest", contract_digest(self.tools))
+        return self._digest  # type: ignore[return-value]
 
     # --- one run, synchronously --------------------------------------------
 
@@ -349,36 +348,10 @@ class Agent:
         run_id: str | None,
         listening: bool,
     ) -> Launch:
-        return starting(
-            task,
-            self.model,
-            self.tools,
-            gate=self.gate,
-            limits=self.limits,
-            system_prompt=self.system_prompt,
-            history=history,
-            answer_check=self.answer_check,
-            estimator=self.estimator,
-            endings=self.endings,
-            store=store,
-            run_id=run_id,
-            listening=listening,
-        )
+        return starting(self, task, history=history, store=store, run_id=run_id, listening=listening)
 
     def _continuing(self, state: RunState, store: Checkpointer | None, run_id: str | None, listening: bool) -> Launch:
-        return continuing(
-            state,
-            self.model,
-            self.tools,
-            gate=self.gate,
-            limits=self.limits,
-            answer_check=self.answer_check,
-            estimator=self.estimator,
-            endings=self.endings,
-            store=store,
-            run_id=run_id,
-            listening=listening,
-        )
+        return continuing(self, state, store=store, run_id=run_id, listening=listening)
 
     def _deciding(
         self,
@@ -392,18 +365,12 @@ class Agent:
         listening: bool,
     ) -> Launch:
         return deciding(
+            self,
             state,
-            self.model,
-            self.tools,
             approve=approve,
-            gate=self.gate,
-            limits=self.limits,
             reason=reason,
             arguments=arguments,
             seen=seen,
-            answer_check=self.answer_check,
-            estimator=self.estimator,
-            endings=self.endings,
             store=store,
             run_id=run_id,
             listening=listening,

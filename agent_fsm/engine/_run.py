@@ -83,7 +83,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_fsm.engine._boundary import (
     Checkpointer,
@@ -131,6 +131,9 @@ from agent_fsm.engine._models import Model, ModelReply, not_a_message
 from agent_fsm.engine._state import Judgement, ProviderFault, RunResult, RunState, state_problem
 from agent_fsm.engine._steps import Perform, Steps, call_of, model_call
 from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, shown_to_model
+
+if TYPE_CHECKING:
+    from agent_fsm.engine._agent import Agent
 
 __all__ = [
     "AnswerCheck",
@@ -869,84 +872,55 @@ def interrupted(context: RunContext) -> None:
 
 
 def starting(
+    agent: Agent,
     task: str,
-    model: Model,
-    tools: Registry,
     *,
-    gate: Gate | None,
-    limits: Limits | None,
-    system_prompt: str | None,
     history: Sequence[Mapping[str, Any]],
-    answer_check: AnswerCheck | None,
-    estimator: TokenEstimator,
-    endings: EndingRule | None,
     store: Checkpointer | None,
     run_id: str | None,
     listening: bool,
 ) -> Launch:
-    """A new run of ``task``: its context and steps (see :func:`agent_fsm.run`)."""
-    state = start_state(task, system_prompt=system_prompt, history=history, estimator=estimator, run_id=run_id)
-    state.limits = limits if limits is not None else _DEFAULT_LIMITS
+    """A new run of ``task`` by ``agent``: its context and steps (see :meth:`agent_fsm.Agent.run`)."""
+    state = start_state(
+        task, system_prompt=agent.system_prompt, history=history, estimator=agent.estimator, run_id=run_id
+    )
+    state.limits = agent.limits if agent.limits is not None else _DEFAULT_LIMITS
+    state.agent = agent.name
+    state.agent_digest = agent.digest
     if store is not None:
         store.begin(_required_id(run_id), state)
-    return continuing(
-        state,
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-        store=store,
-        run_id=run_id,
-        listening=listening,
-        fresh=True,
-    )
+    return continuing(agent, state, store=store, run_id=run_id, listening=listening, fresh=True)
 
 
 def continuing(
+    agent: Agent,
     state: RunState,
-    model: Model,
-    tools: Registry,
     *,
-    gate: Gate | None,
-    limits: Limits | None,
-    answer_check: AnswerCheck | None,
-    estimator: TokenEstimator,
-    endings: EndingRule | None,
     store: Checkpointer | None,
     run_id: str | None,
     listening: bool,
     fresh: bool = False,
 ) -> Launch:
     """
-    ``state`` driven on from where it is (see :func:`agent_fsm.advance`).
+    ``state`` driven on from where it is by ``agent`` (see :meth:`agent_fsm.Agent.advance`).
 
     A ``fresh`` state, built just now by :func:`start_state`, is consistent by construction and not checked again.
     """
     if not fresh:
         _check(state)
-    chosen = _trusted_limits(state, limits)
-    context = _context(state, model, tools, gate, chosen, answer_check, estimator, store, run_id, listening)
-    return context, _advancing(context, endings)
+    context = _context(agent, state, _trusted_limits(state, agent.limits), store, run_id, listening)
+    return context, _advancing(context, agent.endings)
 
 
 def _context(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    gate: Gate | None,
-    limits: Limits,
-    answer_check: AnswerCheck | None,
-    estimator: TokenEstimator,
-    store: Checkpointer | None,
-    run_id: str | None,
-    listening: bool,
+    agent: Agent, state: RunState, limits: Limits, store: Checkpointer | None, run_id: str | None, listening: bool
 ) -> RunContext:
     """The run in flight: the answer check as the machine calls it, the run id a store requires."""
-    check = _declared(answer_check)
-    return RunContext(state, model, tools, gate, limits, estimator, check, store, _stored_id(store, run_id), listening)
+    check = _declared(agent.answer_check)
+    stored_id = _stored_id(store, run_id)
+    return RunContext(
+        state, agent.model, agent.tools, agent.gate, limits, agent.estimator, check, store, stored_id, listening
+    )
 
 
 def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResult]:
@@ -960,37 +934,31 @@ def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResu
 
 
 def deciding(
+    agent: Agent,
     state: RunState,
-    model: Model,
-    tools: Registry,
     *,
     approve: bool,
-    gate: Gate | None,
-    limits: Limits | None,
     reason: str,
     arguments: Mapping[str, Any] | None,
     seen: Seen | None,
-    answer_check: AnswerCheck | None,
-    estimator: TokenEstimator,
-    endings: EndingRule | None,
     store: Checkpointer | None,
     run_id: str | None,
     listening: bool,
 ) -> Launch:
-    """A human's decision on a paused ``state`` (see :func:`agent_fsm.resume`); the checks are made at once."""
+    """A human's decision on a paused ``state``, judged by ``agent`` (see :meth:`agent_fsm.Agent.resume`)."""
     if not isinstance(approve, bool):
         raise TypeError(f"'approve' must be a bool (got {approve!r} that is a {type(approve).__name__}).")
     if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
         raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
     _still_paused(state)
     _check(state)
-    chosen = _trusted_limits(state, limits)
+    chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
     work.pause = None
     work.pause_id = None  # this pause is being decided; a later one gets its own id
     work.limits = chosen
-    context = _context(work, model, tools, gate, chosen, answer_check, estimator, store, run_id, listening)
-    return context, _decided(context, state, approve, reason, arguments, seen, endings)
+    context = _context(agent, work, chosen, store, run_id, listening)
+    return context, _decided(context, state, approve, reason, arguments, seen, agent.endings)
 
 
 def _still_paused(state: RunState) -> None:
@@ -1106,31 +1074,30 @@ def settle_intent(context: RunContext, intent: Intent) -> None:
 
 
 def continue_run(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    *,
-    store: Checkpointer,
-    run_id: str,
-    intent: Intent | None,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
+    agent: Agent, state: RunState, *, store: Checkpointer, run_id: str, intent: Intent | None
 ) -> RunResult:
     """
-    Continue a stored run (``state``, modified in place) from its last checkpoint until it rests again.
+    Continue a stored run (``state``, modified in place) by ``agent`` from its last checkpoint until it rests.
 
     ``intent`` is the effect the checkpoint says was in flight (``None``:
-    none was); it is settled as the module says before the run goes on.
+    none was); it is settled as the section says before the run goes on.
     A run already resting is committed as it is and returned.
 
     Raises:
         RunError: the checkpoint and its intent disagree (a store written by something else).
     """
-    chosen = _trusted_limits(state, limits)  # the run's own limits unless new ones are passed
-    context = RunContext(state, model, tools, gate, chosen, estimator, _declared(answer_check), store, run_id)
+    chosen = _trusted_limits(state, agent.limits)  # the run's own limits unless the agent sets its own
+    context = RunContext(
+        state,
+        agent.model,
+        agent.tools,
+        agent.gate,
+        chosen,
+        agent.estimator,
+        _declared(agent.answer_check),
+        store,
+        run_id,
+    )
     if intent is not None:
         settle_intent(context, intent)
     elif state.machine_state == "AwaitingApproval":
@@ -1139,4 +1106,4 @@ def continue_run(
         state.pause_id = None
     if not RUN_MACHINE.state(state.machine_state).is_resting:
         MACHINE.advance(context)
-    return _rest(context, endings)
+    return _rest(context, agent.endings)

@@ -37,6 +37,7 @@ from agent_fsm.engine._limits import Limits
 from agent_fsm.engine._schema import compile_checker, make_validator, schema_problem
 
 __all__ = [
+    "contract_digest",
     "call_fingerprint",
     "Registry",
     "TOOL_NAME",
@@ -481,6 +482,21 @@ def function_declarations(tools: Registry) -> list[dict[str, Any]]:
     once; the entries are shared between runs, so treat them as read-only.
     """
     return [_rendering(name, spec).declaration for name, spec in _entries(tools)]
+
+
+def contract_digest(tools: Registry) -> str:
+    """
+    A digest of a registry's contracts: each tool's name, description, schema, and effect and idempotency flags.
+
+    Equal for registries that offer the model the same tools under the same
+    rules, whatever their handlers; built from each tool's declaration text,
+    computed once when the tool was defined.
+    """
+    parts = []
+    for name, spec in sorted(_entries(tools)):
+        shown = spec._shown if spec._shown is not None else repr((spec.description, spec.json_schema))
+        parts.append(f"{name}\x00{shown}\x00{spec.effectful:d}{spec.idempotent:d}")
+    return hashlib.sha256("\x01".join(parts).encode()).hexdigest()
 
 
 def declaration_tokens(tools: Registry, estimator: Callable[[Mapping[str, Any]], int]) -> int:

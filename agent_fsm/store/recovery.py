@@ -16,6 +16,7 @@ from collections.abc import Callable
 import attrs
 
 from agent_fsm.engine import (
+    Agent,
     AnswerCheck,
     EndingRule,
     Gate,
@@ -76,19 +77,16 @@ def recover(
     for stored in store.claim_stale(older_than):
         interrupted = stored.intent.call_id if stored.intent is not None else None
         try:
-            result = continue_run(
-                stored.state,
+            agent = Agent(
                 model,
                 tools,
-                store=store,
-                run_id=stored.run_id,
-                intent=stored.intent,
                 gate=gate,
                 limits=limits,
                 answer_check=answer_check,
                 estimator=estimator,
                 endings=endings,
             )
+            result = continue_run(agent, stored.state, store=store, run_id=stored.run_id, intent=stored.intent)
             outcome = Recovered(stored.run_id, result, interrupted)
         except (RunError, StoreError) as exc:
             outcome = Recovered(stored.run_id, None, interrupted, f"{type(exc).__name__}: {exc}")
