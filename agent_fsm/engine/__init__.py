@@ -124,8 +124,8 @@ from agent_fsm.engine._tools import (
     ToolCall,
     ToolSpec,
     call_fingerprint,
-    contract_digest,
     check_registry,
+    contract_digest,
     function_declarations,
     validate_call,
 )

@@ -14,7 +14,7 @@ when first used, so a synchronous program never imports ``asyncio``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import attrs
 
@@ -257,8 +257,7 @@ class Agent:
             NotPaused: ``state`` is not awaiting approval, was resumed already, or ``seen`` says so.
             StateError: the state's counters or indices disagree with its transcript.
         """
-        launch = self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event is not None)
-        return _performed(launch, on_event)
+        return _performed(self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event), on_event)
 
     # --- one run, awaited ------------------------------------------------------
 
@@ -335,8 +334,9 @@ class Agent:
         """
         from agent_fsm.engine._async import performed
 
-        launch = self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event is not None)
-        return await performed(launch, on_event)
+        return await performed(
+            self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event), on_event
+        )
 
     # --- how a run is launched ---------------------------------------------------
 
@@ -362,8 +362,9 @@ class Agent:
         seen: Seen | None,
         store: Checkpointer | None,
         run_id: str | None,
-        listening: bool,
+        on_event: EventSink | None,
     ) -> Launch:
+        listening = on_event is not None
         return deciding(
             self,
             state,
@@ -393,34 +394,30 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
 # --- the module-level functions: each builds the agent and delegates ------------------
 
 
+class AgentParts(TypedDict, total=False):
+    """The keyword arguments of the module-level functions that define the agent: :class:`Agent`'s own fields."""
+
+    gate: Gate | None
+    limits: Limits | None
+    system_prompt: str | None
+    answer_check: AnswerCheck | None
+    estimator: TokenEstimator
+    endings: EndingRule | None
+
+
 def run(
     task: str,
     model: Model,
     tools: Registry,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    system_prompt: str | None = None,
     history: Sequence[Mapping[str, Any]] = (),
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
     on_event: EventSink | None = None,
+    **parts: Unpack[AgentParts],
 ) -> RunResult:
-    """:meth:`Agent.run` of ``Agent(model, tools, gate=..., ...)``: run ``task`` to a typed ending."""
-    agent = Agent(
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        system_prompt=system_prompt,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-    )
-    return agent.run(task, history=history, store=store, run_id=run_id, on_event=on_event)
+    """:meth:`Agent.run` of ``Agent(model, tools, **parts)``: run ``task`` to a typed ending."""
+    return Agent(model, tools, **parts).run(task, history=history, store=store, run_id=run_id, on_event=on_event)
 
 
 def stream(
@@ -428,28 +425,13 @@ def stream(
     model: Model,
     tools: Registry,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    system_prompt: str | None = None,
     history: Sequence[Mapping[str, Any]] = (),
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
+    **parts: Unpack[AgentParts],
 ) -> Iterator[RunEvent]:
-    """:meth:`Agent.stream` of ``Agent(model, tools, gate=..., ...)``: :func:`run` as an iterator of its events."""
-    agent = Agent(
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        system_prompt=system_prompt,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-    )
-    return agent.stream(task, history=history, store=store, run_id=run_id)
+    """:meth:`Agent.stream` of ``Agent(model, tools, **parts)``: :func:`run` as an iterator of its events."""
+    return Agent(model, tools, **parts).stream(task, history=history, store=store, run_id=run_id)
 
 
 def advance(
@@ -457,20 +439,13 @@ def advance(
     model: Model,
     tools: Registry,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
     on_event: EventSink | None = None,
+    **parts: Unpack[AgentParts],
 ) -> RunResult:
     """:meth:`Agent.advance`: drive ``state`` on until it rests (``limits=None`` keeps the saved limits)."""
-    agent = Agent(
-        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
-    )
-    return agent.advance(state, store=store, run_id=run_id, on_event=on_event)
+    return Agent(model, tools, **parts).advance(state, store=store, run_id=run_id, on_event=on_event)
 
 
 def resume(
@@ -479,32 +454,17 @@ def resume(
     tools: Registry,
     *,
     approve: bool,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
     reason: str = "",
     arguments: Mapping[str, Any] | None = None,
     seen: Seen | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
     on_event: EventSink | None = None,
+    **parts: Unpack[AgentParts],
 ) -> RunResult:
-    """:meth:`Agent.resume`: decide a paused run once (the gate passed here judges the call afresh)."""
-    agent = Agent(
-        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
-    )
-    return agent.resume(
-        state,
-        approve=approve,
-        reason=reason,
-        arguments=arguments,
-        seen=seen,
-        store=store,
-        run_id=run_id,
-        on_event=on_event,
-    )
+    """:meth:`Agent.resume`: decide a paused run once (the ``gate`` passed here judges the call afresh)."""
+    launch = Agent(model, tools, **parts)._deciding(state, approve, reason, arguments, seen, store, run_id, on_event)
+    return _performed(launch, on_event)
 
 
 async def arun(
@@ -512,29 +472,14 @@ async def arun(
     model: Model,
     tools: Registry,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    system_prompt: str | None = None,
     history: Sequence[Mapping[str, Any]] = (),
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
     on_event: EventSink | None = None,
+    **parts: Unpack[AgentParts],
 ) -> RunResult:
-    """:meth:`Agent.arun` of ``Agent(model, tools, gate=..., ...)``: :func:`run`, awaited."""
-    agent = Agent(
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        system_prompt=system_prompt,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-    )
-    return await agent.arun(task, history=history, store=store, run_id=run_id, on_event=on_event)
+    """:meth:`Agent.arun` of ``Agent(model, tools, **parts)``: :func:`run`, awaited."""
+    return await Agent(model, tools, **parts).arun(task, history=history, store=store, run_id=run_id, on_event=on_event)
 
 
 def astream(
@@ -542,28 +487,13 @@ def astream(
     model: Model,
     tools: Registry,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    system_prompt: str | None = None,
     history: Sequence[Mapping[str, Any]] = (),
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
+    **parts: Unpack[AgentParts],
 ) -> AsyncIterator[RunEvent]:
-    """:meth:`Agent.astream` of ``Agent(model, tools, gate=..., ...)``: :func:`arun` as an async iterator of events."""
-    agent = Agent(
-        model,
-        tools,
-        gate=gate,
-        limits=limits,
-        system_prompt=system_prompt,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-    )
-    return agent.astream(task, history=history, store=store, run_id=run_id)
+    """:meth:`Agent.astream` of ``Agent(model, tools, **parts)``: :func:`arun` as an async iterator of events."""
+    return Agent(model, tools, **parts).astream(task, history=history, store=store, run_id=run_id)
 
 
 async def aadvance(
@@ -571,20 +501,13 @@ async def aadvance(
     model: Model,
     tools: Registry,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
     on_event: EventSink | None = None,
+    **parts: Unpack[AgentParts],
 ) -> RunResult:
     """:meth:`Agent.aadvance`: :func:`advance`, awaited."""
-    agent = Agent(
-        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
-    )
-    return await agent.aadvance(state, store=store, run_id=run_id, on_event=on_event)
+    return await Agent(model, tools, **parts).aadvance(state, store=store, run_id=run_id, on_event=on_event)
 
 
 async def aresume(
@@ -593,29 +516,16 @@ async def aresume(
     tools: Registry,
     *,
     approve: bool,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
     reason: str = "",
     arguments: Mapping[str, Any] | None = None,
     seen: Seen | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     store: Checkpointer | None = None,
     run_id: str | None = None,
     on_event: EventSink | None = None,
+    **parts: Unpack[AgentParts],
 ) -> RunResult:
     """:meth:`Agent.aresume`: :func:`resume`, awaited."""
-    agent = Agent(
-        model, tools, gate=gate, limits=limits, answer_check=answer_check, estimator=estimator, endings=endings
-    )
-    return await agent.aresume(
-        state,
-        approve=approve,
-        reason=reason,
-        arguments=arguments,
-        seen=seen,
-        store=store,
-        run_id=run_id,
-        on_event=on_event,
-    )
+    from agent_fsm.engine._async import performed
+
+    launch = Agent(model, tools, **parts)._deciding(state, approve, reason, arguments, seen, store, run_id, on_event)
+    return await performed(launch, on_event)
