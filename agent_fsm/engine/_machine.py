@@ -356,19 +356,26 @@ class CompiledMachine:
             event=event,
         )
 
-    def steps(self, run: Any, event: str | None = None) -> Steps[str]:
+    def steps(self, run: Any, event: str | None = None, *, onward: bool = True) -> Steps[str]:
         """
-        Fire ``event`` (if given), then each working state's automatic event, until the run rests.
+        Fire ``event`` (if given), then, ``onward``, each working state's automatic event until the run rests.
 
-        Returns the resting state. Raises InvalidTransition when no edge's
-        guard held (a gap in the definition) or the state cannot take ``event``.
+        This is the dispatch loop, the only one: per move, the first edge whose
+        guard holds, the run moved, each on-enter effect run (a generator
+        effect's requests yielded to the driver). Returns the state reached.
+        Raises InvalidTransition when no edge's guard held (a gap in the
+        definition) or the state cannot take ``event``.
         """
-        if event is not None:
-            yield from self._one(run, event)
+        source: str = run.machine_state
+        if event is None:
+            rows = self._auto[source]
+        else:
+            rows = self._rows.get((source, event))
+            if rows is None:
+                raise self._refuse(run, event)
         entered = getattr(run, "entered", None)
         auto = self._auto
-        source: str = run.machine_state
-        while (rows := auto[source]) is not None:
+        while rows is not None:
             for row in rows:
                 guard = row[0]
                 if guard is None or guard(run):
@@ -384,6 +391,7 @@ class CompiledMachine:
                 if type(step) is _GENERATOR:
                     yield from step
             source = run.machine_state  # where the effects left the run
+            rows = auto[source] if onward else None
         return source
 
     def fire(self, run: Any, event: str) -> None:
@@ -393,25 +401,7 @@ class CompiledMachine:
         Raises:
             InvalidTransition: no edge's guard held (a gap in the definition).
         """
-        drive(self._one(run, event))
-
-    def _one(self, run: Any, event: str) -> Steps[None]:
-        rows = self._rows.get((run.machine_state, event))
-        if rows is None:
-            raise self._refuse(run, event)
-        for guard, dest, effects, _name, label in rows:
-            if guard is None or guard(run):
-                source = run.machine_state
-                run.machine_state = dest
-                entered = getattr(run, "entered", None)
-                if entered is not None:
-                    entered(source, event, label)
-                for effect in effects:
-                    step = effect(run)
-                    if type(step) is _GENERATOR:
-                        yield from step
-                return
-        raise self._refuse(run, event)
+        drive(self.steps(run, event, onward=False))
 
     def advance(self, run: Any) -> str:
         """Fire the automatic event of each working state until the run rests, synchronously; return that state."""
