@@ -40,7 +40,16 @@ if TYPE_CHECKING:
     from agent_fsm.engine._state import RunState
     from agent_fsm.engine._tools import ToolCall
 
-__all__ = ["NotSynchronous", "GateError", "HandlerError", "InvalidTransition", "NotPaused", "RunError", "StateError"]
+__all__ = [
+    "OutcomeUnknown",
+    "NotSynchronous",
+    "GateError",
+    "HandlerError",
+    "InvalidTransition",
+    "NotPaused",
+    "RunError",
+    "StateError",
+]
 
 
 # --- errors ---
@@ -95,6 +104,19 @@ class ToolError(Exception):
         self.message = message
         self.data = data
         self.permanent = permanent
+
+
+class OutcomeUnknown(ToolError):
+    """Raise from an effectful handler when its effect may or may not have happened (a timeout, a lost connection).
+
+    A ``TimeoutError`` from an effectful handler means the same. The engine
+    never guesses: an idempotent tool is tried again under the same
+    idempotency key while its ``retries`` last; any other call pauses for a
+    person, exactly as after a crash between intent and result (approve runs
+    it again under the same key, reject records it as not run).
+
+    .. versionadded:: 0.2
+    """
 
 
 # --- failures ---
