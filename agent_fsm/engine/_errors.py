@@ -41,14 +41,20 @@ if TYPE_CHECKING:
     from agent_fsm.engine._tools import ToolCall
 
 __all__ = [
-    "OutcomeUnknown",
-    "NotSynchronous",
+    "AgentFSMError",
+    "DefinitionError",
     "GateError",
     "HandlerError",
     "InvalidTransition",
+    "MachineDefinitionError",
     "NotPaused",
+    "NotSynchronous",
+    "OutcomeUnknown",
+    "ProviderFailure",
     "RunError",
     "StateError",
+    "ToolDefinitionError",
+    "ToolError",
 ]
 
 
