@@ -37,6 +37,7 @@ from agent_fsm.engine._agent import Agent, EventSink, aadvance, advance, aresume
 from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, cycles
 from agent_fsm.engine._boundary import (
     EXPECTED_TOOL_ERRORS,
+    OUTCOME_UNKNOWN,
     Checkpointer,
     EffectMatch,
     Intent,
@@ -102,7 +103,6 @@ from agent_fsm.engine._models import DEFAULT_LAST_WORD, Model, ModelReply, Scrip
 from agent_fsm.engine._policy import DecisionPolicy, FinalDecision, named, observations_of, string_fields
 from agent_fsm.engine._run import (
     DEFAULT_SYSTEM_PROMPT,
-    OUTCOME_UNKNOWN,
     AnswerCheck,
     RunContext,
     continue_run,

@@ -63,7 +63,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from agent_fsm.engine._errors import GateError, HandlerError, NotSynchronous, ToolError
+from agent_fsm.engine._errors import GateError, HandlerError, NotSynchronous, OutcomeUnknown, ToolError
 from agent_fsm.engine._gates import Gate, as_verdict
 from agent_fsm.engine._json import storable
 from agent_fsm.engine._limits import Limits
@@ -73,6 +73,7 @@ from agent_fsm.engine._steps import Perform, Steps, call_of, drive, handler_call
 from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, check_registry, validate_call
 
 __all__ = [
+    "OUTCOME_UNKNOWN",
     "Checkpointer",
     "EXPECTED_TOOL_ERRORS",
     "EffectMatch",
@@ -218,6 +219,11 @@ def mark_pause(state: RunState) -> None:
 EXPECTED_TOOL_ERRORS: tuple[type[BaseException], ...] = (ToolError, KeyError, ValueError, TimeoutError)
 """Handler exceptions that become ``error`` observations; any other one is a bug and propagates."""
 
+OUTCOME_UNKNOWN = "outcome unknown"
+"""How the reason begins when an effectful call may or may not have taken effect (an interruption, a timeout)."""
+
+_MAY_HAVE_HAPPENED = (OutcomeUnknown, TimeoutError)  # from an effectful handler: the effect may have happened
+
 _VERDICT_TO_JUDGEMENT = {"allow": "allow", "deny": "denied", "ask": "ask"}
 
 
@@ -303,13 +309,18 @@ def execution(
     state: RunState | None = None,
     context: ToolContext | None = None,
     perform: Perform | None = None,
+    unknown_raises: bool = False,
 ) -> Steps[Observation]:
     """
     :func:`execute` as driver steps: the handler's call is a shielded request.
 
     An ``async`` handler is awaited, a ``blocking`` one runs in a thread
     under the async driver, and a cancellation waits for it to finish.
-    ``perform`` performs the request in place instead.
+    ``perform`` performs the request in place instead. An effectful handler
+    that raises :class:`OutcomeUnknown` or ``TimeoutError`` may have taken
+    effect: that is an ``error`` observation saying so, or, with
+    ``unknown_raises``, an :class:`OutcomeUnknown` for the run machine to
+    put before a person.
     """
     spec = tools[call.name]
     handler = spec.handler
@@ -326,6 +337,11 @@ def execution(
     except NotSynchronous:
         raise  # an async handler under the sync driver: nothing ran
     except EXPECTED_TOOL_ERRORS as exc:
+        if spec.effectful and isinstance(exc, _MAY_HAVE_HAPPENED):
+            why = f"{call.name} ({call.call_id}) raised {type(exc).__name__}: {_error_content(exc)}"
+            if unknown_raises:
+                raise OutcomeUnknown(why) from exc
+            return Observation(call.call_id, False, "error", f"{OUTCOME_UNKNOWN}: {why}")
         permanent = isinstance(exc, ToolError) and exc.permanent
         return Observation(call.call_id, False, "error", _error_content(exc), permanent=permanent)
     except Exception as exc:
@@ -390,27 +406,38 @@ def run_call(
     Run the head call (counting each attempt in ``state.tool_attempts``) and return its observation.
 
     An idempotent tool with ``retries`` is run again, under the same
-    idempotency key, after an ``error`` that is not permanent, with a
-    doubling back-off, while ``limits.max_tool_calls`` admits another
-    attempt: every failure spends the budget like any attempt. ``perform``
-    performs the requests in place (see :func:`agent_fsm.engine.steps.perform_now`).
+    idempotency key, after an ``error`` that is not permanent or an
+    outcome it could not know, with a doubling back-off, while
+    ``limits.max_tool_calls`` admits another attempt: every failure spends
+    the budget like any attempt. ``perform`` performs the requests in place
+    (see :func:`agent_fsm.engine.steps.perform_now`).
+
+    Raises:
+        OutcomeUnknown: the effectful call's last attempt may or may not have taken effect.
     """
     spec = tools[call.name]
     # The key costs a digest of the call: made only for a handler that asks for its context.
     context = ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call)) if spec.takes_context else None
-    state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
-    observation = yield from execution(call, tools, state=state, context=context, perform=perform)
     retries = spec.retries if spec.idempotent else 0
-    for attempt in range(retries):
-        if observation.ok or observation.permanent:
-            break
-        if limits.max_tool_calls is not None and state.tool_attempts >= limits.max_tool_calls:
-            break
+    attempt = 0
+    while True:
+        state.tool_attempts += 1  # counted when issued, so failed attempts spend the budget too
+        unknown: OutcomeUnknown | None = None
+        try:
+            observation = yield from execution(
+                call, tools, state=state, context=context, perform=perform, unknown_raises=True
+            )
+            if observation.ok or observation.permanent:
+                return observation
+        except OutcomeUnknown as exc:
+            unknown = exc
+        if attempt >= retries or (limits.max_tool_calls is not None and state.tool_attempts >= limits.max_tool_calls):
+            if unknown is not None:
+                raise unknown
+            return observation
         request = pause_for(spec.backoff * 2**attempt)
         perform(request) if perform is not None else (yield request)
-        state.tool_attempts += 1
-        observation = yield from execution(call, tools, state=state, context=context, perform=perform)
-    return observation
+        attempt += 1
 
 
 # --- approval ---

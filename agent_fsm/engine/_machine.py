@@ -165,6 +165,7 @@ RUN_MACHINE = MachineSpec(
     budgets={
         "turns": "model calls, at most Limits.max_turns",
         "pending_calls": "calls left in the current reply; only a new turn refills them",
+        "decisions": "a person's decisions: the run rests until each is made, and each is made once",
     },
     states=(
         StateSpec("Ready", "working", "Between turns; budgets are checked on leaving it."),
@@ -245,6 +246,13 @@ RUN_MACHINE = MachineSpec(
         Edge("Proposing", "judge", "Denied", guard="call_rejected", meaning="invalid, unknown or denied"),
         Edge("Proposing", "judge", "AwaitingApproval", guard="approval_needed", meaning="gate asks a human"),
         Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
+        Edge(
+            "Executing",
+            "observe",
+            "AwaitingApproval",
+            guard="approval_needed",
+            meaning="the effect may have happened",
+        ),
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
         Edge(
             "Executing",
@@ -265,7 +273,13 @@ RUN_MACHINE = MachineSpec(
             meaning="next call of the same reply",
         ),
         Edge("Denied", "observe", "Ready", meaning="below repeat threshold"),
-        Edge("AwaitingApproval", "approve", "Executing", meaning="a human approved the call, judged afresh"),
+        Edge(
+            "AwaitingApproval",
+            "approve",
+            "Executing",
+            consumes="decisions",
+            meaning="a human approved the call, judged afresh",
+        ),
         Edge("AwaitingApproval", "reject", "Denied", meaning="a human rejected the call, or it failed afresh"),
     ),
 )

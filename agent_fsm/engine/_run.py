@@ -86,6 +86,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent_fsm.engine._boundary import (
+    OUTCOME_UNKNOWN,
     Checkpointer,
     Intent,
     Seen,
@@ -102,7 +103,7 @@ from agent_fsm.engine._boundary import (
     run_call,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
-from agent_fsm.engine._errors import NotPaused, NotSynchronous, RunError, StateError
+from agent_fsm.engine._errors import NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
 from agent_fsm.engine._events import (
     Ended,
     Judged,
@@ -141,7 +142,6 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "LOG",
     "MACHINE",
-    "OUTCOME_UNKNOWN",
     "RunContext",
     "continue_run",
     "continuing",
@@ -634,6 +634,10 @@ def execute_call(run: RunContext) -> Steps[None]:
     token = enter_call(call.call_id)
     try:
         observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform)
+    except OutcomeUnknown as exc:
+        # The effect may have happened: nothing is recorded as done or not done; a person decides.
+        _ask_about_unknown(run, call, f"{exc}", "")
+        return
     finally:
         leave_call(token)
     _observe(run, observation)
@@ -1022,9 +1026,6 @@ def _approve(context: RunContext, covers: str, arguments: Mapping[str, Any] | No
 
 # --- recovery ---
 
-OUTCOME_UNKNOWN = "outcome unknown"
-"""How the reason of a pause for an interrupted, non-idempotent call begins."""
-
 
 def _roll_back(state: RunState, intent: Intent) -> None:
     call = state.pending[0] if state.pending else None
@@ -1038,6 +1039,21 @@ def _roll_back(state: RunState, intent: Intent) -> None:
     # execute_call commits the intent as its first act, so entering Executing is all there is to undo.
     state.path.pop()
     state.machine_state = state.path[-1]
+
+
+def _ask_about_unknown(run: RunContext, call: ToolCall, what: str, reason: str) -> None:
+    """Open a pause asking a person about a call whose effect may have happened (the same key runs it again)."""
+    state = run.state
+    key = idempotency_key(run.run_id, state, call)
+    state.judgement = Judgement(
+        "ask",
+        f"{OUTCOME_UNKNOWN}: {what}; check whether it took effect (idempotency key {key}), then approve to run it"
+        f" again under that key or reject to record it as not run{reason}",
+    )
+    state.pause = open_pause(state, call, state.judgement.reason)  # what a person's approval will cover
+    state.pause_id = state.pause.pause_id  # derived from the run, not drawn at random: the same on every replay
+    if run.outbox is not None:
+        run.post(Paused(run.run_id, time.time(), state.pause_id, call.call_id, call.name, state.judgement.reason))
 
 
 def settle_intent(context: RunContext, intent: Intent) -> None:
@@ -1060,15 +1076,8 @@ def settle_intent(context: RunContext, intent: Intent) -> None:
             MACHINE.fire(context, "judge")
             return
         reason = f"; the gate now answers {judgement.kind}: {judgement.reason}"
-    key = idempotency_key(context.run_id, state, call)
-    state.judgement = Judgement(
-        "ask",
-        f"{OUTCOME_UNKNOWN}: {call.name} ({call.call_id}) was interrupted after its intent was recorded and"
-        f" before its result was; check whether it took effect (idempotency key {key}), then approve to run it"
-        f" again under that key or reject to record it as not run{reason}",
-    )
-    state.pause = open_pause(state, call, state.judgement.reason)  # what a person's approval will cover
-    state.pause_id = state.pause.pause_id  # derived from the run, not drawn at random: the same on every replay
+    what = f"{call.name} ({call.call_id}) was interrupted after its intent was recorded and before its result was"
+    _ask_about_unknown(context, call, what, reason)
     if came_from == "Proposing":
         MACHINE.fire(context, "judge")  # the judge edge to AwaitingApproval: the gate's own way to a person
 
