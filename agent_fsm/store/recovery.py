@@ -15,16 +15,10 @@ from collections.abc import Callable
 
 import attrs
 
-from agent_fsm.engine.callbacks import AnswerCheck
-from agent_fsm.engine.endings import EndingRule
+from agent_fsm import Agent
 from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.gates import Gate
-from agent_fsm.engine.limits import Limits
-from agent_fsm.engine.models import Model
-from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
 from agent_fsm.engine.recovery import continue_run
 from agent_fsm.engine.state import RunResult
-from agent_fsm.engine.tools import Registry
 from agent_fsm.store.errors import StoreError
 from agent_fsm.store.protocol import RunStore
 
@@ -48,19 +42,16 @@ class Recovered:
 
 def recover(
     store: RunStore,
-    model: Model,
-    tools: Registry,
+    agent: Agent,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
     older_than: float = 60.0,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     progress: Callable[[Recovered], None] | None = None,
 ) -> list[Recovered]:
     """
-    Continue every run left ``running`` with no commit for ``older_than`` seconds, each until it rests.
+    Continue every run left ``running`` with no commit for ``older_than`` seconds, as ``agent``, each until it rests.
+
+    ``agent`` is what each run goes on with (its gate judges the interrupted
+    call again; ``agent.limits=None`` keeps each run's saved limits).
 
     Choose ``older_than`` above the longest a live process may go without
     a commit (a slow model call or handler): a live run claimed by mistake
@@ -68,23 +59,28 @@ def recover(
     in-flight call is then settled like a crashed one. ``progress`` is told
     of each run as it is done. A run that fails again (a handler bug)
     is reported with its error and left claimed for a later attempt.
+
+    Raises:
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (no run is claimed).
     """
+    if not isinstance(agent, Agent):  # before any claim: a claimed run not continued waits older_than again
+        raise TypeError(f"'agent' must be an Agent (got {agent!r} that is a {type(agent).__name__}).")
     done = []
     for stored in store.claim_stale(older_than):
         interrupted = stored.intent.call_id if stored.intent is not None else None
         try:
             result = continue_run(
                 stored.state,
-                model,
-                tools,
+                agent.model,
+                agent.tools,
                 store=store,
                 run_id=stored.run_id,
                 intent=stored.intent,
-                gate=gate,
-                limits=limits,
-                answer_check=answer_check,
-                estimator=estimator,
-                endings=endings,
+                gate=agent.gate,
+                limits=agent.limits,
+                answer_check=agent.answer_check,
+                estimator=agent.estimator,
+                endings=agent.endings,
             )
             outcome = Recovered(stored.run_id, result, interrupted)
         except (RunError, StoreError) as exc:
