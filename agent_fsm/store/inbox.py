@@ -27,7 +27,7 @@ __all__ = ["approve", "reject"]
 
 
 def _open_pause(store: RunStore, run_id: str, agent: Agent, pause_id: str | None, reviewer: str) -> StoredRun:
-    # Checked before anything is decided: a decision taken by a part that cannot continue the run is lost.
+    # Checked before anything is decided: a decision committed for what cannot carry it out strands the run.
     if not isinstance(agent, Agent):
         raise TypeError(f"'agent' must be an Agent (got {agent!r} that is a {type(agent).__name__}).")
     if not isinstance(reviewer, str) or not reviewer.strip():

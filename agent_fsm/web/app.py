@@ -107,7 +107,8 @@ def inbox_app(
     :func:`agent_fsm.store.approve` does (``agent-fsm inbox --world`` names
     it). A decision continues the run in a worker thread: the reviewer's request
     waits up to ``wait`` seconds for it to rest, after which the run page
-    follows it live. ``allowed_hosts`` are the Host headers served (others
+    follows it live. Up to four decisions run at once, sharing ``agent``, so
+    its model, gate and handlers are called from several threads. ``allowed_hosts`` are the Host headers served (others
     get 400: no DNS rebinding); ``secure_cookies`` for an inbox behind HTTPS.
 
     Raises:
