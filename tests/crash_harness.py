@@ -29,9 +29,8 @@ from typing import Any
 
 import attrs
 
-from agent_fsm import run
 from agent_fsm.store import OUTCOME_UNKNOWN, AlreadyDecided, RunStore, approve, open_store, recover, reject
-from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
+from tests.ledger_world import ledger_agent, read_ledger, task_for
 
 __all__ = ["Report", "crash_and_recover"]
 
@@ -74,9 +73,9 @@ def _invoices(index: int) -> list[str]:
 
 def _worker(url: str, ledger: str, run_ids: list[int], die: str | None, token: str) -> None:
     store = open_store(url)
-    tools = ledger_tools(Path(ledger), die=die, token=token)
+    agent = ledger_agent(Path(ledger), die=die, token=token)
     for index in run_ids:
-        run(task_for(_invoices(index)), LedgerModel(), tools, gate=pay_gate, store=store, run_id=f"run-{index}")
+        agent.run(task_for(_invoices(index)), store=store, run_id=f"run-{index}")
     store.close()
 
 
@@ -84,7 +83,7 @@ def _racer(url: str, ledger: str, run_id: str, reviewer: str, barrier: Any, resu
     store = open_store(url)
     barrier.wait()
     try:
-        approve(store, run_id, LedgerModel(), ledger_tools(Path(ledger)), gate=pay_gate, reviewer=reviewer)
+        approve(store, run_id, ledger_agent(Path(ledger)), reviewer=reviewer)
         results.put((run_id, reviewer, "won"))
     except AlreadyDecided:
         results.put((run_id, reviewer, "refused"))
@@ -104,7 +103,7 @@ def _race(url: str, ledger: Path, run_id: str) -> list[tuple[str, str, str]]:
 
 def _decide(store: RunStore, url: str, ledger: Path, report: Report, interrupted: set[str]) -> None:
     """A person works through the inbox: checks the ledger for an unknown outcome, races approvals on the others."""
-    tools = ledger_tools(ledger)
+    agent = ledger_agent(ledger)
     for waiting in store.paused():
         report.decisions += 1
         if (waiting.reason or "").startswith(OUTCOME_UNKNOWN):
@@ -114,9 +113,9 @@ def _decide(store: RunStore, url: str, ledger: Path, report: Report, interrupted
             assert waiting.run_id in interrupted, f"{waiting.run_id} paused 'outcome unknown' but was never killed"
             done = {(e["key"]) for e in read_ledger(ledger) if e["event"] == "effect"}
             if effect.idempotency_key in done:
-                reject(store, waiting.run_id, LedgerModel(), tools, gate=pay_gate, reviewer="p", reason="it is paid")
+                reject(store, waiting.run_id, agent, reviewer="p", reason="it is paid")
             else:
-                approve(store, waiting.run_id, LedgerModel(), tools, gate=pay_gate, reviewer="p")
+                approve(store, waiting.run_id, agent, reviewer="p")
         else:
             outcomes = _race(url, ledger, waiting.run_id)
             report.races += 1
@@ -155,14 +154,14 @@ def crash_and_recover(url: str, ledger: Path, *, runs: int, workers: int, seed: 
 
     store = open_store(url)
     begun = {s.run_id for s in store.runs()}
-    recovered = recover(store, LedgerModel(), ledger_tools(ledger), gate=pay_gate, older_than=0)
+    agent = ledger_agent(ledger)
+    recovered = recover(store, agent, older_than=0)
     assert all(r.error is None for r in recovered), [r.error for r in recovered if r.error]
     report.recovered = len(recovered)
     # Runs whose worker died before beginning them were never stored: start them now (nothing to recover).
-    tools = ledger_tools(ledger)
     for index in range(runs):
         if f"run-{index}" not in begun:
-            run(task_for(_invoices(index)), LedgerModel(), tools, gate=pay_gate, store=store, run_id=f"run-{index}")
+            agent.run(task_for(_invoices(index)), store=store, run_id=f"run-{index}")
     for _ in range(6):  # a decision may lead to the next pause of the same run
         if not store.paused():
             break

@@ -17,10 +17,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent_fsm import ToolContext, ToolSpec, Verdict, answer_message, tool_call_message
+from agent_fsm import Agent, Gate, ToolContext, ToolSpec, Verdict, answer_message, tool_call_message
 from agent_fsm.engine import ToolCall
 
-__all__ = ["LedgerModel", "ledger_tools", "pay_gate", "read_ledger", "task_for"]
+__all__ = ["LedgerModel", "ledger_agent", "ledger_tools", "pay_gate", "read_ledger", "task_for"]
 
 
 def task_for(invoices: list[str]) -> str:
@@ -117,3 +117,8 @@ class LedgerModel:
         if step == 1:
             return tool_call_message(call_id, "pay", {"invoice": name, "cents": 100 + sum(map(ord, name)) % 900})
         return tool_call_message(call_id, "send_receipt", {"invoice": name})
+
+
+def ledger_agent(path: Path, *, die: str | None = None, token: str = "", gate: Gate | None = pay_gate) -> Agent:
+    """The world's agent: a fresh :class:`LedgerModel`, the tools writing to ``path`` (``die``, ``token``), ``gate``."""
+    return Agent(LedgerModel(), ledger_tools(path, die=die, token=token), gate=gate)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent_fsm import RunState, run
+from agent_fsm import RunState
 from agent_fsm.cli import app
 from agent_fsm.examples.demo import TASK
 from agent_fsm.examples.durable import world
@@ -24,9 +24,7 @@ WORLD = "agent_fsm.examples.durable:world"
 def paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A store URL holding ticket-1, paused on a 9999-cent refund."""
     monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
-    desk = world()
-    store = SqliteStore(tmp_path / "runs.db")
-    run(TASK, desk["model"], desk["tools"], gate=desk["gate"], store=store, run_id="ticket-1")
+    world().run(TASK, store=SqliteStore(tmp_path / "runs.db"), run_id="ticket-1")
     return f"sqlite:///{tmp_path / 'runs.db'}"
 
 
@@ -118,11 +116,55 @@ def test_a_decision_from_the_cli_keeps_the_runs_own_limits(tmp_path: Path, monke
     from agent_fsm import Limits
 
     monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
-    desk = world()
     store = SqliteStore(tmp_path / "runs.db")
     limits = Limits(max_turns=3, max_tool_calls=5)
-    run(TASK, desk["model"], desk["tools"], gate=desk["gate"], limits=limits, store=store, run_id="ticket-2")
+    world().replace(limits=limits).run(TASK, store=store, run_id="ticket-2")
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     code, _, err = _runs("reject", "ticket-2", "--store", url, "--world", WORLD, "--reviewer", "ana", "--reason", "no")
     assert code == 0, err
     assert SqliteStore(tmp_path / "runs.db").load("ticket-2").state.limits == limits
+
+
+WORLDS = """
+from agent_fsm.examples.durable import world
+
+desk = world()                      # an Agent value
+parts = lambda: {"model": desk.model, "tools": desk.tools, "gate": desk.gate}
+number = 3
+
+
+def per_ticket(ticket):
+    return desk
+"""
+
+
+@pytest.fixture
+def worlds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module of worlds, right and wrong, importable as ``user_worlds``."""
+    (tmp_path / "user_worlds.py").write_text(WORLDS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_worlds", raising=False)  # this test's file, not an earlier one's
+    return "user_worlds"
+
+
+def test_a_world_may_name_an_agent_value(paused: str, worlds: str) -> None:
+    """``--world MODULE:NAME`` naming an Agent itself (not a function) decides with it."""
+    code, out, err = _runs(
+        "reject", "ticket-1", "--store", paused, "--world", f"{worlds}:desk", "--reviewer", "ana", "--reason", "no"
+    )
+    assert (code, out.strip()) == (0, "ticket-1: answered"), err
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("number", "is a int, not an Agent or a function returning one"),
+        ("parts", "returned a dict, not an Agent or a function returning one (build Agent(model, tools"),
+        ("per_ticket", "cannot build the world 'user_worlds:per_ticket': "),
+    ],
+)
+def test_a_world_that_gives_no_agent_fails_in_one_line(paused: str, worlds: str, name: str, said: str) -> None:
+    """A value, a mapping of parts, or a function needing arguments: exit 1, one line saying so, nothing decided."""
+    code, _, err = _runs("approve", "ticket-1", "--store", paused, "--world", f"{worlds}:{name}", "--reviewer", "ana")
+    assert code == 1 and said in err and len(err.strip().splitlines()) == 1, err
+    assert SqliteStore(paused[len("sqlite:///") :]).load("ticket-1").status == "paused"

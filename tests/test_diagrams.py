@@ -304,7 +304,9 @@ def test_run_machine_labels_guards_and_fallbacks() -> None:
     assert "Proposing --> Executing: judge [call_allowed]" in text
     assert "Executing --> Ready: observe [else]" in text
     assert "Ready --> Proposing: next_turn [else] / spends turns" in text
-    assert "AwaitingApproval --> Executing: approve / spends decisions\n" in text  # the only edge of its event: no [else]
+    assert (
+        "AwaitingApproval --> Executing: approve / spends decisions\n" in text
+    )  # the only edge of its event: no [else]
 
 
 def test_mermaid_parses_with_the_real_parser(mermaid_parse) -> None:

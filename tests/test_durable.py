@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from agent_fsm import Limits, ToolContext, ToolDefinitionError, ToolError, ToolSpec, run, tool_call_message
+from agent_fsm import Agent, Limits, ToolContext, ToolDefinitionError, ToolError, ToolSpec, run, tool_call_message
 from agent_fsm.engine import ScriptedModel, ToolCall, answer_message
 from agent_fsm.engine import call_fingerprint as fingerprint
 from agent_fsm.engine._boundary import idempotency_key
 from agent_fsm.store import OUTCOME_UNKNOWN, AlreadyDecided, SqliteStore, approve, recover, reject
-from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
+from tests.ledger_world import LedgerModel, ledger_agent, ledger_tools, pay_gate, read_ledger, task_for
 
 
 class Crash(BaseException):
@@ -132,9 +132,7 @@ def test_an_interrupted_payment_waits_for_a_person(tmp_path: Path, after_effect:
     _crash(tmp_path, "pay", after_effect=after_effect)
     ledger = tmp_path / "ledger"
     paid_before = len(_effects(ledger, "pay"))
-    [done] = recover(
-        SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(ledger), gate=pay_gate, older_than=0
-    )
+    [done] = recover(SqliteStore(tmp_path / "runs.db"), ledger_agent(ledger), older_than=0)
     assert done.interrupted == "c1" and done.result is not None
     assert done.result.stop.value == "awaiting_approval"
     assert (done.result.reason or "").startswith(OUTCOME_UNKNOWN)
@@ -148,10 +146,10 @@ def test_approving_an_unknown_outcome_runs_it_again_under_the_same_key(tmp_path:
     """The person saw no payment in the ledger and approved: it runs once more, with the key of the lost attempt."""
     _crash(tmp_path, "pay", after_effect=False)
     ledger = tmp_path / "ledger"
-    tools = ledger_tools(ledger)
-    recover(SqliteStore(tmp_path / "runs.db"), LedgerModel(), tools, gate=pay_gate, older_than=0)
+    agent = ledger_agent(ledger)
+    recover(SqliteStore(tmp_path / "runs.db"), agent, older_than=0)
     [lost] = SqliteStore(tmp_path / "runs.db").effects("r1")
-    result = approve(SqliteStore(tmp_path / "runs.db"), "r1", LedgerModel(), tools, gate=pay_gate, reviewer="ana")
+    result = approve(SqliteStore(tmp_path / "runs.db"), "r1", agent, reviewer="ana")
     assert result.stop.value == "answered"
     [paid] = _effects(ledger, "pay")
     assert paid["key"] == lost.idempotency_key
@@ -161,9 +159,9 @@ def test_rejecting_an_unknown_outcome_records_it_as_not_run(tmp_path: Path) -> N
     """The person found the payment already made and rejected: the model is told it was recorded as not run."""
     _crash(tmp_path, "pay", after_effect=True)
     ledger = tmp_path / "ledger"
-    tools = ledger_tools(ledger)
-    recover(SqliteStore(tmp_path / "runs.db"), LedgerModel(), tools, gate=pay_gate, older_than=0)
-    result = reject(SqliteStore(tmp_path / "runs.db"), "r1", LedgerModel(), tools, reviewer="bo", reason="paid already")
+    agent = ledger_agent(ledger)
+    recover(SqliteStore(tmp_path / "runs.db"), agent, older_than=0)
+    result = reject(SqliteStore(tmp_path / "runs.db"), "r1", agent, reviewer="bo", reason="paid already")
     assert len(_effects(ledger, "pay")) == 1
     observation = result.state.observations[1]
     assert observation.kind == "denied" and "recorded as not run (paid already)" in str(observation.content)
@@ -174,9 +172,7 @@ def test_an_interrupted_idempotent_call_is_run_again_under_the_same_key(tmp_path
     """A receipt in flight at the crash is sent again by recovery, with the same key; the run then ends."""
     _crash(tmp_path, "send_receipt", after_effect=after_effect)
     ledger = tmp_path / "ledger"
-    [done] = recover(
-        SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(ledger), gate=pay_gate, older_than=0
-    )
+    [done] = recover(SqliteStore(tmp_path / "runs.db"), ledger_agent(ledger), older_than=0)
     assert done.result is not None and done.result.stop.value == "answered"
     receipts = _effects(ledger, "send_receipt")
     assert len(receipts) == (2 if after_effect else 1) and len({r["key"] for r in receipts}) == 1
@@ -189,9 +185,7 @@ def test_an_idempotent_call_the_gate_now_refuses_waits_for_a_person(tmp_path: Pa
     _crash(tmp_path, "send_receipt", after_effect=True)
     ledger = tmp_path / "ledger"
     refuse_receipts = lambda call: (call.name != "send_receipt", "receipts are paused today")
-    [done] = recover(
-        SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(ledger), gate=refuse_receipts, older_than=0
-    )
+    [done] = recover(SqliteStore(tmp_path / "runs.db"), ledger_agent(ledger, gate=refuse_receipts), older_than=0)
     assert done.result is not None and done.result.stop.value == "awaiting_approval"
     assert "receipts are paused today" in (done.result.reason or "")
     assert len(_effects(ledger, "send_receipt")) == 1
@@ -210,9 +204,7 @@ def test_a_crash_outside_any_effect_is_continued(tmp_path: Path) -> None:
 
     with pytest.raises(Crash):
         run(task_for(["A", "B"]), DyingModel(), ledger_tools(ledger), gate=pay_gate, store=store, run_id="r1")
-    [done] = recover(
-        SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(ledger), gate=pay_gate, older_than=0
-    )
+    [done] = recover(SqliteStore(tmp_path / "runs.db"), ledger_agent(ledger), older_than=0)
     assert done.interrupted is None and done.result is not None and done.result.stop.value == "answered"
     assert [(e["tool"], e["args"]["invoice"]) for e in _effects(ledger)] == [
         ("pay", "A"),
@@ -229,27 +221,29 @@ def test_a_crash_while_running_an_approved_call_asks_again(tmp_path: Path) -> No
     run(task_for(["BIG-1"]), LedgerModel(), ledger_tools(ledger), gate=pay_gate, store=store, run_id="r1")
     first_pause = store.paused()[0].pause_id
     with pytest.raises(Crash):
-        approve(
-            store,
-            "r1",
-            LedgerModel(),
-            _crashing(ledger_tools(ledger), "pay", after_effect=True),
-            gate=pay_gate,
-            reviewer="ana",
-        )
-    [done] = recover(
-        SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(ledger), gate=pay_gate, older_than=0
-    )
+        crashing = Agent(LedgerModel(), _crashing(ledger_tools(ledger), "pay", after_effect=True), gate=pay_gate)
+        approve(store, "r1", crashing, reviewer="ana")
+    [done] = recover(SqliteStore(tmp_path / "runs.db"), ledger_agent(ledger), older_than=0)
     assert done.result is not None and (done.result.reason or "").startswith(OUTCOME_UNKNOWN)
     [waiting] = SqliteStore(tmp_path / "runs.db").paused()
     assert waiting.pause_id not in (None, first_pause)
     assert len(_effects(ledger, "pay")) == 1
 
 
+def test_recover_without_an_agent_claims_nothing(tmp_path: Path) -> None:
+    """A model passed where the agent goes is refused before any claim: the crashed run is left as it was."""
+    _crash(tmp_path, "pay", after_effect=False)
+    before = SqliteStore(tmp_path / "runs.db").load("r1").summary
+    with pytest.raises(TypeError, match="'agent' must be an Agent .*LedgerModel"):
+        recover(SqliteStore(tmp_path / "runs.db"), LedgerModel(), older_than=0)  # type: ignore[arg-type]
+    after = SqliteStore(tmp_path / "runs.db").load("r1").summary
+    assert (after.status, after.owner, after.version) == ("running", before.owner, before.version)
+
+
 def test_recover_leaves_fresh_runs_to_their_owner(tmp_path: Path) -> None:
     """A run committed a moment ago is not claimed with the default ``older_than``."""
     _crash(tmp_path, "pay", after_effect=False)
-    assert recover(SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(tmp_path / "ledger")) == []
+    assert recover(SqliteStore(tmp_path / "runs.db"), ledger_agent(tmp_path / "ledger")) == []
 
 
 def test_a_decision_whose_process_died_opens_the_pause_again_under_a_new_id(tmp_path: Path) -> None:
@@ -264,11 +258,9 @@ def test_a_decision_whose_process_died_opens_the_pause_again_under_a_new_id(tmp_
             raise Crash
 
     with pytest.raises(Crash):
-        reject(store, "r1", DyingModel(), ledger_tools(ledger), gate=pay_gate, reviewer="ana", reason="no")
+        reject(store, "r1", ledger_agent(ledger).replace(model=DyingModel()), reviewer="ana", reason="no")
     assert SqliteStore(tmp_path / "runs.db").load("r1").status == "running"
-    [done] = recover(
-        SqliteStore(tmp_path / "runs.db"), LedgerModel(), ledger_tools(ledger), gate=pay_gate, older_than=0
-    )
+    [done] = recover(SqliteStore(tmp_path / "runs.db"), ledger_agent(ledger), older_than=0)
     assert done.result is not None and done.result.stop.value == "awaiting_approval"
     [waiting] = SqliteStore(tmp_path / "runs.db").paused()
     assert waiting.pause_id not in (None, old)

@@ -22,7 +22,12 @@ from agent_fsm import (
     tool_call_message,
 )
 
-PAY = {"type": "object", "properties": {"cents": {"type": "integer"}}, "required": ["cents"], "additionalProperties": False}
+PAY = {
+    "type": "object",
+    "properties": {"cents": {"type": "integer"}},
+    "required": ["cents"],
+    "additionalProperties": False,
+}
 
 
 class Bank:

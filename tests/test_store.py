@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import agent_fsm.store.sql as sql_module
-from agent_fsm import ask_for_effects, run
+from agent_fsm import Agent, ask_for_effects, run
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.store import (
@@ -103,8 +103,8 @@ def test_the_inbox_lists_the_blocked_call_and_the_gates_reason(opener: Opener) -
 def test_two_concurrent_approvals_exactly_one_wins(opener: Opener) -> None:
     """Two reviewers on two connections approve one pause at once: one continues the run, one gets AlreadyDecided."""
     desk = make_support_desk()
-    gate = ask_for_effects(desk.tools)
-    run(TASK, overreaching_model(), desk.tools, gate=gate, store=opener(), run_id="p1")
+    agent = Agent(overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools))
+    agent.run(TASK, store=opener(), run_id="p1")
     pause = opener().paused()[0].pause_id
     stores = [opener(), opener()]
     barrier = threading.Barrier(2)
@@ -113,7 +113,7 @@ def test_two_concurrent_approvals_exactly_one_wins(opener: Opener) -> None:
     def decide(reviewer: str, store: RunStore) -> None:
         barrier.wait()
         try:
-            outcomes[reviewer] = approve(store, "p1", overreaching_model(), desk.tools, gate=gate, reviewer=reviewer)
+            outcomes[reviewer] = approve(store, "p1", agent, reviewer=reviewer)
         except AlreadyDecided as exc:
             outcomes[reviewer] = exc
 
@@ -161,10 +161,10 @@ def test_racing_decisions_on_the_store_exactly_one_wins(opener: Opener) -> None:
 def test_a_late_decision_names_the_one_that_won(opener: Opener) -> None:
     """Deciding a pause already decided says by whom; the run is untouched."""
     desk = make_support_desk()
-    gate = ask_for_effects(desk.tools)
-    run(TASK, overreaching_model(), desk.tools, gate=gate, store=opener(), run_id="p1")
+    agent = Agent(overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools))
+    agent.run(TASK, store=opener(), run_id="p1")
     pause = opener().paused()[0].pause_id
-    reject(opener(), "p1", overreaching_model(), desk.tools, gate=gate, reviewer="ana", reason="too much")
+    reject(opener(), "p1", agent, reviewer="ana", reason="too much")
     before = opener().load("p1")
     with pytest.raises(AlreadyDecided, match="ana"):
         opener().decide("p1", pause or "", "approve", reviewer="bo")
@@ -175,9 +175,9 @@ def test_a_late_decision_names_the_one_that_won(opener: Opener) -> None:
 def test_reject_tells_the_model_and_records_the_reviewer(opener: Opener) -> None:
     """A rejection is a denied observation with the reason; the decision is in the history with its time."""
     desk = make_support_desk()
-    gate = ask_for_effects(desk.tools)
-    run(TASK, overreaching_model(), desk.tools, gate=gate, store=opener(), run_id="p1")
-    result = reject(opener(), "p1", overreaching_model(), desk.tools, gate=gate, reviewer="ana", reason="over limit")
+    agent = Agent(overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools))
+    agent.run(TASK, store=opener(), run_id="p1")
+    result = reject(opener(), "p1", agent, reviewer="ana", reason="over limit")
     assert result.state.observations[1].kind == "denied"
     assert "over limit" in str(result.state.observations[1].content)
     [decision] = opener().history("p1")
@@ -188,15 +188,29 @@ def test_reject_tells_the_model_and_records_the_reviewer(opener: Opener) -> None
 def test_an_edited_call_must_pass_contract_and_gate(opener: Opener) -> None:
     """An edit that breaks the contract decides nothing; a valid one runs as edited."""
     desk = make_support_desk()
-    gate = ask_for_effects(desk.tools)
-    run(TASK, overreaching_model(), desk.tools, gate=gate, store=opener(), run_id="p1")
+    agent = Agent(overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools))
+    agent.run(TASK, store=opener(), run_id="p1")
     with pytest.raises(ValueError, match="invalid"):
-        approve(opener(), "p1", overreaching_model(), desk.tools, gate=gate, reviewer="ana", arguments={"x": 1})
+        approve(opener(), "p1", agent, reviewer="ana", arguments={"x": 1})
     assert opener().paused()[0].run_id == "p1"
     edit = {"order_id": "A-17", "amount_cents": 4999}
-    approve(opener(), "p1", overreaching_model(), desk.tools, gate=gate, reviewer="ana", arguments=edit)
+    approve(opener(), "p1", agent, reviewer="ana", arguments=edit)
     assert desk.effects[0] == {"order_id": "A-17", "refunded_cents": 4999}
     assert opener().history("p1")[0].arguments == edit
+
+
+def test_a_decision_without_an_agent_decides_nothing(opener: Opener) -> None:
+    """Parts passed where the agent goes (a model) are refused before the pause is touched: it stays open."""
+    desk = make_support_desk()
+    run(TASK, overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools), store=opener(), run_id="p1")
+    before = opener().load("p1").summary
+    with pytest.raises(TypeError, match="'agent' must be an Agent .*ScriptedModel"):
+        approve(opener(), "p1", overreaching_model(), reviewer="ana")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'agent' must be an Agent"):
+        reject(opener(), "p1", desk.tools, reviewer="ana", reason="no")  # type: ignore[arg-type]
+    after = opener().load("p1").summary
+    assert (after.status, after.pause_id, after.version) == ("paused", before.pause_id, before.version)
+    assert opener().history("p1") == [] and desk.effects == []
 
 
 def test_a_claimed_run_cannot_be_written_by_its_old_owner(opener: Opener) -> None:

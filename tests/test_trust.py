@@ -389,7 +389,8 @@ def test_an_async_model_points_to_the_async_api():
 
 
 def test_a_stored_run_approved_from_the_inbox_keeps_its_limits(tmp_path):
-    """store.approve without limits= runs under the limits the run was started with."""
+    """store.approve with an agent whose limits are None runs under the limits the run was started with."""
+    from agent_fsm import Agent
     from agent_fsm.store import SqliteStore, approve
 
     tools, _ = make_payments()
@@ -397,5 +398,5 @@ def test_a_stored_run_approved_from_the_inbox_keeps_its_limits(tmp_path):
     script = [pay_call(50), read, read, read, answer_message("done")]
     store = SqliteStore(tmp_path / "runs.db")
     run("t", ScriptedModel(script), tools, gate=pay_gate, limits=Limits(max_turns=2), store=store, run_id="r1")
-    done = approve(store, "r1", ScriptedModel(script), tools, gate=pay_gate, reviewer="ana")
+    done = approve(store, "r1", Agent(ScriptedModel(script), tools, gate=pay_gate), reviewer="ana")
     assert done.stop is Stop.STEP_LIMIT and done.state.turns == 2

@@ -51,13 +51,12 @@ def desk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
     with SqliteStore(tmp_path / "runs.db") as store:
         for run_id in ("ticket-3", "ticket-2", "ticket-1"):
             start(store, run_id)
-        chosen = world()
-        reject(store, "ticket-3", chosen["model"], chosen["tools"], gate=chosen["gate"], reviewer="bo", reason="no")
+        reject(store, "ticket-3", world(), reviewer="bo", reason="no")
     yield {"url": url, "ledger": tmp_path / "refunds.jsonl"}
 
 
 def _serve(url: str, **options: Any) -> Any:
-    return serving(inbox_app(lambda: open_store(url), world, reviewers=REVIEWERS, poll_seconds=0.5, **options))
+    return serving(inbox_app(lambda: open_store(url), world(), reviewers=REVIEWERS, poll_seconds=0.5, **options))
 
 
 def _wait(browser: Any, condition: Any) -> Any:
@@ -159,9 +158,9 @@ def test_the_run_page_and_inbox_follow_a_decision_taken_elsewhere(browser: Any, 
         _sign_in(browser, base)
         browser.get(base + "/runs/ticket-1")
         assert browser.find_elements("id", "decide")
-        chosen = world()
+        agent = world()
         with open_store(desk["url"]) as store:
-            reject(store, "ticket-1", chosen["model"], chosen["tools"], gate=chosen["gate"], reviewer="bo", reason="x")
+            reject(store, "ticket-1", agent, reviewer="bo", reason="x")
         _wait(
             browser,
             lambda b: not b.find_elements("id", "decide") and "rejected by a human reviewer: x" in _main_text(b),
@@ -169,13 +168,13 @@ def test_the_run_page_and_inbox_follow_a_decision_taken_elsewhere(browser: Any, 
         browser.get(base + "/")
         assert "ticket-2" in _main_text(browser)
         with open_store(desk["url"]) as store:
-            reject(store, "ticket-2", chosen["model"], chosen["tools"], gate=chosen["gate"], reviewer="bo", reason="y")
+            reject(store, "ticket-2", agent, reviewer="bo", reason="y")
         _wait(browser, lambda b: b.find_elements("id", "no-paused"))
 
 
 def test_a_decision_that_outlasts_the_request_is_followed_live(browser: Any, desk: dict[str, Any]) -> None:
     """With a slow model the request returns before the run rests; the page says so, then shows the ending."""
-    app = inbox_app(lambda: open_store(desk["url"]), slow_world, reviewers=REVIEWERS, wait=0.5, poll_seconds=0.5)
+    app = inbox_app(lambda: open_store(desk["url"]), slow_world(), reviewers=REVIEWERS, wait=0.5, poll_seconds=0.5)
     with serving(app) as base:
         _sign_in(browser, base)
         browser.get(base + "/runs/ticket-1")
@@ -241,12 +240,11 @@ def test_an_edit_that_breaks_the_schema_is_refused_with_the_reason(
 
 def test_a_stale_page_decides_nothing(browser: Any, desk: dict[str, Any]) -> None:
     """Approving from a page whose pause was decided meanwhile gives a clear 'no longer open' page, no decision."""
-    with serving(inbox_app(lambda: open_store(desk["url"]), world, reviewers=REVIEWERS, poll_seconds=600)) as base:
+    with serving(inbox_app(lambda: open_store(desk["url"]), world(), reviewers=REVIEWERS, poll_seconds=600)) as base:
         _sign_in(browser, base)
         browser.get(base + "/runs/ticket-1")
-        chosen = world()
         with open_store(desk["url"]) as store:
-            reject(store, "ticket-1", chosen["model"], chosen["tools"], gate=chosen["gate"], reviewer="bo", reason="no")
+            reject(store, "ticket-1", world(), reviewer="bo", reason="no")
         _by_id(browser, "approve").click()
         title = _wait(browser, lambda b: b.find_elements("css selector", "#error h1"))[0].text
         assert title == "This pause is no longer open"

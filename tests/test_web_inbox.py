@@ -43,7 +43,7 @@ def store_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def base(store_url: str) -> Iterator[str]:
     """The inbox's base URL."""
-    with serving(inbox_app(lambda: open_store(store_url), world, reviewers=REVIEWERS, wait=10)) as url:
+    with serving(inbox_app(lambda: open_store(store_url), world(), reviewers=REVIEWERS, wait=10)) as url:
         yield url
 
 
@@ -203,6 +203,15 @@ def test_the_inbox_command_will_not_start_without_reviewers(store_url: str, monk
     monkeypatch.delenv(REVIEWERS_VARIABLE, raising=False)
     result = CliRunner().invoke(cli, ["inbox", "--store", store_url, "--world", "tests.web_world:world"])
     assert result.exit_code == 1 and REVIEWERS_VARIABLE in result.stderr
+
+
+def test_the_inbox_needs_an_agent(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the world's function instead of its agent, the inbox is refused at once; so is the command."""
+    with pytest.raises(TypeError, match="'agent' must be an Agent .*function"):
+        inbox_app(lambda: open_store(store_url), world, reviewers=REVIEWERS)  # type: ignore[arg-type]
+    monkeypatch.setenv(REVIEWERS_VARIABLE, f"ana:{TOKEN}")
+    result = CliRunner().invoke(cli, ["inbox", "--store", store_url, "--world", "tests.web_world:HOSTILE_TASK"])
+    assert result.exit_code == 1 and "is a str, not an Agent or a function returning one" in result.stderr
 
 
 def test_the_inbox_command_serves_on_loopback(store_url: str) -> None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm import ScriptedModel, ToolSpec, Verdict, answer_message, run, tool_call_message
+from agent_fsm import Agent, ScriptedModel, ToolSpec, Verdict, answer_message, tool_call_message
 from agent_fsm.engine import ToolCall
 from agent_fsm.examples.demo import TASK as REFUND_TASK
 from agent_fsm.examples.durable import world as desk_world
@@ -39,7 +39,7 @@ def _gate(call: ToolCall) -> Verdict:
         if cents > 100_000:
             return Verdict.deny("payments above 100000 cents are never made")
         return Verdict.ask(REASON) if cents > 1000 else Verdict.allow("small")
-    return desk_world()["gate"](call)
+    return desk_world().gate(call)
 
 
 class TaskRouter:
@@ -55,7 +55,7 @@ class TaskRouter:
         return self.scripts[task].chat(messages, tools)
 
 
-def world(delay: float = 0.0) -> dict[str, Any]:
+def world(delay: float = 0.0) -> Agent:
     """Both runs' model (each reply taking ``delay`` seconds), the desk's tools plus ``pay``, and a gate for both."""
     desk = desk_world()
     hostile = ScriptedModel(
@@ -64,18 +64,17 @@ def world(delay: float = 0.0) -> dict[str, Any]:
             answer_message(ANSWER),
         ]
     )
-    tools = {**desk["tools"], "pay": ToolSpec("Pay an invoice.", {"note": str, "cents": int}, _pay, effectful=True)}
-    model = TaskRouter({REFUND_TASK: desk["model"], HOSTILE_TASK: hostile}, delay)
-    return {"model": model, "tools": tools, "gate": _gate}
+    tools = {**desk.tools, "pay": ToolSpec("Pay an invoice.", {"note": str, "cents": int}, _pay, effectful=True)}
+    model = TaskRouter({REFUND_TASK: desk.model, HOSTILE_TASK: hostile}, delay)
+    return Agent(model, tools, gate=_gate)
 
 
-def slow_world() -> dict[str, Any]:
+def slow_world() -> Agent:
     """The same world with a model that takes three seconds per reply."""
     return world(delay=3.0)
 
 
 def start(store: RunStore, run_id: str, task: str = REFUND_TASK) -> None:
     """Start a run of ``task`` in ``store``; it pauses on its gated call."""
-    chosen = world()
-    result = run(task, chosen["model"], chosen["tools"], gate=chosen["gate"], store=store, run_id=run_id)
+    result = world().run(task, store=store, run_id=run_id)
     assert result.stop.value == "awaiting_approval", result

@@ -3,13 +3,13 @@
 
 Reviewers are named with their tokens in ``AGENT_FSM_REVIEWERS``
 (``name:token`` pairs, tokens of 16 characters or more); without it the
-inbox does not start. ``--world`` is what a decided run continues against,
-as for ``agent-fsm runs approve``.
+inbox does not start. ``--world`` names the agent a decided run continues
+with, as for ``agent-fsm runs approve``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -43,16 +43,12 @@ def inbox_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     open_url(store).close()  # fail now, not at the first page, on a wrong URL
-    load_world(world)
+    agent = load_world(world)
     hosts = ("127.0.0.1", "localhost", "::1", host)
     if not is_loopback(host):
         typer.echo(
             f"warning: listening on {host}: anyone who can reach it may try to sign in; put TLS in front", err=True
         )
-
-    def factory() -> dict[str, Any]:
-        return load_world(world)
-
-    app = inbox_app(lambda: open_store(store), factory, reviewers=reviewers, allowed_hosts=hosts)
+    app = inbox_app(lambda: open_store(store), agent, reviewers=reviewers, allowed_hosts=hosts)
     typer.echo(f"inbox on http://{host}:{port}/ (reviewers: {', '.join(sorted(reviewers.tokens))})")
     serve(app, host=host, port=port)

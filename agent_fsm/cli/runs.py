@@ -3,9 +3,9 @@
 
 Every command takes ``--store URL`` (``sqlite:///runs.db``,
 ``postgresql://user@host/db``). Deciding and recovering continue a run, so
-they need what it runs against: ``--world MODULE:NAME`` names a function
-returning a mapping with ``model``, ``tools`` and optionally ``gate`` and
-``limits`` (e.g. ``agent_fsm.examples.durable:world``). Exit codes: 0 done,
+they need the agent that runs it: ``--world MODULE:NAME`` names an
+:class:`~agent_fsm.Agent`, or a function of no arguments returning one
+(e.g. ``agent_fsm.examples.durable:world``). Exit codes: 0 done,
 1 a failure said in one line (a pause already decided, no such run), 2 a
 usage error.
 """
@@ -15,12 +15,13 @@ from __future__ import annotations
 import importlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from agent_fsm import Agent
 from agent_fsm.engine import RunResult, format_transcript
 from agent_fsm.store import StoreError, approve, open_store, recover, reject
 from agent_fsm.store.records import RunSummary
@@ -36,7 +37,7 @@ runs_app = typer.Typer(
 
 StoreOption = Annotated[str, typer.Option("--store", help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB")]
 WorldOption = Annotated[
-    str, typer.Option("--world", help="MODULE:NAME of a function returning {model, tools, gate?, limits?}")
+    str, typer.Option("--world", help="MODULE:NAME of an Agent, or of a function of no arguments returning one")
 ]
 
 
@@ -53,19 +54,25 @@ def open_url(url: str) -> SqlStore:
         raise _fail(str(exc)) from None
 
 
-def load_world(spec: str) -> dict[str, Any]:
-    """What ``--world MODULE:NAME`` returns (model, tools, gate?, limits?), or exit saying what is wrong."""
+def load_world(spec: str) -> Agent:
+    """The agent ``--world MODULE:NAME`` names (an Agent, or a function returning one), or exit saying what is wrong."""
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
         raise typer.BadParameter(f"expected MODULE:NAME, got {spec!r}", param_hint="--world")
     try:
-        factory = getattr(importlib.import_module(module_name), name)
+        named = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
         raise _fail(f"cannot load the world {spec!r}: {exc}") from None
-    world = dict(factory())
-    missing = {"model", "tools"} - set(world)
-    if missing:
-        raise _fail(f"the world {spec!r} gave no {', '.join(sorted(missing))} (it must return model and tools)")
+    world = named
+    if not isinstance(named, Agent) and callable(named):
+        try:
+            world = named()
+        except TypeError as exc:  # it needs arguments, or the Agent it builds refuses a part
+            raise _fail(f"cannot build the world {spec!r}: {exc}") from None
+    if not isinstance(world, Agent):
+        got = f"is a {type(named).__name__}" if world is named else f"returned a {type(world).__name__}"
+        hint = " (build Agent(model, tools, gate=...) from its parts)" if isinstance(world, Mapping) else ""
+        raise _fail(f"the world {spec!r} {got}, not an Agent or a function returning one{hint}")
     return world
 
 
@@ -155,18 +162,10 @@ def export_command(
 
 def _decide(decision: Callable[..., RunResult], run_id: str, store: str, world: str, **how: Any) -> str:
     """Apply one human decision through the store; the line that says how the run rests now."""
-    chosen = load_world(world)
+    agent = load_world(world)
     with open_url(store) as opened:
         try:
-            result = decision(
-                opened,
-                run_id,
-                chosen["model"],
-                chosen["tools"],
-                gate=chosen.get("gate"),
-                limits=chosen.get("limits"),  # None: the limits saved with the run
-                **how,
-            )
+            result = decision(opened, run_id, agent, **how)
         except (StoreError, ValueError) as exc:
             raise _fail(str(exc)) from None
     return _ended(run_id, result)
@@ -213,15 +212,12 @@ def recover_command(
     ] = 60.0,
 ) -> None:
     """Continue the runs a dead process left in flight; an interrupted non-idempotent call waits for a person."""
-    chosen = load_world(world)
+    agent = load_world(world)
     with open_url(store) as opened:
         typer.echo(f"claiming runs with no commit for {older_than:g}s ...")
         done = recover(
             opened,
-            chosen["model"],
-            chosen["tools"],
-            gate=chosen.get("gate"),
-            limits=chosen.get("limits"),  # None: the limits saved with each run
+            agent,
             older_than=older_than,
             progress=lambda r: typer.echo(
                 f"  {r.run_id}: " + (_ended(r.run_id, r.result).split(": ", 1)[1] if r.result else f"failed: {r.error}")

@@ -1,7 +1,7 @@
 """
 The support desk kept in a store: refunds above 5000 cents wait for a person, and each refund is a line in a file.
 
-The worlds for ``agent-fsm runs approve|reject|recover --world
+The agents for ``agent-fsm runs approve|reject|recover --world
 agent_fsm.examples.durable:world`` (or ``:direct_world``). Refunds go to ``refunds.jsonl`` (or
 ``$AGENT_FSM_REFUNDS``), one line per refund with its idempotency key, so
 any process can see what was paid. Start a run from the command line::
@@ -24,16 +24,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent_fsm.engine import (
-    ScriptedModel,
-    ToolCall,
-    ToolContext,
-    ToolSpec,
-    Verdict,
-    answer_message,
-    run,
-    tool_call_message,
-)
+from agent_fsm import Agent
+from agent_fsm.engine import ScriptedModel, ToolCall, ToolContext, ToolSpec, Verdict, answer_message, tool_call_message
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import SYSTEM_PROMPT, make_support_desk
 from agent_fsm.store import open_store
@@ -75,13 +67,13 @@ def _tools(*, crash: bool) -> dict[str, ToolSpec]:
     return tools
 
 
-def world() -> dict[str, Any]:
-    """The over-reaching model (asks 9999 cents, then 4999 if refused), the desk's tools, the gate."""
-    return {"model": overreaching_model(), "tools": _tools(crash=False), "gate": _gate}
+def world() -> Agent:
+    """The desk with the over-reaching model (asks 9999 cents, then 4999 if refused), its tools and gate."""
+    return Agent(overreaching_model(), _tools(crash=False), gate=_gate, system_prompt=SYSTEM_PROMPT)
 
 
-def direct_world(*, crash: bool = False) -> dict[str, Any]:
-    """A model that refunds 4999 cents straight away (``crash``: this process dies inside that refund)."""
+def direct_world(*, crash: bool = False) -> Agent:
+    """The desk with a model that refunds 4999 cents straight away (``crash``: this process dies inside that refund)."""
     model = ScriptedModel(
         [
             tool_call_message("call_1", "lookup_order", {"order_id": "A-17"}),
@@ -89,7 +81,7 @@ def direct_world(*, crash: bool = False) -> dict[str, Any]:
             answer_message("Order A-17 is refunded: 4999 cents."),
         ]
     )
-    return {"model": model, "tools": _tools(crash=crash), "gate": _gate}
+    return Agent(model, _tools(crash=crash), gate=_gate, system_prompt=SYSTEM_PROMPT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,17 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_id")
     parser.add_argument("--store", required=True, help="sqlite:///PATH or postgresql://...")
     args = parser.parse_args(argv)
-    chosen = world() if args.action == "start" else direct_world(crash=True)
+    agent = world() if args.action == "start" else direct_world(crash=True)
     with open_store(args.store) as store:
-        result = run(
-            TASK,
-            chosen["model"],
-            chosen["tools"],
-            gate=chosen["gate"],
-            system_prompt=SYSTEM_PROMPT,
-            store=store,
-            run_id=args.run_id,
-        )
+        result = agent.run(TASK, store=store, run_id=args.run_id)
     print(f"{args.run_id}: {result.stop.value}" + (f" ({result.reason})" if result.reason else ""))
     return 0
 

@@ -13,22 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agent_fsm.engine import (
-    OUTCOME_UNKNOWN,
-    AnswerCheck,
-    EndingRule,
-    Gate,
-    Limits,
-    Model,
-    Registry,
-    RunResult,
-    TokenEstimator,
-    ToolCall,
-    deny_effects,
-    estimate_tokens,
-    judge,
-    resume,
-)
+from agent_fsm import Agent
+from agent_fsm.engine import OUTCOME_UNKNOWN, RunResult, ToolCall, deny_effects, judge
 from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun
@@ -36,7 +22,10 @@ from agent_fsm.store.records import StoredRun
 __all__ = ["approve", "reject"]
 
 
-def _open_pause(store: RunStore, run_id: str, pause_id: str | None, reviewer: str) -> StoredRun:
+def _open_pause(store: RunStore, run_id: str, agent: Agent, pause_id: str | None, reviewer: str) -> StoredRun:
+    # Checked before anything is decided: a decision committed for what cannot carry it out strands the run.
+    if not isinstance(agent, Agent):
+        raise TypeError(f"'agent' must be an Agent (got {agent!r} that is a {type(agent).__name__}).")
     if not isinstance(reviewer, str) or not reviewer.strip():
         raise ValueError(f"a decision needs the reviewer's name (a non-empty str, got {reviewer!r})")
     stored = store.load(run_id)
@@ -51,36 +40,33 @@ def _open_pause(store: RunStore, run_id: str, pause_id: str | None, reviewer: st
 def approve(
     store: RunStore,
     run_id: str,
-    model: Model,
-    tools: Registry,
+    agent: Agent,
     *,
     reviewer: str,
-    gate: Gate | None = None,
     arguments: Mapping[str, Any] | None = None,
     pause_id: str | None = None,
-    limits: Limits | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
 ) -> RunResult:
     """
-    Approve the stored run's blocked call, and continue the run here until it rests again.
+    Approve the stored run's blocked call, and continue the run here, as ``agent``, until it rests again.
 
-    ``arguments`` replaces the call's arguments (a reviewer's edit): the
-    edited call must satisfy its tool's contract and must not be denied by
-    ``gate``, or nothing is decided. ``pause_id`` (from the inbox) makes
-    sure the pause approved is the one the reviewer saw.
+    ``agent`` judges the call afresh (its tools and gate) and runs on;
+    ``agent.limits=None`` keeps the limits saved with the run. ``arguments``
+    replaces the call's arguments (a reviewer's edit): the edited call must
+    satisfy its tool's contract and must not be denied by the agent's gate,
+    or nothing is decided. ``pause_id`` (from the inbox) makes sure the
+    pause approved is the one the reviewer saw.
 
     Raises:
         AlreadyDecided: the pause was decided by someone else first, or is not open.
         ValueError: no reviewer was named, or the edited call is invalid or denied.
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
     """
-    stored = _open_pause(store, run_id, pause_id, reviewer)
+    stored = _open_pause(store, run_id, agent, pause_id, reviewer)
     edited = None
     if arguments is not None:
         call = stored.state.pending[0]
         edited = ToolCall(call.call_id, call.name, dict(arguments), json.dumps(dict(arguments), default=repr))
-        judgement = judge(edited, tools, gate if gate is not None else deny_effects(tools))
+        judgement = judge(edited, agent.tools, agent.gate if agent.gate is not None else deny_effects(agent.tools))
         if judgement.kind in ("invalid", "denied"):
             raise ValueError(f"the edited call cannot be approved: {judgement.kind}: {judgement.reason}")
     decided = store.decide(
@@ -90,17 +76,10 @@ def approve(
         reviewer=reviewer,
         arguments=dict(arguments) if arguments is not None else None,
     )
-    return resume(
+    return agent.resume(
         decided.state,
-        model,
-        tools,
         approve=True,
         arguments=edited.arguments if edited is not None else None,  # judged afresh by resume, too
-        gate=gate,
-        limits=limits,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
         store=store,
         run_id=run_id,
     )
@@ -109,43 +88,25 @@ def approve(
 def reject(
     store: RunStore,
     run_id: str,
-    model: Model,
-    tools: Registry,
+    agent: Agent,
     *,
     reviewer: str,
     reason: str,
-    gate: Gate | None = None,
     pause_id: str | None = None,
-    limits: Limits | None = None,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
 ) -> RunResult:
     """
-    Reject the stored run's blocked call (the model is told ``reason``), and continue the run here.
+    Reject the stored run's blocked call (the model is told ``reason``), and continue the run here, as ``agent``.
 
     A call whose outcome was unknown after a crash is recorded as not run.
 
     Raises:
         AlreadyDecided: the pause was decided by someone else first, or is not open.
         ValueError: no reviewer was named.
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
     """
-    stored = _open_pause(store, run_id, pause_id, reviewer)
+    stored = _open_pause(store, run_id, agent, pause_id, reviewer)
     decided = store.decide(run_id, stored.summary.pause_id or "", "reject", reviewer=reviewer, reason=reason)
     told = reason
     if (stored.summary.reason or "").startswith(OUTCOME_UNKNOWN):
         told = f"recorded as not run ({reason or 'no reason given'})"
-    return resume(
-        decided.state,
-        model,
-        tools,
-        approve=False,
-        reason=told,
-        gate=gate,
-        limits=limits,
-        answer_check=answer_check,
-        estimator=estimator,
-        endings=endings,
-        store=store,
-        run_id=run_id,
-    )
+    return agent.resume(decided.state, approve=False, reason=told, store=store, run_id=run_id)

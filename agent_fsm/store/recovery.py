@@ -15,20 +15,8 @@ from collections.abc import Callable
 
 import attrs
 
-from agent_fsm.engine import (
-    Agent,
-    AnswerCheck,
-    EndingRule,
-    Gate,
-    Limits,
-    Model,
-    Registry,
-    RunError,
-    RunResult,
-    TokenEstimator,
-    continue_run,
-    estimate_tokens,
-)
+from agent_fsm import Agent
+from agent_fsm.engine import RunError, RunResult, continue_run
 from agent_fsm.store.errors import StoreError
 from agent_fsm.store.protocol import RunStore
 
@@ -52,19 +40,16 @@ class Recovered:
 
 def recover(
     store: RunStore,
-    model: Model,
-    tools: Registry,
+    agent: Agent,
     *,
-    gate: Gate | None = None,
-    limits: Limits | None = None,
     older_than: float = 60.0,
-    answer_check: AnswerCheck | None = None,
-    estimator: TokenEstimator = estimate_tokens,
-    endings: EndingRule | None = None,
     progress: Callable[[Recovered], None] | None = None,
 ) -> list[Recovered]:
     """
-    Continue every run left ``running`` with no commit for ``older_than`` seconds, each until it rests.
+    Continue every run left ``running`` with no commit for ``older_than`` seconds, as ``agent``, each until it rests.
+
+    ``agent`` is what each run goes on with (its gate judges the interrupted
+    call again; ``agent.limits=None`` keeps each run's saved limits).
 
     Choose ``older_than`` above the longest a live process may go without
     a commit (a slow model call or handler): a live run claimed by mistake
@@ -72,20 +57,16 @@ def recover(
     in-flight call is then settled like a crashed one. ``progress`` is told
     of each run as it is done. A run that fails again (a handler bug)
     is reported with its error and left claimed for a later attempt.
+
+    Raises:
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (no run is claimed).
     """
+    if not isinstance(agent, Agent):  # before any claim: a claimed run not continued waits older_than again
+        raise TypeError(f"'agent' must be an Agent (got {agent!r} that is a {type(agent).__name__}).")
     done = []
     for stored in store.claim_stale(older_than):
         interrupted = stored.intent.call_id if stored.intent is not None else None
         try:
-            agent = Agent(
-                model,
-                tools,
-                gate=gate,
-                limits=limits,
-                answer_check=answer_check,
-                estimator=estimator,
-                endings=endings,
-            )
             result = continue_run(agent, stored.state, store=store, run_id=stored.run_id, intent=stored.intent)
             outcome = Recovered(stored.run_id, result, interrupted)
         except (RunError, StoreError) as exc:

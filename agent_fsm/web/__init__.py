@@ -2,7 +2,7 @@
 The run viewer and the approval inbox, in the browser.
 
     html = render_view(state)                      # one self-contained page: agent-fsm view TRACE.json -o run.html
-    app = inbox_app(lambda: open_store(url), world, reviewers=Reviewers.from_environment())
+    app = inbox_app(lambda: open_store(url), agent, reviewers=Reviewers.from_environment())
     serve(app)                                     # 127.0.0.1:8765: agent-fsm inbox --store URL --world MODULE:NAME
 
 Needs the ``web`` extra (``pip install 'agent_fsm[web]'``: Starlette, Jinja2,

@@ -15,7 +15,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agent_fsm import Agent
 from agent_fsm.store import RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
@@ -91,7 +92,7 @@ def _stamp(summaries: list[RunSummary]) -> str:
 
 def inbox_app(
     open_store: Callable[[], RunStore],
-    world: Callable[[], Mapping[str, Any]],
+    agent: Agent,
     *,
     reviewers: Reviewers,
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
@@ -100,15 +101,21 @@ def inbox_app(
     secure_cookies: bool = False,
 ) -> Starlette:
     """
-    The inbox over the store ``open_store()`` opens (once per request), deciding runs against ``world()``.
+    The inbox over the store ``open_store()`` opens (once per request), deciding runs as ``agent``.
 
-    ``world`` returns ``{"model", "tools", "gate"?, "limits"?}`` as for
-    ``agent-fsm runs approve --world``; it is called for each decision. A
-    decision continues the run in a worker thread: the reviewer's request
+    ``agent`` judges each decided call afresh and continues the run, as
+    :func:`agent_fsm.store.approve` does (``agent-fsm inbox --world`` names
+    it). A decision continues the run in a worker thread: the reviewer's request
     waits up to ``wait`` seconds for it to rest, after which the run page
-    follows it live. ``allowed_hosts`` are the Host headers served (others
+    follows it live. Up to four decisions run at once, sharing ``agent``, so
+    its model, gate and handlers are called from several threads. ``allowed_hosts`` are the Host headers served (others
     get 400: no DNS rebinding); ``secure_cookies`` for an inbox behind HTTPS.
+
+    Raises:
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (found now, not at the first decision).
     """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"'agent' must be an Agent (got {agent!r} that is a {type(agent).__name__}).")
     sessions = Sessions()
     workers = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-fsm-decision")
 
@@ -256,7 +263,7 @@ def inbox_app(
         try:
             form = await checked_form(request, session)
             wanted = read_form(run_id, form)
-            job = workers.submit(apply, wanted, reviewer=session.reviewer, open_store=open_store, world=world)
+            job = workers.submit(apply, wanted, reviewer=session.reviewer, open_store=open_store, agent=agent)
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), timeout=wait)
         except DecisionRefused as refused:
             return error(request, session, refused.status, refused.title, refused.message, run_id=run_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm import Agent
 from agent_fsm.engine import RunResult
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
 from agent_fsm.store.protocol import RunStore
@@ -87,28 +88,20 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
     return Request(run_id, pause_id, "approve")
 
 
-def apply(
-    request: Request, *, reviewer: str, open_store: Callable[[], RunStore], world: Callable[[], Mapping[str, Any]]
-) -> RunResult:
+def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore], agent: Agent) -> RunResult:
     """
-    Decide ``request`` as ``reviewer`` and continue the run (in this thread) until it rests again.
+    Decide ``request`` as ``reviewer`` and continue the run as ``agent`` (in this thread) until it rests again.
 
     Raises:
         DecisionRefused: the pause is not open (409), the run is unknown (404), the edit is refused (422).
         StoreError: the store failed.
     """
-    chosen = dict(world())
-    how: dict[str, Any] = {
-        "reviewer": reviewer,
-        "gate": chosen.get("gate"),
-        "limits": chosen.get("limits"),  # None: the limits saved with the run
-        "pause_id": request.pause_id,
-    }
+    how: dict[str, Any] = {"reviewer": reviewer, "pause_id": request.pause_id}
     store = open_store()
     try:
         if request.action == "reject":
-            return reject(store, request.run_id, chosen["model"], chosen["tools"], reason=request.reason or "", **how)
-        return approve(store, request.run_id, chosen["model"], chosen["tools"], arguments=request.arguments, **how)
+            return reject(store, request.run_id, agent, reason=request.reason or "", **how)
+        return approve(store, request.run_id, agent, arguments=request.arguments, **how)
     except AlreadyDecided as exc:
         raise DecisionRefused(
             409, "This pause is no longer open", f"{exc}. Nothing was decided: the page was stale; reload the run."
