@@ -21,7 +21,7 @@ pytestmark = pytest.mark.temporal
 
 NAME = "versioned-desk"
 QUEUE = f"versions-{uuid.uuid4().hex[:8]}"
-V1 = world.definition("pause")  # refunds above 5000 cents wait for a person
+V1 = AgentDefinition(world.agent("pause").replace(name=NAME), timeouts=world.TIMEOUTS)  # above 5000 cents: a person
 
 
 def deny_large(call: Any) -> Verdict:
@@ -32,13 +32,7 @@ def deny_large(call: Any) -> Verdict:
 
 def _v2(patch: str | None) -> AgentDefinition:
     return AgentDefinition(
-        V1.tools,
-        model=V1.model,
-        gate=deny_large,
-        answer_check=V1.answer_check,
-        timeouts=V1.timeouts,
-        patch=patch,
-        before=V1 if patch else None,
+        V1.agent.replace(gate=deny_large), timeouts=V1.timeouts, patch=patch, before=V1 if patch else None
     )
 
 
@@ -78,28 +72,28 @@ def test_a_patched_definition_keeps_runs_in_flight_on_the_old_one(
     from tests.temporal_server import ThreadWorker
 
     monkeypatch.setenv("AGENT_FSM_LEDGER", str(tmp_path / "ledger.db"))
-    register(NAME, V1, replace=True)
-    worker = ThreadWorker(temporal_server.address, QUEUE, {NAME: V1}, max_cached_workflows=0).start()
+    register(V1, replace=True)
+    worker = ThreadWorker(temporal_server.address, QUEUE, [V1], max_cached_workflows=0).start()
     try:
 
         async def scenario() -> Any:
             old, paused = await _start(temporal_server.address)
             assert paused.machine_state == "AwaitingApproval"
-            register(NAME, _v2("deny-large-refunds"), replace=True)  # the new definition is deployed
+            register(_v2("deny-large-refunds"), replace=True)  # the new definition is deployed
             await old.approve(reviewer="ana")
             kept = await old.result()
             new, _ = await _start(temporal_server.address)
             changed = await new.result()
             await _replay(old)
             await _replay(new)
-            register(NAME, _v2(None), replace=True)  # the same change without a patch id
+            register(_v2(None), replace=True)  # the same change without a patch id
             with pytest.raises(NondeterminismError):
                 await _replay(old)
             return old.run_id, kept, new.run_id, changed
 
         old_id, kept, new_id, changed = asyncio.run(asyncio.wait_for(scenario(), 90))
     finally:
-        register(NAME, V1, replace=True)
+        register(V1, replace=True)
         worker.stop()
     assert kept.stop is Stop.ANSWERED and [r[3] for r in world.ledger() if r[1] == old_id] == [9999]
     assert changed.stop is Stop.ANSWERED and [r[3] for r in world.ledger() if r[1] == new_id] == []

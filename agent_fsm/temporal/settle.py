@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import attrs
 
+from agent_fsm import Agent, Limits
 from agent_fsm.engine.callbacks import RunContext
 from agent_fsm.engine.failures import RunError
-from agent_fsm.engine.observe import estimate_tokens
 from agent_fsm.engine.recovery import _settle
 from agent_fsm.engine.state import RunState
-from agent_fsm.temporal.definition import AgentDefinition
 from agent_fsm.temporal.proxies import IntentLog
 
 __all__ = ["settle_unknown"]
 
 
-def settle_unknown(log: IntentLog, definition: AgentDefinition) -> RunState:
+def settle_unknown(log: IntentLog, agent: Agent) -> RunState:
     """
     The run paused on the interrupted call of ``log``'s open intent, as recovery after a crash pauses it.
 
@@ -37,10 +36,10 @@ def settle_unknown(log: IntentLog, definition: AgentDefinition) -> RunState:
     # Never re-run here: the retry policy spent its attempts already, so even an idempotent tool waits for a person.
     tools = {
         name: attrs.evolve(spec, idempotent=False, retries=0) if name == intent.tool else spec
-        for name, spec in definition.tools.items()
+        for name, spec in agent.tools.items()
     }
-    limits = state.limits or definition.limits
-    context = RunContext(state, None, tools, definition.gate, limits, estimate_tokens, run_id=state.run_id)  # type: ignore[arg-type]
+    limits = state.limits or agent.limits or Limits()
+    context = RunContext(state, None, tools, agent.gate, limits, agent.estimator, run_id=state.run_id)  # type: ignore[arg-type]
     _settle(context, intent)
     assert state.pause is not None, "an interrupted call settles as a pause"
     # The kernel's recovery leaves the pause id to the store's commit; here it is the pause's own (deterministic).
