@@ -43,6 +43,8 @@ def test_a_patch_chain_picks_the_newest_definition_the_run_admits() -> None:
     assert v3.chosen(lambda patch: True) is v3
     assert v3.chosen(lambda patch: patch == "p2") is v2
     assert v3.chosen(lambda patch: False) is v1
+    assert (v3.patches, v2.patches, v1.patches) == (["p3", "p2"], ["p2"], [])  # what a run carried over admits
+    assert v3.chosen(set(v2.patches).__contains__) is v2
     with pytest.raises(ValueError, match="twice"):
         AgentDefinition(_agent(), patch="p2", before=v2)
 

@@ -117,6 +117,15 @@ class AgentDefinition:
         """The name the definition is served under: its agent's."""
         return self.agent.name
 
+    @property
+    def patches(self) -> list[str]:
+        """The patch ids of this definition and those it replaces, newest first: what a run under it admits."""
+        found, definition = [], self
+        while definition.patch is not None and definition.before is not None:
+            found.append(definition.patch)
+            definition = definition.before
+        return found
+
     def chosen(self, patched: Callable[[str], bool]) -> AgentDefinition:
         """The definition a run uses: the newest whose patch ``patched`` admits (the oldest has none)."""
         definition = self

@@ -73,7 +73,10 @@ class RunWorkflow:
         self._decision: dict[str, Any] | None = None
         self._decisions: list[dict[str, Any]] = list(start.get("decisions", []))
         name = start["agent"]
-        definition = self._definition = definition_for(name).chosen(workflow.patched)
+        # A run carried over keeps the definition it began with: a fresh history would admit every patch.
+        carried = start.get("patches")
+        admits = workflow.patched if carried is None else frozenset(carried).__contains__
+        definition = self._definition = definition_for(name).chosen(admits)
         agent = definition.agent
         self._bound: int = start.get("history_bound") or HISTORY_BOUND
         self._run_id = run_id = workflow.info().workflow_id
@@ -157,6 +160,7 @@ class RunWorkflow:
     def _continue(self, start: dict[str, Any], state: RunState) -> None:
         carried = {
             "agent": start["agent"],
+            "patches": self._definition.patches,
             "state": state.to_json(),
             "decisions": self._decisions,
             "history_bound": start.get("history_bound"),
