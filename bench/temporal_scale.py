@@ -102,14 +102,11 @@ async def _sequential(address: str, queue: str, runs: int) -> float:
 
 def _in_process(runs: int) -> float:
     """Median seconds per in-process ``arun`` of the same script."""
-    from agent_fsm import arun
-
-    definition = world.AGENTS["bench"]
-    model = definition.model()
+    agent = world.agent_of("bench")
 
     async def once() -> float:
         begun = time.perf_counter()
-        await arun(TASK, model, definition.tools, gate=definition.gate, limits=definition.limits)
+        await agent.arun(TASK)
         return time.perf_counter() - begun
 
     return statistics.median(asyncio.run(once()) for _ in range(runs))

@@ -28,7 +28,7 @@ async def main(address: str, task_queue: str, sticky_seconds: float | None) -> N
     options = (
         {} if sticky_seconds is None else {"sticky_queue_schedule_to_start_timeout": timedelta(seconds=sticky_seconds)}
     )
-    worker = create_worker(client, AGENTS, task_queue=task_queue, passthrough=["tests"], **options)
+    worker = create_worker(client, AGENTS.values(), task_queue=task_queue, passthrough=["tests"], **options)
     async with worker:
         print("ready", flush=True)
         await asyncio.Event().wait()

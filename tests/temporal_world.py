@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_fsm import (
+    Agent,
     Ending,
     Limits,
     ScriptedModel,
@@ -178,17 +179,23 @@ def model_of(name: str) -> Any:
     return ScriptedModel(SCRIPTS[name])
 
 
-def definition(name: str, *, gate_does_io: bool = False) -> AgentDefinition:
-    return AgentDefinition(
-        TOOLS,
-        model=lambda: model_of(name),
-        gate=gate,
-        gate_does_io=gate_does_io,
-        limits=LIMITS.get(name, Limits()),
-        answer_check=_honest,
-        timeouts=TIMEOUTS,
-    )
+def agent(name: str) -> Agent:
+    """The scripted desk ``name``, as it also runs in-process."""
+    return Agent(model_of(name), TOOLS, gate=gate, limits=LIMITS.get(name), answer_check=_honest, name=name)
 
 
-AGENTS = {name: definition(name) for name in [*SCRIPTS, "provider-error"]}
-AGENTS["pause-io-gate"] = definition("pause", gate_does_io=True)  # the same desk, its gate run as an activity
+AGENTS: dict[str, Agent | AgentDefinition] = {
+    name: AgentDefinition(agent(name), timeouts=TIMEOUTS) for name in [*SCRIPTS, "provider-error"]
+}
+# The same desk, its gate run as an activity.
+AGENTS["pause-io-gate"] = AgentDefinition(
+    agent("pause").replace(name="pause-io-gate"), gate_does_io=True, timeouts=TIMEOUTS
+)
+# A bare Agent, served with the default settings, opening its runs with a system prompt of its own.
+AGENTS["prompted"] = agent("answers").replace(system_prompt="You are the refund desk of A-shop.", name="prompted")
+
+
+def agent_of(name: str) -> Agent:
+    """The agent served as ``name``, to run it in-process."""
+    served = AGENTS[name]
+    return served if isinstance(served, Agent) else served.agent

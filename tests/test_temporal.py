@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm import RunState, Stop, aresume, arun
+from agent_fsm import RunState, Stop
 from tests import temporal_world as world
 
 pytestmark = pytest.mark.temporal
@@ -38,7 +38,7 @@ def ledger_file(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def address(temporal_server: Any, ledger_file: Any) -> Any:
     from tests.temporal_server import ThreadWorker
 
-    worker = ThreadWorker(temporal_server.address, QUEUE, world.AGENTS).start()
+    worker = ThreadWorker(temporal_server.address, QUEUE, world.AGENTS.values()).start()
     yield temporal_server.address
     worker.stop()
 
@@ -63,18 +63,8 @@ async def _paused(handle: Any) -> Any:
 
 
 def _in_process(name: str, run_id: str) -> Any:
-    definition = world.AGENTS[name]
-    return go(
-        lambda: arun(
-            "My order A-17 came broken.",
-            definition.model(),
-            definition.tools,
-            gate=definition.gate,
-            limits=definition.limits,
-            answer_check=definition.answer_check,
-            run_id=run_id,
-        )
-    )
+    """The same agent's run in this process, under the same run id."""
+    return go(lambda: world.agent_of(name).arun("My order A-17 came broken.", run_id=run_id))
 
 
 def _same(remote: Any, local: Any) -> None:
@@ -90,6 +80,7 @@ def _same(remote: Any, local: Any) -> None:
 
 ENDINGS = [
     ("answers", Stop.ANSWERED),
+    ("prompted", Stop.ANSWERED),
     ("step-limit", Stop.STEP_LIMIT),
     ("token-limit", Stop.TOKEN_LIMIT),
     ("no-progress", Stop.NO_PROGRESS),
@@ -181,17 +172,7 @@ def test_a_pause_is_approved_by_an_update_from_another_client(address: str, agen
     assert result.stop is Stop.ANSWERED and _refunds(run_id) == [9999]
     assert [(d["decision"], d["reviewer"], d["pause_id"]) for d in decisions] == [("approve", "ana", paused.pause_id)]
     local = _in_process("pause", run_id)
-    definition = world.AGENTS["pause"]
-    resumed = go(
-        lambda: aresume(
-            local.state,
-            definition.model(),
-            definition.tools,
-            approve=True,
-            gate=world.gate,
-            answer_check=definition.answer_check,
-        )
-    )
+    resumed = go(lambda: world.agent_of("pause").aresume(local.state, approve=True))
     _same(result, resumed)
 
 

@@ -155,23 +155,28 @@ def test_a_refund_cut_off_by_a_dead_worker_waits_for_a_person(
     assert result.stop is Stop.ANSWERED and len(_rows(run_id)) == 1
 
 
-def test_an_idempotent_refund_cut_off_is_retried_under_its_key(
-    temporal_server: Any, ledger_file: Path, tmp_path: Path
-) -> None:
-    """An idempotent tool's activity is retried on the second worker, same key: the ledger still has one row."""
+def _finished(address: str, tmp_path: Path, agent: str, hang: str) -> tuple[str, Any]:
+    """:func:`_crash`, then the run's result from the second worker, which is stopped after."""
     from temporalio.client import Client
 
     from agent_fsm.temporal import get_run
 
-    _, run_id, second = _crash(temporal_server.address, tmp_path, "crash-refund-once", "refund_once")
+    _, run_id, second = _crash(address, tmp_path, agent, hang)
 
     async def finish() -> Any:
-        return await get_run(await Client.connect(temporal_server.address), run_id).result()
+        return await get_run(await Client.connect(address), run_id).result()
 
     try:
-        result = asyncio.run(asyncio.wait_for(finish(), 60))
+        return run_id, asyncio.run(asyncio.wait_for(finish(), 60))
     finally:
         _stop(second)
+
+
+def test_an_idempotent_refund_cut_off_is_retried_under_its_key(
+    temporal_server: Any, ledger_file: Path, tmp_path: Path
+) -> None:
+    """An idempotent tool's activity is retried on the second worker, same key: the ledger still has one row."""
+    run_id, result = _finished(temporal_server.address, tmp_path, "crash-refund-once", "refund_once")
     assert result.stop is Stop.ANSWERED and result.state.observations[1].ok
     assert _tally(run_id) == 1
 
@@ -180,18 +185,6 @@ def test_a_model_call_cut_off_is_asked_again_and_the_refund_lands_once(
     temporal_server: Any, ledger_file: Path, tmp_path: Path
 ) -> None:
     """Killed while the model thinks: the model activity is retried elsewhere; one turn, one refund."""
-    from temporalio.client import Client
-
-    from agent_fsm.temporal import get_run
-
-    _, run_id, second = _crash(temporal_server.address, tmp_path, "crash-model", "model")
-
-    async def finish() -> Any:
-        return await get_run(await Client.connect(temporal_server.address), run_id).result()
-
-    try:
-        result = asyncio.run(asyncio.wait_for(finish(), 60))
-    finally:
-        _stop(second)
+    run_id, result = _finished(temporal_server.address, tmp_path, "crash-model", "model")
     assert result.stop is Stop.ANSWERED and result.state.turns == 3
     assert [row[3] for row in _rows(run_id)] == [4999] and _tally(run_id) == 1

@@ -5,58 +5,79 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
-from agent_fsm import Limits, ScriptedModel, ToolSpec, Verdict
+from agent_fsm import Agent, Limits, ScriptedModel, ToolSpec, Verdict
 from agent_fsm.temporal import AgentDefinition, Timeouts, definition_for, register, registered
 from agent_fsm.temporal.codec import fault_data, fault_of, result_json, result_of
 
 TOOLS = {"echo": ToolSpec("Echo.", {"text": str}, lambda text: text)}
 
 
-def _model() -> ScriptedModel:
-    return ScriptedModel([])
+def _agent(name: str | None = "desk", **parts: Any) -> Agent:
+    return Agent(ScriptedModel([]), TOOLS, name=name, **parts)
 
 
 def test_a_definition_refuses_what_a_workflow_cannot_replay() -> None:
-    """A clock budget, a model that is not a factory, a patch without the definition it replaces: refused."""
-    with pytest.raises(TypeError, match="factory"):
-        AgentDefinition(TOOLS, model=42)  # type: ignore[arg-type]
+    """Not an Agent, a clock budget, a patch without what it replaces, a change under another name: refused."""
+    with pytest.raises(TypeError, match="holds an Agent"):
+        AgentDefinition(TOOLS)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="patch"):
-        AgentDefinition(TOOLS, model=_model, patch="p1")
-    with pytest.raises(TypeError, match="Limits"):
-        AgentDefinition(TOOLS, model=_model, limits={"max_turns": 3})  # type: ignore[arg-type]
+        AgentDefinition(_agent(), patch="p1")
+    with pytest.raises(ValueError, match="keeps its name"):
+        AgentDefinition(_agent("desk-2"), patch="p1", before=AgentDefinition(_agent()))
     with pytest.raises(ValueError, match="heartbeat"):
         Timeouts(heartbeat=0)
     if "max_seconds" in {a.name for a in Limits.__attrs_attrs__}:
         with pytest.raises(ValueError, match="clock"):
-            AgentDefinition(TOOLS, model=_model, limits=Limits(max_seconds=5))
+            AgentDefinition(_agent(limits=Limits(max_seconds=5)))
 
 
 def test_a_patch_chain_picks_the_newest_definition_the_run_admits() -> None:
     """``chosen`` walks back through ``before`` past every patch the run did not record."""
-    v1 = AgentDefinition(TOOLS, model=_model)
-    v2 = AgentDefinition(TOOLS, model=_model, gate=lambda c: Verdict.allow(), patch="p2", before=v1)
-    v3 = AgentDefinition(TOOLS, model=_model, patch="p3", before=v2)
+    v1 = AgentDefinition(_agent())
+    v2 = AgentDefinition(v1.agent.replace(gate=lambda c: Verdict.allow()), patch="p2", before=v1)
+    v3 = AgentDefinition(_agent(), patch="p3", before=v2)
     assert v3.chosen(lambda patch: True) is v3
     assert v3.chosen(lambda patch: patch == "p2") is v2
     assert v3.chosen(lambda patch: False) is v1
+    assert (v3.patches, v2.patches, v1.patches) == (["p3", "p2"], ["p2"], [])  # what a run carried over admits
+    assert v3.chosen(set(v2.patches).__contains__) is v2
     with pytest.raises(ValueError, match="twice"):
-        AgentDefinition(TOOLS, model=_model, patch="p2", before=v2)
+        AgentDefinition(_agent(), patch="p2", before=v2)
 
 
-def test_the_registry_refuses_a_second_definition_under_one_name() -> None:
-    """One name, one definition per process, unless replaced on purpose; an unknown name says what is known."""
-    first, second = AgentDefinition(TOOLS, model=_model), AgentDefinition(TOOLS, model=_model)
-    register("definition-test", first)
-    register("definition-test", first)  # the same one again is fine
+def test_an_agent_is_registered_under_its_own_name() -> None:
+    """A bare Agent is served with the default settings; one name, one definition, unless replaced on purpose."""
+    first, second = _agent("definition-test"), _agent("definition-test")
+    assert register(first) == AgentDefinition(first)  # default timeouts, a pure gate, no patch
+    register(first)  # the same agent again is fine
     with pytest.raises(ValueError, match="another definition"):
-        register("definition-test", second)
-    register("definition-test", second, replace=True)
-    assert definition_for("definition-test") is second and registered()["definition-test"] is second
+        register(second)
+    with pytest.raises(ValueError, match="another definition"):
+        register(AgentDefinition(first, gate_does_io=True))  # the same agent served otherwise is another definition
+    register(AgentDefinition(second, timeouts=Timeouts(tool=5)), replace=True)
+    assert definition_for("definition-test").agent is second and registered()["definition-test"].timeouts.tool == 5
+    with pytest.raises(TypeError, match="by its name"):
+        register(_agent(None))
+    with pytest.raises(TypeError, match="Agent or an AgentDefinition"):
+        register(TOOLS)  # type: ignore[arg-type]
     with pytest.raises(LookupError, match="definition-test"):
         definition_for("no-such-agent")
+
+
+def test_a_worker_serves_a_list_of_named_agents() -> None:
+    """A mapping (names given twice) or two agents of one name are refused before anything is registered."""
+    from agent_fsm.temporal import create_worker
+
+    twin = _agent("worker-test")
+    with pytest.raises(TypeError, match="as a list"):
+        create_worker(None, {"worker-test": twin})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="two agents are named 'worker-test'"):
+        create_worker(None, [twin, AgentDefinition(_agent("worker-test"))])  # type: ignore[arg-type]
+    assert "worker-test" not in registered()
 
 
 def test_a_provider_fault_reads_as_it_was_raised() -> None:

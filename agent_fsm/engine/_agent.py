@@ -22,7 +22,7 @@ from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate
-from agent_fsm.engine._limits import Limits
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
 from agent_fsm.engine._run import (
@@ -143,6 +143,20 @@ class Agent:
         if self._digest is None:
             object.__setattr__(self, "_digest", contract_digest(self.tools))
         return self._digest  # type: ignore[return-value]
+
+    def start(self, task: str, *, history: Sequence[Mapping[str, Any]] = (), run_id: str | None = None) -> RunState:
+        """
+        A new run's state in ``Ready``, as :meth:`run` begins it: opened by this agent, under its limits, named for it.
+
+        For a driver of its own (a workflow engine, say) that then continues it with :meth:`advance`.
+        """
+        state = start_state(
+            task, system_prompt=self.system_prompt, history=history, estimator=self.estimator, run_id=run_id
+        )
+        state.limits = self.limits if self.limits is not None else DEFAULT_LIMITS
+        state.agent = self.name
+        state.agent_digest = self.digest
+        return state
 
     # --- one run, synchronously --------------------------------------------
 
@@ -348,7 +362,8 @@ class Agent:
         run_id: str | None,
         listening: bool,
     ) -> Launch:
-        return starting(self, task, history=history, store=store, run_id=run_id, listening=listening)
+        state = self.start(task, history=history, run_id=run_id)
+        return starting(self, state, store=store, run_id=run_id, listening=listening)
 
     def _continuing(self, state: RunState, store: Checkpointer | None, run_id: str | None, listening: bool) -> Launch:
         return continuing(self, state, store=store, run_id=run_id, listening=listening)

@@ -13,7 +13,7 @@ from attrs import validators as v
 
 from agent_fsm.engine._json import DEPTH_CEILING
 
-__all__ = ["Limits", "Stop"]
+__all__ = ["DEFAULT_LIMITS", "Limits", "Stop"]
 
 
 # --- limits ---
@@ -94,3 +94,7 @@ class Limits:
     max_argument_chars: int = attrs.field(default=100_000, validator=[_whole_number, v.ge(2)])
     oscillation: int = attrs.field(default=4, validator=[_whole_number, v.ge(3)])
     max_seconds: float | None = attrs.field(default=None, validator=v.optional(_seconds))
+
+
+DEFAULT_LIMITS = Limits()
+"""The budgets of a run given none: one shared frozen value."""

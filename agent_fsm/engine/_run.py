@@ -117,7 +117,7 @@ from agent_fsm.engine._events import (
     TextDelta,
 )
 from agent_fsm.engine._gates import Gate, deny_effects
-from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, compile_machine
 from agent_fsm.engine._messages import (
     CallIds,
@@ -706,7 +706,6 @@ MACHINE = compile_machine(
 
 # --- launch ---
 
-_DEFAULT_LIMITS = Limits()  # frozen: one shared value for every run given no limits
 
 DEFAULT_SYSTEM_PROMPT = (
     "You act only through the tools you are given. Each tool result comes back as JSON with "
@@ -845,7 +844,7 @@ def _trusted_limits(state: RunState, limits: Limits | None) -> Limits:
     saved = state.limits
     if saved is not None and not isinstance(saved, Limits):
         raise StateError(f"the state's limits are not a Limits: {saved!r}", state=state)
-    return saved if saved is not None else _DEFAULT_LIMITS
+    return saved if saved is not None else DEFAULT_LIMITS
 
 
 def _check(state: RunState) -> None:
@@ -876,21 +875,9 @@ def interrupted(context: RunContext) -> None:
 
 
 def starting(
-    agent: Agent,
-    task: str,
-    *,
-    history: Sequence[Mapping[str, Any]],
-    store: Checkpointer | None,
-    run_id: str | None,
-    listening: bool,
+    agent: Agent, state: RunState, *, store: Checkpointer | None, run_id: str | None, listening: bool
 ) -> Launch:
-    """A new run of ``task`` by ``agent``: its context and steps (see :meth:`agent_fsm.Agent.run`)."""
-    state = start_state(
-        task, system_prompt=agent.system_prompt, history=history, estimator=agent.estimator, run_id=run_id
-    )
-    state.limits = agent.limits if agent.limits is not None else _DEFAULT_LIMITS
-    state.agent = agent.name
-    state.agent_digest = agent.digest
+    """A new run's ``state`` (see :meth:`agent_fsm.Agent.start`), begun in ``store``: its context and steps."""
     if store is not None:
         store.begin(_required_id(run_id), state)
     return continuing(agent, state, store=store, run_id=run_id, listening=listening, fresh=True)

@@ -33,7 +33,7 @@ import attrs
 
 from agent_fsm.engine._errors import ToolDefinitionError
 from agent_fsm.engine._json import argument_problem
-from agent_fsm.engine._limits import Limits
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
 from agent_fsm.engine._schema import compile_checker, make_validator, schema_problem
 
 __all__ = [
@@ -131,7 +131,6 @@ _PY_TO_JSON: dict[type, str] = {
     type(None): "null",
 }
 _SUPPORTED = ", ".join(t.__name__ for t in _PY_TO_JSON)
-_DEFAULT_LIMITS = Limits()
 # Canonical JSON for fingerprints; one encoder, built once (json.dumps with options builds one per call).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
@@ -381,7 +380,7 @@ def validate_call(call: ToolCall, tools: Registry, *, limits: Limits | None = No
         otherwise a reason written so the model can fix its call. Permission is not
         judged here at all; the gate decides that separately.
     """
-    limits = _DEFAULT_LIMITS if limits is None else limits
+    limits = DEFAULT_LIMITS if limits is None else limits
     if call.arguments is None:
         return _unparsed_reason(call, limits)
     name = call.name

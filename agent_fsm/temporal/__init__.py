@@ -1,8 +1,9 @@
 """
 Runs as durable Temporal workflows, across many workers (``pip install 'agent_fsm[temporal]'``).
 
-    # worker process
-    worker = create_worker(client, {"support-desk": AgentDefinition(tools, model=make_model, gate=gate)})
+    # worker process: the agent, served under its name
+    desk = Agent(make_model(), tools, gate=gate, name="support-desk")
+    worker = create_worker(client, [desk])
     await worker.run()
 
     # any client
@@ -12,7 +13,7 @@ Runs as durable Temporal workflows, across many workers (``pip install 'agent_fs
 
 The run machine runs inside the workflow, driven by the same async driver as
 ``arun``; model calls and tool calls are activities. Failure semantics,
-approvals, long runs and changing a definition are in docs/temporal.md.
+approvals, long runs and changing an agent are in docs/temporal.md.
 Importing this package does not import ``temporalio``; starting a worker or
 a run does.
 """

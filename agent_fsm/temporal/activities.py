@@ -2,8 +2,8 @@
 The activities: where a workflow's model calls, tool calls and I/O gates really happen.
 
 They run on any worker that registered the agent by name, outside the
-workflow sandbox, and are the only place the definition's model and
-handlers are called. A model's or handler's expected failure comes back as
+workflow sandbox, and are the only place the agent's model and handlers
+are called. A model's or handler's expected failure comes back as
 data (a provider fault, an ``error`` observation) so that Temporal retries
 only what the infrastructure lost: a timed-out attempt, a dead worker.
 A handler's bug is a non-retryable failure carrying the call.
@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_fsm.engine import HandlerError, Model, ToolContext, adrive, as_verdict, execute, executing, execution
+from agent_fsm.engine import HandlerError, ToolContext, adrive, as_verdict, execute, executing, execution
 from agent_fsm.temporal.codec import call_of, fault_data, observation_data, reply_data, verdict_data
 from agent_fsm.temporal.definition import definition_for
 
-__all__ = ["GATE_ACTIVITY", "MODEL_ACTIVITY", "TOOL_ACTIVITY", "Activities"]
+__all__ = ["GATE_ACTIVITY", "MODEL_ACTIVITY", "TOOL_ACTIVITY", "gate", "model", "tool"]
 
 MODEL_ACTIVITY = "agent_fsm.model"
 """The activity type of a model call."""
@@ -52,67 +52,59 @@ def _in_thread(call: Callable[[], T]) -> Awaitable[T]:
     return asyncio.to_thread(call)
 
 
-class Activities:
-    """The model, tool and gate activities of one worker, resolving agents by name."""
+# The activities are plain functions: each looks its agent up by name in this process's registry.
 
-    def __init__(self) -> None:
-        self._models: dict[str, Model] = {}
 
-    def _model(self, agent: str) -> Model:
-        model = self._models.get(agent)
-        if model is None:
-            model = self._models[agent] = definition_for(agent).model()
-        return model
+@activity.defn(name=MODEL_ACTIVITY)
+async def model(agent: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ask the agent's model once: the reply as data, or the provider's failure as data."""
+    asked = definition_for(agent).agent.model
+    try:
+        achat = getattr(asked, "achat", None)
+        if achat is not None:
+            reply = await _beating(achat(messages, tools))
+        elif getattr(asked, "blocking", False):
+            reply = await _beating(_in_thread(lambda: asked.chat(messages, tools)))
+        else:
+            reply = asked.chat(messages, tools)  # a model that does not block is called inline, as arun does
+    except OSError as exc:  # the provider's own retries are spent: the run ends provider_error
+        return {"fault": fault_data(exc)}
+    return reply_data(reply)
 
-    @activity.defn(name=MODEL_ACTIVITY)
-    async def model(self, agent: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        """Ask the agent's model once: the reply as data, or the provider's failure as data."""
-        model = self._model(agent)
-        try:
-            achat = getattr(model, "achat", None)
-            if achat is not None:
-                reply = await _beating(achat(messages, tools))
-            elif getattr(model, "blocking", False):
-                reply = await _beating(_in_thread(lambda: model.chat(messages, tools)))
-            else:
-                reply = model.chat(messages, tools)  # a model that does not block is called inline, as arun does
-        except OSError as exc:  # the provider's own retries are spent: the run ends provider_error
-            return {"fault": fault_data(exc)}
-        return reply_data(reply)
 
-    @activity.defn(name=TOOL_ACTIVITY)
-    async def tool(self, agent: str, call: dict[str, Any], context: dict[str, str] | None) -> dict[str, Any]:
-        """
-        Run one validated, allowed call's real handler and return its observation as data.
+@activity.defn(name=TOOL_ACTIVITY)
+async def tool(agent: str, call: dict[str, Any], context: dict[str, str] | None) -> dict[str, Any]:
+    """
+    Run one validated, allowed call's real handler and return its observation as data.
 
-        ``context`` is the workflow's :class:`ToolContext` for the call: the
-        idempotency key is the same on every attempt of this call.
-        """
-        definition = definition_for(agent)
-        parsed = call_of(call)
-        given = ToolContext(**context) if context is not None else None
+    ``context`` is the workflow's :class:`ToolContext` for the call: the
+    idempotency key is the same on every attempt of this call.
+    """
+    tools = definition_for(agent).agent.tools
+    parsed = call_of(call)
+    given = ToolContext(**context) if context is not None else None
 
-        def run() -> Any:
+    def run() -> Any:
+        with executing(parsed.call_id):
+            return execute(parsed, tools, context=given)
+
+    try:
+        if inspect.iscoroutinefunction(tools[parsed.name].handler):
             with executing(parsed.call_id):
-                return execute(parsed, definition.tools, context=given)
+                observation = await _beating(adrive(execution(parsed, tools, context=given)))
+        else:  # a plain handler runs in a thread, so the worker keeps heart-beating however long it takes
+            observation = await _beating(_in_thread(run))
+    except HandlerError as exc:
+        raise ApplicationError(str(exc), call, type="HandlerError", non_retryable=True) from exc
+    return observation_data(observation)
 
-        try:
-            if inspect.iscoroutinefunction(definition.tools[parsed.name].handler):
-                with executing(parsed.call_id):
-                    observation = await _beating(adrive(execution(parsed, definition.tools, context=given)))
-            else:  # a plain handler runs in a thread, so the worker keeps heart-beating however long it takes
-                observation = await _beating(_in_thread(run))
-        except HandlerError as exc:
-            raise ApplicationError(str(exc), call, type="HandlerError", non_retryable=True) from exc
-        return observation_data(observation)
 
-    @activity.defn(name=GATE_ACTIVITY)
-    async def gate(self, agent: str, call: dict[str, Any]) -> dict[str, Any]:
-        """Consult the agent's gate (one that does I/O) about a validated call."""
-        definition = definition_for(agent)
-        gate = definition.gate
-        assert gate is not None, "only a definition with a gate sets gate_does_io"
-        decision: Any = await _in_thread(lambda: gate(call_of(call)))
-        if inspect.isawaitable(decision):
-            decision = await decision
-        return verdict_data(as_verdict(decision))
+@activity.defn(name=GATE_ACTIVITY)
+async def gate(agent: str, call: dict[str, Any]) -> dict[str, Any]:
+    """Consult the agent's gate (one that does I/O) about a validated call."""
+    judge = definition_for(agent).agent.gate
+    assert judge is not None, "only an agent with a gate runs it as an activity"
+    decision: Any = await _in_thread(lambda: judge(call_of(call)))
+    if inspect.isawaitable(decision):
+        decision = await decision
+    return verdict_data(as_verdict(decision))

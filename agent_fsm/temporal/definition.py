@@ -1,21 +1,23 @@
 """
-What a worker registers under a name: the parts of an agent that cannot travel as data.
+What a worker registers: an :class:`~agent_fsm.Agent`, by its name, with the settings only Temporal needs.
 
-Tools, models and gates are code, so a Temporal client cannot send them; it
-names an :class:`AgentDefinition` that every worker of the task queue has
-registered under that name. This module imports nothing from Temporal.
+An agent's model, tools and gate are code, so a Temporal client cannot send
+them; it names an agent that every worker of the task queue has registered
+under that name. The :class:`AgentDefinition` beside the agent holds what
+Temporal alone needs: activity timeouts, whether the gate does I/O, and the
+definition a changed one replaces. This module imports nothing from Temporal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from agent_fsm.engine import AnswerCheck, EndingRule, Gate, Limits, Model, ToolSpec, check_registry
+from agent_fsm import Agent
 
-__all__ = ["HISTORY_BOUND", "AgentDefinition", "Timeouts", "definition_for", "register", "registered"]
+__all__ = ["HISTORY_BOUND", "AgentDefinition", "Timeouts", "definition_for", "register", "registered", "served"]
 
 
 HISTORY_BOUND = 2000
@@ -60,53 +62,42 @@ class Timeouts:
     retry_interval: float = attrs.field(default=1.0, validator=_positive)
 
 
-def _limits(instance: Any, attribute: Any, value: Limits) -> None:
-    if not isinstance(value, Limits):
-        raise TypeError(f"'limits' must be a Limits (got {value!r} that is a {type(value).__name__}).")
-    if getattr(value, "max_seconds", None) is not None:
+def _agent(instance: Any, attribute: Any, value: Agent) -> None:
+    if not isinstance(value, Agent):
+        raise TypeError(f"an AgentDefinition holds an Agent (got {value!r} that is a {type(value).__name__}).")
+    if getattr(value.limits, "max_seconds", None) is not None:
         raise ValueError(
             "Limits(max_seconds=...) reads the clock, which a workflow may not do on replay;"
             " bound a run's time with the workflow's execution timeout (start_run(..., execution_timeout=...))"
         )
 
 
-def _tools(instance: Any, attribute: Any, value: Mapping[str, ToolSpec]) -> None:
-    check_registry(value)
-
-
 @attrs.frozen
 class AgentDefinition:
     """
-    One agent as a worker runs it: tools, a model factory, a gate, limits, a system prompt.
+    An agent as a worker serves it: the :class:`~agent_fsm.Agent`, and what only Temporal needs beside it.
 
-    ``model`` is a factory called once per worker process (an HTTP client
-    per worker, not per call). ``gate`` and ``answer_check`` run inside the
+    The agent's model and handlers run in activities, on whichever worker
+    takes them; its gate, answer check, estimator and endings run inside the
     workflow and must be pure (no I/O, no clock, no randomness): the workflow
     replays them. A gate that must do I/O (ask a policy service) sets
-    ``gate_does_io=True`` and runs as an activity instead.
+    ``gate_does_io=True`` and runs as an activity instead. ``timeouts``
+    bound the activities.
 
-    To change a definition while runs are in flight, give the new one a
+    To change an agent while runs are in flight, give the new definition a
     ``patch`` id and the definition it replaces as ``before``: a run that
     began under the old one keeps it to the end (Temporal's
     ``workflow.patched``), every run begun later takes the new one
     (docs/temporal.md, "Changing an agent").
     """
 
-    tools: Mapping[str, ToolSpec] = attrs.field(validator=_tools)
-    model: Callable[[], Model]
-    gate: Gate | None = None
-    limits: Limits = attrs.field(factory=Limits, validator=_limits)
-    system_prompt: str | None = None
-    answer_check: AnswerCheck | None = None
-    endings: EndingRule | None = None
-    gate_does_io: bool = False
-    timeouts: Timeouts = attrs.field(factory=Timeouts)
-    patch: str | None = None
-    before: AgentDefinition | None = None
+    agent: Agent = attrs.field(validator=_agent)
+    gate_does_io: bool = attrs.field(default=False, kw_only=True)
+    timeouts: Timeouts = attrs.field(factory=Timeouts, kw_only=True)
+    patch: str | None = attrs.field(default=None, kw_only=True)
+    before: AgentDefinition | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
-        if not callable(self.model):
-            raise TypeError(f"'model' must be a factory returning a model (got {self.model!r})")
         if (self.patch is None) != (self.before is None):
             raise ValueError("a changed definition names its 'patch' id and the definition it replaces ('before')")
         seen = set()
@@ -116,6 +107,24 @@ class AgentDefinition:
                 raise ValueError(f"patch id {definition.patch!r} is used twice in one definition's history")
             seen.add(definition.patch)
             definition = definition.before
+            if definition is not None and definition.agent.name != self.agent.name:
+                raise ValueError(
+                    f"a changed agent keeps its name: {self.agent.name!r} replaces {definition.agent.name!r}"
+                )
+
+    @property
+    def name(self) -> str | None:
+        """The name the definition is served under: its agent's."""
+        return self.agent.name
+
+    @property
+    def patches(self) -> list[str]:
+        """The patch ids of this definition and those it replaces, newest first: what a run under it admits."""
+        found, definition = [], self
+        while definition.patch is not None and definition.before is not None:
+            found.append(definition.patch)
+            definition = definition.before
+        return found
 
     def chosen(self, patched: Callable[[str], bool]) -> AgentDefinition:
         """The definition a run uses: the newest whose patch ``patched`` admits (the oldest has none)."""
@@ -125,26 +134,45 @@ class AgentDefinition:
         return definition
 
 
+def served(agent: Agent | AgentDefinition) -> AgentDefinition:
+    """
+    ``agent`` as a worker serves it: an Agent with the default settings, a definition as it is.
+
+    Raises:
+        TypeError: ``agent`` is neither an Agent nor an AgentDefinition, or its agent has no name.
+    """
+    definition = AgentDefinition(agent) if isinstance(agent, Agent) else agent
+    if not isinstance(definition, AgentDefinition):
+        raise TypeError(f"serve an Agent or an AgentDefinition (got {type(agent).__name__})")
+    if definition.name is None:
+        raise TypeError("a worker serves an agent by its name: give it one (Agent(..., name='support-desk'))")
+    return definition
+
+
 # The definitions this process serves, by name. A worker registers them; the workflow and the activities,
 # which Temporal creates by name, look them up here.
 _REGISTRY: dict[str, AgentDefinition] = {}
 
 
-def register(name: str, definition: AgentDefinition, *, replace: bool = False) -> None:
+def register(agent: Agent | AgentDefinition, *, replace: bool = False) -> AgentDefinition:
     """
-    Serve ``definition`` under ``name`` in this process (what :func:`create_worker` does for its agents).
+    Serve ``agent`` in this process under its name (what :func:`create_worker` does for each of its agents).
+
+    An :class:`~agent_fsm.Agent` is served with the default settings
+    (``AgentDefinition(agent)``); returns the definition registered.
 
     Raises:
-        ValueError: another definition is registered under ``name`` (pass ``replace=True`` to swap it).
+        TypeError: ``agent`` is neither an Agent nor an AgentDefinition, or has no name.
+        ValueError: another definition is registered under that name (pass ``replace=True`` to swap it).
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"an agent's name must be a non-empty str (got {name!r})")
-    if not isinstance(definition, AgentDefinition):
-        raise TypeError(f"register an AgentDefinition (got {type(definition).__name__})")
+    definition = served(agent)
+    name = definition.name
+    assert name is not None
     current = _REGISTRY.get(name)
-    if current is not None and current is not definition and not replace:
+    if current is not None and current != definition and not replace:
         raise ValueError(f"another definition is registered as {name!r}; name it differently or pass replace=True")
     _REGISTRY[name] = definition
+    return definition
 
 
 def registered() -> dict[str, AgentDefinition]:

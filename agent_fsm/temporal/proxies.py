@@ -1,8 +1,8 @@
 """
-The definition as the workflow sees it: a model, tools and a gate whose work is done by activities.
+The agent as the workflow sees it: a model, tools and a gate whose work is done by activities.
 
-Inside the workflow the driver runs unchanged; only what it calls is
-replaced. The model is an adapter whose ``achat`` runs the model activity;
+Inside the workflow the driver runs the agent unchanged; only what it calls
+is replaced. The model is an adapter whose ``achat`` runs the model activity;
 each tool keeps its contract (validated in the workflow, pure) and gets a
 handler that runs the tool activity; a gate that does I/O becomes one that
 runs the gate activity. The retry rule of docs/durability.md is the
@@ -165,14 +165,14 @@ def _proxy(agent: str, name: str, spec: ToolSpec, timeouts: Timeouts) -> ToolSpe
 
 
 def tools_of(agent: str, definition: AgentDefinition) -> dict[str, ToolSpec]:
-    """The definition's tools with their contracts, each handler replaced by its activity."""
-    return {name: _proxy(agent, name, spec, definition.timeouts) for name, spec in definition.tools.items()}
+    """The agent's tools with their contracts, each handler replaced by its activity."""
+    return {name: _proxy(agent, name, spec, definition.timeouts) for name, spec in definition.agent.tools.items()}
 
 
 def gate_of(agent: str, definition: AgentDefinition) -> Gate | None:
-    """The gate the workflow consults: the definition's own when pure, else one that runs the gate activity."""
-    if not definition.gate_does_io or definition.gate is None:
-        return definition.gate
+    """The gate the workflow consults: the agent's own when pure, else one that runs the gate activity."""
+    if not definition.gate_does_io or definition.agent.gate is None:
+        return definition.agent.gate
     timeouts = definition.timeouts
 
     async def gate(call: ToolCall) -> Verdict:

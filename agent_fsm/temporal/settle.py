@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import attrs
 
-from agent_fsm.engine import RunContext, RunError, RunState, estimate_tokens, settle_intent
-from agent_fsm.temporal.definition import AgentDefinition
+from agent_fsm import Agent, Limits
+from agent_fsm.engine import RunContext, RunError, RunState, settle_intent
 from agent_fsm.temporal.proxies import IntentLog
 
 __all__ = ["settle_unknown"]
 
 
-def settle_unknown(log: IntentLog, definition: AgentDefinition) -> RunState:
+def settle_unknown(log: IntentLog, agent: Agent) -> RunState:
     """
     The run paused on the interrupted call of ``log``'s open intent, as recovery after a crash pauses it.
 
@@ -33,10 +33,10 @@ def settle_unknown(log: IntentLog, definition: AgentDefinition) -> RunState:
     # Never re-run here: the retry policy spent its attempts already, so even an idempotent tool waits for a person.
     tools = {
         name: attrs.evolve(spec, idempotent=False, retries=0) if name == intent.tool else spec
-        for name, spec in definition.tools.items()
+        for name, spec in agent.tools.items()
     }
-    limits = state.limits or definition.limits
-    context = RunContext(state, None, tools, definition.gate, limits, estimate_tokens, run_id=state.run_id)  # type: ignore[arg-type]
+    limits = state.limits or agent.limits or Limits()
+    context = RunContext(state, None, tools, agent.gate, limits, agent.estimator, run_id=state.run_id)  # type: ignore[arg-type]
     settle_intent(context, intent)
     assert state.pause is not None, "an interrupted call settles as a pause"
     # The kernel's recovery leaves the pause id to the store's commit; here it is the pause's own (deterministic).

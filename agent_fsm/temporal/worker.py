@@ -1,7 +1,7 @@
 """
-A worker: registers agent definitions by name and runs their workflows and activities.
+A worker: registers agents by their names and runs their workflows and activities.
 
-    worker = create_worker(client, {"support-desk": desk_definition})
+    worker = create_worker(client, [desk])          # desk = Agent(model, tools, gate=gate, name="support-desk")
     await worker.run()
 
 The workflow runs in Temporal's sandbox, with ``agent_fsm`` passed through
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from agent_fsm import Agent
 from agent_fsm.temporal.client import DEFAULT_TASK_QUEUE
-from agent_fsm.temporal.definition import AgentDefinition, register
+from agent_fsm.temporal.definition import AgentDefinition, register, served
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -49,7 +50,7 @@ def sandbox_runner(passthrough: Iterable[str] = ()) -> SandboxedWorkflowRunner:
 
 def create_worker(
     client: Client,
-    agents: Mapping[str, AgentDefinition],
+    agents: Iterable[Agent | AgentDefinition],
     *,
     task_queue: str = DEFAULT_TASK_QUEUE,
     passthrough: Iterable[str] = (),
@@ -57,23 +58,32 @@ def create_worker(
     **options: Any,
 ) -> Worker:
     """
-    A worker serving ``agents`` by name on ``task_queue``; run it with ``await worker.run()`` (or ``async with``).
+    A worker serving ``agents``, each by its name, on ``task_queue``; run it with ``await worker.run()``.
 
-    Every worker of a task queue must register the same definitions under the
-    same names. ``options`` go to :class:`temporalio.worker.Worker` (for
-    example ``max_concurrent_activities``).
+    An :class:`~agent_fsm.Agent` is served with the default settings; wrap
+    it in an :class:`AgentDefinition` for others (timeouts, a gate doing
+    I/O, a patched change). Every worker of a task queue must serve the same
+    definitions under the same names. ``options`` go to
+    :class:`temporalio.worker.Worker` (for example ``max_concurrent_activities``).
 
     Raises:
-        ValueError: another definition is registered under one of the names in this process.
+        TypeError: an agent has no name (``Agent(..., name=...)``), or ``agents`` is a mapping.
+        ValueError: two agents share a name, or another definition is registered under one in this process.
     """
     from temporalio.worker import Worker
 
-    from agent_fsm.temporal.activities import Activities
+    from agent_fsm.temporal import activities
     from agent_fsm.temporal.workflow import RunWorkflow
 
-    for name, definition in agents.items():
-        register(name, definition, replace=replace)
-    activities = Activities()
+    if isinstance(agents, Mapping):
+        raise TypeError("pass the agents as a list: each is served under its own name (Agent(..., name=...))")
+    definitions = [served(agent) for agent in agents]
+    names = [definition.name for definition in definitions]
+    twice = [name for name in dict.fromkeys(names) if names.count(name) > 1]
+    if twice:
+        raise ValueError(f"two agents are named {twice[0]!r}; a worker serves one agent per name")
+    for definition in definitions:
+        register(definition, replace=replace)
     return Worker(
         client,
         task_queue=task_queue,

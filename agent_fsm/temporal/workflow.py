@@ -1,11 +1,12 @@
 """
 The run machine as a Temporal workflow: the same table and async driver as ``arun``, made durable.
 
-The workflow drives the run with :func:`agent_fsm.aadvance` and
-:func:`agent_fsm.aresume`; the model and the handlers it reaches are
-activities (:mod:`agent_fsm.temporal.proxies`), validation and pure gates run
-here, deterministic on replay (the run id is the workflow id, so pause ids
-and idempotency keys are too). A pause waits for an ``approve`` or
+The workflow drives the run with the registered agent's
+:meth:`~agent_fsm.Agent.aadvance` and :meth:`~agent_fsm.Agent.aresume`; its
+model and the handlers it reaches are activities
+(:mod:`agent_fsm.temporal.proxies`), validation and pure gates run here,
+deterministic on replay (the run id is the workflow id, so pause ids and
+idempotency keys are too). A pause waits for an ``approve`` or
 ``reject`` update naming its pause id; the update's validator refuses any
 other, and of two decisions on one pause the first handled wins. Past
 ``history_bound`` events the run continues as new, carrying its state as
@@ -20,19 +21,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from agent_fsm.engine import (
-    HandlerError,
-    RunError,
-    RunResult,
-    RunState,
-    Stop,
-    ToolCall,
-    Verdict,
-    aadvance,
-    aresume,
-    judge,
-    start_state,
-)
+from agent_fsm import Agent
+from agent_fsm.engine import HandlerError, RunError, RunResult, RunState, Stop, ToolCall, Verdict, judge
 from agent_fsm.temporal.codec import result_json
 from agent_fsm.temporal.definition import HISTORY_BOUND, definition_for
 from agent_fsm.temporal.proxies import IntentLog, OutcomeUnknown, Rollover, WorkflowModel, gate_of, tools_of
@@ -76,16 +66,19 @@ class RunWorkflow:
         # Everything a decision's validator reads is ready before the first update can arrive.
         self._decision: dict[str, Any] | None = None
         self._decisions: list[dict[str, Any]] = list(start.get("decisions", []))
-        agent = start["agent"]
-        definition = self._definition = definition_for(agent).chosen(workflow.patched)
+        name = start["agent"]
+        # A run carried over keeps the definition it began with: a fresh history would admit every patch.
+        carried = start.get("patches")
+        admits = workflow.patched if carried is None else frozenset(carried).__contains__
+        definition = self._definition = definition_for(name).chosen(admits)
+        agent = definition.agent
         self._bound: int = start.get("history_bound") or HISTORY_BOUND
-        run_id = workflow.info().workflow_id
+        self._run_id = run_id = workflow.info().workflow_id
         if start.get("state") is not None:
             state = RunState.from_json(start["state"])  # carried over: checked as any saved state is
         else:
-            state = start_state(start["task"], system_prompt=definition.system_prompt, history=start.get("history", ()))
-            state.run_id = run_id
-            state.limits = definition.limits
+            history = start.get("history", ())
+            state = agent.start(start["task"], history=history, run_id=run_id)
         self._log = IntentLog()
         self._log.live = state
         # A run carried over while paused waits for its decision from the first moment of the new run.
@@ -94,15 +87,11 @@ class RunWorkflow:
             if state.stop is Stop.AWAITING_APPROVAL
             else None
         )
-        self._model = WorkflowModel(agent, definition.timeouts, rollover=self._over_bound)
-        self._tools = tools_of(agent, definition)
-        self._parts: dict[str, Any] = {
-            "gate": gate_of(agent, definition),
-            "answer_check": definition.answer_check,
-            "endings": definition.endings,
-            "store": self._log,
-            "run_id": run_id,
-        }
+        # The agent as the workflow runs it: its model, handlers and an I/O gate are activities.
+        self._model = WorkflowModel(name, definition.timeouts, rollover=self._over_bound)
+        self._agent: Agent = agent.replace(
+            model=self._model, tools=tools_of(name, definition), gate=gate_of(name, definition)
+        )
 
     # --- the run -------------------------------------------------------------------
 
@@ -111,11 +100,11 @@ class RunWorkflow:
         """Drive the run until it ends; each pause waits here for its decision."""
         state = self._log.live
         assert state is not None
-        model, tools, parts = self._model, self._tools, self._parts
-        result = await self._drive(start, aadvance(state, model, tools, **parts))
+        agent, log, run_id = self._agent, self._log, self._run_id
+        result = await self._drive(start, agent.aadvance(state, store=log, run_id=run_id))
         while result.stop is Stop.AWAITING_APPROVAL:
             self._resting = result
-            if model.calls and self._over_bound():  # a run carried over and still paused stays as it is
+            if self._model.calls and self._over_bound():  # a run carried over and still paused stays as it is
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue(start, result.state)
             await workflow.wait_condition(lambda: self._decision is not None)
@@ -126,14 +115,13 @@ class RunWorkflow:
             approve = decision["decision"] == "approve"
             result = await self._drive(
                 start,
-                aresume(
+                agent.aresume(
                     paused,
-                    model,
-                    tools,
                     approve=approve,
                     reason=decision.get("reason") or "",
                     arguments=decision.get("arguments") if approve else None,
-                    **parts,
+                    store=log,
+                    run_id=run_id,
                 ),
             )
         self._resting = result
@@ -145,9 +133,9 @@ class RunWorkflow:
             return await step
         except HandlerError as exc:
             if isinstance(exc.__cause__, OutcomeUnknown):
-                state = settle_unknown(self._log, self._definition)
+                state = settle_unknown(self._log, self._definition.agent)
                 self._log.live = state
-                return await aadvance(state, self._model, self._tools, **self._parts)
+                return await self._agent.aadvance(state, store=self._log, run_id=self._run_id)
             saved = exc.state.to_json() if exc.state is not None else None
             raise _refuse("HandlerError", f"{exc} (the run's state is in the details)", saved) from exc
         except RunError as exc:
@@ -162,6 +150,7 @@ class RunWorkflow:
     def _continue(self, start: dict[str, Any], state: RunState) -> None:
         carried = {
             "agent": start["agent"],
+            "patches": self._definition.patches,
             "state": state.to_json(),
             "decisions": self._decisions,
             "history_bound": start.get("history_bound"),
@@ -204,10 +193,10 @@ class RunWorkflow:
             raise _refuse("BadDecision", "'arguments' replaces the blocked call's arguments: an object, with approve")
         # A reviewer's edit must satisfy the contract and not be denied, or nothing is decided (as with a store).
         blocked = resting.state.pending[0]
-        definition = self._definition
+        definition, agent = self._definition, self._definition.agent
         # A gate doing I/O is consulted when the approval is judged, in the workflow, not here.
-        gate = definition.gate if not definition.gate_does_io else (lambda call: Verdict.ask("judged on approval"))
-        judgement = judge(ToolCall(blocked.call_id, blocked.name, arguments), definition.tools, gate)  # type: ignore[arg-type]
+        gate = agent.gate if not definition.gate_does_io else (lambda call: Verdict.ask("judged on approval"))
+        judgement = judge(ToolCall(blocked.call_id, blocked.name, arguments), agent.tools, gate)  # type: ignore[arg-type]
         if judgement.kind in ("invalid", "denied"):
             raise _refuse("BadDecision", f"the edited call is {judgement.kind}: {judgement.reason}")
 
