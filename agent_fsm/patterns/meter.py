@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm import Agent
 from agent_fsm.engine.boundary import attempt, attempting
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.models import Model, ModelReply
@@ -143,9 +144,9 @@ class Meter:
         with self._lock:
             self.tool_calls += count
 
-    def metered(self, model: Model) -> Model:
-        """``model`` wrapped so that every call the run machine makes is charged here."""
-        return _MeteredModel(self, model)
+    def metered(self, agent: Agent) -> Agent:
+        """``agent`` with its model seen through this meter: every call its runs make is charged here."""
+        return agent.replace(model=_MeteredModel(self, agent.model))
 
     def spend(self) -> Spend:
         """The figures so far, as a value."""
