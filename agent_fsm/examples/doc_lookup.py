@@ -42,7 +42,6 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import run
 from agent_fsm.engine.endings import Ending
 from agent_fsm.engine.errors import ToolError
 from agent_fsm.engine.limits import Limits, Stop
@@ -340,13 +339,5 @@ def lookup(question: str, *, version: str = "v2", policy: str = "scripted", limi
     task = Lookup(question, version)
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
-    env = environment(task.version)
-    return run(
-        task.question,
-        env.models[policy](),
-        env.tools,
-        limits=limits,
-        system_prompt=env.system_prompt,
-        answer_check=env.answer_check,
-        endings=env.endings,
-    )
+    world = environment(task.version)
+    return world.agent(world.models[policy](), limits=limits).run(task.question)

@@ -2,7 +2,7 @@
 A ticket desk: a conversation with a rule-based policy that searches, shows, closes and deletes tickets.
 
 Closing and deleting are effectful: the secure default refuses them, the
-``ask`` gate pauses the run for a human, and :func:`agent_fsm.resume` goes on
+``ask`` gate pauses the run for a human, and :meth:`agent_fsm.Agent.resume` goes on
 after the decision. A run has three endings a caller must tell apart, and
 each is a typed stop::
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine.driver import resume, run
+from agent_fsm import Agent
 from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate, ask_for_effects
 from agent_fsm.engine.limits import Limits, Stop
@@ -232,6 +232,19 @@ class Session:
         """The registry this session runs with: the desk's tools behind the memo."""
         return self._tools
 
+    @property
+    def agent(self) -> Agent:
+        """The agent every exchange runs and resumes: the session's model, gate and limits over its tools."""
+        return Agent(
+            self.model,
+            self._tools,
+            gate=self.gate,
+            limits=self.limits,
+            system_prompt=SYSTEM_PROMPT,
+            answer_check=FINAL.check(),
+            endings=ENDINGS,
+        )
+
     def _wrap(self, name: str, spec: ToolSpec) -> Callable[..., Any]:
         def handler(**arguments: Any) -> Any:
             if spec.effectful:
@@ -259,35 +272,13 @@ class Session:
                 f"the previous exchange waits for approval of {self.paused.blocked_on!r}; call decide() first"
             )
         self._question = question
-        result = run(
-            question,
-            self.model,
-            self._tools,
-            gate=self.gate,
-            limits=self.limits,
-            system_prompt=SYSTEM_PROMPT,
-            history=self.history,
-            answer_check=FINAL.check(),
-            endings=ENDINGS,
-        )
-        return self._settle(result)
+        return self._settle(self.agent.run(question, history=self.history))
 
     def decide(self, approve: bool, reason: str = "") -> RunResult:
         """Approve or reject the call the paused exchange is blocked on, and carry on."""
         if self.paused is None:
             raise RunError("no exchange is awaiting approval")
-        result = resume(
-            self.paused.state,
-            self.model,
-            self._tools,
-            approve=approve,
-            reason=reason,
-            gate=self.gate,
-            limits=self.limits,
-            answer_check=FINAL.check(),
-            endings=ENDINGS,
-        )
-        return self._settle(result)
+        return self._settle(self.agent.resume(self.paused.state, approve=approve, reason=reason))
 
     def _settle(self, result: RunResult) -> RunResult:
         exchange = len(self.history) // 2 + 1
