@@ -56,7 +56,6 @@ class Environment:
         gate: Gate | None = None,
         limits: Limits | None = None,
         system_prompt: str | None = None,
-        name: str | None = None,
     ) -> Agent:
         """
         ``model`` as an agent in this world: its tools, answer check, endings and system prompt.
@@ -73,5 +72,4 @@ class Environment:
             system_prompt=self.system_prompt if system_prompt is None else system_prompt,
             answer_check=self.answer_check,
             endings=self.endings,
-            name=name,
         )
