@@ -459,19 +459,18 @@ def test_router_always_ends_typed_with_every_effect_authorised(replies, verdicts
         assert desk.effects == []
 
 
-@given(
-    replies=_replies,
-    verdicts=_gates,
-    reads=st.lists(
-        st.builds(
-            ToolCall,
-            st.sampled_from(["p1", "p2", "p3"]),
-            st.sampled_from(_TOOL_NAMES),
-            _arguments.filter(lambda a: isinstance(a, dict)),
-        ),
-        max_size=4,
+_reads = st.lists(
+    st.builds(
+        ToolCall,
+        st.sampled_from(["p1", "p2", "p3"]),
+        st.sampled_from(_TOOL_NAMES),
+        _arguments.filter(lambda a: isinstance(a, dict)),
     ),
+    max_size=4,
 )
+
+
+@given(replies=_replies, verdicts=_gates, reads=_reads)
 def test_parallel_always_ends_typed_with_every_effect_authorised(replies, verdicts, reads):
     """Any batch, any gate: effectful batches never run; otherwise a declared ending and authorised effects."""
     desk = make_support_desk()

@@ -2,8 +2,8 @@
 A ticket desk: a conversation with a rule-based policy that searches, shows, closes and deletes tickets.
 
 Closing and deleting are effectful: the secure default refuses them, the
-``ask`` gate pauses the run for a human, and :meth:`agent_fsm.Agent.resume` goes on
-after the decision. A run has three endings a caller must tell apart, and
+``ask`` gate pauses the run for a human, and :meth:`agent_fsm.Agent.resume`
+goes on after the decision. A run has three endings a caller must tell apart, and
 each is a typed stop::
 
     answer  -> answered            code answer   the policy gave its final answer

@@ -14,10 +14,16 @@ from typing import Any
 
 from agent_fsm.engine.async_steps import adrive
 from agent_fsm.engine.compiled import CompiledMachine
-from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.steps import Steps, call_of
-from agent_fsm.engine.wire import assistant_text, normalise_reply
-from agent_fsm.patterns._common import SHARED_VOCABULARY, PatternResult, _PatternRun, _record, _result
+from agent_fsm.patterns._common import (
+    SHARED_VOCABULARY,
+    PatternResult,
+    _PatternRun,
+    _record,
+    _reply_text,
+    _result,
+    _unreachable,
+)
 
 __all__ = ["ASYNC_VOCABULARY", "adrive_pattern"]
 
@@ -36,13 +42,10 @@ def _consulting(run: _PatternRun, prompt: str) -> Steps[str | None]:
     """:func:`agent_fsm.patterns._common._consult` as steps: the model's ``achat`` is awaited."""
     try:
         reply = yield call_of("model", run.meter.aask, run.model, [{"role": "user", "content": prompt}])
-    except OSError as exc:
-        run.fault = run.reason = f"the model could not be reached: {type(exc).__name__}: {exc}"
-        return None
     except Exception as exc:
-        raise RunError(f"the model raised {type(exc).__name__}: {exc}") from exc
-    message, _ignored_calls = normalise_reply(reply, run.meter.model_calls)
-    return assistant_text(message) or ""
+        _unreachable(run, exc)
+        return None
+    return _reply_text(run, reply)
 
 
 def draft_reply(run: _PatternRun) -> Steps[None]:

@@ -2,13 +2,13 @@
 The adaptive agent: the model chooses every step, within the gated action space.
 
 This pattern is a thin wrapper over an :class:`agent_fsm.Agent`: the run
-machine already proposes, judges, executes and budgets. The wrapper's machine has
-one working state that delegates, and one resting state per resting state
-of :data:`agent_fsm.RUN_MACHINE`, so the agent's endings are exactly the
-run machine's :class:`agent_fsm.Stop` (a pause for approval included,
-continued with :func:`resume_agent`, which takes the agent again: its gate
-judges the decision). Model calls are charged by the meter as they are
-made; the run's observations are its tool calls.
+machine already proposes, judges, executes and budgets. The wrapper's
+machine has one working state that delegates, and one resting state per
+resting state of :data:`agent_fsm.RUN_MACHINE`, so the agent's endings are
+exactly the run machine's :class:`agent_fsm.Stop` (a pause for approval
+included, continued with :func:`resume_agent`, which takes the agent again:
+its gate judges the decision). Model calls are charged by the meter as they
+are made; the run's observations are its tool calls.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ AGENT_MACHINE = MachineSpec(
 def delegate_to_run(run: _PatternRun) -> None:
     """Run (or, after a human's decision, resume) the run machine; charge what it spent."""
     x = run.extra
-    metered: Agent = run.meter.metered(x["agent"])
+    metered = run.meter.metered(x["agent"])
     decision = x.pop("decision", None)
     if decision is None:
         start = 0

@@ -136,7 +136,7 @@ class Meter:
         """
         Charge tool calls the run machine already carried across the boundary itself.
 
-        The adaptive agent judges and executes inside :func:`agent_fsm.run`
+        The adaptive agent judges and executes inside :meth:`agent_fsm.Agent.run`
         (through the same :func:`agent_fsm.judge` and :func:`agent_fsm.execute`);
         each of its observations is one attempt, refused ones included.
         """
