@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import html
 import importlib
@@ -42,9 +43,9 @@ from agent_fsm.diagrams import (
     to_mermaid,
     write_all,
 )
-from agent_fsm.diagrams.catalog import machines
+from agent_fsm.diagrams.catalog import machines, ships
 from agent_fsm.diagrams.charts import CHART_FILES
-from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, StateSpec, answer_message
+from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, StateSpec, answer_message, cycles
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from tests.system_parts import unavailable
@@ -746,3 +747,43 @@ def test_docs_examples_run() -> None:
     namespace: dict[str, Any] = {}
     for block in blocks:
         exec(compile(block, "docs/diagrams.md", "exec"), namespace)
+
+
+# --- the package's own shape ---------------------------------------------------------
+
+
+def _diagram_imports(planted: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """Each diagrams module and the diagrams modules it imports anywhere, inside functions too."""
+    folder = ROOT / "agent_fsm" / "diagrams"
+    names = {f"agent_fsm.diagrams.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
+    graph: dict[str, list[str]] = {}
+    for name in sorted(names):
+        source = (folder / f"{name.rsplit('.', 1)[1]}.py").read_text(encoding="utf-8")
+        source += (planted or {}).get(name, "")
+        found = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module in names:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name in names)
+        graph[name] = sorted(found)
+    return graph
+
+
+def test_no_diagrams_module_imports_one_that_imports_it_back() -> None:
+    """Each module is one concept: none needs another that needs it, not even through a deferred import."""
+    assert cycles(_diagram_imports()) == []
+    planted = "\n\ndef _later():\n    from agent_fsm.diagrams.folder import write_all\n"
+    assert cycles(_diagram_imports({"agent_fsm.diagrams.catalog": planted})) != []  # the check sees deferred imports
+
+
+def test_only_the_catalog_machines_carry_the_regenerate_comment() -> None:
+    """ships() is what decides the comment: every catalog machine is shipped, an equal-named copy is not."""
+    assert all(ships(m) and REGENERATE_COMMAND in to_mermaid(m) for m in machines().values())
+    lookalike = MachineSpec(
+        name=RUN_MACHINE.name,
+        initial="Ready",
+        states=(StateSpec("Ready", "working", "Waiting."), StateSpec("Done", "absorbing", "Done.", stop="done")),
+        edges=(Edge("Ready", "finish", "Done"),),
+    )
+    assert not ships(lookalike) and REGENERATE_COMMAND not in to_mermaid(lookalike)

@@ -7,13 +7,13 @@ import threading
 import pytest
 
 from agent_fsm import (
+    Agent,
     ModelReply,
     ProviderFailure,
     ScriptedModel,
     ToolCall,
     answer_message,
     estimate_tokens,
-    run,
 )
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.patterns.meter import Meter, Spend
@@ -91,7 +91,7 @@ def test_metered_model_charges_the_run_machine_exactly_as_it_measures_itself():
             answer_message("done"),
         ]
     )
-    result = run("refund A-17", meter.metered(script), desk.tools, gate=refund_gate)
+    result = meter.metered(Agent(script, desk.tools, gate=refund_gate)).run("refund A-17")
     assert meter.model_calls == result.state.turns == 2
     assert meter.prompt_tokens == sum(result.state.prompt_token_log)
 

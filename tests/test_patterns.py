@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_fsm import (
+    Agent,
     DefinitionError,
+    Limits,
     NotPaused,
     ProviderFailure,
     RunError,
@@ -320,7 +322,7 @@ def test_evaluator_checks_its_arguments():
 def test_agent_is_the_run_machine_with_a_meter():
     """The agent's ending, answer and observations are the kernel run's; the meter agrees with the run's log."""
     desk = make_support_desk()
-    result = agent(TASK, overreaching_model(), desk.tools, gate=refund_gate)
+    result = agent(TASK, Agent(overreaching_model(), desk.tools, gate=refund_gate))
     reference = run(TASK, overreaching_model(), make_support_desk().tools, gate=refund_gate)
     assert result.ending is Stop.ANSWERED and result.output == reference.answer
     assert result.observations == tuple(reference.state.observations)
@@ -332,17 +334,40 @@ def test_agent_is_the_run_machine_with_a_meter():
 def test_agent_pauses_for_approval_and_resumes():
     """An ask gate pauses the agent; approving lands the refund and the spend carries on."""
     desk = make_support_desk()
-    gate = ask_for_effects(desk.tools)
-    model = overreaching_model()
-    paused = agent(TASK, model, desk.tools, gate=gate)
+    asking = Agent(overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools))
+    paused = agent(TASK, asking)
     assert paused.ending is Stop.AWAITING_APPROVAL and desk.effects == []
     assert paused.run.blocked_on.arguments["amount_cents"] == 9999
-    rejected = resume_agent(paused, model, desk.tools, approve=False, gate=gate, reason="too much")
+    rejected = resume_agent(paused, asking, approve=False, reason="too much")
     assert rejected.ending is Stop.AWAITING_APPROVAL and rejected.run.blocked_on.arguments["amount_cents"] == 4999
-    done = resume_agent(rejected, model, desk.tools, approve=True, gate=gate)
+    assert rejected.run.state.observations[-1].content.endswith(": too much")
+    done = resume_agent(rejected, asking, approve=True)
     assert done.ending is Stop.ANSWERED and desk.effects == CORRECT_EFFECTS
     assert done.spend.model_calls == 4 and done.spend.tool_calls == 3
     assert done.spend.prompt_tokens > rejected.spend.prompt_tokens > paused.spend.prompt_tokens
+
+
+def test_agent_takes_its_limits_and_prompt_from_the_agent():
+    """The agent value's budgets bind the pattern, and its system prompt opens the run."""
+    desk = make_support_desk()
+    short = Agent(
+        overreaching_model(), desk.tools, gate=refund_gate, limits=Limits(max_turns=2), system_prompt="Be brief."
+    )
+    result = agent(TASK, short)
+    assert result.ending is Stop.STEP_LIMIT and result.output is None
+    assert result.spend.model_calls == result.run.state.turns == 2
+    assert result.run.state.messages[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_the_deciding_agent_judges_the_resumed_call():
+    """An approval goes through the gate of the agent given to resume_agent: a variant that denies, denies."""
+    desk = make_support_desk()
+    asking = Agent(overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools))
+    paused = agent(TASK, asking)
+    refusing = asking.replace(gate=lambda call: Verdict.deny("refunds are closed today"))
+    denied = resume_agent(paused, refusing, approve=True)
+    assert desk.effects == [] and denied.observations[-1].kind != "result"
+    assert "refunds are closed today" in denied.observations[-1].content
 
 
 def test_only_a_paused_agent_resumes():
@@ -350,7 +375,7 @@ def test_only_a_paused_agent_resumes():
     desk = make_support_desk()
     finished = chain(REFUND_PLAN, ScriptedReplies([]), desk.tools, gate=refund_gate)
     with pytest.raises(NotPaused, match="chain pattern ended replied"):
-        resume_agent(finished, ScriptedReplies([]), desk.tools, approve=True)
+        resume_agent(finished, Agent(ScriptedReplies([]), desk.tools), approve=True)
 
 
 # --- properties: typed endings and authorised effects whatever the model and gate -----
@@ -434,19 +459,18 @@ def test_router_always_ends_typed_with_every_effect_authorised(replies, verdicts
         assert desk.effects == []
 
 
-@given(
-    replies=_replies,
-    verdicts=_gates,
-    reads=st.lists(
-        st.builds(
-            ToolCall,
-            st.sampled_from(["p1", "p2", "p3"]),
-            st.sampled_from(_TOOL_NAMES),
-            _arguments.filter(lambda a: isinstance(a, dict)),
-        ),
-        max_size=4,
+_reads = st.lists(
+    st.builds(
+        ToolCall,
+        st.sampled_from(["p1", "p2", "p3"]),
+        st.sampled_from(_TOOL_NAMES),
+        _arguments.filter(lambda a: isinstance(a, dict)),
     ),
+    max_size=4,
 )
+
+
+@given(replies=_replies, verdicts=_gates, reads=_reads)
 def test_parallel_always_ends_typed_with_every_effect_authorised(replies, verdicts, reads):
     """Any batch, any gate: effectful batches never run; otherwise a declared ending and authorised effects."""
     desk = make_support_desk()
@@ -485,7 +509,7 @@ def test_agent_always_ends_typed_with_every_effect_authorised(replies, verdicts)
     desk = make_support_desk()
     meter = Meter()
     try:
-        result = agent(TASK, ScriptedReplies(replies), desk.tools, gate=_gate_of(verdicts), meter=meter)
+        result = agent(TASK, Agent(ScriptedReplies(replies), desk.tools, gate=_gate_of(verdicts)), meter=meter)
     except RunError as exc:  # a number is not a message: the run stops loudly, saying what came back
         assert "chat() returned int" in exc.message and any(type(r) is int for r in replies)
         assert exc.state is not None and exc.state.turns >= 1

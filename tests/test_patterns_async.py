@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from agent_fsm import HandlerError, NotSynchronous, ProviderFailure, ToolCall, ToolSpec, answer_message
 from agent_fsm.examples.compare import AFTER_FAN_OUT, FAN_OUT
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.patterns import Ending, Plan, ScriptedReplies, aparallel, parallel
 from tests.async_worlds import AsyncModel, async_gate, async_tools
-from tests.test_patterns import _TOOL_NAMES, _arguments, _gate_of, _gates, _replies
+from tests.test_patterns import _gate_of, _gates, _reads, _replies
 
 
 def _both(reads: list[ToolCall], plan: Plan, replies: list[Any], gate: Any = None) -> tuple[Any, Any]:
@@ -55,19 +54,7 @@ def test_aparallel_gives_the_same_result_as_parallel(reads, replies, ending) -> 
         assert sync[0].ending is ending
 
 
-@given(
-    replies=_replies,
-    verdicts=_gates,
-    reads=st.lists(
-        st.builds(
-            ToolCall,
-            st.sampled_from(["p1", "p2", "p3"]),
-            st.sampled_from(_TOOL_NAMES),
-            _arguments.filter(lambda a: isinstance(a, dict)),
-        ),
-        max_size=4,
-    ),
-)
+@given(replies=_replies, verdicts=_gates, reads=_reads)
 def test_any_batch_any_gate_gives_the_same_result_both_ways(replies, verdicts, reads) -> None:
     """Results, observations, spend, effects, or the very error raised: identical under both drivers."""
     plan = Plan(steps=AFTER_FAN_OUT.steps, draft=AFTER_FAN_OUT.draft)

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm import AgentFSMError, Limits, Stop
+from agent_fsm import AgentFSMError, Limits, ScriptedModel, Stop, answer_message
 from agent_fsm.scenarios import (
     Expectation,
     SpecFormatError,
+    build_agent,
     build_model,
     discover,
     load_environment,
@@ -311,8 +312,6 @@ def test_invariants_false_makes_them_advisory(tmp_path: Path) -> None:
 def test_model_override_replaces_the_script(tmp_path: Path) -> None:
     """run_scenario(model=...) runs the same world and expectations against another model."""
     scenario = load_scenario(_write(tmp_path, HAPPY))
-    from agent_fsm import ScriptedModel, answer_message
-
     outcome = run_scenario(scenario, model=ScriptedModel([answer_message("done")]))
     assert outcome.result.answer == "done"
     assert not outcome.passed
@@ -333,6 +332,34 @@ def test_build_model_gives_a_fresh_named_model() -> None:
     scenario = load_scenario(REPO / "specs" / "support_desk" / "stubborn.toml")
     environment = load_environment(scenario.environment)
     assert build_model(scenario, environment) is not build_model(scenario, environment)
+
+
+def test_build_agent_is_the_world_with_the_specs_choices(tmp_path: Path) -> None:
+    """The spec's gate, limits and model over the world's tools, answer check, endings and system prompt."""
+    text = HAPPY.replace('gate = "refund"', 'gate = "manager"') + "\n[limits]\nmax_turns = 5\n"
+    scenario = load_scenario(_write(tmp_path, text))
+    environment = load_environment(scenario.environment)
+    agent = build_agent(scenario, environment)
+    assert agent.tools is environment.tools and agent.gate is environment.gates["manager"]
+    assert agent.limits == scenario.limits == Limits(max_turns=5)
+    assert agent.system_prompt == environment.system_prompt is not None
+    assert (agent.answer_check, agent.endings) == (environment.answer_check, environment.endings)
+    assert isinstance(agent.model, ScriptedModel)
+    replacement = ScriptedModel([answer_message("done")])
+    assert build_agent(scenario, environment, model=replacement).model is replacement
+
+
+def test_a_specs_system_prompt_replaces_the_worlds(tmp_path: Path) -> None:
+    """system_prompt in the spec wins over the world's; an empty one means none."""
+    for prompt in ("Answer in French.", ""):
+        text = HAPPY.replace('gate = "refund"', f'gate = "refund"\nsystem_prompt = "{prompt}"')
+        scenario = load_scenario(_write(tmp_path, text))
+        agent = build_agent(scenario, load_environment(scenario.environment))
+        assert agent.system_prompt == prompt
+        outcome = run_scenario(scenario)
+        assert outcome.passed, outcome.report()
+        first = outcome.result.state.messages[0]
+        assert first == {"role": "system", "content": prompt} if prompt else first["role"] == "user"
 
 
 def test_every_shipped_spec_passes() -> None:

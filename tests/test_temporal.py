@@ -171,8 +171,8 @@ def test_a_pause_is_approved_by_an_update_from_another_client(address: str, agen
     result, decisions = go(review)
     assert result.stop is Stop.ANSWERED and _refunds(run_id) == [9999]
     assert [(d["decision"], d["reviewer"], d["pause_id"]) for d in decisions] == [("approve", "ana", paused.pause_id)]
-    local = _in_process("pause", run_id)
-    resumed = go(lambda: world.agent_of("pause").aresume(local.state, approve=True))
+    local = _in_process(agent, run_id)  # the same agent (an I/O gate is the same gate, run as an activity)
+    resumed = go(lambda: world.agent_of(agent).aresume(local.state, approve=True))
     _same(result, resumed)
 
 

@@ -13,8 +13,9 @@ from typing import Annotated
 import typer
 
 from agent_fsm.cli._text import clean
-from agent_fsm.diagrams.catalog import machines, write_all
+from agent_fsm.diagrams.catalog import machines
 from agent_fsm.diagrams.dot import DEFAULT_DIRECTION, Direction, GraphvizMissing, render, to_dot
+from agent_fsm.diagrams.folder import write_all
 from agent_fsm.diagrams.mermaid import to_mermaid
 from agent_fsm.diagrams.path import TRACE_KEY, TraceError, load_trace, path_of
 from agent_fsm.diagrams.sequence import sequence_diagram

@@ -13,16 +13,18 @@ with the engine. The parts, one module each:
   DOT, and SVG or PNG drawn by the real ``dot`` program;
 * :mod:`~agent_fsm.diagrams.sequence`: :func:`sequence_diagram`, one run's
   transcript as a Mermaid ``sequenceDiagram``;
-* :mod:`~agent_fsm.diagrams.catalog`: the shipped machines and
-  :func:`write_all`, which regenerates the committed ``diagrams/`` folder.
+* :mod:`~agent_fsm.diagrams.catalog`: the shipped machines (:func:`machines`);
+* :mod:`~agent_fsm.diagrams.folder`: :func:`write_all`, which regenerates
+  the committed ``diagrams/`` folder from the catalog.
 
 Renderers take a path as ``path=`` and highlight the visited states and the
 edges taken, with a count on each. The ``agent-fsm diagram`` command lives in
 :mod:`agent_fsm.cli.diagram`.
 """
 
-from agent_fsm.diagrams.catalog import machines, write_all
+from agent_fsm.diagrams.catalog import machines
 from agent_fsm.diagrams.dot import GraphvizMissing, render, to_dot
+from agent_fsm.diagrams.folder import write_all
 from agent_fsm.diagrams.labels import REGENERATE_COMMAND
 from agent_fsm.diagrams.mermaid import to_mermaid
 from agent_fsm.diagrams.path import (

@@ -1,20 +1,18 @@
 """
-Every machine agent_fsm ships, by name, and the committed ``diagrams/`` folder drawn from them.
+Every machine agent_fsm ships, by name.
 
 Diagrams, the static checker and the tests iterate over :func:`machines`;
-:func:`write_all` regenerates the folder that the drift test compares.
+a renderer asks :func:`ships` whether a machine is one of these (whose
+committed drawing says how to regenerate it). Nothing here draws: the
+committed ``diagrams/`` folder is written by :mod:`agent_fsm.diagrams.folder`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from agent_fsm.diagrams.dot import render, to_dot
-from agent_fsm.diagrams.mermaid import to_mermaid
 from agent_fsm.engine import RUN_MACHINE, MachineSpec
 from agent_fsm.patterns import MACHINES as PATTERN_MACHINES
 
-__all__ = ["machines", "write_all"]
+__all__ = ["machines", "ships"]
 
 
 def machines() -> dict[str, MachineSpec]:
@@ -24,22 +22,6 @@ def machines() -> dict[str, MachineSpec]:
     return found
 
 
-def write_all(folder: Path) -> list[Path]:
-    """
-    Write ``<name>.mmd``, ``<name>.dot`` and ``<name>.svg`` for every machine in the catalog.
-
-    Returns:
-        The files written, in catalog order.
-
-    Raises:
-        GraphvizMissing: ``dot`` is not installed (nothing is written then).
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    contents: dict[Path, bytes] = {}
-    for name, machine in machines().items():
-        contents[folder / f"{name}.mmd"] = to_mermaid(machine).encode()
-        contents[folder / f"{name}.dot"] = to_dot(machine).encode()
-        contents[folder / f"{name}.svg"] = render(machine, "svg")
-    for file, data in contents.items():
-        file.write_bytes(data)
-    return list(contents)
+def ships(machine: MachineSpec) -> bool:
+    """Whether ``machine`` is one of agent_fsm's own, whose committed diagrams ``--all`` regenerates."""
+    return any(machine == ours for ours in machines().values())

@@ -25,10 +25,10 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
-from agent_fsm.engine import Limits, allow_all, run
+from agent_fsm.engine import Limits, allow_all
 from agent_fsm.examples.compare import compare_rows
 from agent_fsm.examples.demo import TASK, overreaching_model
-from agent_fsm.examples.support_desk import AUTO_REFUND_LIMIT_CENTS, SYSTEM_PROMPT, make_support_desk, refund_gate
+from agent_fsm.examples.support_desk import AUTO_REFUND_LIMIT_CENTS, make_support_desk, refund_gate, support_agent
 
 __all__ = ["CHARTS", "CHART_FILES", "ChartsUnavailable", "chart_data", "render_chart", "write_charts"]
 
@@ -64,15 +64,7 @@ class ChartsUnavailable(RuntimeError):
 def _wanderer_run() -> Any:
     from agent_fsm.examples.support_desk import _wanderer
 
-    desk = make_support_desk()
-    return run(
-        "Investigate order A-17.",
-        _wanderer(),
-        desk.tools,
-        gate=refund_gate,
-        limits=WANDERER_LIMITS,
-        system_prompt=SYSTEM_PROMPT,
-    )
+    return support_agent(make_support_desk(), _wanderer(), limits=WANDERER_LIMITS).run("Investigate order A-17.")
 
 
 def chart_data() -> dict[str, Any]:
@@ -81,7 +73,7 @@ def chart_data() -> dict[str, Any]:
     denial_log: list[int] = []
     for label, gate in (("allow_all gate", allow_all), ("refund_gate", refund_gate)):
         desk = make_support_desk()
-        result = run(TASK, overreaching_model(), desk.tools, gate=gate, system_prompt=SYSTEM_PROMPT)
+        result = support_agent(desk, overreaching_model(), gate=gate).run(TASK)
         refunded[label] = sum(e["refunded_cents"] for e in desk.effects)
         if gate is refund_gate:
             denial_log = list(result.state.prompt_token_log)

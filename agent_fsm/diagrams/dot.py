@@ -97,15 +97,24 @@ def to_dot(
             attrs_["penwidth"] = "4" if state.name == path.end else "2"
         graph.node(state.name, label=graphviz.nohtml(label), tooltip=graphviz.escape(state.doc), **attrs_)
     graph.edge(start, machine.initial)
+    paused = {s.name for s in machine.states if s.kind == "paused"}
+    placed: set[str] = set()
     for edge in machine.edges:
         label = edge_label(machine, edge)
         extra: dict[str, str] = {}
+        # A pause is placed by the first edge into it in the table; a later one (a pause reached from
+        # further along, such as an effect whose outcome is unknown) would pull it a rank over and stretch
+        # the drawing, so it is drawn without a say in the ranks.
+        if edge.dest in paused:
+            if edge.dest in placed:
+                extra["constraint"] = "false"
+            placed.add(edge.dest)
         if path is not None:
             if counts[edge]:
                 label += f"  {taken_label(counts[edge])}"
-                extra = {"color": "#2b8a3e", "fontcolor": "#2b8a3e", "penwidth": "2.5"}
+                extra |= {"color": "#2b8a3e", "fontcolor": "#2b8a3e", "penwidth": "2.5"}
             else:
-                extra = {"color": "#adb5bd", "fontcolor": "#868e96"}
+                extra |= {"color": "#adb5bd", "fontcolor": "#868e96"}
         graph.edge(edge.source, edge.dest, label=graphviz.escape(label), **extra)
     return cast(str, graph.source)
 

@@ -8,6 +8,7 @@ import collections
 import json
 import re
 
+from agent_fsm.diagrams.catalog import ships
 from agent_fsm.diagrams.labels import (
     REGENERATE_COMMAND,
     check_path,
@@ -81,13 +82,6 @@ def _mermaid_ids(machine: MachineSpec) -> dict[str, str]:
     return ids
 
 
-def _in_catalog(machine: MachineSpec) -> bool:
-    """Whether ``machine`` is one of agent_fsm's own, whose committed diagrams ``--all`` regenerates."""
-    from agent_fsm.diagrams.catalog import machines  # the catalog draws with this module
-
-    return any(machine == ours for ours in machines().values())
-
-
 def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None, direction: str | None = None) -> str:
     """
     ``machine`` as a Mermaid ``stateDiagram-v2``.
@@ -115,7 +109,7 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None, direction: 
         if direction not in ("LR", "TB", "RL", "BT"):
             raise ValueError(f"direction must be one of LR, TB, RL, BT, got {direction!r}")
         lines.append(f"    direction {direction}")
-    if _in_catalog(machine):
+    if ships(machine):
         lines.append(
             f"    %% Generated from the {machine.name!r} machine declaration; regenerate with: {REGENERATE_COMMAND}"
         )

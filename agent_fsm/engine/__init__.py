@@ -100,7 +100,14 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import DEFAULT_LAST_WORD, Model, ModelReply, ScriptedModel
-from agent_fsm.engine._policy import DecisionPolicy, FinalDecision, named, observations_of, string_fields
+from agent_fsm.engine._policy import (
+    DECISION_ERRORS,
+    DecisionPolicy,
+    FinalDecision,
+    named,
+    observations_of,
+    string_fields,
+)
 from agent_fsm.engine._run import (
     DEFAULT_SYSTEM_PROMPT,
     AnswerCheck,
@@ -135,6 +142,7 @@ if TYPE_CHECKING:
     from agent_fsm.engine._async import RunCancelled, adrive
 
 __all__ = [
+    "DECISION_ERRORS",
     "aadvance",
     "adrive",
     "advance",

@@ -19,10 +19,10 @@ import attrs
 from agent_fsm.engine import ToolCall, answer_message
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import (
-    SYSTEM_PROMPT,
     SupportDesk,
     make_support_desk,
     refund_gate,
+    support_agent,
 )
 from agent_fsm.patterns._common import PatternResult, Plan, Results, ScriptedReplies
 from agent_fsm.patterns.agent import agent
@@ -145,9 +145,7 @@ _RUNS: dict[str, Callable[[SupportDesk, Meter], PatternResult]] = {
     "evaluator": lambda desk, meter: evaluator(
         REFUND_PLAN, states_refunded_amount, vague_then_exact(), desk.tools, gate=refund_gate, meter=meter
     ),
-    "agent": lambda desk, meter: agent(
-        TASK, overreaching_model(), desk.tools, gate=refund_gate, system_prompt=SYSTEM_PROMPT, meter=meter
-    ),
+    "agent": lambda desk, meter: agent(TASK, support_agent(desk, overreaching_model()), meter=meter),
     "plan": lambda desk, meter: plan_and_execute(
         TASK, stale_planner(), desk.tools, gate=refund_gate, meter=meter, replans=1
     ),

@@ -6,12 +6,8 @@ Run it with ``agent-fsm demo`` (or ``python -m agent_fsm.examples.demo``).
 
 from __future__ import annotations
 
-from agent_fsm.engine import Limits, ScriptedModel, answer_message, check_run, format_result, run, tool_call_message
-from agent_fsm.examples.support_desk import (
-    SYSTEM_PROMPT,
-    make_support_desk,
-    refund_gate,
-)
+from agent_fsm.engine import Limits, ScriptedModel, answer_message, check_run, format_result, tool_call_message
+from agent_fsm.examples.support_desk import make_support_desk, support_agent
 
 __all__ = ["main", "overreaching_model"]
 
@@ -36,7 +32,7 @@ def main() -> int:
     """Print the transcript, the typed ending, the effect log and the run invariants."""
     desk = make_support_desk()
     limits = Limits()
-    result = run(TASK, overreaching_model(), desk.tools, gate=refund_gate, limits=limits, system_prompt=SYSTEM_PROMPT)
+    result = support_agent(desk, overreaching_model(), limits=limits).run(TASK)
     print(format_result(result, desk.effects))
     checks = check_run(result, desk.effects, limits)
     print("invariants: " + "  ".join(f"{name}={'ok' if held else 'FAILED'}" for name, held in checks.items()))

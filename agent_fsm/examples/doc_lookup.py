@@ -53,7 +53,6 @@ from agent_fsm.engine import (
     ToolSpec,
     named,
     observations_of,
-    run,
     string_fields,
 )
 from agent_fsm.scenarios.environment import Environment
@@ -347,13 +346,5 @@ def lookup(question: str, *, version: str = "v2", policy: str = "scripted", limi
     task = Lookup(question, version)
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
-    env = environment(task.version)
-    return run(
-        task.question,
-        env.models[policy](),
-        env.tools,
-        limits=limits,
-        system_prompt=env.system_prompt,
-        answer_check=env.answer_check,
-        endings=env.endings,
-    )
+    world = environment(task.version)
+    return world.agent(world.models[policy](), limits=limits).run(task.question)

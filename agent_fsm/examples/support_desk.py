@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm import Agent, Gate, Limits, Model
 from agent_fsm.engine import (
     RunResult,
     ScriptedModel,
@@ -37,6 +38,7 @@ __all__ = [
     "make_support_desk",
     "refund_gate",
     "refund_verified",
+    "support_agent",
 ]
 
 AUTO_REFUND_LIMIT_CENTS = 5000
@@ -101,6 +103,11 @@ def refund_gate(call: ToolCall) -> Verdict:
     if call.name == "refund_order" and call.arguments["amount_cents"] > AUTO_REFUND_LIMIT_CENTS:  # type: ignore[index]
         return Verdict.deny(f"refunds above {AUTO_REFUND_LIMIT_CENTS} cents need a manager")
     return Verdict.allow("within policy")
+
+
+def support_agent(desk: SupportDesk, model: Model, *, gate: Gate = refund_gate, limits: Limits | None = None) -> Agent:
+    """``model`` as an agent at ``desk``: its tools, the shop's system prompt, ``refund_gate`` unless told otherwise."""
+    return Agent(model, desk.tools, gate=gate, limits=limits, system_prompt=SYSTEM_PROMPT)
 
 
 # --- the support desk as a scenario environment ----------------------------------

@@ -2,8 +2,8 @@
 A ticket desk: a conversation with a rule-based policy that searches, shows, closes and deletes tickets.
 
 Closing and deleting are effectful: the secure default refuses them, the
-``ask`` gate pauses the run for a human, and :func:`agent_fsm.resume` goes on
-after the decision. A run has three endings a caller must tell apart, and
+``ask`` gate pauses the run for a human, and :meth:`agent_fsm.Agent.resume`
+goes on after the decision. A run has three endings a caller must tell apart, and
 each is a typed stop::
 
     answer  -> answered            code answer   the policy gave its final answer
@@ -31,6 +31,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm import Agent
 from agent_fsm.engine import (
     DecisionPolicy,
     FinalDecision,
@@ -43,8 +44,6 @@ from agent_fsm.engine import (
     ToolSpec,
     ask_for_effects,
     observations_of,
-    resume,
-    run,
 )
 from agent_fsm.examples.tickets import TicketDesk, desk_gate
 from agent_fsm.scenarios.environment import Environment
@@ -239,6 +238,19 @@ class Session:
         """The registry this session runs with: the desk's tools behind the memo."""
         return self._tools
 
+    @property
+    def agent(self) -> Agent:
+        """The agent every exchange runs and resumes: the session's model, gate and limits over its tools."""
+        return Agent(
+            self.model,
+            self._tools,
+            gate=self.gate,
+            limits=self.limits,
+            system_prompt=SYSTEM_PROMPT,
+            answer_check=FINAL.check(),
+            endings=ENDINGS,
+        )
+
     def _wrap(self, name: str, spec: ToolSpec) -> Callable[..., Any]:
         def handler(**arguments: Any) -> Any:
             if spec.effectful:
@@ -266,35 +278,13 @@ class Session:
                 f"the previous exchange waits for approval of {self.paused.blocked_on!r}; call decide() first"
             )
         self._question = question
-        result = run(
-            question,
-            self.model,
-            self._tools,
-            gate=self.gate,
-            limits=self.limits,
-            system_prompt=SYSTEM_PROMPT,
-            history=self.history,
-            answer_check=FINAL.check(),
-            endings=ENDINGS,
-        )
-        return self._settle(result)
+        return self._settle(self.agent.run(question, history=self.history))
 
     def decide(self, approve: bool, reason: str = "") -> RunResult:
         """Approve or reject the call the paused exchange is blocked on, and carry on."""
         if self.paused is None:
             raise RunError("no exchange is awaiting approval")
-        result = resume(
-            self.paused.state,
-            self.model,
-            self._tools,
-            approve=approve,
-            reason=reason,
-            gate=self.gate,
-            limits=self.limits,
-            answer_check=FINAL.check(),
-            endings=ENDINGS,
-        )
-        return self._settle(result)
+        return self._settle(self.agent.resume(self.paused.state, approve=approve, reason=reason))
 
     def _settle(self, result: RunResult) -> RunResult:
         exchange = len(self.history) // 2 + 1

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_fsm.engine import CompiledMachine, RunError, Steps, adrive, assistant_text, call_of, normalise_reply
-from agent_fsm.patterns._common import SHARED_VOCABULARY, PatternResult, _PatternRun, _record, _result
+from agent_fsm.engine import CompiledMachine, Steps, adrive, call_of
+from agent_fsm.patterns._common import (
+    SHARED_VOCABULARY,
+    PatternResult,
+    _PatternRun,
+    _record,
+    _reply_text,
+    _result,
+    _unreachable,
+)
 
 __all__ = ["ASYNC_VOCABULARY", "adrive_pattern"]
 
@@ -32,13 +40,10 @@ def _consulting(run: _PatternRun, prompt: str) -> Steps[str | None]:
     """:func:`agent_fsm.patterns._common._consult` as steps: the model's ``achat`` is awaited."""
     try:
         reply = yield call_of("model", run.meter.aask, run.model, [{"role": "user", "content": prompt}])
-    except OSError as exc:
-        run.fault = run.reason = f"the model could not be reached: {type(exc).__name__}: {exc}"
-        return None
     except Exception as exc:
-        raise RunError(f"the model raised {type(exc).__name__}: {exc}") from exc
-    message, _ignored_calls = normalise_reply(reply, run.meter.model_calls)
-    return assistant_text(message) or ""
+        _unreachable(run, exc)
+        return None
+    return _reply_text(run, reply)
 
 
 def draft_reply(run: _PatternRun) -> Steps[None]:

@@ -234,11 +234,21 @@ def _consult(run: _PatternRun, prompt: str) -> str | None:
     """
     try:
         reply = run.meter.ask(run.model, [{"role": "user", "content": prompt}])
-    except OSError as exc:
-        run.fault = run.reason = f"the model could not be reached: {type(exc).__name__}: {exc}"
-        return None
     except Exception as exc:
+        _unreachable(run, exc)
+        return None
+    return _reply_text(run, reply)
+
+
+def _unreachable(run: _PatternRun, exc: Exception) -> None:
+    """Record a model call that raised ``OSError`` as a provider fault; anything else is a bug, raised."""
+    if not isinstance(exc, OSError):
         raise RunError(f"the model raised {type(exc).__name__}: {exc}") from exc
+    run.fault = run.reason = f"the model could not be reached: {type(exc).__name__}: {exc}"
+
+
+def _reply_text(run: _PatternRun, reply: Any) -> str:
+    """The text of a model's reply; a proposal in it is ignored (code owns every call)."""
     message, _ignored_calls = normalise_reply(reply, run.meter.model_calls)
     return assistant_text(message) or ""
 

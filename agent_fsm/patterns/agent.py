@@ -1,36 +1,22 @@
 """
 The adaptive agent: the model chooses every step, within the gated action space.
 
-This pattern is a thin wrapper over :func:`agent_fsm.run`: the run machine
-already proposes, judges, executes and budgets. The wrapper's machine has
-one working state that delegates, and one resting state per resting state
-of :data:`agent_fsm.RUN_MACHINE`, so the agent's endings are exactly the
-run machine's :class:`agent_fsm.Stop` (a pause for approval included,
-continued with :func:`resume_agent`). Model calls are charged by the meter
-as they are made; the run's observations are its tool calls.
+This pattern is a thin wrapper over an :class:`agent_fsm.Agent`: the run
+machine already proposes, judges, executes and budgets. The wrapper's
+machine has one working state that delegates, and one resting state per
+resting state of :data:`agent_fsm.RUN_MACHINE`, so the agent's endings are
+exactly the run machine's :class:`agent_fsm.Stop` (a pause for approval
+included, continued with :func:`resume_agent`, which takes the agent again:
+its gate judges the decision). Model calls are charged by the meter as they
+are made; the run's observations are its tool calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from agent_fsm.engine import (
-    RUN_MACHINE,
-    Edge,
-    Gate,
-    Limits,
-    MachineSpec,
-    Model,
-    NotPaused,
-    Registry,
-    RunResult,
-    StateSpec,
-    Stop,
-    compile_machine,
-)
-from agent_fsm.engine import resume as _resume_run
-from agent_fsm.engine import run as _run
+from agent_fsm import Agent
+from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, NotPaused, RunResult, StateSpec, Stop, compile_machine
 from agent_fsm.patterns._common import (
     READY,
     PatternResult,
@@ -90,18 +76,16 @@ AGENT_MACHINE = MachineSpec(
 def delegate_to_run(run: _PatternRun) -> None:
     """Run (or, after a human's decision, resume) the run machine; charge what it spent."""
     x = run.extra
-    model = run.meter.metered(run.model)
+    metered = run.meter.metered(x["agent"])
     decision = x.pop("decision", None)
     if decision is None:
         start = 0
-        result = _run(x["task"], model, run.tools, gate=run.gate, limits=x["limits"], system_prompt=x["system_prompt"])
+        result = metered.run(x["task"])
     else:
         approve, reason = decision
         previous = x["run_result"]
         start = len(previous.state.observations)
-        result = _resume_run(
-            previous.state, model, run.tools, approve=approve, gate=run.gate, limits=x["limits"], reason=reason
-        )
+        result = metered.resume(previous.state, approve=approve, reason=reason)
     run.meter.charge_attempts(result.state.observations[start:])
     x["run_result"] = result
     run.observations[:] = result.state.observations
@@ -112,41 +96,25 @@ def delegate_to_run(run: _PatternRun) -> None:
 _MACHINE = compile_machine(AGENT_MACHINE, {**_GUARDS, "delegate_to_run": delegate_to_run})
 
 
-def agent(
-    task: str,
-    model: Model,
-    tools: Registry,
-    *,
-    gate: Gate | None = None,
-    limits: Limits = Limits(),
-    system_prompt: str | None = None,
-    meter: Meter | None = None,
-) -> PatternResult:
+def agent(task: str, agent: Agent, *, meter: Meter | None = None) -> PatternResult:
     """
-    Hand ``task`` to :func:`agent_fsm.run`; report its ending as a :class:`PatternResult`.
+    Hand ``task`` to ``agent`` (:meth:`agent_fsm.Agent.run`); report its ending as a :class:`PatternResult`.
 
     ``ending`` is the run's :class:`agent_fsm.Stop`; ``run`` is its full
-    :class:`agent_fsm.RunResult`.
+    :class:`agent_fsm.RunResult`. Every model call ``agent`` makes, and
+    every tool call it attempts, is charged to ``meter``.
     """
-    state = _new_run(model, tools, gate, meter, None)
-    state.extra.update(task=task, limits=limits, system_prompt=system_prompt)
+    state = _started(agent, meter)
+    state.extra["task"] = task
     return _drive(_MACHINE, state, Stop)
 
 
-def resume_agent(
-    result: PatternResult,
-    model: Model,
-    tools: Registry,
-    *,
-    approve: bool,
-    gate: Gate | None = None,
-    limits: Limits = Limits(),
-    reason: str = "",
-) -> PatternResult:
+def resume_agent(result: PatternResult, agent: Agent, *, approve: bool, reason: str = "") -> PatternResult:
     """
-    Continue an agent paused ``awaiting_approval`` (see :func:`agent_fsm.resume`).
+    Decide an agent paused ``awaiting_approval`` and go on (:meth:`agent_fsm.Agent.resume`).
 
-    The spend carries on from ``result``'s.
+    ``agent`` is the one that paused (or a variant of it): its gate judges
+    the blocked call again. The spend carries on from ``result``'s.
 
     Raises:
         NotPaused: ``result`` is not an agent awaiting approval.
@@ -156,10 +124,16 @@ def resume_agent(
             f"only an agent awaiting approval can be resumed; got the {result.pattern} pattern ended {result.ending}"
         )
     spent = result.spend
-    meter = Meter(model_calls=spent.model_calls, tool_calls=spent.tool_calls, prompt_tokens=spent.prompt_tokens)
-    state = _new_run(model, tools, gate, meter, None)
-    extra: dict[str, Any] = {"limits": limits, "run_result": result.run, "decision": (approve, reason)}
-    state.extra.update(extra)
+    state = _started(
+        agent, Meter(model_calls=spent.model_calls, tool_calls=spent.tool_calls, prompt_tokens=spent.prompt_tokens)
+    )
+    state.extra.update(run_result=result.run, decision=(approve, reason))
     state.machine_state = "AwaitingApproval"
     _MACHINE.fire(state, "approve" if approve else "reject")
     return _drive(_MACHINE, state, Stop)
+
+
+def _started(agent: Agent, meter: Meter | None) -> _PatternRun:
+    state = _new_run(agent.model, agent.tools, agent.gate, meter, None)
+    state.extra["agent"] = agent
+    return state

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm import Agent
 from agent_fsm.engine import (
     Gate,
     Model,
@@ -143,7 +144,7 @@ class Meter:
         """
         Charge tool calls the run machine already carried across the boundary itself.
 
-        The adaptive agent judges and executes inside :func:`agent_fsm.run`
+        The adaptive agent judges and executes inside :meth:`agent_fsm.Agent.run`
         (through the same :func:`agent_fsm.judge` and :func:`agent_fsm.execute`);
         each of its observations is one attempt, refused ones included.
         """
@@ -151,9 +152,9 @@ class Meter:
         with self._lock:
             self.tool_calls += count
 
-    def metered(self, model: Model) -> Model:
-        """``model`` wrapped so that every call the run machine makes is charged here."""
-        return _MeteredModel(self, model)
+    def metered(self, agent: Agent) -> Agent:
+        """``agent`` with its model seen through this meter: every call its runs make is charged here."""
+        return agent.replace(model=_MeteredModel(self, agent.model))
 
     def spend(self) -> Spend:
         """The figures so far, as a value."""

@@ -11,8 +11,9 @@ The stages are separate so each can be tested and reused:
 * :mod:`~agent_fsm.scenarios.format`: :func:`load_scenario` parses and
   validates, raising :class:`SpecFormatError` naming the file and the key;
 * :mod:`~agent_fsm.scenarios.runner`: :func:`run_scenario` builds the world
-  and the model, runs, applies the human decisions and evaluates, giving a
-  :class:`ScenarioResult` (each expectation: expected, actual, held);
+  and the agent (:func:`build_agent`), runs, applies the human decisions
+  and evaluates, giving a :class:`ScenarioResult` (each expectation:
+  expected, actual, held);
 * :mod:`~agent_fsm.scenarios.environment`: :class:`Environment`, what a world
   hands the runner;
 * :mod:`~agent_fsm.scenarios.plugin`: the pytest plugin that collects
@@ -34,6 +35,7 @@ from agent_fsm.scenarios.runner import (
     ALLOWED_ENVIRONMENT_PREFIXES,
     Expectation,
     ScenarioResult,
+    build_agent,
     build_model,
     load_environment,
     run_scenario,
@@ -48,6 +50,7 @@ __all__ = [
     "Scenario",
     "ScenarioResult",
     "SpecFormatError",
+    "build_agent",
     "build_model",
     "discover",
     "load_environment",

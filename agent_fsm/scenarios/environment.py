@@ -3,7 +3,9 @@ An environment: the world a scenario runs against, with the names a spec may ref
 
 Scenario specs are data; they name a gate, a model or a check, and the
 environment resolves those names to code. Nothing outside these mappings
-(and the registry) is ever looked up.
+(and the registry) is ever looked up. :meth:`Environment.agent` puts the
+world's parts and a chosen model and gate together as one
+:class:`agent_fsm.Agent`, the value that runs and resumes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm import Agent, Limits
 from agent_fsm.engine import AnswerCheck, EndingRule, Gate, Model, RunResult, ToolSpec
 
 __all__ = ["Check", "Environment"]
@@ -40,3 +43,28 @@ class Environment:
     system_prompt: str | None = None
     # The world's codes for the engine's stops (RunResult.code); see agent_fsm.Ending.
     endings: EndingRule | None = None
+
+    def agent(
+        self,
+        model: Model,
+        *,
+        gate: Gate | None = None,
+        limits: Limits | None = None,
+        system_prompt: str | None = None,
+    ) -> Agent:
+        """
+        ``model`` as an agent in this world: its tools, answer check, endings and system prompt.
+
+        ``gate`` (``None``: the engine's secure default) and ``limits``
+        (``None``: the defaults) are the caller's choice, as a spec makes
+        them; ``system_prompt`` replaces the world's own when given.
+        """
+        return Agent(
+            model,
+            self.tools,
+            gate=gate,
+            limits=limits,
+            system_prompt=self.system_prompt if system_prompt is None else system_prompt,
+            answer_check=self.answer_check,
+            endings=self.endings,
+        )

@@ -1,5 +1,5 @@
 """
-Running a parsed spec: build its world and model, run, apply the human decisions, judge every expectation.
+Running a parsed spec: build its world and its agent, run, apply the human decisions, judge every expectation.
 
 The world is imported only from an allowlist of module prefixes; everything
 else a spec names is looked up in the world's own tables, so running a spec
@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from agent_fsm import Agent
 from agent_fsm.engine import (
     EventSink,
     Gate,
@@ -27,8 +28,6 @@ from agent_fsm.engine import (
     ask_for_effects,
     check_run,
     deny_effects,
-    resume,
-    run,
     to_json_data,
 )
 from agent_fsm.scenarios.allowed import ALLOWED_ENVIRONMENT_PREFIXES, allowed_packages
@@ -44,6 +43,7 @@ __all__ = [
     "ALLOWED_ENVIRONMENT_PREFIXES",
     "Expectation",
     "ScenarioResult",
+    "build_agent",
     "build_model",
     "load_environment",
     "run_scenario",
@@ -197,6 +197,25 @@ def build_model(scenario: Scenario, environment: Environment) -> Model:
     return factory()
 
 
+def build_agent(scenario: Scenario, environment: Environment, *, model: Model | None = None) -> Agent:
+    """
+    The agent a spec runs: ``environment``'s world with the spec's gate, limits, system prompt and model.
+
+    ``model`` replaces the spec's model. The same agent makes every
+    ``[[resume]]`` decision, so its gate judges each approved call again.
+
+    Raises:
+        SpecFormatError: the spec's gate or ``model.name`` is not one of ``environment``'s.
+    """
+    gate = _gate(scenario, environment)
+    return environment.agent(
+        model if model is not None else build_model(scenario, environment),
+        gate=gate,
+        limits=scenario.limits,
+        system_prompt=scenario.system_prompt,
+    )
+
+
 def _gate(scenario: Scenario, environment: Environment) -> Gate | None:
     name = scenario.gate
     if name is None:
@@ -272,27 +291,18 @@ def run_scenario(
         ValueError: an entry of ``allowed`` is not a dotted package name.
     """
     environment = load_environment(scenario.environment, path=scenario.path, allowed=allowed_packages(allowed))
-    gate = _gate(scenario, environment)
+    agent = build_agent(scenario, environment, model=model)
     policy = {
         "name": scenario.model.name or "scripted turns",
         "provider": getattr(model, "provider", type(model).__name__) if model is not None else "scripted",
         "model": None if getattr(model, "model", None) is None else str(getattr(model, "model", "")),
     }
-    model = model if model is not None else build_model(scenario, environment)
-    system_prompt = scenario.system_prompt if scenario.system_prompt is not None else environment.system_prompt
-    common: dict[str, Any] = {"gate": gate, "limits": scenario.limits, "answer_check": environment.answer_check}
-    common["endings"] = environment.endings
-    common["on_event"] = on_event
-    result = run(
-        scenario.task, model, environment.tools, system_prompt=system_prompt, history=scenario.history, **common
-    )
+    result = agent.run(scenario.task, history=scenario.history, on_event=on_event)
     used = 0
     while result.stop is Stop.AWAITING_APPROVAL and used < len(scenario.resumes):
         decision = scenario.resumes[used]
         used += 1
-        result = resume(
-            result.state, model, environment.tools, approve=decision.approve, reason=decision.reason, **common
-        )
+        result = agent.resume(result.state, approve=decision.approve, reason=decision.reason, on_event=on_event)
     expectations = _evaluate(scenario, result, environment, used)
     invariants = check_run(result, environment.effects, scenario.limits)
     return ScenarioResult(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm import Limits, ScriptedModel, Stop, ToolError, check_run, run
+from agent_fsm import Limits, ScriptedModel, Stop, ToolError, check_run
 from agent_fsm.engine import answer_message, tool_call_message
 from agent_fsm.examples import doc_lookup
 from agent_fsm.examples.doc_lookup import (
@@ -32,7 +32,7 @@ FINAL_SPEC = Path(__file__).resolve().parents[2] / "specs" / "doc_lookup" / "fin
 def _run(model_name: str, limits: Limits = LIMITS, model=None):
     env = environment()
     model = model if model is not None else env.models[model_name]()
-    result = run(TASK, model, env.tools, limits=limits, answer_check=env.answer_check, system_prompt=env.system_prompt)
+    result = env.agent(model, limits=limits).run(TASK)
     assert all(check_run(result, env.effects, limits).values())
     return result
 
@@ -185,9 +185,7 @@ def test_the_glossary_makes_revert_find_the_rollback_page():
 def test_each_ending_of_the_text_has_its_code(policy, stop, code):
     """The lookup's six endings are told apart by RunResult.code, not by reading reason strings."""
     env = environment()
-    result = run(
-        TASK, env.models[policy](), env.tools, limits=LIMITS, answer_check=env.answer_check, endings=env.endings
-    )
+    result = env.agent(env.models[policy](), limits=LIMITS).run(TASK)
     assert (result.stop, result.code) == (stop, code)
 
 

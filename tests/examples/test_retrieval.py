@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from agent_fsm import Limits, Stop, ToolCall, ToolError, check_run, run
+from agent_fsm import Limits, Stop, ToolCall, ToolError, check_run
 from agent_fsm.examples.retrieval import (
     LIMITS,
     PASSAGES,
@@ -29,15 +29,7 @@ EXISTING = "Does put replace the value of a key that already exists?"
 def _run(task, model="controller", *, gated=False, limits=LIMITS):
     env = environment()
     gate = env.gates["distinct_queries"] if gated else None
-    result = run(
-        task,
-        env.models[model](),
-        env.tools,
-        gate=gate,
-        limits=limits,
-        answer_check=env.answer_check,
-        endings=env.endings,
-    )
+    result = env.agent(env.models[model](), gate=gate, limits=limits).run(task)
     assert all(check_run(result, env.effects, limits).values())
     return result, env
 

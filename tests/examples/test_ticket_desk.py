@@ -15,8 +15,6 @@ from agent_fsm import (
     allow_all,
     ask_for_effects,
     check_run,
-    resume,
-    run,
 )
 from agent_fsm.examples.ticket_desk import (
     LIMITS,
@@ -34,7 +32,7 @@ RECEIPT = {"id": "TKT-3", "subject": "Login page returns a 500 error", "status":
 def _run(task, *, model="rules", gate=None, history=()):
     env = environment()
     policy = env.models[model]()
-    result = run(task, policy, env.tools, gate=gate, limits=LIMITS, history=history, answer_check=env.answer_check)
+    result = env.agent(policy, gate=gate, limits=LIMITS).run(task, history=history)
     return env, policy, result
 
 
@@ -76,19 +74,9 @@ def test_pause_ending_names_the_blocked_call():
 def test_resume_after_pause(approve, effects, kinds):
     """Approval runs the blocked close exactly once; rejection leaves the ticket open."""
     env = environment()
-    gate = env.gates["ask"]
-    policy = env.models["rules"]()
-    paused = run(CLOSE, policy, env.tools, gate=gate, limits=LIMITS, answer_check=env.answer_check)
-    result = resume(
-        paused.state,
-        policy,
-        env.tools,
-        approve=approve,
-        reason="not yet",
-        gate=gate,
-        limits=LIMITS,
-        answer_check=env.answer_check,
-    )
+    agent = env.agent(env.models["rules"](), gate=env.gates["ask"], limits=LIMITS)
+    paused = agent.run(CLOSE)
+    result = agent.resume(paused.state, approve=approve, reason="not yet")
     assert result.stop is Stop.ANSWERED
     assert env.effects == effects
     assert [o.kind for o in result.state.observations] == kinds
@@ -145,6 +133,17 @@ def test_session_keeps_history_memo_and_log_across_turns():
         (2, "close_ticket", "result"),
         (3, "search_tickets", "result"),
     ]
+
+
+def test_session_agent_is_its_model_gate_and_limits_over_the_memo():
+    """The agent a session runs holds its memoised tools, its gate and limits, and the desk's endings."""
+    desk = TicketDesk()
+    gate = ask_for_effects(desk.tools())
+    session = Session(desk=desk, gate=gate, limits=LIMITS)
+    agent = session.agent
+    assert (agent.model, agent.tools, agent.gate, agent.limits) == (session.model, session.tools, gate, LIMITS)
+    assert agent.tools is not desk.tools() and agent.endings is environment().endings
+    assert agent.run("Which tickets mention login?").code == "answer"
 
 
 def test_session_memo_serves_repeats_and_is_cleared_by_effects():
