@@ -41,12 +41,15 @@ from agent_fsm.testing._drive import (
     drive,
     world_of,
 )
+from agent_fsm.testing._enumeration import MAX_CASES, contract_cases
 from agent_fsm.testing._harness import RunHarness, run_harness
 from agent_fsm.testing._invariants import (
     INVARIANTS,
+    CallMatch,
     InvariantViolation,
     assert_nothing_forbidden,
     assert_run_invariants,
+    by_call,
     executed_calls,
 )
 from agent_fsm.testing._schema import (
@@ -80,7 +83,9 @@ __all__ = [
     "TableGate",
     "answer_messages",
     "constants_of",
+    "contract_cases",
     "gate_constants",
+    "MAX_CASES",
     "assistant_messages",
     "gates",
     "invalid_arguments",
@@ -101,6 +106,8 @@ __all__ = [
     "assert_nothing_forbidden",
     "assert_run_invariants",
     "executed_calls",
+    "CallMatch",
+    "by_call",
     # Driving runs and one-call checks
     "DEFAULT_TASK",
     "Driver",

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from agent_fsm import ScriptedModel, as_verdict, tool_call_message
 from agent_fsm.engine.driver import resume, run
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.limits import Limits, Stop
@@ -25,10 +26,13 @@ from agent_fsm.engine.models import Model
 from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.tools import Registry, ToolCall
 from agent_fsm.testing._constants import gate_constants
+from agent_fsm.testing._enumeration import contract_cases
 from agent_fsm.testing._invariants import (
+    CallMatch,
     InvariantViolation,
     assert_nothing_forbidden,
     assert_run_invariants,
+    by_call,
 )
 from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import MessageKind, scripted_models
@@ -188,6 +192,11 @@ def describe_run(result: RunResult) -> str:
     return "\n".join(lines)
 
 
+def _matcher(match: CallMatch | None, outcome: Outcome) -> Any:
+    """The effect matcher for this run: ``match`` tied to its executed calls, or the default convention."""
+    return None if match is None else by_call(match, outcome.result.state)
+
+
 def _annotated(outcome: Outcome, check: Callable[[], None]) -> None:
     try:
         check()
@@ -230,6 +239,8 @@ def check_gate_contains(
     limits: Limits | st.SearchStrategy[Limits] = Limits(),
     approve: bool = False,
     settings: Settings | None = None,
+    exhaustive: bool = True,
+    match: CallMatch | None = None,
 ) -> None:
     """
     Check that ``gate`` never lets a call through that ``forbidden(call)`` marks, whatever the model proposes.
@@ -242,6 +253,16 @@ def check_gate_contains(
     (``approve=False``, so only the gate's own allowances are examined) or approves (and the
     approved calls are the human's responsibility). The run invariants are
     checked as well.
+
+    With ``exhaustive`` (the default), every combination of each contract's
+    finite part (enums, booleans, small ranges, bounds and the constants,
+    line items adding up to each constant: :func:`contract_cases`) is put to
+    the gate first, when there are at most :data:`MAX_CASES` of them; a call
+    the gate allows and ``forbidden`` marks is then confirmed by a real run.
+
+    ``match(effect, call)`` ties an entry of the world's own effect log to
+    the executed call it came from (default: the entry names the call's id,
+    or equals its result), so a world logging its own shape needs no reshaping.
 
     Raises:
         InvariantViolation: ``forbidden_effect`` with the offending call, or any
@@ -264,9 +285,7 @@ def check_gate_contains(
     model_strategy = _models_strategy(models, tools)
     limit_strategy = _limits_strategy(limits)
 
-    def property_(data: st.DataObject) -> None:
-        model = data.draw(model_strategy, label="model")
-        chosen_limits = data.draw(limit_strategy, label="limits")
+    def checked(model: Model, chosen_limits: Limits) -> None:
         outcome = drive(
             model,
             world_of(tools_factory()),
@@ -284,11 +303,57 @@ def check_gate_contains(
                 chosen_limits,
                 tools=outcome.world.tools,
                 approved=outcome.approved,
+                match=_matcher(match, outcome),
             )
 
         _annotated(outcome, check)
 
+    if exhaustive:
+        constants = gate_constants(tools, gate, gate_factory, forbidden)
+        found = _enumerated_counterexample(tools_factory, gate, gate_factory, forbidden, constants)
+        if found is not None:
+            try:
+                checked(ScriptedModel([tool_call_message("call_0", found.name, found.arguments or {})]), _fixed(limits))
+            except InvariantViolation as exc:
+                exc.add_note("found by enumerating the finite part of the contract, before any random search")
+                raise
+
+    def property_(data: st.DataObject) -> None:
+        checked(data.draw(model_strategy, label="model"), data.draw(limit_strategy, label="limits"))
+
     _run_property(property_, settings)
+
+
+def _fixed(limits: Limits | st.SearchStrategy[Limits]) -> Limits:
+    return limits if isinstance(limits, Limits) else Limits()
+
+
+def _enumerated_counterexample(
+    tools_factory: Callable[[], Any],
+    gate: Gate | None,
+    gate_factory: GateFactory | None,
+    forbidden: Callable[[ToolCall], bool],
+    constants: tuple[Any, ...],
+) -> ToolCall | None:
+    """
+    The first call of the contracts' enumerated cases (:func:`contract_cases`)
+    that ``forbidden`` marks and the gate, asked in a fresh world, allows.
+
+    Only the gate and the predicate are called here, thousands of times in
+    well under a second; the caller confirms a find with a real run, so a gate
+    that reads the run's context is judged where it really decides.
+    """
+    world = world_of(tools_factory())
+    chosen = _gate_of(gate, gate_factory, RunContext(world.tools, world.effects))
+    for name, tool in world.tools.items():
+        for arguments in contract_cases(tool, constants):
+            call = ToolCall("call_0", name, arguments, json.dumps(arguments))
+            try:
+                if forbidden(call) and as_verdict(chosen(call)).kind == "allow":
+                    return call
+            except Exception:  # a gate or predicate failing here is the random search's to report
+                continue
+    return None
 
 
 def check_policy_ends(
@@ -301,6 +366,7 @@ def check_policy_ends(
     limits: Limits | st.SearchStrategy[Limits] = Limits(),
     driver: Driver | None = None,
     settings: Settings | None = None,
+    match: CallMatch | None = None,
 ) -> None:
     """
     Check that a model or policy always ends in one of ``stops`` within ``limits``.
@@ -308,6 +374,7 @@ def check_policy_ends(
     ``models`` is a zero-argument factory or a strategy of models. With no
     gate given, gates are drawn (:func:`gates`: each tool allowed, denied or
     sent to a human); at each pause a human approves or rejects at random.
+    ``match`` is as for :func:`check_gate_contains`.
 
     Raises:
         InvariantViolation: ``expected_stop``, or any run invariant.
@@ -346,6 +413,7 @@ def check_policy_ends(
                 chosen_limits,
                 tools=outcome.world.tools,
                 approved=outcome.approved,
+                match=_matcher(match, outcome),
             )
 
         _annotated(outcome, check)
@@ -361,6 +429,7 @@ def check_driver(
     models: Any = None,
     limits: Limits | st.SearchStrategy[Limits] | None = None,
     settings: Settings | None = None,
+    match: CallMatch | None = None,
 ) -> None:
     """
     Check a hand-written run loop against the run invariants, as the engine is checked.
@@ -369,6 +438,7 @@ def check_driver(
     and limits; with no ``gate`` given, gates are drawn that allow or deny
     each tool (a loop without a pause cannot honour ``ask``). Every executed
     call must pass its contract and the gate, and every budget must hold.
+    ``match`` is as for :func:`check_gate_contains`.
 
     Raises:
         InvariantViolation: the first invariant the loop breaks.
@@ -388,7 +458,12 @@ def check_driver(
         _annotated(
             outcome,
             lambda: assert_run_invariants(
-                outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools, gate=chosen_gate
+                outcome.result,
+                outcome.world.effects,
+                chosen_limits,
+                tools=outcome.world.tools,
+                gate=chosen_gate,
+                match=_matcher(match, outcome),
             ),
         )
 

@@ -25,7 +25,18 @@ from agent_fsm.engine.state import RunResult, RunState
 from agent_fsm.engine.tools import Registry, ToolCall, validate_call
 from agent_fsm.engine.wire import assistant_text, parse_tool_calls, tool_message
 
-__all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
+__all__ = [
+    "INVARIANTS",
+    "CallMatch",
+    "InvariantViolation",
+    "assert_nothing_forbidden",
+    "assert_run_invariants",
+    "by_call",
+    "executed_calls",
+]
+
+CallMatch = Callable[[Any, ToolCall], bool]
+"""``match(effect, call)``: does this entry of a world's own effect log come from this executed call?"""
 
 INVARIANTS: dict[str, str] = {
     "typed_ending": "the run rests in a declared absorbing or paused state, its stop agrees, and its code is a name",
@@ -96,6 +107,23 @@ def executed_calls(state: RunState) -> list[tuple[int, ToolCall]]:
             answered += 1
             observation_index += 1
     return found
+
+
+def by_call(match: CallMatch, state: RunState) -> EffectMatch:
+    """
+    The ``match(effect, observation)`` that :func:`assert_run_invariants` and
+    :func:`agent_fsm.check_run` take, from a matcher of an effect and the call
+    ``state`` executed: a world that logs ``("pay", payee, cents)`` per payment
+    is matched on the call's arguments, with no reshaping of its log.
+    """
+    executed = [o for o in state.observations if o.kind in ("result", "error")]
+    calls = {id(o): call for o, (_, call) in zip(executed, executed_calls(state), strict=False)}
+
+    def matches(effect: Any, observation: Observation) -> bool:
+        call = calls.get(id(observation))
+        return call is not None and bool(match(effect, call))
+
+    return matches
 
 
 def _check_ending(result: RunResult, limits: Limits) -> None:
