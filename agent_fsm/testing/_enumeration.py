@@ -25,9 +25,10 @@ from hypothesis import settings as Settings
 
 from agent_fsm.engine.tools import ToolSpec
 from agent_fsm.testing._formats import is_format
-from agent_fsm.testing._schema import integer_bounds, schema_values, split_sum, summed_fields
+from agent_fsm.testing._schema import schema_values
+from agent_fsm.testing._sums import integer_bounds, split_sum, summed_fields
 
-__all__ = ["MAX_CASES", "contract_cases"]
+__all__ = ["MAX_CASES", "contract_cases", "plain_arguments"]
 
 MAX_CASES = 10_000
 """The most combinations :func:`contract_cases` enumerates; a larger contract is left to random search."""
@@ -153,3 +154,13 @@ def contract_cases(tool: ToolSpec, constants: tuple[Any, ...] = (), *, limit: in
     if len(cases) > limit:
         return []
     return [case for case in cases if not tool.errors(case)]
+
+
+def plain_arguments(tool: ToolSpec) -> dict[str, Any] | None:
+    """The simplest arguments ``tool``'s contract accepts (``None`` if none are found)."""
+    schema = tool.json_schema
+    try:
+        arguments = _plain(schema)
+    except Exception:  # no value found, or a schema outside the supported subset
+        return None
+    return arguments if isinstance(arguments, dict) and not tool.errors(arguments) else None

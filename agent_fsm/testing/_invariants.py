@@ -61,6 +61,7 @@ INVARIANTS: dict[str, str] = {
     "bounded_run": "a run rests within the transitions (or model calls) its limits allow: the watchdog",
     "budget_bound": "a budget counter never goes down and never passes its limit",
     "budgeted_cycle": "each cycle a run goes round strictly grows a budget its edges declare they consume",
+    "reachable_state": "some run in the world enters each state of the run machine",
 }
 """Every invariant :func:`assert_run_invariants` checks, by name, with what it means."""
 
