@@ -14,7 +14,9 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 * :class:`Coverage`, which every check returns (``report=True`` prints it):
   the edges, verdicts, tools and argument boundaries its runs exercised;
 * :func:`paths_to`, :func:`routes` and :func:`check_reaches_all`: the
-  shortest route to each state, and runs in your world that take it.
+  shortest route to each state, and runs in your world that take it;
+* :class:`RecordingModel`, :class:`ReplayModel` and :func:`perturbed_runs`:
+  real runs on cassettes (plain JSON, secrets redacted), replayed and moved a little.
 
 See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
 not install: ``pip install "agent_fsm[testing]"``.
@@ -31,6 +33,16 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 del _hypothesis
 
+from agent_fsm.testing._cassettes import (
+    CASSETTE_FORMAT,
+    NotRecorded,
+    Perturbation,
+    RecordingModel,
+    ReplayModel,
+    load_cassette,
+    perturbed_runs,
+    redact,
+)
 from agent_fsm.testing._checks import check_driver, check_gate_contains, check_policy_ends
 from agent_fsm.testing._constants import constants_of, gate_constants
 from agent_fsm.testing._coverage import Coverage
@@ -134,6 +146,15 @@ __all__ = [
     "check_reaches_all",
     "paths_to",
     "routes",
+    # Real runs as tests
+    "CASSETTE_FORMAT",
+    "NotRecorded",
+    "Perturbation",
+    "RecordingModel",
+    "ReplayModel",
+    "load_cassette",
+    "perturbed_runs",
+    "redact",
     # Stateful harness
     "RunHarness",
     "run_harness",
