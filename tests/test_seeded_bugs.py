@@ -4,9 +4,11 @@ Seeded bugs in users' worlds (tests/worlds/): the kit finds each at default sett
 Every world's gate carries one bug a reviewer could miss: an off-by-one
 behind a real weekday date, a date compared with ``<`` for ``<=``, a
 cross-field sum, an optional field's default, a nested list, a string
-length. Each test runs the kit as a user would, then re-judges the shrunk
-call itself: the policy forbids it, the shipped gate allows it, the sound
-gate does not.
+length; and three whose constant lives only one level away from the gate's
+own code: in a rule a gate factory closes over, in a module-level dict, and
+in a sum over line items none of which can reach it alone. Each test runs
+the kit as a user would, then re-judges the shrunk call itself: the policy
+forbids it, the shipped gate allows it, the sound gate does not.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from agent_fsm import ToolCall, as_verdict
 from agent_fsm.testing import InvariantViolation, check_gate_contains, default_settings, run_harness
-from tests.worlds import booking, notices, payments, refunds, shifts, shipping
+from tests.worlds import booking, claims, expenses, notices, payments, refunds, shifts, shipping, venues
 
 WORLDS: dict[str, tuple[ModuleType, Callable[[], Any]]] = {
     "booking": (booking, booking.make_world),
@@ -35,7 +37,11 @@ WORLDS: dict[str, tuple[ModuleType, Callable[[], Any]]] = {
     "refunds_optional_field": (refunds, refunds.make_world),
     "shipping_nested": (shipping, shipping.make_world),
     "notices_string_length": (notices, notices.make_world),
+    "venues_closure": (venues, venues.make_world),
+    "expenses_module_dict": (expenses, expenses.make_world),
+    "claims_line_item_sum": (claims, claims.make_world),
 }
+ONE_LEVEL_AWAY = ["venues_closure", "expenses_module_dict", "claims_line_item_sum"]
 
 # A ceiling against a kit that stops finding boundaries (the figures measured
 # for the changelog are far below it); not the search budget, which stays Hypothesis's default.
@@ -113,3 +119,27 @@ def test_stateful_harness_shrinks_the_booking_bug() -> None:
         run_state_machine_as_test(harness, settings=settings(harness.TestCase.settings, derandomize=True))
     call = _assert_real_counterexample(booking, caught.value)
     assert call.arguments is not None and call.arguments["hours"] == 3
+
+
+@pytest.mark.parametrize("name", ONE_LEVEL_AWAY)
+def test_random_search_alone_finds_the_constant_one_level_away(name: str) -> None:
+    """
+    With the enumeration turned off, the random search still finds each bug
+    (fixed seed): the constants reach the arguments, and line items add up to them.
+    """
+    world, factory = WORLDS[name]
+    with pytest.raises(InvariantViolation) as caught:
+        check_gate_contains(world.buggy_gate, factory, world.forbidden, settings=DEFAULTS, exhaustive=False)
+    _assert_real_counterexample(world, caught.value)
+
+
+@pytest.mark.parametrize("name", ONE_LEVEL_AWAY)
+def test_enumeration_finds_the_constant_one_level_away_before_any_random_search(name: str) -> None:
+    """The enumerated contract holds the counterexample: found with no random example at all, in well under a second."""
+    world, factory = WORLDS[name]
+    started = time.perf_counter()
+    with pytest.raises(InvariantViolation) as caught:
+        check_gate_contains(world.buggy_gate, factory, world.forbidden, settings=settings(DEFAULTS, max_examples=1))
+    assert "found by enumerating" in "\n".join(getattr(caught.value, "__notes__", []))
+    _assert_real_counterexample(world, caught.value)
+    assert time.perf_counter() - started < 5

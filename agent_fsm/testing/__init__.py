@@ -10,7 +10,13 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 * :class:`RunHarness`, a ``RuleBasedStateMachine`` that chooses each reply
   and each human decision, checking the invariants after every step;
 * :func:`drive_machine` and :func:`check_machine_terminates`: a watchdog and
-  a ranking-function check along the paths a machine really takes.
+  a ranking-function check along the paths a machine really takes;
+* :class:`Coverage`, which every check returns (``report=True`` prints it):
+  the edges, verdicts, tools and argument boundaries its runs exercised;
+* :func:`paths_to`, :func:`routes` and :func:`check_reaches_all`: the
+  shortest route to each state, and runs in your world that take it;
+* :class:`RecordingModel`, :class:`ReplayModel` and :func:`perturbed_runs`:
+  real runs on cassettes (plain JSON, secrets redacted), replayed and moved a little.
 
 See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
 not install: ``pip install "agent_fsm[testing]"``.
@@ -27,28 +33,41 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 del _hypothesis
 
+from agent_fsm.testing._cassettes import (
+    CASSETTE_FORMAT,
+    NotRecorded,
+    Perturbation,
+    RecordingModel,
+    ReplayModel,
+    load_cassette,
+    perturbed_runs,
+    redact,
+)
+from agent_fsm.testing._checks import check_driver, check_gate_contains, check_policy_ends
 from agent_fsm.testing._constants import constants_of, gate_constants
+from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     Driver,
     Outcome,
     RunContext,
     World,
-    check_driver,
-    check_gate_contains,
-    check_policy_ends,
     describe_run,
     drive,
     world_of,
 )
+from agent_fsm.testing._enumeration import MAX_CASES, contract_cases
 from agent_fsm.testing._harness import RunHarness, run_harness
 from agent_fsm.testing._invariants import (
     INVARIANTS,
+    CallMatch,
     InvariantViolation,
     assert_nothing_forbidden,
     assert_run_invariants,
+    by_call,
     executed_calls,
 )
+from agent_fsm.testing._paths import PROVIDER_DOWN, Route, RouteModel, check_reaches_all, paths_to, routes
 from agent_fsm.testing._schema import (
     UnsupportedSchema,
     schema_values,
@@ -80,7 +99,9 @@ __all__ = [
     "TableGate",
     "answer_messages",
     "constants_of",
+    "contract_cases",
     "gate_constants",
+    "MAX_CASES",
     "assistant_messages",
     "gates",
     "invalid_arguments",
@@ -101,6 +122,8 @@ __all__ = [
     "assert_nothing_forbidden",
     "assert_run_invariants",
     "executed_calls",
+    "CallMatch",
+    "by_call",
     # Driving runs and one-call checks
     "DEFAULT_TASK",
     "Driver",
@@ -115,6 +138,23 @@ __all__ = [
     "drive",
     "watchdog_calls",
     "world_of",
+    # Coverage and shortest paths
+    "Coverage",
+    "PROVIDER_DOWN",
+    "Route",
+    "RouteModel",
+    "check_reaches_all",
+    "paths_to",
+    "routes",
+    # Real runs as tests
+    "CASSETTE_FORMAT",
+    "NotRecorded",
+    "Perturbation",
+    "RecordingModel",
+    "ReplayModel",
+    "load_cassette",
+    "perturbed_runs",
+    "redact",
     # Stateful harness
     "RunHarness",
     "run_harness",

@@ -1,45 +1,29 @@
 """
 Driving one run for a property: a fresh world, a gate, a model, a human's decisions at each pause.
 
-The one-call checks (:func:`check_gate_contains`, :func:`check_policy_ends`,
-:func:`check_driver`) are built on :func:`drive` and run Hypothesis
-themselves; a failure is an :class:`InvariantViolation` whose message names
-the invariant, and whose notes carry the shrunk run, message by message.
+The one-call checks (``agent_fsm.testing._checks``), the shortest-path
+search and users' own properties are built on :func:`drive`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from hypothesis import given
-from hypothesis import settings as Settings
-from hypothesis import strategies as st
 
 from agent_fsm.engine import Gate, Limits, Model, Registry, RunResult, Stop, ToolCall, resume, run
-from agent_fsm.testing._constants import gate_constants
-from agent_fsm.testing._invariants import (
-    InvariantViolation,
-    assert_nothing_forbidden,
-    assert_run_invariants,
-)
-from agent_fsm.testing._settings import default_settings
-from agent_fsm.testing._strategies import MessageKind, scripted_models
-from agent_fsm.testing._strategies import gates as gate_tables
-from agent_fsm.testing._strategies import limits as limit_ranges
+from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._watchdog import Runaway, _Watched, runaway_violation, watchdog_calls
 
 __all__ = [
     "DEFAULT_TASK",
     "Driver",
+    "GateFactory",
     "Outcome",
     "RunContext",
     "World",
-    "check_driver",
-    "check_gate_contains",
-    "check_policy_ends",
     "describe_run",
     "drive",
     "world_of",
@@ -47,13 +31,6 @@ __all__ = [
 
 DEFAULT_TASK = "Help the customer with their request."
 """The user message of runs the kit drives when a check is given no task of its own."""
-
-GATE_PROBE_KINDS: tuple[MessageKind, ...] = ("call", "call", "call", "parallel", "bad_arguments")
-"""
-The message kinds :func:`check_gate_contains` proposes by default: the ones
-that can reach a gate, a single valid call three times as often as the others (a
-kind listed twice is drawn twice as often).
-"""
 
 Driver = Callable[..., RunResult]
 """Anything called like :func:`agent_fsm.run`: ``driver(task, model, tools, *, gate=, limits=)``."""
@@ -128,6 +105,7 @@ def drive(
     decide: Callable[[ToolCall], bool] = lambda call: False,
     driver: Driver | None = None,
     task: str = DEFAULT_TASK,
+    coverage: Coverage | None = None,
 ) -> Outcome:
     """
     Run ``task`` in ``world`` to an absorbing stop, asking ``decide`` at every pause.
@@ -135,9 +113,28 @@ def drive(
     With ``driver=None`` the engine runs it (:func:`agent_fsm.run`, then
     :func:`agent_fsm.resume` with ``decide(blocked_call)`` until the run no
     longer pauses). Another ``driver`` is called once and its result kept as it is.
+    ``coverage`` records the run (its path, proposals and the gate's verdicts).
     """
     context = RunContext(world.tools, world.effects)
     chosen = _gate_of(gate, gate_factory, context)
+    outcome = _driven(model, world, chosen, context, limits, decide, driver, task, coverage)
+    if coverage is not None:
+        coverage.record_run(outcome.result, world.tools)
+    return outcome
+
+
+def _driven(
+    model: Model,
+    world: World,
+    chosen: Gate,
+    context: RunContext,
+    limits: Limits,
+    decide: Callable[[ToolCall], bool],
+    driver: Driver | None,
+    task: str,
+    coverage: Coverage | None,
+) -> Outcome:
+    judging = chosen if coverage is None else coverage.counting(chosen)
     # The watchdog: a driver past its turn budget is already broken, and the
     # turn_budget invariant names it precisely once the run ends; one that
     # asks four times over (with a margin a short script fits in) may never
@@ -145,15 +142,15 @@ def drive(
     watched = _Watched(model, context, max_calls=watchdog_calls(limits))
     try:
         if driver is not None:
-            return Outcome(driver(task, watched, world.tools, gate=chosen, limits=limits), world, chosen)
-        result = run(task, watched, world.tools, gate=chosen, limits=limits)
+            return Outcome(driver(task, watched, world.tools, gate=judging, limits=limits), world, chosen)
+        result = run(task, watched, world.tools, gate=judging, limits=limits)
         approved: list[str] = []
         while result.stop is Stop.AWAITING_APPROVAL:
             assert result.blocked_on is not None
             approve = decide(result.blocked_on)
             if approve:
                 approved.append(result.blocked_on.call_id)
-            result = resume(result.state, watched, world.tools, approve=approve, gate=chosen, limits=limits)
+            result = resume(result.state, watched, world.tools, approve=approve, gate=judging, limits=limits)
     except Runaway as runaway:
         raise runaway_violation(runaway, limits) from None
     return Outcome(result, world, chosen, tuple(approved))
@@ -181,210 +178,3 @@ def describe_run(result: RunResult) -> str:
         else:
             lines.append(f"  [{index}] {role}: {json.dumps(message.get('content'))[:120]}")
     return "\n".join(lines)
-
-
-def _annotated(outcome: Outcome, check: Callable[[], None]) -> None:
-    try:
-        check()
-    except InvariantViolation as exc:
-        exc.add_note("the run, message by message:\n" + describe_run(outcome.result))
-        raise
-
-
-def _models_strategy(models: Any, tools: Registry, constants: tuple[Any, ...] = ()) -> st.SearchStrategy[Model]:
-    if models is None:
-        return scripted_models(tools, constants=constants)
-    if isinstance(models, st.SearchStrategy):
-        return models
-    if callable(models):
-        return st.builds(models)
-    raise TypeError(f"models must be a strategy of models or a zero-argument factory; got {models!r}")
-
-
-def _limits_strategy(limits: Limits | st.SearchStrategy[Limits]) -> st.SearchStrategy[Limits]:
-    return limits if isinstance(limits, st.SearchStrategy) else st.just(limits)
-
-
-def _run_property(test: Callable[..., None], settings: Settings | None) -> None:
-    # Hypothesis's "explain" phase re-runs a failing run hundreds of times to
-    # say which parts could vary; for whole runs that costs more than the
-    # search itself, so the checks skip it unless given settings ask for it.
-    # Each example is a whole run, slow to draw by Hypothesis's measure on a
-    # loaded machine: the too_slow and data_too_large health checks would
-    # fail a correct search there, so the checks suppress them by default.
-    (settings if settings is not None else default_settings())(given(st.data())(test))()
-
-
-def check_gate_contains(
-    gate: Gate | None,
-    tools_factory: Callable[[], Any],
-    forbidden: Callable[[ToolCall], bool],
-    *,
-    gate_factory: GateFactory | None = None,
-    models: Any = None,
-    limits: Limits | st.SearchStrategy[Limits] = Limits(),
-    approve: bool = False,
-    settings: Settings | None = None,
-) -> None:
-    """
-    Check that ``gate`` never lets a call through that ``forbidden(call)`` marks, whatever the model proposes.
-
-    Models default to :func:`scripted_models` over the registry proposing
-    what can reach a gate (valid calls, alone or several at once, with
-    thoughts, among some refused arguments), trying the constants the gate and
-    ``forbidden`` compare against (:func:`constants_of`) wherever an argument
-    can take them. When the gate asks a human, the human rejects
-    (``approve=False``, so only the gate's own allowances are examined) or approves (and the
-    approved calls are the human's responsibility). The run invariants are
-    checked as well.
-
-    Raises:
-        InvariantViolation: ``forbidden_effect`` with the offending call, or any
-            run invariant; its notes hold the shrunk run, message by message.
-    """
-    tools = world_of(tools_factory()).tools
-    if models is None:
-        # Only well-formed calls reach a gate: spend the examples on them (a
-        # sprinkling of refused arguments keeps the transcript realistic).
-        # Reactions to denials add nothing a further turn cannot propose, and
-        # every choice they cost is paid again at each shrinking step.
-        models = scripted_models(
-            tools,
-            kinds=GATE_PROBE_KINDS,
-            min_size=1,
-            max_size=4,
-            constants=gate_constants(tools, gate, gate_factory, forbidden),
-            max_reactions=0,
-        )
-    model_strategy = _models_strategy(models, tools)
-    limit_strategy = _limits_strategy(limits)
-
-    def property_(data: st.DataObject) -> None:
-        model = data.draw(model_strategy, label="model")
-        chosen_limits = data.draw(limit_strategy, label="limits")
-        outcome = drive(
-            model,
-            world_of(tools_factory()),
-            gate=gate,
-            gate_factory=gate_factory,
-            limits=chosen_limits,
-            decide=lambda call: approve,
-        )
-
-        def check() -> None:
-            assert_nothing_forbidden(outcome.result.state, forbidden, outcome.approved)
-            assert_run_invariants(
-                outcome.result,
-                outcome.world.effects,
-                chosen_limits,
-                tools=outcome.world.tools,
-                approved=outcome.approved,
-            )
-
-        _annotated(outcome, check)
-
-    _run_property(property_, settings)
-
-
-def check_policy_ends(
-    models: Any,
-    tools_factory: Callable[[], Any],
-    stops: Collection[Stop | str],
-    *,
-    gate: Gate | None = None,
-    gate_factory: GateFactory | None = None,
-    limits: Limits | st.SearchStrategy[Limits] = Limits(),
-    driver: Driver | None = None,
-    settings: Settings | None = None,
-) -> None:
-    """
-    Check that a model or policy always ends in one of ``stops`` within ``limits``.
-
-    ``models`` is a zero-argument factory or a strategy of models. With no
-    gate given, gates are drawn (:func:`gates`: each tool allowed, denied or
-    sent to a human); at each pause a human approves or rejects at random.
-
-    Raises:
-        InvariantViolation: ``expected_stop``, or any run invariant.
-    """
-    expected = {Stop(s) for s in stops}
-    tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools, gate_constants(tools, gate, gate_factory))
-    limit_strategy = _limits_strategy(limits)
-    drawn_gates = gate is None and gate_factory is None
-
-    def property_(data: st.DataObject) -> None:
-        model = data.draw(model_strategy, label="model")
-        chosen_limits = data.draw(limit_strategy, label="limits")
-        chosen_gate = data.draw(gate_tables(tools), label="gate") if drawn_gates else gate
-        outcome = drive(
-            model,
-            world_of(tools_factory()),
-            gate=chosen_gate,
-            gate_factory=gate_factory,
-            limits=chosen_limits,
-            decide=lambda call: data.draw(st.booleans(), label=f"approve {call.call_id}"),
-            driver=driver,
-        )
-
-        def check() -> None:
-            stop = outcome.result.stop
-            if stop not in expected:
-                raise InvariantViolation(
-                    "expected_stop",
-                    f"the run ended {getattr(stop, 'value', stop)!r} ({outcome.result.reason}); expected one of "
-                    f"{sorted(s.value for s in expected)}",
-                )
-            assert_run_invariants(
-                outcome.result,
-                outcome.world.effects,
-                chosen_limits,
-                tools=outcome.world.tools,
-                approved=outcome.approved,
-            )
-
-        _annotated(outcome, check)
-
-    _run_property(property_, settings)
-
-
-def check_driver(
-    driver: Driver,
-    tools_factory: Callable[[], Any],
-    *,
-    gate: Gate | None = None,
-    models: Any = None,
-    limits: Limits | st.SearchStrategy[Limits] | None = None,
-    settings: Settings | None = None,
-) -> None:
-    """
-    Check a hand-written run loop against the run invariants, as the engine is checked.
-
-    ``driver`` is called like :func:`agent_fsm.run` on random scripted models
-    and limits; with no ``gate`` given, gates are drawn that allow or deny
-    each tool (a loop without a pause cannot honour ``ask``). Every executed
-    call must pass its contract and the gate, and every budget must hold.
-
-    Raises:
-        InvariantViolation: the first invariant the loop breaks.
-    """
-    tools = world_of(tools_factory()).tools
-    model_strategy = _models_strategy(models, tools, gate_constants(tools, gate))
-    limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())
-    gate_strategy = (
-        st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny", "allow_tuple"))
-    )
-
-    def property_(data: st.DataObject) -> None:
-        model = data.draw(model_strategy, label="model")
-        chosen_limits = data.draw(limit_strategy, label="limits")
-        chosen_gate = data.draw(gate_strategy, label="gate")
-        outcome = drive(model, world_of(tools_factory()), gate=chosen_gate, limits=chosen_limits, driver=driver)
-        _annotated(
-            outcome,
-            lambda: assert_run_invariants(
-                outcome.result, outcome.world.effects, chosen_limits, tools=outcome.world.tools, gate=chosen_gate
-            ),
-        )
-
-    _run_property(property_, settings)

@@ -48,9 +48,11 @@ from agent_fsm.testing._drive import (
     world_of,
 )
 from agent_fsm.testing._invariants import (
+    CallMatch,
     InvariantViolation,
     assert_nothing_forbidden,
     assert_run_invariants,
+    by_call,
 )
 from agent_fsm.testing._strategies import MessageKind, assistant_messages
 from agent_fsm.testing._watchdog import _Watched
@@ -107,13 +109,16 @@ class RunHarness(RuleBasedStateMachine):
     back); an ended run makes way for a new one. After every step the run
     satisfies :func:`assert_run_invariants` (with the gate re-asked about
     every executed call, so the gate must be a function of the call alone;
-    set ``recheck_gate = False`` otherwise).
+    set ``recheck_gate = False`` otherwise). ``match`` (a static method
+    ``match(effect, call)``) ties the world's own effect-log entries to calls,
+    as in :func:`check_gate_contains`.
     """
 
     limits: ClassVar[Limits] = Limits()
     task: ClassVar[str] = DEFAULT_TASK
     forbidden: ClassVar[Callable[[ToolCall], bool] | None] = None
     recheck_gate: ClassVar[bool] = True
+    match: ClassVar[CallMatch | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -306,6 +311,7 @@ class RunHarness(RuleBasedStateMachine):
                 tools=self.world.tools,
                 gate=self.gate if self.recheck_gate else None,
                 approved=self.approved,
+                match=None if type(self).match is None else by_call(type(self).match, result.state),  # type: ignore[arg-type]
             )
             forbidden = type(self).forbidden
             if forbidden is not None:
@@ -323,6 +329,7 @@ def run_harness(
     limits: Limits = Limits(),
     forbidden: Callable[[ToolCall], bool] | None = None,
     recheck_gate: bool = True,
+    match: CallMatch | None = None,
     name: str = "ConfiguredRunHarness",
 ) -> type[RunHarness]:
     """
@@ -346,5 +353,6 @@ def run_harness(
         "limits": limits,
         "forbidden": staticmethod(forbidden) if forbidden is not None else None,
         "recheck_gate": recheck_gate,
+        "match": staticmethod(match) if match is not None else None,
     }
     return type(name, (RunHarness,), namespace)

@@ -35,7 +35,18 @@ from agent_fsm.engine import (
     validate_call,
 )
 
-__all__ = ["INVARIANTS", "InvariantViolation", "assert_nothing_forbidden", "assert_run_invariants", "executed_calls"]
+__all__ = [
+    "INVARIANTS",
+    "CallMatch",
+    "InvariantViolation",
+    "assert_nothing_forbidden",
+    "assert_run_invariants",
+    "by_call",
+    "executed_calls",
+]
+
+CallMatch = Callable[[Any, ToolCall], bool]
+"""``match(effect, call)``: does this entry of a world's own effect log come from this executed call?"""
 
 INVARIANTS: dict[str, str] = {
     "typed_ending": "the run rests in a declared absorbing or paused state, its stop agrees, and its code is a name",
@@ -60,6 +71,7 @@ INVARIANTS: dict[str, str] = {
     "bounded_run": "a run rests within the transitions (or model calls) its limits allow: the watchdog",
     "budget_bound": "a budget counter never goes down and never passes its limit",
     "budgeted_cycle": "each cycle a run goes round strictly grows a budget its edges declare they consume",
+    "reachable_state": "some run in the world enters each state of the run machine",
 }
 """Every invariant :func:`assert_run_invariants` checks, by name, with what it means."""
 
@@ -106,6 +118,23 @@ def executed_calls(state: RunState) -> list[tuple[int, ToolCall]]:
             answered += 1
             observation_index += 1
     return found
+
+
+def by_call(match: CallMatch, state: RunState) -> EffectMatch:
+    """
+    The ``match(effect, observation)`` that :func:`assert_run_invariants` and
+    :func:`agent_fsm.check_run` take, from a matcher of an effect and the call
+    ``state`` executed: a world that logs ``("pay", payee, cents)`` per payment
+    is matched on the call's arguments, with no reshaping of its log.
+    """
+    executed = [o for o in state.observations if o.kind in ("result", "error")]
+    calls = {id(o): call for o, (_, call) in zip(executed, executed_calls(state), strict=False)}
+
+    def matches(effect: Any, observation: Observation) -> bool:
+        call = calls.get(id(observation))
+        return call is not None and bool(match(effect, call))
+
+    return matches
 
 
 def _check_ending(result: RunResult, limits: Limits) -> None:

@@ -27,6 +27,7 @@ from agent_fsm.testing._formats import (
     pattern_values,
     string_lengths,
 )
+from agent_fsm.testing._sums import summed_lists
 
 __all__ = ["UnsupportedSchema", "schema_values", "schema_violations"]
 
@@ -199,7 +200,7 @@ def _arrays(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchSt
     if not sizes:
         return lists
     exact = st.sampled_from(sizes).flatmap(lambda n: st.lists(values, min_size=n, max_size=n))
-    return st.one_of(lists, exact)
+    return st.one_of(lists, exact, *summed_lists(schema, constants, values))
 
 
 _BY_TYPE: dict[str, Callable[[Mapping[str, Any], tuple[Any, ...]], st.SearchStrategy[Any]]] = {

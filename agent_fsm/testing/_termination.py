@@ -27,6 +27,7 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from agent_fsm.engine import CompiledMachine, Edge, MachineSpec
+from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._invariants import InvariantViolation
 from agent_fsm.testing._settings import default_settings
 
@@ -63,13 +64,15 @@ def drive_machine(
     counters: Counters,
     limits: Mapping[str, int],
     max_transitions: int | None = None,
+    coverage: Coverage | None = None,
 ) -> list[str]:
     """
     Drive ``run`` through ``machine`` until it rests, checking termination at every transition.
 
     ``counters`` reads each declared budget's counter off the run (spent so
     far: it only grows); ``limits`` bounds the counters that have a limit.
-    ``max_transitions`` defaults to :func:`transition_bound`.
+    ``max_transitions`` defaults to :func:`transition_bound`. ``coverage``
+    (of this machine) records the walk, edges and events, failing or not.
 
     Returns:
         The path: every state the run was in, in order.
@@ -88,6 +91,25 @@ def drive_machine(
         )
     bound = max_transitions if max_transitions is not None else transition_bound(spec, limits)
     path = [run.machine_state]
+    events: list[str] = []
+    try:
+        return _walk(machine, run, counters, limits, bound, path, events)
+    finally:
+        if coverage is not None:
+            coverage.runs += 1
+            coverage.record_path(path, events)
+
+
+def _walk(
+    machine: CompiledMachine,
+    run: Any,
+    counters: Counters,
+    limits: Mapping[str, int],
+    bound: int,
+    path: list[str],
+    events: list[str],
+) -> list[str]:
+    spec = machine.spec
     readings = [{name: read(run) for name, read in counters.items()}]
     edges: list[Edge | None] = []
     last_seen = {run.machine_state: 0}
@@ -100,6 +122,7 @@ def drive_machine(
             )
         source = run.machine_state
         machine.fire(run, event)
+        events.append(event)
         path.append(run.machine_state)
         edges.append(_edge_taken(spec, source, event, run.machine_state))
         now = {name: read(run) for name, read in counters.items()}
@@ -160,20 +183,35 @@ def check_machine_terminates(
     limits: Mapping[str, int] | Callable[[Any], Mapping[str, int]],
     max_transitions: int | None = None,
     settings: Settings | None = None,
-) -> None:
+    report: bool = False,
+) -> Coverage:
     """
     Check, for runs drawn from ``runs``, that ``machine`` terminates along every path it takes.
 
     Each run is driven by :func:`drive_machine`; ``limits`` is a mapping or a
     function of the run (a run's own limits object, say).
 
+    Returns:
+        The :class:`Coverage` of ``machine``'s edges by the runs walked (printed when ``report`` is true).
+
     Raises:
-        InvariantViolation: ``bounded_run``, ``budget_bound`` or ``budgeted_cycle``, for the shrunk run.
+        InvariantViolation: ``bounded_run``, ``budget_bound`` or ``budgeted_cycle``, for the shrunk run;
+            its notes hold the coverage.
     """
+    coverage = Coverage(machine=machine.spec)
 
     def property_(data: st.DataObject) -> None:
         run = data.draw(runs, label="run")
         chosen = limits(run) if callable(limits) else limits
-        drive_machine(machine, run, counters=counters, limits=chosen, max_transitions=max_transitions)
+        drive_machine(
+            machine, run, counters=counters, limits=chosen, max_transitions=max_transitions, coverage=coverage
+        )
 
-    (settings if settings is not None else default_settings())(given(st.data())(property_))()
+    try:
+        (settings if settings is not None else default_settings())(given(st.data())(property_))()
+    except InvariantViolation as exc:
+        exc.add_note(coverage.report())
+        coverage.publish(report)
+        raise
+    coverage.publish(report)
+    return coverage

@@ -1,0 +1,341 @@
+"""
+Shortest paths: the fewest steps to each state of a machine, and runs in your world that take them.
+
+Rationale: XState's model-based testing (``getShortestPaths`` in
+``@xstate/graph``) turns a machine into one test per state, each reaching it
+by the shortest route. :func:`paths_to` is that, on any
+:class:`~agent_fsm.MachineSpec`'s table. For the run machine the kit goes
+further and finds *runs* in your world that reach each state: it tries
+scripts of one reply, then two, under a few setups each made to open one
+door (a gate that allows, asks or denies; a budget at zero; an answer check
+that refuses; a model that cannot be reached or is slow; a tool that fails
+for good), and keeps the first run that enters each state. Those runs are
+:class:`Route` s: a scripted model, its limits, gate and decisions, replayable
+as a test. :func:`check_reaches_all` fails naming every state your world
+cannot reach, and returns the edge coverage of the runs it tried.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from agent_fsm import (
+    RUN_MACHINE,
+    Edge,
+    Limits,
+    MachineSpec,
+    OutcomeUnknown,
+    ProviderFailure,
+    RunResult,
+    Stop,
+    ToolError,
+    Verdict,
+    answer_message,
+    as_verdict,
+    resume,
+    run,
+    tool_call_message,
+)
+from agent_fsm.engine import Gate, Registry, ToolCall
+from agent_fsm.testing._constants import gate_constants
+from agent_fsm.testing._coverage import Coverage
+from agent_fsm.testing._drive import DEFAULT_TASK, GateFactory, RunContext, World, world_of
+from agent_fsm.testing._enumeration import contract_cases, plain_arguments
+from agent_fsm.testing._invariants import InvariantViolation
+
+__all__ = ["PROVIDER_DOWN", "Route", "RouteModel", "check_reaches_all", "paths_to", "routes"]
+
+PROVIDER_DOWN: Mapping[str, Any] = {"provider_down": "the model could not be reached"}
+"""A reply in a :class:`Route` standing for a model call that fails (the model raises ``ProviderFailure``)."""
+
+_SLOW_SECONDS = 0.02
+"""How long a slow reply takes, and (a little less) the time budget that it spends."""
+
+
+def paths_to(machine: MachineSpec, state: str) -> tuple[Edge, ...]:
+    """
+    The shortest route through ``machine``'s table from its initial state to ``state``: its edges in order.
+
+    Guards are not evaluated (the table alone is read): a route says which
+    edges to take, :func:`routes` finds runs that take them.
+
+    Raises:
+        ValueError: ``state`` is not a state of ``machine``, or no route reaches it.
+    """
+    names = {s.name for s in machine.states}
+    if state not in names:
+        raise ValueError(f"{state!r} is not a state of machine {machine.name!r}; its states are {sorted(names)}")
+    previous: dict[str, tuple[Edge, ...]] = {machine.initial: ()}
+    queue = deque([machine.initial])
+    while queue:
+        here = queue.popleft()
+        if here == state:
+            return previous[here]
+        for edge in machine.edges:
+            if edge.source == here and edge.dest not in previous:
+                previous[edge.dest] = (*previous[here], edge)
+                queue.append(edge.dest)
+    raise ValueError(f"no route through machine {machine.name!r} reaches {state!r} from {machine.initial!r}")
+
+
+class RouteModel:
+    """Plays a route's replies in order: :data:`PROVIDER_DOWN` raises, a reply with ``wait_seconds`` is slow."""
+
+    def __init__(self, replies: Sequence[Mapping[str, Any]]) -> None:
+        self.replies = [dict(r) for r in replies]
+        self.used = 0
+
+    def __repr__(self) -> str:
+        return f"RouteModel({self.replies!r})"
+
+    def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+        reply = self.replies[self.used] if self.used < len(self.replies) else answer_message("Done.")
+        self.used += 1
+        if reply == dict(PROVIDER_DOWN):
+            raise ProviderFailure(str(PROVIDER_DOWN["provider_down"]))
+        if "wait_seconds" in reply:
+            time.sleep(float(reply["wait_seconds"]))
+            return {k: v for k, v in reply.items() if k != "wait_seconds"}
+        return reply
+
+
+def _refuse_answers(answer: str, state: Any) -> str:
+    return "the kit's answer check refuses every answer"
+
+
+@attrs.frozen
+class Route:
+    """
+    A run that reaches ``path[-1]``: the replies a scripted model gives, the
+    limits, the gate (yours, or a table the kit chose), the human's decisions
+    at each pause, and the kit's setup (``answer_check`` refusing, a tool
+    failing for good or with an outcome unknown: ``failure`` says which) where
+    the state needs one.
+    """
+
+    replies: tuple[Mapping[str, Any], ...]
+    limits: Limits
+    gate: Gate
+    decisions: tuple[bool, ...] = ()
+    refuse_answers: bool = False
+    failing_tool: str | None = None
+    path: tuple[str, ...] = ()
+    setup: str = ""
+    failure: Literal["permanent", "unknown"] = "permanent"
+
+    def model(self) -> RouteModel:
+        """A fresh model playing the replies."""
+        return RouteModel(self.replies)
+
+    def run(self, tools_factory: Callable[[], Any], task: str = DEFAULT_TASK) -> RunResult:
+        """Run the route again in a fresh world, deciding each pause as recorded (then rejecting)."""
+        return _play(self, world_of(tools_factory()), task)
+
+
+def _failing(tools: Registry, name: str | None, failure: str = "permanent") -> Registry:
+    if name is None:
+        return tools
+
+    def fails(**arguments: Any) -> Any:
+        if failure == "unknown":
+            raise OutcomeUnknown("the kit made this tool's outcome unknown")
+        raise ToolError("the kit made this tool fail for good", permanent=True)
+
+    return {**tools, name: attrs.evolve(tools[name], handler=fails)}
+
+
+def _play(route: Route, world: World, task: str, coverage: Coverage | None = None) -> RunResult:
+    tools = _failing(world.tools, route.failing_tool, route.failure)
+    model = route.model()
+    check = _refuse_answers if route.refuse_answers else None
+    gate = route.gate if coverage is None else coverage.counting(route.gate)
+    result = run(task, model, tools, gate=gate, limits=route.limits, answer_check=check)
+    decisions = list(route.decisions)
+    while result.stop is Stop.AWAITING_APPROVAL:
+        approve = decisions.pop(0) if decisions else False
+        result = resume(result.state, model, tools, approve=approve, gate=gate, limits=route.limits)
+    return result
+
+
+def _table(kind: Literal["allow", "ask", "deny"]) -> Gate:
+    def gate(call: ToolCall) -> Verdict:
+        return Verdict(kind, f"the kit's gate answers {kind} to every call")
+
+    gate.__qualname__ = f"{kind}_every_call"
+    return gate
+
+
+def _judged_arguments(tools: Registry, name: str, gate: Gate | None) -> list[tuple[str, dict[str, Any]]]:
+    """
+    Arguments for a call of ``name``: the simplest, or with your gate, one
+    case of the enumerated contract per verdict it gives (so that ``ask`` is heard).
+    """
+    plain = plain_arguments(tools[name])
+    if gate is None:
+        return [("", plain)] if plain is not None else []
+    by_kind: dict[str, dict[str, Any]] = {}
+    for arguments in contract_cases(tools[name], gate_constants(tools, gate))[:2_000]:
+        try:
+            kind = as_verdict(gate(ToolCall("call_0", name, arguments))).kind
+        except Exception:  # a gate failing on a case is not a route
+            continue
+        by_kind.setdefault(kind, arguments)
+    if not by_kind and plain is not None:
+        return [("", plain)]
+    return [(f" ({kind})", arguments) for kind, arguments in sorted(by_kind.items())]
+
+
+def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str, Any]]]:
+    """The replies routes are made of: an answer, valid calls of each tool, refused ones, two calls at once."""
+    replies: list[tuple[str, Mapping[str, Any]]] = [("answer", answer_message("Done."))]
+    valid: list[Mapping[str, Any]] = []
+    for index, name in enumerate(sorted(tools, key=lambda n: not tools[n].effectful)):
+        for label, arguments in _judged_arguments(tools, name, gate):
+            message = tool_call_message(f"call_{index}", name, arguments)
+            valid.append(message)
+            replies.append((f"call {name}{label}", message))
+    unknown = tool_call_message("call_u", "no_such_tool", {})
+    replies.append(("unknown tool", unknown))
+    if valid:
+        first = valid[0]["tool_calls"][0]
+        second = {**first, "id": "call_v"}
+        replies.append(("two calls", {"role": "assistant", "content": None, "tool_calls": [first, second]}))
+        replies.append(
+            (
+                "unknown, then a call",
+                {"role": "assistant", "content": None, "tool_calls": [unknown["tool_calls"][0], first]},
+            )
+        )
+    replies.append(("provider down", PROVIDER_DOWN))
+    replies.append(("slow answer", {**answer_message("Done, slowly."), "wait_seconds": _SLOW_SECONDS}))
+    return replies
+
+
+_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate]
+
+
+def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
+    """Each gate under the plain limits, then under one changed budget or fault at a time."""
+    base = Limits(max_turns=3)
+    changes: list[tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"]]] = [
+        ("", base, False, None, "permanent"),
+        ("max_turns=1", attrs.evolve(base, max_turns=1), False, None, "permanent"),
+        ("max_prompt_tokens=1", attrs.evolve(base, max_prompt_tokens=1), False, None, "permanent"),
+        ("max_tool_calls=0", attrs.evolve(base, max_tool_calls=0), False, None, "permanent"),
+        ("repeated_denials=1", attrs.evolve(base, repeated_denials=1), False, None, "permanent"),
+        ("max_seconds=1e-9", attrs.evolve(base, max_seconds=1e-9), False, None, "permanent"),
+        (
+            "max_seconds just under a slow reply",
+            attrs.evolve(base, max_seconds=_SLOW_SECONDS / 2),
+            False,
+            None,
+            "permanent",
+        ),
+        ("an answer check refusing every answer", base, True, None, "permanent"),
+    ]
+    first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
+    if first is not None:
+        changes.append((f"{first} failing for good", base, False, first, "permanent"))
+        if tools[first].effectful:  # only an effect can leave its outcome unknown
+            changes.append((f"{first} with its outcome unknown", base, False, first, "unknown"))
+    for (label, limits, refuse, failing, failure), (gate_label, gate) in itertools.product(changes, gates):
+        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate)
+
+
+def routes(
+    tools_factory: Callable[[], Any],
+    *,
+    gate: Gate | None = None,
+    gate_factory: GateFactory | None = None,
+    max_replies: int = 2,
+    task: str = DEFAULT_TASK,
+    coverage: Coverage | None = None,
+) -> dict[str, Route]:
+    """
+    For each state of the run machine that a run in this world can enter, the
+    shortest :class:`Route` found to it (fewest replies, then fewest decisions).
+
+    With no gate given, the kit's gates are tried (allowing, asking, denying
+    every call); with yours, only yours. Scripts of up to ``max_replies``
+    replies are tried, stopping once every edge of the run machine has been taken.
+    """
+    probe = world_of(tools_factory())
+    if gate is not None and gate_factory is not None:
+        raise TypeError("give at most one of gate= and gate_factory=")
+    fixed = (
+        gate if gate is not None else (gate_factory(RunContext(probe.tools, probe.effects)) if gate_factory else None)
+    )
+    gates = (
+        [("your gate", fixed)] if fixed is not None else [(f"{k} gate", _table(k)) for k in ("allow", "ask", "deny")]
+    )
+    seen = coverage if coverage is not None else Coverage.of_tools(probe.tools)
+    alphabet = _alphabet(probe.tools, fixed)
+    found: dict[str, Route] = {}
+    setups = list(_setups(probe.tools, gates))
+    for length in range(1, max_replies + 1):
+        for words in itertools.product(alphabet, repeat=length):
+            replies = tuple(reply for _, reply in words)
+            for label, limits, refuse, failing, failure, chosen in setups:
+                for decisions in ((), (True,), (False,)):
+                    route = Route(replies, limits, chosen, decisions, refuse, failing, setup=label, failure=failure)
+                    world = world_of(tools_factory())
+                    if gate_factory is not None:
+                        route = attrs.evolve(route, gate=gate_factory(RunContext(world.tools, world.effects)))
+                    result = _play(route, world, task, seen)
+                    seen.record_run(result, world.tools)
+                    path = (RUN_MACHINE.initial, *result.state.path)
+                    for state in path:
+                        if state not in found:
+                            found[state] = attrs.evolve(route, path=path[: path.index(state) + 1])
+                    paused = any(s == "AwaitingApproval" for s in path)
+                    if not paused:
+                        break  # no pause: the decisions change nothing
+            if not seen.missing_edges:
+                return found
+    return found
+
+
+def check_reaches_all(
+    tools_factory: Callable[[], Any],
+    *,
+    gate: Gate | None = None,
+    gate_factory: GateFactory | None = None,
+    states: Sequence[str] | None = None,
+    max_replies: int = 2,
+    report: bool = False,
+) -> Coverage:
+    """
+    Check that runs in this world reach every state of the run machine (or each of ``states``).
+
+    Returns:
+        The :class:`Coverage` of the runs tried (on the support desk, every edge).
+
+    Raises:
+        InvariantViolation: ``reachable_state``, naming each state no run entered
+            and the shortest route through the table that it would take.
+    """
+    wanted = list(states) if states is not None else [s.name for s in RUN_MACHINE.states]
+    probe = world_of(tools_factory())
+    coverage = Coverage.of_tools(probe.tools)
+    found = routes(tools_factory, gate=gate, gate_factory=gate_factory, max_replies=max_replies, coverage=coverage)
+    coverage.publish(report)
+    missing = [s for s in wanted if s not in found]
+    if missing:
+        lines = []
+        for state in missing:
+            route = " -> ".join([RUN_MACHINE.initial, *(e.dest for e in paths_to(RUN_MACHINE, state))])
+            guards = ", ".join(e.guard or "(no guard)" for e in paths_to(RUN_MACHINE, state))
+            lines.append(f"  {state}: by the table {route} (guards: {guards})")
+        failure = InvariantViolation(
+            "reachable_state",
+            f"no run in this world entered {', '.join(missing)} within {max_replies} replies:\n" + "\n".join(lines),
+        )
+        failure.add_note(coverage.report())
+        raise failure
+    return coverage
