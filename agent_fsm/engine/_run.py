@@ -131,7 +131,7 @@ from agent_fsm.engine._messages import (
 from agent_fsm.engine._models import Model, ModelReply, not_a_message
 from agent_fsm.engine._state import Judgement, ProviderFault, RunResult, RunState, state_problem
 from agent_fsm.engine._steps import Perform, Steps, call_of, model_call
-from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, shown_to_model
+from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, measure, shown_to_model
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -208,7 +208,11 @@ class RunContext:
         self.model = model
         self.tools = tools
         # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
-        self.declarations, self.declaration_tokens = shown_to_model(tools, estimator)
+        try:
+            self.declarations, self.declaration_tokens = shown_to_model(tools, estimator)
+        except RunError as exc:
+            exc.state = state
+            raise
         self.gate = gate if gate is not None else deny_effects(tools)
         self.limits = limits
         self.estimator = estimator
@@ -305,11 +309,10 @@ class RunContext:
         answers anything else is a bug, reported with the run's state.
         """
         try:
-            tokens = self.estimator(message)
-        except Exception as exc:
-            raise RunError(f"the token estimator raised {type(exc).__name__}: {exc}", state=self.state) from exc
-        if type(tokens) is not int or tokens < 0:
-            raise RunError(f"a token estimator must return a whole number >= 0; got {tokens!r}", state=self.state)
+            tokens = measure(self.estimator, message)
+        except RunError as exc:
+            exc.state = self.state
+            raise
         state = self.state
         state.messages.append(message)
         state.message_tokens += tokens
@@ -819,8 +822,13 @@ def start_state(
     if prompt and not any(m.get("role") == "system" for m in history):
         opening.append({"role": "system", "content": prompt})
     for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
+        try:
+            tokens = measure(estimator, message)
+        except RunError as exc:
+            exc.state = state
+            raise
         state.messages.append(message)
-        state.message_tokens += estimator(message)
+        state.message_tokens += tokens
     state.opening = len(state.messages)
     return state
 

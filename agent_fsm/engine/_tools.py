@@ -31,12 +31,13 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine._errors import ToolDefinitionError
+from agent_fsm.engine._errors import RunError, ToolDefinitionError
 from agent_fsm.engine._json import argument_problem
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
 from agent_fsm.engine._schema import compile_checker, make_validator, schema_problem
 
 __all__ = [
+    "measure",
     "contract_digest",
     "call_fingerprint",
     "Registry",
@@ -498,6 +499,26 @@ def contract_digest(tools: Registry) -> str:
     return hashlib.sha256("\x01".join(parts).encode()).hexdigest()
 
 
+def measure(estimator: Callable[[Mapping[str, Any]], int], message: Mapping[str, Any]) -> int:
+    """
+    ``estimator(message)``, checked: every count the engine takes goes through here.
+
+    A count is a whole number >= 0. One that raises, or answers ``2.5`` or a
+    negative number, is a bug in the estimator: it would silence or break the
+    token budget, so it is refused loudly (the caller attaches the run's state).
+
+    Raises:
+        RunError: the estimator raised or answered something else.
+    """
+    try:
+        tokens = estimator(message)
+    except Exception as exc:
+        raise RunError(f"the token estimator raised {type(exc).__name__}: {exc}") from exc
+    if type(tokens) is not int or tokens < 0:
+        raise RunError(f"a token estimator must return a whole number >= 0; got {tokens!r}")
+    return tokens
+
+
 def declaration_tokens(tools: Registry, estimator: Callable[[Mapping[str, Any]], int]) -> int:
     """What the registry's declarations add to every prompt, by ``estimator``; each counted once."""
     return shown_to_model(tools, estimator)[1]
@@ -512,7 +533,7 @@ def shown_to_model(tools: Registry, estimator: Callable[[Mapping[str, Any]], int
         declarations.append(rendered.declaration)
         tokens = rendered.tokens.get(estimator)
         if tokens is None:
-            tokens = estimator(rendered.declaration)
+            tokens = measure(estimator, rendered.declaration)
             if len(rendered.tokens) < 8:  # a handful of estimators per tool is all real code has
                 rendered.tokens[estimator] = tokens
         total += tokens
