@@ -6,7 +6,10 @@ import shutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.step_watchdog import step_watchdog
 from tests.system_parts import unavailable
+
+__all__ = ["step_watchdog"]
 
 # "ci" is used when CI is set (as it is in .ci/run); "dev" for a quick local loop;
 # "thorough" for a long hunt: HYPOTHESIS_PROFILE=thorough python -m pytest

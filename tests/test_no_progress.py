@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agent_fsm import Limits, ScriptedModel, Stop, answer_message, check_run, run, tool_call_message
+from agent_fsm import Limits, ScriptedModel, Stop, ToolSpec, answer_message, check_run, run, tool_call_message
 from agent_fsm.engine import RunContext, RunState
 from agent_fsm.engine._run import denial_repeated
 from tests.payments import make_payments, pay_call, pay_gate
@@ -124,3 +126,18 @@ def test_an_effect_equal_to_a_result_still_matches():
     result = run("Read.", ScriptedModel([read, answer_message("500")]), tools)
     assert check_run(result, [500], Limits())["effects_authorized"]
     assert not check_run(result, [501], Limits())["effects_authorized"]
+
+
+@given(repeats=st.integers(min_value=1, max_value=4), extra=st.integers(min_value=0, max_value=6))
+@settings(max_examples=40, database=None, derandomize=True)
+def test_a_proposal_denied_again_and_again_ends_no_progress_on_its_count(repeats: int, extra: int) -> None:
+    """
+    However many turns are left, the same refused proposal ends the run ``no_progress`` at its
+    ``repeated_denials``-th refusal: the machine has an edge for it, and no other budget stands in for it.
+    """
+    tools = {"pay": ToolSpec("Pay. Moves money.", {"cents": int}, lambda cents: cents, effectful=True)}
+    same = [tool_call_message(f"c{i}", "pay", {"cents": 5}) for i in range(repeats + extra + 2)]
+    limits = Limits(max_turns=repeats + extra + 2, repeated_denials=repeats)
+    result = run("pay", ScriptedModel([*same, answer_message("gave up")]), tools, limits=limits)
+    assert result.stop is Stop.NO_PROGRESS
+    assert len(result.state.observations) == repeats
