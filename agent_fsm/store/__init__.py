@@ -14,7 +14,16 @@ a person decides) are stated in docs/durability.md.
 
 from agent_fsm.engine.checkpoint import Checkpointer, Intent, ToolContext
 from agent_fsm.engine.recovery import OUTCOME_UNKNOWN
-from agent_fsm.store.errors import AlreadyDecided, RunExists, RunNotFound, RunTakenOver, SchemaError, StoreError
+from agent_fsm.store.errors import (
+    AlreadyDecided,
+    DamagedRun,
+    DatabaseError,
+    RunExists,
+    RunNotFound,
+    RunTakenOver,
+    SchemaError,
+    StoreError,
+)
 from agent_fsm.store.inbox import approve, reject
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
@@ -52,4 +61,6 @@ __all__ = [
     "AlreadyDecided",
     "RunTakenOver",
     "SchemaError",
+    "DamagedRun",
+    "DatabaseError",
 ]

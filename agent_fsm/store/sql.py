@@ -6,6 +6,14 @@ many processes are compare-and-set updates, not reads followed by writes:
 a checkpoint updates a run only while this store still owns it, a decision
 only while the pause it names is open, a claim only while the run is at the
 version the claimer saw. The database's row lock decides every race.
+
+The store is the authority on a stored run, not the state a caller holds:
+every commit is a compare-and-set on the version this store last read or
+wrote for the run. A state object the store has not committed before (a
+resumed copy) may continue the run only from the stored state itself: its
+transcript must extend the stored one, the run must not have ended and no
+effect may be in flight. An older copy (a paused state kept aside and
+resumed after its pause was decided) is refused before any effect runs.
 """
 
 from __future__ import annotations
@@ -14,20 +22,40 @@ import json
 import os
 import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+import attrs
+
 from agent_fsm.engine.checkpoint import Intent
 from agent_fsm.engine.state import RunState
-from agent_fsm.engine.tools import ToolCall
-from agent_fsm.store.errors import AlreadyDecided, RunExists, RunNotFound, RunTakenOver, SchemaError, StoreError
+from agent_fsm.store.errors import (
+    AlreadyDecided,
+    RunExists,
+    RunNotFound,
+    SchemaError,
+    StoreError,
+)
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
+from agent_fsm.store.rows import (
+    CHECKED,
+    SUMMARY,
+    agrees,
+    belongs,
+    call_json,
+    continuable,
+    float_or_none,
+    intent_data,
+    refusal,
+    status_of,
+    stored_of,
+    summary_of,
+)
 from agent_fsm.store.schema import MIGRATIONS, VERSION_TABLE
 
 __all__ = ["SqlStore", "Transaction"]
-
-_SUMMARY = "run_id, status, stop, machine_state, pause_id, reason, blocked, owner, created_at, updated_at, version"
 
 
 class Transaction(Protocol):
@@ -40,35 +68,13 @@ class Transaction(Protocol):
         """Execute a read; its rows."""
 
 
-def _status(state: RunState) -> tuple[str, str | None]:
-    stop = state.stop
-    if stop is None:
-        return "running", None
-    return ("paused" if stop.value == "awaiting_approval" else "ended"), stop.value
+@attrs.define
+class _Held:
+    """The version this store last read or wrote for a run, and the state object its commits continue."""
 
-
-def _call_json(call: ToolCall) -> str:
-    return json.dumps({"call_id": call.call_id, "name": call.name, "arguments": call.arguments})
-
-
-def _summary(row: Sequence[Any]) -> RunSummary:
-    blocked = None
-    if row[6] is not None:
-        data = json.loads(row[6])
-        blocked = ToolCall(data["call_id"], data["name"], data["arguments"])
-    return RunSummary(
-        run_id=row[0],
-        status=row[1],
-        stop=row[2],
-        machine_state=row[3],
-        pause_id=row[4],
-        reason=row[5],
-        blocked=blocked,
-        owner=row[7],
-        created_at=float(row[8]),
-        updated_at=float(row[9]),
-        version=int(row[10]),
-    )
+    version: int
+    # None right after a decision or a claim: the next state committed continues the run.
+    state: weakref.ref[RunState] | None
 
 
 class SqlStore:
@@ -85,6 +91,8 @@ class SqlStore:
         self.owner = f"{os.getpid()}.{uuid.uuid4().hex[:12]}"
         # The intent each run left open in this store, closed by the run's next checkpoint.
         self._open: dict[str, Intent] = {}
+        # Per run in flight here: the version each commit compare-and-sets on.
+        self._held: dict[str, _Held] = {}
 
     # --- what a backend supplies ------------------------------------------------
 
@@ -157,8 +165,10 @@ class SqlStore:
 
         Raises:
             RunExists: ``run_id`` is already stored.
+            DamagedRun: ``state`` belongs to another run (its ``run_id`` differs).
         """
-        status, stop = _status(state)
+        belongs(run_id, state)
+        status, stop = status_of(state)
         now = time.time()
         try:
             with self._transaction(single=True) as tx:
@@ -171,24 +181,50 @@ class SqlStore:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
             raise
+        self._held[run_id] = _Held(1, weakref.ref(state))
 
     def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
         """
-        Commit ``state`` (and ``intent``, the effect about to run) while this store owns the run.
+        Commit ``state`` (and ``intent``, the effect about to run) while this store owns the run at the version it read.
 
         Raises:
             RunTakenOver: another store claimed the run; nothing was written.
+            AlreadyDecided: ``state`` is not the run's latest (the store holds a later one); nothing was written.
             RunNotFound: the run was never begun.
+            DamagedRun: ``state`` belongs to another run.
         """
-        status, stop = _status(state)
+        belongs(run_id, state)
+        status = status_of(state)[0]
+        held = self._held.get(run_id)
+        bound = held is not None and (held.state is None or held.state() is state)
+        try:
+            version = self._commit(run_id, state, intent, held if bound else None)
+        except StoreError:
+            self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
+            raise
+        if status == "running":
+            self._held[run_id] = _Held(version + 1, weakref.ref(state))
+        else:  # at rest: whatever continues it next is a new state object, checked against the stored one
+            self._held.pop(run_id, None)
+
+    def _commit(self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None) -> int:
+        """The compare-and-set of :meth:`save`; the version it wrote over."""
+        status, stop = status_of(state)
         paused = status == "paused" and bool(state.pending)
         now = time.time()
         previous = self._open.get(run_id)
-        with self._transaction(single=previous is None and intent is None) as tx:
+        with self._transaction(single=held is not None and previous is None and intent is None) as tx:
+            # A state object this store committed (or the first after a decision or a claim) continues
+            # at the version held; any other must be shown to continue the stored state itself.
+            version = (
+                held.version
+                if held is not None
+                else continuable(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
+            )
             changed = tx.run(
                 "UPDATE agent_fsm_runs SET status = ?, stop = ?, machine_state = ?, state = ?, pause_id = ?,"
                 " reason = ?, blocked = ?, intent = ?, updated_at = ?, version = version + 1"
-                " WHERE run_id = ? AND owner = ?",
+                " WHERE run_id = ? AND owner = ? AND version = ?",
                 (
                     status,
                     stop,
@@ -196,21 +232,16 @@ class SqlStore:
                     state.to_json(),
                     state.pause_id if paused else None,
                     state.judgement.reason if paused and state.judgement is not None else None,
-                    _call_json(state.pending[0]) if paused else None,
-                    json.dumps(_intent_data(intent)) if intent is not None else None,
+                    call_json(state.pending[0]) if paused else None,
+                    json.dumps(intent_data(intent)) if intent is not None else None,
                     now,
                     run_id,
                     self.owner,
+                    version,
                 ),
             )
             if not changed:
-                owners = tx.rows("SELECT owner FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
-                if not owners:
-                    raise RunNotFound(f"no run is stored under {run_id!r} (begin it with run(..., store=...))")
-                raise RunTakenOver(
-                    f"run {run_id!r} is now held by {owners[0][0]!r}, not by this store ({self.owner!r});"
-                    " it was claimed by recover() or a decision while this process was still running it"
-                )
+                raise refusal(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
             if previous is not None:
                 last = state.observations[-1] if state.observations else None
                 outcome = last.kind if last is not None and last.call_id == previous.call_id else "interrupted"
@@ -228,6 +259,7 @@ class SqlStore:
         self._open.pop(run_id, None)
         if intent is not None:
             self._open[run_id] = intent
+        return version
 
     # --- reading ---------------------------------------------------------------------
 
@@ -237,20 +269,20 @@ class SqlStore:
 
         Raises:
             RunNotFound: nothing is stored under ``run_id``.
-            StoreError: the stored state cannot be read (written by something else).
+            DamagedRun: the stored run cannot be read, or its state is another run's (written by something else).
         """
         with self._transaction(write=False) as tx:
-            rows = tx.rows(f"SELECT {_SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+            rows = tx.rows(f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise RunNotFound(f"no run is stored under {run_id!r}")
-        return _stored(rows[0])
+        return stored_of(rows[0])
 
     def runs(self, status: str | None = None) -> list[RunSummary]:
         """Every stored run (or those with ``status``), most recently changed first."""
         where, params = ("WHERE status = ?", (status,)) if status is not None else ("", ())
         with self._transaction(write=False) as tx:
-            rows = tx.rows(f"SELECT {_SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
-        return [_summary(row) for row in rows]
+            rows = tx.rows(f"SELECT {SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
+        return [summary_of(row) for row in rows]
 
     def paused(self) -> list[RunSummary]:
         """The approval inbox: every run waiting for a person, with the blocked call and the reason."""
@@ -274,7 +306,7 @@ class SqlStore:
                 " FROM agent_fsm_effects WHERE run_id = ? ORDER BY intent_at",
                 (run_id,),
             )
-        return [Effect(r[0], r[1], r[2], r[3], r[4], float(r[5]), _float(r[6]), r[7]) for r in rows]
+        return [Effect(r[0], r[1], r[2], r[3], r[4], float(r[5]), float_or_none(r[6]), r[7]) for r in rows]
 
     # --- taking a run over -------------------------------------------------------------
 
@@ -310,7 +342,10 @@ class SqlStore:
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (run_id, pause_id, decision, reviewer, reason, json.dumps(arguments) if arguments else None, now),
                 )
-                rows = tx.rows(f"SELECT {_SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+                rows = tx.rows(f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+                # Checked before the decision commits: a row whose parts disagree decides nothing.
+                decided = stored_of(rows[0])
+                agrees(decided, pause_id, rows[0][6])
             else:
                 earlier = tx.rows(
                     "SELECT decision, reviewer, at FROM agent_fsm_decisions WHERE run_id = ? AND pause_id = ?",
@@ -329,7 +364,8 @@ class SqlStore:
             raise AlreadyDecided(
                 f"run {run_id!r} has no open pause {pause_id!r} (it is {current[0][0]}); list the inbox again"
             )
-        return _stored(rows[0])
+        self._held[run_id] = _Held(decided.summary.version, None)
+        return decided
 
     def claim_stale(self, older_than: float) -> list[StoredRun]:
         """
@@ -355,32 +391,10 @@ class SqlStore:
                     (self.owner, time.time(), run_id, version),
                 ):
                     continue
-                rows = tx.rows(f"SELECT {_SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
-            stored = _stored(rows[0])
+                rows = tx.rows(f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+            stored = stored_of(rows[0])
+            self._held[run_id] = _Held(stored.summary.version, None)
             if stored.intent is not None:
                 self._open[run_id] = stored.intent
             claimed.append(stored)
         return claimed
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _intent_data(intent: Intent) -> dict[str, str]:
-    return {
-        "call_id": intent.call_id,
-        "tool": intent.tool,
-        "fingerprint": intent.fingerprint,
-        "idempotency_key": intent.idempotency_key,
-    }
-
-
-def _stored(row: Sequence[Any]) -> StoredRun:
-    summary = _summary(row)
-    try:
-        state = RunState.from_json(row[11])
-    except ValueError as exc:
-        raise StoreError(f"the state stored for run {summary.run_id!r} cannot be read: {exc}") from exc
-    intent = Intent(**json.loads(row[12])) if row[12] else None
-    return StoredRun(summary, state, intent)

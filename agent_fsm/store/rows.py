@@ -1,0 +1,177 @@
+"""
+A run's row: the columns a state is written to, and each read back checked.
+
+The ``state`` column is the authority; the other columns (status, pause,
+blocked call, reason) are copies a list or an inbox reads without parsing a
+state. Reading a row checks that it is one run's: a state that belongs to
+another run, or a blocked call the state does not hold, is refused
+(:class:`DamagedRun`), so what a reviewer is shown is what an approval runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agent_fsm.engine.checkpoint import Intent
+from agent_fsm.engine.state import RunState
+from agent_fsm.engine.tools import ToolCall
+from agent_fsm.store.errors import AlreadyDecided, DamagedRun, RunNotFound, RunTakenOver, StoreError
+from agent_fsm.store.records import RunSummary, StoredRun
+
+__all__ = [
+    "CHECKED",
+    "SUMMARY",
+    "agrees",
+    "belongs",
+    "call_json",
+    "continuable",
+    "refusal",
+    "float_or_none",
+    "intent_data",
+    "status_of",
+    "stored_of",
+    "summary_of",
+]
+
+SUMMARY = "run_id, status, stop, machine_state, pause_id, reason, blocked, owner, created_at, updated_at, version"
+"""The columns of a :class:`RunSummary`, in its fields' order; ``state, intent`` follow them for a stored run."""
+
+CHECKED = "SELECT owner, status, version, intent, state FROM agent_fsm_runs WHERE run_id = ?"
+"""What a commit that was refused, or that continues a run from a new state object, is checked against."""
+
+
+def status_of(state: RunState) -> tuple[str, str | None]:
+    stop = state.stop
+    if stop is None:
+        return "running", None
+    return ("paused" if stop.value == "awaiting_approval" else "ended"), stop.value
+
+
+def call_json(call: ToolCall) -> str:
+    return json.dumps({"call_id": call.call_id, "name": call.name, "arguments": call.arguments})
+
+
+def summary_of(row: Sequence[Any]) -> RunSummary:
+    blocked = None
+    if row[6] is not None:
+        data = json.loads(row[6])
+        blocked = ToolCall(data["call_id"], data["name"], data["arguments"])
+    return RunSummary(
+        run_id=row[0],
+        status=row[1],
+        stop=row[2],
+        machine_state=row[3],
+        pause_id=row[4],
+        reason=row[5],
+        blocked=blocked,
+        owner=row[7],
+        created_at=float(row[8]),
+        updated_at=float(row[9]),
+        version=int(row[10]),
+    )
+
+
+def float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def intent_data(intent: Intent) -> dict[str, str]:
+    return {
+        "call_id": intent.call_id,
+        "tool": intent.tool,
+        "fingerprint": intent.fingerprint,
+        "idempotency_key": intent.idempotency_key,
+    }
+
+
+def belongs(run_id: str, state: RunState) -> None:
+    if state.run_id != run_id:
+        raise DamagedRun(
+            f"a state of run {state.run_id!r} cannot be committed as run {run_id!r}; nothing was written", state=state
+        )
+
+
+def refusal(run_id: str, rows: Sequence[Sequence[Any]], owner: str, state: RunState) -> StoreError:
+    """Why a commit of ``state`` by the store ``owner`` is refused, given the run's :data:`CHECKED` row."""
+    if not rows:
+        return RunNotFound(f"no run is stored under {run_id!r} (begin it with run(..., store=...))", state=state)
+    if rows[0][0] != owner:
+        return RunTakenOver(
+            f"run {run_id!r} is now held by {rows[0][0]!r}, not by this store ({owner!r});"
+            " it was claimed by recover() or a decision while this process was still running it",
+            state=state,
+        )
+    return AlreadyDecided(
+        f"run {run_id!r} was committed by another decision since this state was read (it is at version"
+        f" {rows[0][2]}); this copy decides nothing, and nothing was written",
+        state=state,
+    )
+
+
+def continuable(run_id: str, rows: Sequence[Sequence[Any]], owner: str, state: RunState) -> int:
+    """
+    The stored version a new state object may be committed over, given the run's :data:`CHECKED` row.
+
+    It must continue the stored state itself: the run not ended, no effect
+    in flight, and its record extending the stored one. An older copy is refused.
+    """
+    if not rows or rows[0][0] != owner:
+        raise refusal(run_id, rows, owner, state)
+    _, status, version, intent, text = rows[0]
+    try:
+        stored = RunState.from_json(text)
+    except (ValueError, RecursionError) as exc:
+        raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: {exc}", state=state) from exc
+    if status == "ended" or intent is not None or not continues(stored, state):
+        moved = "has ended" if status == "ended" else "has an effect in flight" if intent else "has moved on"
+        raise AlreadyDecided(
+            f"the state committed for run {run_id!r} is not its latest: the stored run {moved} (version"
+            f" {version}); a stale copy decides nothing, and nothing was written",
+            state=state,
+        )
+    return int(version)
+
+
+def continues(stored: RunState, state: RunState) -> bool:
+    """Whether ``state`` is ``stored`` or a later point of the same run (its record extends the stored one)."""
+    seen, observed = len(stored.messages), len(stored.observations)
+    return (
+        len(state.messages) >= seen
+        and len(state.observations) >= observed
+        and state.tool_attempts >= stored.tool_attempts
+        and state.turns >= stored.turns
+        and state.observations[:observed] == stored.observations
+        and state.messages[:seen] == stored.messages
+    )
+
+
+def agrees(stored: StoredRun, pause_id: str, blocked: Any) -> None:
+    """The paused row's parts are one run's: its state is paused at ``pause_id`` on the call the row shows."""
+    state, run_id = stored.state, stored.run_id
+    if state.machine_state != "AwaitingApproval" or state.pause_id != pause_id or not state.pending:
+        raise DamagedRun(
+            f"the state stored for run {run_id!r} is not paused at pause {pause_id!r}: the row was written by"
+            " something other than this store; nothing was decided"
+        )
+    if blocked != call_json(state.pending[0]):
+        raise DamagedRun(
+            f"the blocked call stored for run {run_id!r} is not the call its state would run: the row was written"
+            " by something other than this store; nothing was decided"
+        )
+
+
+def stored_of(row: Sequence[Any]) -> StoredRun:
+    summary = summary_of(row)
+    try:
+        state = RunState.from_json(row[11])
+    except (ValueError, RecursionError) as exc:
+        raise DamagedRun(f"the state stored for run {summary.run_id!r} cannot be read: {exc}") from exc
+    if state.run_id != summary.run_id:
+        raise DamagedRun(
+            f"the state stored for run {summary.run_id!r} is run {state.run_id!r}'s: the row was written by"
+            " something other than this store"
+        )
+    intent = Intent(**json.loads(row[12])) if row[12] else None
+    return StoredRun(summary, state, intent)
