@@ -17,7 +17,6 @@ import attrs
 
 from agent_fsm.engine.callbacks import AnswerCheck
 from agent_fsm.engine.endings import EndingRule
-from agent_fsm.engine.failures import RunError
 from agent_fsm.engine.gates import Gate
 from agent_fsm.engine.limits import Limits
 from agent_fsm.engine.models import Model
@@ -25,7 +24,6 @@ from agent_fsm.engine.observe import TokenEstimator, estimate_tokens
 from agent_fsm.engine.recovery import continue_run
 from agent_fsm.engine.state import RunResult
 from agent_fsm.engine.tools import Registry
-from agent_fsm.store.errors import StoreError
 from agent_fsm.store.protocol import RunStore
 
 __all__ = ["Recovered", "recover"]
@@ -66,8 +64,9 @@ def recover(
     a commit (a slow model call or handler): a live run claimed by mistake
     is stopped at its next checkpoint (:class:`RunTakenOver`), and its
     in-flight call is then settled like a crashed one. ``progress`` is told
-    of each run as it is done. A run that fails again (a handler bug)
-    is reported with its error and left claimed for a later attempt.
+    of each run as it is done. A run that fails again (a handler bug, a
+    store that cannot commit it) is reported with its error and left claimed
+    for a later attempt; recovery goes on with the next run.
     """
     done = []
     for stored in store.claim_stale(older_than):
@@ -87,7 +86,7 @@ def recover(
                 endings=endings,
             )
             outcome = Recovered(stored.run_id, result, interrupted)
-        except (RunError, StoreError) as exc:
+        except Exception as exc:
             outcome = Recovered(stored.run_id, None, interrupted, f"{type(exc).__name__}: {exc}")
         done.append(outcome)
         if progress is not None:

@@ -11,6 +11,8 @@ another run, or a blocked call the state does not hold, is refused
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,14 +31,20 @@ __all__ = [
     "continuable",
     "refusal",
     "float_or_none",
+    "holdable",
     "intent_data",
+    "lost",
     "status_of",
     "stored_of",
     "summary_of",
+    "text_column",
 ]
 
 SUMMARY = "run_id, status, stop, machine_state, pause_id, reason, blocked, owner, created_at, updated_at, version"
 """The columns of a :class:`RunSummary`, in its fields' order; ``state, intent`` follow them for a stored run."""
+
+# What a column cannot hold as such: NUL (PostgreSQL text refuses it) and surrogates (UTF-8 cannot encode them).
+_UNHOLDABLE = re.compile("[\x00\ud800-\udfff]")
 
 CHECKED = "SELECT owner, status, version, intent, state FROM agent_fsm_runs WHERE run_id = ?"
 """What a commit that was refused, or that continues a run from a new state object, is checked against."""
@@ -91,6 +99,38 @@ def belongs(run_id: str, state: RunState) -> None:
         raise DamagedRun(
             f"a state of run {state.run_id!r} cannot be committed as run {run_id!r}; nothing was written", state=state
         )
+
+
+def holdable(text: str) -> bool:
+    """Whether a column holds ``text`` as it is (no NUL, no lone surrogate)."""
+    return _UNHOLDABLE.search(text) is None
+
+
+def text_column(text: str | None) -> str | None:
+    """
+    ``text`` as a column holds it: NUL and surrogates written as the saved JSON escapes them (``\\u0000``).
+
+    Model text may hold both (JSON carries them), and a commit must never
+    fail on it. The escape is the state column's own, which keeps the exact text.
+    """
+    if text is None or _UNHOLDABLE.search(text) is None:
+        return text
+    return _UNHOLDABLE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def lost(run_id: str, pause_id: str, earlier: Sequence[Sequence[Any]], current: Sequence[Sequence[Any]]) -> StoreError:
+    """Why a decision on ``pause_id`` lost: the decision taken ``earlier`` on it, else the run's ``current`` status."""
+    if not current:
+        return RunNotFound(f"no run is stored under {run_id!r}")
+    if earlier:
+        what, who, at = earlier[0]
+        return AlreadyDecided(
+            f"pause {pause_id!r} of run {run_id!r} was decided already: {what} by {who!r}"
+            f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(float(at)))} UTC"
+        )
+    return AlreadyDecided(
+        f"run {run_id!r} has no open pause {pause_id!r} (it is {current[0][0]}); list the inbox again"
+    )
 
 
 def refusal(run_id: str, rows: Sequence[Sequence[Any]], owner: str, state: RunState) -> StoreError:

@@ -23,9 +23,8 @@ import os
 import time
 import uuid
 import weakref
-from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -35,9 +34,9 @@ from agent_fsm.store.errors import (
     AlreadyDecided,
     RunExists,
     RunNotFound,
-    SchemaError,
     StoreError,
 )
+from agent_fsm.store.protocol import Transaction
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
 from agent_fsm.store.rows import (
     CHECKED,
@@ -47,25 +46,18 @@ from agent_fsm.store.rows import (
     call_json,
     continuable,
     float_or_none,
+    holdable,
     intent_data,
+    lost,
     refusal,
     status_of,
     stored_of,
     summary_of,
+    text_column,
 )
-from agent_fsm.store.schema import MIGRATIONS, VERSION_TABLE
+from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
 
-__all__ = ["SqlStore", "Transaction"]
-
-
-class Transaction(Protocol):
-    """One open transaction: run a statement (``?`` placeholders), read its rows or how many it changed."""
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Execute a write; the number of rows it changed."""
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Execute a read; its rows."""
+__all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
 
 @attrs.define
@@ -132,30 +124,13 @@ class SqlStore:
         """
         with self._transaction() as tx:
             self._lock_for_migration(tx)
-            tx.run(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version INTEGER NOT NULL)")
-            found = tx.rows(f"SELECT version FROM {VERSION_TABLE}")
-            current = int(found[0][0]) if found else 0
-            if current > len(MIGRATIONS):
-                raise SchemaError(
-                    f"the database's schema is at version {current}; this agent_fsm knows versions up to"
-                    f" {len(MIGRATIONS)} (upgrade agent_fsm to open it)"
-                )
-            for statements in MIGRATIONS[current:]:
-                for statement in statements:
-                    tx.run(statement)
-            if not found:
-                tx.run(f"INSERT INTO {VERSION_TABLE} (version) VALUES (?)", (len(MIGRATIONS),))
-            elif current < len(MIGRATIONS):
-                tx.run(f"UPDATE {VERSION_TABLE} SET version = ?", (len(MIGRATIONS),))
-        return len(MIGRATIONS)
+            return migrate(tx, MIGRATIONS)
 
     def schema_version(self) -> int:
         """The migration the database is at (0 for a database never opened as a store)."""
         with self._transaction() as tx:
             self._lock_for_migration(tx)
-            tx.run(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version INTEGER NOT NULL)")
-            found = tx.rows(f"SELECT version FROM {VERSION_TABLE}")
-        return int(found[0][0]) if found else 0
+            return migrated(tx)
 
     # --- the kernel's Checkpointer ---------------------------------------------------
 
@@ -166,7 +141,12 @@ class SqlStore:
         Raises:
             RunExists: ``run_id`` is already stored.
             DamagedRun: ``state`` belongs to another run (its ``run_id`` differs).
+            ValueError: ``run_id`` holds NUL or a lone surrogate (no database can look it up as given).
         """
+        if not holdable(run_id):
+            raise ValueError(
+                f"a stored run's id must be text a database can hold (no NUL, no lone surrogate): {run_id!r}"
+            )
         belongs(run_id, state)
         status, stop = status_of(state)
         now = time.time()
@@ -231,7 +211,7 @@ class SqlStore:
                     state.machine_state,
                     state.to_json(),
                     state.pause_id if paused else None,
-                    state.judgement.reason if paused and state.judgement is not None else None,
+                    text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                     call_json(state.pending[0]) if paused else None,
                     json.dumps(intent_data(intent)) if intent is not None else None,
                     now,
@@ -254,7 +234,13 @@ class SqlStore:
                 tx.run(
                     "INSERT INTO agent_fsm_effects (run_id, idempotency_key, tool, call_id, fingerprint, intent_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (run_id, intent.idempotency_key, intent.tool, intent.call_id, intent.fingerprint, now),
+                    (
+                        run_id,
+                        intent.idempotency_key,
+                        *map(text_column, (intent.tool, intent.call_id)),
+                        intent.fingerprint,
+                        now,
+                    ),
                 )
         self._open.pop(run_id, None)
         if intent is not None:
@@ -271,6 +257,8 @@ class SqlStore:
             RunNotFound: nothing is stored under ``run_id``.
             DamagedRun: the stored run cannot be read, or its state is another run's (written by something else).
         """
+        if not holdable(run_id):  # never stored: begin refuses it
+            raise RunNotFound(f"no run is stored under {run_id!r}")
         with self._transaction(write=False) as tx:
             rows = tx.rows(f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
         if not rows:
@@ -279,6 +267,8 @@ class SqlStore:
 
     def runs(self, status: str | None = None) -> list[RunSummary]:
         """Every stored run (or those with ``status``), most recently changed first."""
+        if status is not None and not holdable(status):
+            return []
         where, params = ("WHERE status = ?", (status,)) if status is not None else ("", ())
         with self._transaction(write=False) as tx:
             rows = tx.rows(f"SELECT {SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
@@ -290,6 +280,8 @@ class SqlStore:
 
     def history(self, run_id: str) -> list[Decision]:
         """The decisions taken on the run's pauses, oldest first."""
+        if not holdable(run_id):
+            return []
         with self._transaction(write=False) as tx:
             rows = tx.rows(
                 "SELECT run_id, pause_id, decision, reviewer, reason, arguments, at FROM agent_fsm_decisions"
@@ -300,6 +292,8 @@ class SqlStore:
 
     def effects(self, run_id: str) -> list[Effect]:
         """Every effectful call's intent and observation, oldest first."""
+        if not holdable(run_id):
+            return []
         with self._transaction(write=False) as tx:
             rows = tx.rows(
                 "SELECT run_id, idempotency_key, tool, call_id, fingerprint, intent_at, observed_at, outcome"
@@ -328,7 +322,13 @@ class SqlStore:
 
         Raises:
             AlreadyDecided: the pause is not open (decided already, or the run is not paused).
+            RunNotFound: no run is stored under ``run_id``.
         """
+        if not holdable(run_id):
+            raise RunNotFound(f"no run is stored under {run_id!r}")
+        if not holdable(pause_id):
+            raise AlreadyDecided(f"run {run_id!r} has no open pause {pause_id!r}; list the inbox again")
+        reviewer, reason = text_column(reviewer) or "", text_column(reason)
         now = time.time()
         with self._transaction() as tx:
             won = tx.run(
@@ -353,17 +353,7 @@ class SqlStore:
                 )
                 current = tx.rows("SELECT status FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
         if not won:
-            if not current:
-                raise RunNotFound(f"no run is stored under {run_id!r}")
-            if earlier:
-                what, who, at = earlier[0]
-                raise AlreadyDecided(
-                    f"pause {pause_id!r} of run {run_id!r} was decided already: {what} by {who!r}"
-                    f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(float(at)))} UTC"
-                )
-            raise AlreadyDecided(
-                f"run {run_id!r} has no open pause {pause_id!r} (it is {current[0][0]}); list the inbox again"
-            )
+            raise lost(run_id, pause_id, earlier, current)
         self._held[run_id] = _Held(decided.summary.version, None)
         return decided
 
