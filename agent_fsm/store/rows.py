@@ -16,19 +16,27 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from agent_fsm.engine.checkpoint import Intent
 from agent_fsm.engine.state import RunState
 from agent_fsm.engine.tools import ToolCall
 from agent_fsm.store.errors import AlreadyDecided, DamagedRun, RunNotFound, RunTakenOver, StoreError
-from agent_fsm.store.records import RunSummary, StoredRun
+from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
 
 __all__ = [
     "CHECKED",
+    "DECISIONS",
+    "EFFECTS",
+    "STORED",
     "SUMMARY",
     "agrees",
     "belongs",
     "call_json",
     "continuable",
+    "decision_of",
+    "effect_of",
+    "listed",
     "refusal",
     "float_or_none",
     "holdable",
@@ -46,6 +54,20 @@ SUMMARY = "run_id, status, stop, machine_state, pause_id, reason, blocked, owner
 # What a column cannot hold as such: NUL (PostgreSQL text refuses it) and surrogates (UTF-8 cannot encode them).
 _UNHOLDABLE = re.compile("[\x00\ud800-\udfff]")
 
+STORED = f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?"
+"""One run, as :func:`stored_of` reads it."""
+
+DECISIONS = (
+    "SELECT run_id, pause_id, decision, reviewer, reason, arguments, at FROM agent_fsm_decisions WHERE run_id = ?"
+)
+"""A run's decisions, as :func:`decision_of` reads each."""
+
+EFFECTS = (
+    "SELECT run_id, idempotency_key, tool, call_id, fingerprint, intent_at, observed_at, outcome"
+    " FROM agent_fsm_effects WHERE run_id = ? ORDER BY intent_at"
+)
+"""A run's effect records, oldest first, as :func:`effect_of` reads each."""
+
 CHECKED = "SELECT owner, status, version, intent, state FROM agent_fsm_runs WHERE run_id = ?"
 """What a commit that was refused, or that continues a run from a new state object, is checked against."""
 
@@ -62,23 +84,78 @@ def call_json(call: ToolCall) -> str:
 
 
 def summary_of(row: Sequence[Any]) -> RunSummary:
-    blocked = None
-    if row[6] is not None:
-        data = json.loads(row[6])
-        blocked = ToolCall(data["call_id"], data["name"], data["arguments"])
-    return RunSummary(
-        run_id=row[0],
-        status=row[1],
-        stop=row[2],
-        machine_state=row[3],
-        pause_id=row[4],
-        reason=row[5],
-        blocked=blocked,
-        owner=row[7],
-        created_at=float(row[8]),
-        updated_at=float(row[9]),
-        version=int(row[10]),
-    )
+    """The :data:`SUMMARY` columns read, each checked for the type this store writes.
+
+    Raises:
+        DamagedRun: a column holds something else (written by another program).
+    """
+    try:
+        blocked = None
+        if row[6] is not None:
+            data = json.loads(row[6])
+            blocked = ToolCall(data["call_id"], data["name"], data["arguments"])
+            if not (isinstance(blocked.call_id, str) and isinstance(blocked.name, str)):
+                raise TypeError("the call id and the tool name must be text")
+            if not isinstance(blocked.arguments, dict | None):
+                raise TypeError("the arguments must be an object")
+        summary = RunSummary(
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            row[5],
+            blocked,
+            row[7],
+            _number(row[8]),
+            _number(row[9]),
+            _count(row[10]),
+        )
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        raise DamagedRun(f"the row of run {row[0]!r} cannot be read: {type(exc).__name__}: {exc}") from exc
+    if not all(isinstance(text, str | None) for text in row[:6]):
+        raise DamagedRun(f"the row of run {row[0]!r} cannot be read: a text column holds something else")
+    return summary
+
+
+def listed(row: Sequence[Any]) -> RunSummary:
+    """A summary for a list: an unreadable row is one broken summary (``problem`` says why), not a broken list."""
+    try:
+        return summary_of(row)
+    except DamagedRun as exc:
+        return RunSummary(str(row[0]), "damaged", None, "?", None, None, None, None, 0.0, 0.0, 0, problem=str(exc))
+
+
+def _number(value: Any) -> float:
+    if type(value) not in (int, float) or value != value:
+        raise TypeError(f"a time must be a number of seconds (got {value!r})")
+    return float(value)
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"a version must be an integer (got {value!r})")
+    return value
+
+
+def decision_of(row: Sequence[Any]) -> Decision:
+    """A row of the decisions table (``run_id, pause_id, decision, reviewer, reason, arguments, at``)."""
+    try:
+        arguments = json.loads(row[5]) if row[5] else None
+        if not isinstance(arguments, dict | None):
+            raise TypeError("the edited arguments must be an object")
+        return Decision(row[0], row[1], row[2], row[3], row[4], arguments, _number(row[6]))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise DamagedRun(f"a decision stored for run {row[0]!r} cannot be read: {exc}") from exc
+
+
+def effect_of(row: Sequence[Any]) -> Effect:
+    """A row of the effects table (intent, then observation)."""
+    try:
+        observed = None if row[6] is None else _number(row[6])
+        return Effect(row[0], row[1], row[2], row[3], row[4], _number(row[5]), observed, row[7])
+    except (ValueError, TypeError) as exc:
+        raise DamagedRun(f"an effect stored for run {row[0]!r} cannot be read: {exc}") from exc
 
 
 def float_or_none(value: Any) -> float | None:
@@ -123,7 +200,7 @@ def lost(run_id: str, pause_id: str, earlier: Sequence[Sequence[Any]], current: 
     if not current:
         return RunNotFound(f"no run is stored under {run_id!r}")
     if earlier:
-        what, who, at = earlier[0]
+        what, who, at = earlier[0][2], earlier[0][3], earlier[0][6]
         return AlreadyDecided(
             f"pause {pause_id!r} of run {run_id!r} was decided already: {what} by {who!r}"
             f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(float(at)))} UTC"
@@ -213,5 +290,10 @@ def stored_of(row: Sequence[Any]) -> StoredRun:
             f"the state stored for run {summary.run_id!r} is run {state.run_id!r}'s: the row was written by"
             " something other than this store"
         )
-    intent = Intent(**json.loads(row[12])) if row[12] else None
+    try:
+        intent = Intent(**json.loads(row[12])) if row[12] else None
+        if intent is not None and not all(isinstance(v, str) for v in attrs.astuple(intent)):
+            raise TypeError("every field of an intent is text")
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise DamagedRun(f"the intent stored for run {summary.run_id!r} cannot be read: {exc}") from exc
     return StoredRun(summary, state, intent)

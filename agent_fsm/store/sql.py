@@ -7,13 +7,11 @@ a checkpoint updates a run only while this store still owns it, a decision
 only while the pause it names is open, a claim only while the run is at the
 version the claimer saw. The database's row lock decides every race.
 
-The store is the authority on a stored run, not the state a caller holds:
-every commit is a compare-and-set on the version this store last read or
-wrote for the run. A state object the store has not committed before (a
-resumed copy) may continue the run only from the stored state itself: its
-transcript must extend the stored one, the run must not have ended and no
-effect may be in flight. An older copy (a paused state kept aside and
-resumed after its pause was decided) is refused before any effect runs.
+The store, not a state a caller holds, is the authority on a stored run:
+every commit compare-and-sets the version this store last read or wrote. A
+state object it has not committed (a resumed copy) continues the run only
+from the stored state itself (see :func:`agent_fsm.store.rows.continuable`):
+an older copy, resumed after its pause was decided, is refused before any effect runs.
 """
 
 from __future__ import annotations
@@ -40,19 +38,23 @@ from agent_fsm.store.protocol import Transaction
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
 from agent_fsm.store.rows import (
     CHECKED,
+    DECISIONS,
+    EFFECTS,
+    STORED,
     SUMMARY,
     agrees,
     belongs,
     call_json,
     continuable,
-    float_or_none,
+    decision_of,
+    effect_of,
     holdable,
     intent_data,
+    listed,
     lost,
     refusal,
     status_of,
     stored_of,
-    summary_of,
     text_column,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
@@ -157,9 +159,10 @@ class SqlStore:
                     " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (run_id, status, stop, state.machine_state, state.to_json(), self.owner, now, now),
                 )
-        except Exception as exc:
+        except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
+            exc.state = exc.state or state
             raise
         self._held[run_id] = _Held(1, weakref.ref(state))
 
@@ -179,8 +182,9 @@ class SqlStore:
         bound = held is not None and (held.state is None or held.state() is state)
         try:
             version = self._commit(run_id, state, intent, held if bound else None)
-        except StoreError:
+        except StoreError as exc:
             self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
+            exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
         if status == "running":
             self._held[run_id] = _Held(version + 1, weakref.ref(state))
@@ -260,7 +264,7 @@ class SqlStore:
         if not holdable(run_id):  # never stored: begin refuses it
             raise RunNotFound(f"no run is stored under {run_id!r}")
         with self._transaction(write=False) as tx:
-            rows = tx.rows(f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+            rows = tx.rows(STORED, (run_id,))
         if not rows:
             raise RunNotFound(f"no run is stored under {run_id!r}")
         return stored_of(rows[0])
@@ -272,7 +276,7 @@ class SqlStore:
         where, params = ("WHERE status = ?", (status,)) if status is not None else ("", ())
         with self._transaction(write=False) as tx:
             rows = tx.rows(f"SELECT {SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
-        return [summary_of(row) for row in rows]
+        return [listed(row) for row in rows]
 
     def paused(self) -> list[RunSummary]:
         """The approval inbox: every run waiting for a person, with the blocked call and the reason."""
@@ -283,24 +287,16 @@ class SqlStore:
         if not holdable(run_id):
             return []
         with self._transaction(write=False) as tx:
-            rows = tx.rows(
-                "SELECT run_id, pause_id, decision, reviewer, reason, arguments, at FROM agent_fsm_decisions"
-                " WHERE run_id = ? ORDER BY at",
-                (run_id,),
-            )
-        return [Decision(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else None, float(r[6])) for r in rows]
+            rows = tx.rows(f"{DECISIONS} ORDER BY at", (run_id,))
+        return [decision_of(row) for row in rows]
 
     def effects(self, run_id: str) -> list[Effect]:
         """Every effectful call's intent and observation, oldest first."""
         if not holdable(run_id):
             return []
         with self._transaction(write=False) as tx:
-            rows = tx.rows(
-                "SELECT run_id, idempotency_key, tool, call_id, fingerprint, intent_at, observed_at, outcome"
-                " FROM agent_fsm_effects WHERE run_id = ? ORDER BY intent_at",
-                (run_id,),
-            )
-        return [Effect(r[0], r[1], r[2], r[3], r[4], float(r[5]), float_or_none(r[6]), r[7]) for r in rows]
+            rows = tx.rows(EFFECTS, (run_id,))
+        return [effect_of(row) for row in rows]
 
     # --- taking a run over -------------------------------------------------------------
 
@@ -330,32 +326,45 @@ class SqlStore:
             raise AlreadyDecided(f"run {run_id!r} has no open pause {pause_id!r}; list the inbox again")
         reviewer, reason = text_column(reviewer) or "", text_column(reason)
         now = time.time()
-        with self._transaction() as tx:
-            won = tx.run(
-                "UPDATE agent_fsm_runs SET status = 'running', owner = ?, pause_id = NULL, updated_at = ?,"
-                " version = version + 1 WHERE run_id = ? AND status = 'paused' AND pause_id = ?",
-                (self.owner, now, run_id, pause_id),
-            )
-            if won:
-                tx.run(
-                    "INSERT INTO agent_fsm_decisions (run_id, pause_id, decision, reviewer, reason, arguments, at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, pause_id, decision, reviewer, reason, json.dumps(arguments) if arguments else None, now),
+        try:
+            with self._transaction() as tx:
+                won = tx.run(
+                    "UPDATE agent_fsm_runs SET status = 'running', owner = ?, pause_id = NULL, updated_at = ?,"
+                    " version = version + 1 WHERE run_id = ? AND status = 'paused' AND pause_id = ?",
+                    (self.owner, now, run_id, pause_id),
                 )
-                rows = tx.rows(f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
-                # Checked before the decision commits: a row whose parts disagree decides nothing.
-                decided = stored_of(rows[0])
-                agrees(decided, pause_id, rows[0][6])
-            else:
-                earlier = tx.rows(
-                    "SELECT decision, reviewer, at FROM agent_fsm_decisions WHERE run_id = ? AND pause_id = ?",
-                    (run_id, pause_id),
-                )
-                current = tx.rows("SELECT status FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+                if won:
+                    tx.run(
+                        "INSERT INTO agent_fsm_decisions (run_id, pause_id, decision, reviewer, reason, arguments, at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            run_id,
+                            pause_id,
+                            decision,
+                            reviewer,
+                            reason,
+                            json.dumps(arguments) if arguments else None,
+                            now,
+                        ),
+                    )
+                    rows = tx.rows(STORED, (run_id,))
+                    # Checked before the decision commits: a row whose parts disagree decides nothing.
+                    decided = stored_of(rows[0])
+                    agrees(decided, pause_id, rows[0][6])
+        except StoreError as exc:
+            if not self._is_duplicate(exc):
+                raise
+            raise self._lost(run_id, pause_id) from exc  # a decided pause put back in its row (a restored backup)
         if not won:
-            raise lost(run_id, pause_id, earlier, current)
+            raise self._lost(run_id, pause_id)
         self._held[run_id] = _Held(decided.summary.version, None)
         return decided
+
+    def _lost(self, run_id: str, pause_id: str) -> StoreError:
+        with self._transaction(write=False) as tx:
+            earlier = tx.rows(f"{DECISIONS} AND pause_id = ?", (run_id, pause_id))
+            current = tx.rows("SELECT status FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+        return lost(run_id, pause_id, earlier, current)
 
     def claim_stale(self, older_than: float) -> list[StoredRun]:
         """
@@ -381,7 +390,7 @@ class SqlStore:
                     (self.owner, time.time(), run_id, version),
                 ):
                     continue
-                rows = tx.rows(f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+                rows = tx.rows(STORED, (run_id,))
             stored = stored_of(rows[0])
             self._held[run_id] = _Held(stored.summary.version, None)
             if stored.intent is not None:
