@@ -133,3 +133,10 @@ def test_approve_with_unreadable_arguments_is_refused_in_one_line(tmp_path: Path
     _fails_in_one_line(done, "--arguments")
     with SqliteStore(tmp_path / "runs.db") as store:
         assert store.history("r0") == []
+
+
+def test_a_world_that_fails_is_said_in_one_line(tmp_path: Path) -> None:
+    """--world naming a function that does not return a mapping (here os:getcwd) fails in one line."""
+    url = _stored(tmp_path / "runs.db", count=1)
+    done = _cli("runs", "recover", "--store", url, "--world", "os:getcwd")
+    _fails_in_one_line(done, "os:getcwd")

@@ -78,7 +78,10 @@ def load_world(spec: str) -> dict[str, Any]:
         factory = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
         raise _fail(f"cannot load the world {spec!r}: {exc}") from None
-    world = dict(factory())
+    try:
+        world = dict(factory())
+    except Exception as exc:  # the world is the user's code: whatever it raises is said in one line
+        raise _fail(f"the world {spec!r} could not be made: {type(exc).__name__}: {exc}") from None
     missing = {"model", "tools"} - set(world)
     if missing:
         raise _fail(f"the world {spec!r} gave no {', '.join(sorted(missing))} (it must return model and tools)")

@@ -86,7 +86,7 @@ def recover(
                 endings=endings,
             )
             outcome = Recovered(stored.run_id, result, interrupted)
-        except Exception as exc:
+        except Exception as exc:  # one run's failure, whatever it is, must not leave the next runs unrecovered
             outcome = Recovered(stored.run_id, None, interrupted, f"{type(exc).__name__}: {exc}")
         done.append(outcome)
         if progress is not None:
