@@ -8,8 +8,8 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
 from agent_fsm import Limits, RunState, ToolSpec
-from agent_fsm.engine import RunContext
-from agent_fsm.engine._run import MACHINE, start_state
+from agent_fsm.engine import RunContext, start_state
+from agent_fsm.engine._run import MACHINE
 from agent_fsm.testing import check_machine_terminates, gates, scripted_models
 
 FAST = settings(max_examples=60, database=None, derandomize=True, phases=[p for p in Phase if p is not Phase.explain])

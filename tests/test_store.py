@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 import agent_fsm.store.sql as sql_module
-from agent_fsm import Agent, ask_for_effects, run
+from agent_fsm import Agent, RunState, ask_for_effects, resume, run
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.store import (
     AlreadyDecided,
+    DamagedRun,
     PostgresStore,
     RunExists,
     RunNotFound,
@@ -21,6 +22,7 @@ from agent_fsm.store import (
     RunTakenOver,
     SchemaError,
     SqliteStore,
+    StoreError,
     approve,
     open_store,
     reject,
@@ -217,14 +219,16 @@ def test_a_claimed_run_cannot_be_written_by_its_old_owner(opener: Opener) -> Non
     """Once another store claims a run, the old owner's next checkpoint raises and writes nothing."""
     first = opener()
     run(TASK, overreaching_model(), make_support_desk().tools, gate=refund_gate, store=first, run_id="ended")
-    first.begin("r2", result_state())
+    first.begin("r2", result_state("r2"))
     [taken] = opener().claim_stale(0.0)  # the ended run is never claimed
     assert taken.run_id == "r2" and taken.summary.owner != first.owner
     with pytest.raises(RunTakenOver, match="r2"):
         first.save("r2", taken.state)
     assert opener().load("r2").summary.version == taken.summary.version
     with pytest.raises(RunNotFound):
-        first.save("nope", taken.state)
+        first.save("nope", result_state("nope"))
+    with pytest.raises(DamagedRun, match="'r2' cannot be committed as run 'nope'"):
+        first.save("nope", taken.state)  # another run's state is never committed under this id
 
 
 def test_the_schema_is_migrated_from_an_older_version(opener: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,7 +236,7 @@ def test_the_schema_is_migrated_from_an_older_version(opener: Opener, monkeypatc
     monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:1])
     old = opener()
     assert old.schema_version() == 1  # type: ignore[attr-defined]
-    kept = result_state()  # one state: each run has its own run_id, so two runs never compare equal
+    kept = result_state("kept")  # one state: each run has its own run_id, so two runs never compare equal
     old.begin("kept", kept)
     monkeypatch.undo()
     store = opener()
@@ -275,7 +279,139 @@ def test_ledger_model_pays_each_invoice_once(tmp_path: Path) -> None:
     assert len({e["key"] for e in effects}) == 4
 
 
-def result_state():  # type: ignore[no-untyped-def]
+def result_state(run_id: str):  # type: ignore[no-untyped-def]
     from agent_fsm import start_state
 
-    return start_state("kept across a migration")
+    return start_state("kept across a migration", run_id=run_id)
+
+
+def _paused_refund(store: RunStore, run_id: str = "t1"):  # type: ignore[no-untyped-def]
+    desk = make_support_desk()
+    gate = ask_for_effects(desk.tools)
+    paused = run(TASK, overreaching_model(), desk.tools, gate=gate, store=store, run_id=run_id)
+    return desk, gate, paused
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_stale_state_decides_nothing_through_the_store(opener: Opener, signed: bool) -> None:
+    """A paused state kept aside and resumed after the store decided its pause: no second refund, nothing written."""
+    store = opener()
+    desk, gate, paused = _paused_refund(store)
+    key = b"k" * 32 if signed else None
+    saved = paused.state.to_json(key=key)
+    approve(store, "t1", Agent(overreaching_model(), desk.tools, gate=gate), reviewer="ana")
+    before = opener().load("t1")
+    with pytest.raises(AlreadyDecided, match="t1"):
+        resume(
+            RunState.from_json(saved, key=key),
+            overreaching_model(),
+            desk.tools,
+            approve=True,
+            gate=gate,
+            store=store,
+            run_id="t1",
+        )
+    assert desk.effects == [{"order_id": "A-17", "refunded_cents": 9999}]  # paid once
+    after = opener().load("t1")
+    assert (after.state, after.summary.version) == (before.state, before.summary.version)
+    assert len(opener().history("t1")) == 1
+
+
+def test_a_stale_state_from_another_store_object_is_refused_too(opener: Opener) -> None:
+    """The same stale resume through a second store object (another process) is refused before the refund."""
+    store = opener()
+    desk, gate, paused = _paused_refund(store)
+    saved = paused.state.to_json()
+    approve(opener(), "t1", Agent(overreaching_model(), desk.tools, gate=gate), reviewer="ana")
+    with pytest.raises((AlreadyDecided, RunTakenOver)):
+        resume(
+            RunState.from_json(saved),
+            overreaching_model(),
+            desk.tools,
+            approve=True,
+            gate=gate,
+            store=opener(),
+            run_id="t1",
+        )
+    assert len(desk.effects) == 1
+
+
+def test_a_state_from_an_earlier_pause_is_refused_at_a_later_one(opener: Opener) -> None:
+    """A run paused twice: the first pause's state, resumed while the second is open, decides nothing."""
+    store = opener()
+    desk = make_support_desk()
+    gate = ask_for_effects(desk.tools)
+    first = run(TASK, overreaching_model(), desk.tools, gate=gate, store=store, run_id="t1")
+    saved = first.state.to_json()
+    reject(store, "t1", Agent(overreaching_model(), desk.tools, gate=gate), reviewer="ana", reason="too much")
+    [second] = opener().paused()  # the model asked again, for 4999
+    with pytest.raises(AlreadyDecided):
+        resume(
+            RunState.from_json(saved),
+            overreaching_model(),
+            desk.tools,
+            approve=True,
+            gate=gate,
+            store=store,
+            run_id="t1",
+        )
+    assert desk.effects == []
+    assert opener().paused() == [second]
+
+
+def test_a_run_resumed_by_the_store_that_paused_it_goes_on(opener: Opener) -> None:
+    """The one legitimate direct resume: the state the run just paused with, on its own store, once."""
+    store = opener()
+    desk, gate, paused = _paused_refund(store)
+    done = resume(paused.state, overreaching_model(), desk.tools, approve=True, gate=gate, store=store, run_id="t1")
+    assert done.stop.value == "answered" and len(desk.effects) == 1
+    assert opener().load("t1").state == done.state
+
+
+def test_a_swapped_state_is_refused_before_anything_runs(opener: Opener) -> None:
+    """Another run's valid state written into a paused row: the approval refuses it; the 9999 refund never runs."""
+    store = opener()
+    desk = make_support_desk()
+    gate = ask_for_effects(desk.tools)
+    run(TASK, overreaching_model(), desk.tools, gate=gate, store=store, run_id="small")
+    run(TASK, overreaching_model(), desk.tools, gate=gate, store=store, run_id="big")
+    small, big = store.load("small"), store.load("big")
+    # What a person with write access to the database can do: the row of "small" now holds "big"'s state.
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run(
+            "UPDATE agent_fsm_runs SET state = ?, blocked = ? WHERE run_id = ?",
+            (
+                big.state.to_json(),
+                '{"call_id": "call_2", "name": "refund_order", "arguments": '
+                '{"order_id": "A-17", "amount_cents": 5000}}',
+                "small",
+            ),
+        )
+    with pytest.raises(StoreError, match="small"):
+        approve(
+            opener(),
+            "small",
+            Agent(overreaching_model(), desk.tools, gate=gate),
+            reviewer="ana",
+            pause_id=small.summary.pause_id,
+        )
+    assert desk.effects == []
+    assert opener().history("small") == []
+
+
+def test_a_row_whose_blocked_call_disagrees_with_its_state_is_refused(opener: Opener) -> None:
+    """The inbox shows the row's blocked call; an approval runs only when the state holds that very call."""
+    store = opener()
+    desk, gate, _ = _paused_refund(store)
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run(
+            "UPDATE agent_fsm_runs SET blocked = ? WHERE run_id = ?",
+            (
+                '{"call_id": "call_2", "name": "refund_order", "arguments": {"order_id": "A-17", "amount_cents": 50}}',
+                "t1",
+            ),
+        )
+    with pytest.raises(StoreError, match="t1"):
+        approve(opener(), "t1", Agent(overreaching_model(), desk.tools, gate=gate), reviewer="ana")
+    assert desk.effects == []
+    assert opener().load("t1").status == "paused"

@@ -272,3 +272,83 @@ def test_sessions_expire_and_stay_bounded() -> None:
     table.sign_in(None, "dee")
     assert table.get(kept[0].sid) is None and table.get(kept[1].sid) == kept[1]
     assert not table.get(kept[1].sid).csrf_matches(None) and kept[1].csrf_matches(kept[1].csrf)
+
+
+def _has_security_headers(response: httpx.Response) -> bool:
+    headers = response.headers
+    return (
+        headers.get("content-security-policy") == APP_POLICY
+        and headers.get("x-frame-options") == "DENY"
+        and headers.get("x-content-type-options") == "nosniff"
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"a": ' * 100_000 + "1" + "}" * 100_000,  # nested 100,000 deep: Python's json would recurse out
+        "[" * 100_000 + "]" * 100_000,
+        '{"order_id": "A-17", "amount_cents": 1' + "0" * 5000 + "}",  # 5,000 digits: more than Python converts
+        '{"order_id": "A-17", "amount_cents": 1e999999}',  # a float JSON writes but Python reads as inf
+    ],
+    ids=["deep-object", "deep-array", "long-number", "infinite-number"],
+)
+def test_an_edit_json_cannot_carry_is_a_422_with_the_headers(base: str, store_url: str, arguments: str) -> None:
+    """Edited arguments nested absurdly deep or holding an unconvertible number: 422, headers, nothing decided."""
+    ana = _signed_in(base)
+    response = ana.post("/runs/ticket-1/decide", data={**_decision_form(ana), "action": "edit", "arguments": arguments})
+    assert response.status_code == 422 and _has_security_headers(response), response.text[:300]
+    with open_store(store_url) as store:
+        assert store.load("ticket-1").status == "paused" and store.history("ticket-1") == []
+
+
+def _damage(store_url: str, column: str, value: str, run_id: str = "ticket-1") -> None:
+    with open_store(store_url) as store, store._transaction() as tx:
+        tx.run(f"UPDATE agent_fsm_runs SET {column} = ? WHERE run_id = ?", (value, run_id))
+
+
+def test_one_unreadable_blocked_column_is_one_broken_row(base: str, store_url: str) -> None:
+    """The inbox and its stamp still answer; the broken row is listed with what is wrong; other runs are shown."""
+    with open_store(store_url) as store:
+        start(store, "ticket-2")
+    _damage(store_url, "blocked", "{not json")
+    ana = _signed_in(base)
+    page = ana.get("/")
+    assert page.status_code == 200 and _has_security_headers(page)
+    assert "ticket-2" in page.text and "ticket-1" in page.text and "cannot be read" in page.text
+    stamp = ana.get("/inbox.json")
+    assert stamp.status_code == 200 and stamp.json()["paused"] == 1
+
+
+@pytest.mark.parametrize(("column", "value"), [("state", "{}"), ("state", "[" * 50_000), ("intent", "nope")])
+def test_an_unreadable_run_is_an_error_page_with_the_headers(
+    base: str, store_url: str, column: str, value: str
+) -> None:
+    """The run page, its stamp and a decision on a row that cannot be read: typed answers, headers on each."""
+    _damage(store_url, column, value)
+    ana = _signed_in(base)
+    page = ana.get("/runs/ticket-1")
+    assert page.status_code == 500 and _has_security_headers(page) and "cannot be read" in page.text
+    stamp = ana.get("/runs/ticket-1/status.json")
+    assert stamp.status_code == 500 and _has_security_headers(stamp) and "cannot be read" in stamp.json()["error"]
+    form = {"csrf": _csrf(ana.get("/").text), "pause_id": "p", "action": "approve"}
+    decided = ana.post("/runs/ticket-1/decide", data=form)
+    assert decided.status_code in (409, 500) and _has_security_headers(decided)
+
+
+def test_an_unexpected_failure_still_carries_the_headers(store_url: str) -> None:
+    """Whatever breaks inside the inbox (here the agent's gate), the 500 it answers has every security header."""
+
+    class Broken(Exception):
+        """Not a failure the engine knows: it escapes the decision."""
+
+    def broken_gate(call: object) -> object:
+        raise Broken("the policy service fell over")
+
+    broken = world().replace(gate=broken_gate)
+    app = inbox_app(lambda: open_store(store_url), broken, reviewers=REVIEWERS, wait=10)
+    with serving(app) as url:
+        ana = _signed_in(url)
+        response = ana.post("/runs/ticket-1/decide", data={**_decision_form(ana), "action": "approve"})
+        assert response.status_code == 500 and _has_security_headers(response)
+        assert "Traceback" not in response.text

@@ -12,16 +12,18 @@ usage error.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from agent_fsm import Agent
+from agent_fsm.cli._text import clean
 from agent_fsm.engine import RunResult, format_transcript
 from agent_fsm.store import StoreError, approve, open_store, recover, reject
 from agent_fsm.store.records import RunSummary
@@ -42,8 +44,21 @@ WorldOption = Annotated[
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(clean("error: " + " ".join(message.split())), err=True)  # one line, whatever the message holds
     return typer.Exit(1)
+
+
+def _say(text: str) -> None:
+    typer.echo(clean(text))  # stored text may hold what the terminal cannot print (a lone surrogate)
+
+
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """A store's failure (a damaged database, an unreadable row) as one line and exit 1."""
+    try:
+        yield
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
 
 
 def open_url(url: str) -> SqlStore:
@@ -67,8 +82,8 @@ def load_world(spec: str) -> Agent:
     if not isinstance(named, Agent) and callable(named):
         try:
             world = named()
-        except TypeError as exc:  # it needs arguments, or the Agent it builds refuses a part
-            raise _fail(f"cannot build the world {spec!r}: {exc}") from None
+        except Exception as exc:  # the world is the user's code: whatever it raises is said in one line
+            raise _fail(f"cannot build the world {spec!r}: {type(exc).__name__}: {exc}") from None
     if not isinstance(world, Agent):
         got = f"is a {type(named).__name__}" if world is named else f"returned a {type(world).__name__}"
         hint = " (build Agent(model, tools, gate=...) from its parts)" if isinstance(world, Mapping) else ""
@@ -81,6 +96,8 @@ def _when(at: float) -> str:
 
 
 def _line(summary: RunSummary) -> str:
+    if summary.problem is not None:
+        return f"{summary.run_id}  damaged  {summary.problem}"
     text = f"{summary.run_id}  {summary.status:<7}  {summary.stop or '-':<17}  {_when(summary.updated_at)}"
     if summary.status == "paused" and summary.blocked is not None:
         call = summary.blocked
@@ -101,12 +118,15 @@ def list_command(
     status: Annotated[str | None, typer.Option("--status", help="running, paused or ended")] = None,
 ) -> None:
     """List the stored runs, most recent first; a paused run shows its blocked call and the reason."""
-    with open_url(store) as opened:
+    with open_url(store) as opened, _store_errors():
         summaries = opened.runs(status)
     for summary in summaries:
-        typer.echo(_line(summary))
+        _say(_line(summary))
     if not summaries:
         typer.echo("no runs" + (f" {status}" if status else ""))
+    broken = [summary.run_id for summary in summaries if summary.problem is not None]
+    if broken:
+        raise _fail(f"{len(broken)} stored run(s) cannot be read: {', '.join(broken)}")
 
 
 @runs_app.command("show")
@@ -118,22 +138,17 @@ def show_command(
     ] = False,
 ) -> None:
     """Show one run: status, transcript, the path it took, its effects and the decisions on its pauses."""
-    with open_url(store) as opened:
-        try:
-            stored = opened.load(run_id)
-        except StoreError as exc:
-            raise _fail(str(exc)) from None
+    with open_url(store) as opened, _store_errors():
+        stored = opened.load(run_id)
         effects, history = opened.effects(run_id), opened.history(run_id)
-    typer.echo(_line(stored.summary))
-    typer.echo(format_transcript(stored.state.messages))
-    typer.echo("path: " + " -> ".join(stored.state.path))
+    _say(_line(stored.summary))
+    _say(format_transcript(stored.state.messages))
+    _say("path: " + " -> ".join(stored.state.path))
     for effect in effects:
-        typer.echo(
-            f"effect: {effect.tool} {effect.call_id} key {effect.idempotency_key}: {effect.outcome or 'in flight'}"
-        )
+        _say(f"effect: {effect.tool} {effect.call_id} key {effect.idempotency_key}: {effect.outcome or 'in flight'}")
     for decision in history:
         why = f" ({decision.reason})" if decision.reason else ""
-        typer.echo(f"decision: {decision.decision} by {decision.reviewer} at {_when(decision.at)}{why}")
+        _say(f"decision: {decision.decision} by {decision.reviewer} at {_when(decision.at)}{why}")
     if diagram:
         from agent_fsm.diagrams.mermaid import to_mermaid
         from agent_fsm.diagrams.path import path_of
@@ -149,11 +164,8 @@ def export_command(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
 ) -> None:
     """Write the run's state as JSON: what ``agent-fsm diagram --trace`` and ``RunState.from_json`` read."""
-    with open_url(store) as opened:
-        try:
-            text = opened.load(run_id).state.to_json()
-        except StoreError as exc:
-            raise _fail(str(exc)) from None
+    with open_url(store) as opened, _store_errors():
+        text = opened.load(run_id).state.to_json()
     if output is None:
         typer.echo(text)
     else:
@@ -186,7 +198,10 @@ def approve_command(
         try:
             edited = json.loads(arguments)
         except json.JSONDecodeError as exc:
-            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--arguments") from None
+            raise _fail(f"--arguments is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # a number too long to convert; nesting Python cannot read
+            said = "it nests deeper than Python can read" if isinstance(exc, RecursionError) else str(exc)
+            raise _fail(f"--arguments cannot be read: {said}") from None
     typer.echo(_decide(approve, run_id, store, world, reviewer=reviewer, arguments=edited, pause_id=pause_id))
 
 
@@ -213,13 +228,13 @@ def recover_command(
 ) -> None:
     """Continue the runs a dead process left in flight; an interrupted non-idempotent call waits for a person."""
     agent = load_world(world)
-    with open_url(store) as opened:
+    with open_url(store) as opened, _store_errors():
         typer.echo(f"claiming runs with no commit for {older_than:g}s ...")
         done = recover(
             opened,
             agent,
             older_than=older_than,
-            progress=lambda r: typer.echo(
+            progress=lambda r: _say(
                 f"  {r.run_id}: " + (_ended(r.run_id, r.result).split(": ", 1)[1] if r.result else f"failed: {r.error}")
             ),
         )

@@ -43,7 +43,9 @@ def view_command(
     try:
         state = load_trace(trace.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise _fail(f"cannot read {trace}: {exc.strerror}") from None
+        raise _fail(f"cannot read trace {trace}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise _fail(f"trace {trace} is not UTF-8 text: {exc.reason}") from None
     except TraceError as exc:
         raise _fail(f"{trace}: {exc}") from None
     try:

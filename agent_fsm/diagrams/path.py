@@ -101,12 +101,15 @@ def load_trace(text: str) -> RunState:
     Read a saved run: :meth:`RunState.to_json` output, or a JSON object holding it under ``"state"``.
 
     Raises:
-        TraceError: the text is not JSON, or holds no saved run state.
+        TraceError: the text is not JSON (or JSON Python cannot read: nested too deep, a number
+            too long), or holds no saved run state.
     """
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"trace is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # a number too long to convert; nesting deeper than Python recurses
+        raise TraceError(f"trace cannot be read: {_unreadable(exc)}") from exc
     if isinstance(data, dict) and "format" not in data and TRACE_KEY in data:
         data = data[TRACE_KEY]
         if isinstance(data, str):
@@ -118,8 +121,8 @@ def load_trace(text: str) -> RunState:
         )
     try:
         return RunState.from_json(json.dumps(data))
-    except ValueError as exc:
-        raise TraceError(f"trace holds no readable run state: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"trace holds no readable run state: {_unreadable(exc)}") from exc
 
 
 def _parse_nested(text: str) -> Any:
@@ -127,6 +130,12 @@ def _parse_nested(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"trace's {TRACE_KEY!r} is a string that is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"trace's {TRACE_KEY!r} cannot be read: {_unreadable(exc)}") from exc
+
+
+def _unreadable(exc: BaseException) -> str:
+    return "it nests deeper than Python can read" if isinstance(exc, RecursionError) else str(exc)
 
 
 @attrs.frozen

@@ -85,6 +85,7 @@ from agent_fsm.engine._events import (
 )
 from agent_fsm.engine._gates import Gate, Verdict, allow_all, as_verdict, ask_for_effects, deny_effects
 from agent_fsm.engine._invariants import check_run
+from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.engine._limits import Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
@@ -142,6 +143,8 @@ if TYPE_CHECKING:
     from agent_fsm.engine._async import RunCancelled, adrive
 
 __all__ = [
+    "DEPTH_CEILING",
+    "nesting_exceeds",
     "DECISION_ERRORS",
     "aadvance",
     "adrive",

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from agent_fsm.engine import ProviderFailure
+from agent_fsm.providers._deadline import deadline
 from agent_fsm.providers._http import HttpSettings, display_url, join_url, json_or_none, noted
 from agent_fsm.providers._retry import retry_after
 from agent_fsm.providers._sse import StreamAssembler, StreamBroken
@@ -110,17 +111,24 @@ class _Call:
             return self.after_sending(failure, backoff)
         raise failure
 
+    def overdue(self, started: float, status: int | None = None) -> ProviderFailure | None:
+        """The ``timeout`` failure once the exchange begun at ``started`` has outlasted ``total_timeout``."""
+        total = self.http.total_timeout
+        if total is None or time.monotonic() - started < total:
+            return None
+        return self.http.failure(
+            f"{self.where} timed out: the reply took longer than total_timeout={total:g}s",
+            kind="timeout",
+            status=status,
+        )
+
     def count(self, size: int, started: float, status: int) -> int:
         """Bound the body read so far (``size`` bytes) by ``total_timeout`` and ``max_response_bytes``."""
-        total = self.http.total_timeout
-        # Each read is bounded by read_timeout; a server trickling bytes is
-        # stopped here, at most one read past the deadline.
-        if total is not None and time.monotonic() - started > total:
-            raise self.http.failure(
-                f"{self.where} timed out: the reply took longer than total_timeout={total:g}s",
-                kind="timeout",
-                status=status,
-            )
+        # Each read is bounded by read_timeout, and (default client) by the time left;
+        # with a client or transport of the caller's, a trickling body is stopped here.
+        late = self.overdue(started, status)
+        if late is not None:
+            raise late
         if size > self.http.max_response_bytes:
             raise self.http.failure(
                 f"{self.where}: the reply exceeds max_response_bytes={self.http.max_response_bytes}",
@@ -213,11 +221,24 @@ def post(
 
 
 def _attempt(call: _Call, attempt: int, on_delta: Callable[[str], object] | None) -> Outcome:
-    http, backoff = call.http, call.backoff(attempt)
     started = time.monotonic()
+    try:
+        with deadline(call.http.total_timeout):  # every socket read and write of the exchange, under one bound
+            return _exchange(call, attempt, on_delta, started)
+    except httpx.TimeoutException as exc:
+        late = call.overdue(started)
+        if late is None:
+            raise
+        raise late from exc
+
+
+def _exchange(call: _Call, attempt: int, on_delta: Callable[[str], object] | None, started: float) -> Outcome:
+    http, backoff = call.http, call.backoff(attempt)
     try:
         response = http.client.send(call.request(http.client), stream=True)
     except httpx.HTTPError as exc:
+        if isinstance(exc, httpx.TimeoutException) and call.overdue(started) is not None:
+            raise
         return call.send_failed(exc, backoff)
     status = response.status_code
     try:
@@ -237,6 +258,8 @@ def _attempt(call: _Call, attempt: int, on_delta: Callable[[str], object] | None
             size = call.count(size + len(chunk), started, status)
             chunks.append(chunk)
     except httpx.HTTPError as exc:
+        if isinstance(exc, httpx.TimeoutException) and call.overdue(started) is not None:
+            raise
         return call.read_failed(exc, status, backoff)
     finally:
         response.close()
@@ -277,8 +300,23 @@ async def _asleep(http: HttpSettings, seconds: float) -> None:
 async def _aattempt(
     call: _Call, client: httpx.AsyncClient, attempt: int, on_delta: Callable[[str], object] | None
 ) -> Outcome:
-    backoff = call.backoff(attempt)
     started = time.monotonic()
+    total = call.http.total_timeout
+    try:
+        # The whole exchange, connect to last byte (status line, headers, 100 Continue included), under one bound.
+        async with asyncio.timeout(total):
+            return await _aexchange(call, client, attempt, on_delta, started)
+    except TimeoutError as exc:
+        late = call.overdue(started)
+        if late is None:
+            raise
+        raise late from exc
+
+
+async def _aexchange(
+    call: _Call, client: httpx.AsyncClient, attempt: int, on_delta: Callable[[str], object] | None, started: float
+) -> Outcome:
+    backoff = call.backoff(attempt)
     try:
         response = await client.send(call.request(client), stream=True)
     except httpx.HTTPError as exc:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from agent_fsm.engine import AgentFSMError, ProviderFailure
+from agent_fsm.providers._deadline import deadline_transport
 from agent_fsm.providers._secrets import echo_pieces, redact
 
 __all__ = ["FAILURE_KINDS", "HttpSettings", "ProviderConfigError", "join_url"]
@@ -168,10 +170,15 @@ class HttpSettings:
         self.max_response_bytes = max_response_bytes
         self.sleep = sleep
         self._owns_client = client is None
+        self._sync_configured = transport is not None or client is not None
+        proxied = set(urllib.request.getproxies()) - {"no"}  # NO_PROXY alone routes nothing through a proxy
+        if client is None and transport is None and total_timeout is not None and not proxied:
+            # Sockets under the exchange's deadline, so total_timeout bounds the status line and headers
+            # too. (With proxies from the environment httpx's own transport is kept: it routes through them.)
+            transport = deadline_transport()
         self.client = client if client is not None else httpx.Client(transport=transport, timeout=self.timeout)
         # The async client is made on first use, inside the event loop that uses it (an
         # httpx.AsyncClient's connections belong to one loop); one given by the caller is used as is.
-        self._sync_configured = transport is not None or client is not None
         self._async_transport = async_transport
         self._async_given = async_client
         self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None

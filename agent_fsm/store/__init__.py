@@ -2,19 +2,27 @@
 Durable runs: a store that keeps every run, its pauses and its effects, across processes and crashes.
 
     store = SqliteStore("runs.db")
-    agent = Agent(model, tools, gate=gate)
-    result = agent.run(task, store=store, run_id="ticket-42")
-    # ... any process, later, with the same agent:
+    result = run(task, model, tools, gate=gate, store=store, run_id="ticket-42")
+    # ... any process, later:
     for waiting in store.paused():
-        approve(store, waiting.run_id, agent, reviewer="ana")
-    recover(store, agent)  # after a crash
+        approve(store, waiting.run_id, model, tools, gate=gate, reviewer="ana")
+    recover(store, model, tools, gate=gate)  # after a crash
 
 The guarantees (what is exactly-once, what needs an idempotent tool, what
 a person decides) are stated in docs/durability.md.
 """
 
 from agent_fsm.engine import OUTCOME_UNKNOWN, Checkpointer, Intent, ToolContext
-from agent_fsm.store.errors import AlreadyDecided, RunExists, RunNotFound, RunTakenOver, SchemaError, StoreError
+from agent_fsm.store.errors import (
+    AlreadyDecided,
+    DamagedRun,
+    DatabaseError,
+    RunExists,
+    RunNotFound,
+    RunTakenOver,
+    SchemaError,
+    StoreError,
+)
 from agent_fsm.store.inbox import approve, reject
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
@@ -52,4 +60,6 @@ __all__ = [
     "AlreadyDecided",
     "RunTakenOver",
     "SchemaError",
+    "DamagedRun",
+    "DatabaseError",
 ]

@@ -4,20 +4,51 @@ What a store raises, all under :class:`StoreError`::
     * StoreError (also RuntimeError)
       + RunNotFound (also LookupError)   -- no run is stored under that id
       + RunExists (also ValueError)      -- a new run was given an id already used
-      + AlreadyDecided (also ValueError) -- the pause was decided (or is gone) before this decision
+      + AlreadyDecided (also ValueError) -- the pause was decided (or is gone) before this decision,
+                                            or a state committed is an older copy of the stored one
       + RunTakenOver                     -- another process claimed the run; this one must stop writing it
       + SchemaError                      -- the database's schema is not one this version can use
+      + DamagedRun (also ValueError)     -- a stored run cannot be read, or its parts disagree (another
+                                            run's state in its row, a blocked call its state does not hold)
+      + DatabaseError (also OSError)     -- the database cannot be opened, read or written (not a database,
+                                            damaged, read-only, a directory, the disk full)
+
+A driver's own exceptions (``sqlite3.*``, ``psycopg.*``) never escape a store:
+each is mapped to one of these, chained (``raise ... from``) to the original.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agent_fsm.engine import AgentFSMError
 
-__all__ = ["AlreadyDecided", "RunExists", "RunNotFound", "RunTakenOver", "SchemaError", "StoreError"]
+if TYPE_CHECKING:
+    from agent_fsm.engine import RunState
+
+__all__ = [
+    "AlreadyDecided",
+    "DamagedRun",
+    "DatabaseError",
+    "RunExists",
+    "RunNotFound",
+    "RunTakenOver",
+    "SchemaError",
+    "StoreError",
+]
 
 
 class StoreError(AgentFSMError, RuntimeError):
-    """A run store could not do what was asked."""
+    """
+    A run store could not do what was asked.
+
+    ``state`` is the run's state when a commit of it failed (nothing of it
+    is lost: it is here, and the store still holds the last commit), else ``None``.
+    """
+
+    def __init__(self, message: str, *, state: RunState | None = None) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 class RunNotFound(StoreError, LookupError):
@@ -32,7 +63,10 @@ class AlreadyDecided(StoreError, ValueError):
     """
     The pause a decision names is not open any more: another decision won, or the run moved on.
 
-    Of two concurrent decisions on one pause, exactly one succeeds; the other raises this.
+    Of two concurrent decisions on one pause, exactly one succeeds; the other
+    raises this. So does a commit of a state that is not the run's latest (a
+    paused state kept aside and resumed after its pause was decided): the store
+    is the authority on a stored run, and a stale copy decides nothing.
     """
 
 
@@ -46,3 +80,17 @@ class RunTakenOver(StoreError):
 
 class SchemaError(StoreError):
     """The database holds a schema this version of agent_fsm does not know (written by a newer one)."""
+
+
+class DamagedRun(StoreError, ValueError):
+    """
+    A stored run cannot be read, or its parts disagree: something other than this store wrote its row.
+
+    Nothing is decided or run on such a row: what a reviewer is shown (the
+    row's blocked call) and what an approval would execute (its state) must
+    be one and the same.
+    """
+
+
+class DatabaseError(StoreError, OSError):
+    """The database cannot be opened, read or written: not a database, damaged, read-only, a directory, full."""

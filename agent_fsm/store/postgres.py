@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from agent_fsm.store.errors import StoreError
+from agent_fsm.store.errors import DatabaseError, StoreError
 from agent_fsm.store.sql import SqlStore, Transaction
 
 __all__ = ["PostgresStore"]
@@ -45,6 +45,8 @@ class PostgresStore(SqlStore):
 
     Raises:
         StoreError: psycopg is not installed, or the server cannot be reached.
+        DatabaseError: (later, from any method) the server failed a statement or the connection broke;
+            every ``psycopg`` error is one.
     """
 
     name = "postgres"
@@ -70,17 +72,20 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _transaction(self, *, write: bool = True, single: bool = False) -> Iterator[Transaction]:
         with self._lock:
-            if single:  # the connection is in autocommit mode: one statement is its own transaction
-                yield _PostgresTransaction(self._connection)
-                return
-            with self._connection.transaction():
-                yield _PostgresTransaction(self._connection)
+            try:
+                if single:  # the connection is in autocommit mode: one statement is its own transaction
+                    yield _PostgresTransaction(self._connection)
+                    return
+                with self._connection.transaction():
+                    yield _PostgresTransaction(self._connection)
+            except self._psycopg.Error as exc:
+                raise DatabaseError(f"PostgreSQL at {_redacted(self.dsn)} failed: {exc}") from exc
 
     def _lock_for_migration(self, tx: Transaction) -> None:
         tx.rows("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
 
     def _is_duplicate(self, exc: BaseException) -> bool:
-        return isinstance(exc, self._psycopg.errors.UniqueViolation)
+        return isinstance(exc.__cause__, self._psycopg.errors.UniqueViolation)
 
     def close(self) -> None:
         """Close the database connection."""

@@ -1,13 +1,14 @@
-"""The :class:`RunStore` protocol: what the inbox, recovery and the CLI need of a store."""
+"""The :class:`RunStore` protocol (what the inbox, recovery and the CLI need), and a SQL :class:`Transaction`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agent_fsm.engine import Intent, RunState
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
 
-__all__ = ["RunStore"]
+__all__ = ["RunStore", "Transaction"]
 
 
 @runtime_checkable
@@ -59,3 +60,13 @@ class RunStore(Protocol):
 
     def close(self) -> None:
         """Release the store's connection."""
+
+
+class Transaction(Protocol):
+    """One open transaction: run a statement (``?`` placeholders), read its rows or how many it changed."""
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute a write; the number of rows it changed."""
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Execute a read; its rows."""

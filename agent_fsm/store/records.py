@@ -20,6 +20,11 @@ class RunSummary:
     ending (or ``awaiting_approval``) once it rests. While paused,
     ``pause_id`` names the pause, ``blocked`` is the call waiting for a
     person and ``reason`` the gate's (or "outcome unknown ...").
+
+    ``problem`` says why the row cannot be read (something other than a
+    store wrote it), else ``None``: a list shows one broken row and goes on.
+    Text a column cannot hold (NUL, lone surrogates) is shown escaped
+    (``\\u0000``); the state holds it exactly.
     """
 
     run_id: str
@@ -33,6 +38,7 @@ class RunSummary:
     created_at: float
     updated_at: float
     version: int
+    problem: str | None = None
 
 
 @attrs.frozen

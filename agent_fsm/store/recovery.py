@@ -16,8 +16,7 @@ from collections.abc import Callable
 import attrs
 
 from agent_fsm import Agent
-from agent_fsm.engine import RunError, RunResult, continue_run
-from agent_fsm.store.errors import StoreError
+from agent_fsm.engine import RunResult, continue_run
 from agent_fsm.store.protocol import RunStore
 
 __all__ = ["Recovered", "recover"]
@@ -55,8 +54,9 @@ def recover(
     a commit (a slow model call or handler): a live run claimed by mistake
     is stopped at its next checkpoint (:class:`RunTakenOver`), and its
     in-flight call is then settled like a crashed one. ``progress`` is told
-    of each run as it is done. A run that fails again (a handler bug)
-    is reported with its error and left claimed for a later attempt.
+    of each run as it is done. A run that fails again (a handler bug, a
+    store that cannot commit it) is reported with its error and left claimed
+    for a later attempt; recovery goes on with the next run.
 
     Raises:
         TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (no run is claimed).
@@ -69,7 +69,7 @@ def recover(
         try:
             result = continue_run(agent, stored.state, store=store, run_id=stored.run_id, intent=stored.intent)
             outcome = Recovered(stored.run_id, result, interrupted)
-        except (RunError, StoreError) as exc:
+        except Exception as exc:  # one run's failure, whatever it is, must not leave the next runs unrecovered
             outcome = Recovered(stored.run_id, None, interrupted, f"{type(exc).__name__}: {exc}")
         done.append(outcome)
         if progress is not None:

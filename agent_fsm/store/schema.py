@@ -9,7 +9,10 @@ Never edit a released migration: append a new one.
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "VERSION_TABLE"]
+from agent_fsm.store.errors import SchemaError
+from agent_fsm.store.protocol import Transaction
+
+__all__ = ["MIGRATIONS", "VERSION_TABLE", "migrate", "migrated"]
 
 VERSION_TABLE = "agent_fsm_schema"
 
@@ -59,3 +62,39 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ),
 ]
 """Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
+
+
+def migrated(tx: Transaction) -> int:
+    """The migration the database in ``tx`` is at (0 for a database never opened as a store)."""
+    tx.run(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version INTEGER NOT NULL)")
+    found = tx.rows(f"SELECT version FROM {VERSION_TABLE}")
+    if not found:
+        return 0
+    version = found[0][0]
+    if type(version) is not int or version < 0:
+        raise SchemaError(f"the database's schema version is not a migration number: {version!r}")
+    return version
+
+
+def migrate(tx: Transaction, migrations: list[tuple[str, ...]]) -> int:
+    """
+    Apply the ``migrations`` the database in ``tx`` lacks; the version it is then at.
+
+    Raises:
+        SchemaError: the database was written by a newer agent_fsm (its version is unknown here).
+    """
+    current = migrated(tx)
+    if current > len(migrations):
+        raise SchemaError(
+            f"the database's schema is at version {current}; this agent_fsm knows versions up to"
+            f" {len(migrations)} (upgrade agent_fsm to open it)"
+        )
+    for statements in migrations[current:]:
+        for statement in statements:
+            tx.run(statement)
+    if current == 0:
+        tx.run(f"DELETE FROM {VERSION_TABLE}")
+        tx.run(f"INSERT INTO {VERSION_TABLE} (version) VALUES (?)", (len(migrations),))
+    elif current < len(migrations):
+        tx.run(f"UPDATE {VERSION_TABLE} SET version = ?", (len(migrations),))
+    return len(migrations)

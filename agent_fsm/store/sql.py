@@ -6,6 +6,12 @@ many processes are compare-and-set updates, not reads followed by writes:
 a checkpoint updates a run only while this store still owns it, a decision
 only while the pause it names is open, a claim only while the run is at the
 version the claimer saw. The database's row lock decides every race.
+
+The store, not a state a caller holds, is the authority on a stored run:
+every commit compare-and-sets the version this store last read or wrote. A
+state object it has not committed (a resumed copy) continues the run only
+from the stored state itself (see :func:`agent_fsm.store.rows.continuable`):
+an older copy, resumed after its pause was decided, is refused before any effect runs.
 """
 
 from __future__ import annotations
@@ -14,59 +20,54 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+import weakref
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
-from agent_fsm.engine import Intent, RunState, ToolCall
-from agent_fsm.store.errors import AlreadyDecided, RunExists, RunNotFound, RunTakenOver, SchemaError, StoreError
+import attrs
+
+from agent_fsm.engine import Intent, RunState
+from agent_fsm.store.errors import (
+    AlreadyDecided,
+    RunExists,
+    RunNotFound,
+    StoreError,
+)
+from agent_fsm.store.protocol import Transaction
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
-from agent_fsm.store.schema import MIGRATIONS, VERSION_TABLE
+from agent_fsm.store.rows import (
+    CHECKED,
+    DECISIONS,
+    EFFECTS,
+    STORED,
+    SUMMARY,
+    agrees,
+    belongs,
+    call_json,
+    continuable,
+    decision_of,
+    effect_of,
+    holdable,
+    intent_data,
+    listed,
+    lost,
+    refusal,
+    status_of,
+    stored_of,
+    text_column,
+)
+from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
 
-__all__ = ["SqlStore", "Transaction"]
-
-_SUMMARY = "run_id, status, stop, machine_state, pause_id, reason, blocked, owner, created_at, updated_at, version"
-
-
-class Transaction(Protocol):
-    """One open transaction: run a statement (``?`` placeholders), read its rows or how many it changed."""
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Execute a write; the number of rows it changed."""
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Execute a read; its rows."""
-
-
-def _status(state: RunState) -> tuple[str, str | None]:
-    stop = state.stop
-    if stop is None:
-        return "running", None
-    return ("paused" if stop.value == "awaiting_approval" else "ended"), stop.value
-
-
-def _call_json(call: ToolCall) -> str:
-    return json.dumps({"call_id": call.call_id, "name": call.name, "arguments": call.arguments})
+__all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
 
-def _summary(row: Sequence[Any]) -> RunSummary:
-    blocked = None
-    if row[6] is not None:
-        data = json.loads(row[6])
-        blocked = ToolCall(data["call_id"], data["name"], data["arguments"])
-    return RunSummary(
-        run_id=row[0],
-        status=row[1],
-        stop=row[2],
-        machine_state=row[3],
-        pause_id=row[4],
-        reason=row[5],
-        blocked=blocked,
-        owner=row[7],
-        created_at=float(row[8]),
-        updated_at=float(row[9]),
-        version=int(row[10]),
-    )
+@attrs.define
+class _Held:
+    """The version this store last read or wrote for a run, and the state object its commits continue."""
+
+    version: int
+    # None right after a decision or a claim: the next state committed continues the run.
+    state: weakref.ref[RunState] | None
 
 
 class SqlStore:
@@ -83,6 +84,8 @@ class SqlStore:
         self.owner = f"{os.getpid()}.{uuid.uuid4().hex[:12]}"
         # The intent each run left open in this store, closed by the run's next checkpoint.
         self._open: dict[str, Intent] = {}
+        # Per run in flight here: the version each commit compare-and-sets on.
+        self._held: dict[str, _Held] = {}
 
     # --- what a backend supplies ------------------------------------------------
 
@@ -122,30 +125,13 @@ class SqlStore:
         """
         with self._transaction() as tx:
             self._lock_for_migration(tx)
-            tx.run(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version INTEGER NOT NULL)")
-            found = tx.rows(f"SELECT version FROM {VERSION_TABLE}")
-            current = int(found[0][0]) if found else 0
-            if current > len(MIGRATIONS):
-                raise SchemaError(
-                    f"the database's schema is at version {current}; this agent_fsm knows versions up to"
-                    f" {len(MIGRATIONS)} (upgrade agent_fsm to open it)"
-                )
-            for statements in MIGRATIONS[current:]:
-                for statement in statements:
-                    tx.run(statement)
-            if not found:
-                tx.run(f"INSERT INTO {VERSION_TABLE} (version) VALUES (?)", (len(MIGRATIONS),))
-            elif current < len(MIGRATIONS):
-                tx.run(f"UPDATE {VERSION_TABLE} SET version = ?", (len(MIGRATIONS),))
-        return len(MIGRATIONS)
+            return migrate(tx, MIGRATIONS)
 
     def schema_version(self) -> int:
         """The migration the database is at (0 for a database never opened as a store)."""
         with self._transaction() as tx:
             self._lock_for_migration(tx)
-            tx.run(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version INTEGER NOT NULL)")
-            found = tx.rows(f"SELECT version FROM {VERSION_TABLE}")
-        return int(found[0][0]) if found else 0
+            return migrated(tx)
 
     # --- the kernel's Checkpointer ---------------------------------------------------
 
@@ -155,8 +141,15 @@ class SqlStore:
 
         Raises:
             RunExists: ``run_id`` is already stored.
+            DamagedRun: ``state`` belongs to another run (its ``run_id`` differs).
+            ValueError: ``run_id`` holds NUL or a lone surrogate (no database can look it up as given).
         """
-        status, stop = _status(state)
+        if not holdable(run_id):
+            raise ValueError(
+                f"a stored run's id must be text a database can hold (no NUL, no lone surrogate): {run_id!r}"
+            )
+        belongs(run_id, state)
+        status, stop = status_of(state)
         now = time.time()
         try:
             with self._transaction(single=True) as tx:
@@ -165,50 +158,73 @@ class SqlStore:
                     " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (run_id, status, stop, state.machine_state, state.to_json(), self.owner, now, now),
                 )
-        except Exception as exc:
+        except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
+            exc.state = exc.state or state
             raise
+        self._held[run_id] = _Held(1, weakref.ref(state))
 
     def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
         """
-        Commit ``state`` (and ``intent``, the effect about to run) while this store owns the run.
+        Commit ``state`` (and ``intent``, the effect about to run) while this store owns the run at the version it read.
 
         Raises:
             RunTakenOver: another store claimed the run; nothing was written.
+            AlreadyDecided: ``state`` is not the run's latest (the store holds a later one); nothing was written.
             RunNotFound: the run was never begun.
+            DamagedRun: ``state`` belongs to another run.
         """
-        status, stop = _status(state)
+        belongs(run_id, state)
+        status = status_of(state)[0]
+        held = self._held.get(run_id)
+        bound = held is not None and (held.state is None or held.state() is state)
+        try:
+            version = self._commit(run_id, state, intent, held if bound else None)
+        except StoreError as exc:
+            self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
+            exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
+            raise
+        if status == "running":
+            self._held[run_id] = _Held(version + 1, weakref.ref(state))
+        else:  # at rest: whatever continues it next is a new state object, checked against the stored one
+            self._held.pop(run_id, None)
+
+    def _commit(self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None) -> int:
+        """The compare-and-set of :meth:`save`; the version it wrote over."""
+        status, stop = status_of(state)
         paused = status == "paused" and bool(state.pending)
         now = time.time()
         previous = self._open.get(run_id)
-        with self._transaction(single=previous is None and intent is None) as tx:
+        with self._transaction(single=held is not None and previous is None and intent is None) as tx:
+            # A state object this store committed (or the first after a decision or a claim) continues
+            # at the version held; any other must be shown to continue the stored state itself.
+            version = (
+                held.version
+                if held is not None
+                else continuable(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
+            )
             changed = tx.run(
                 "UPDATE agent_fsm_runs SET status = ?, stop = ?, machine_state = ?, state = ?, pause_id = ?,"
                 " reason = ?, blocked = ?, intent = ?, updated_at = ?, version = version + 1"
-                " WHERE run_id = ? AND owner = ?",
+                " WHERE run_id = ? AND owner = ? AND version = ?",
                 (
                     status,
                     stop,
                     state.machine_state,
                     state.to_json(),
                     state.pause_id if paused else None,
-                    state.judgement.reason if paused and state.judgement is not None else None,
-                    _call_json(state.pending[0]) if paused else None,
-                    json.dumps(_intent_data(intent)) if intent is not None else None,
+                    text_column(state.judgement.reason) if paused and state.judgement is not None else None,
+                    call_json(state.pending[0]) if paused else None,
+                    json.dumps(intent_data(intent)) if intent is not None else None,
                     now,
                     run_id,
                     self.owner,
+                    version,
                 ),
             )
             if not changed:
-                owners = tx.rows("SELECT owner FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
-                if not owners:
-                    raise RunNotFound(f"no run is stored under {run_id!r} (begin it with run(..., store=...))")
-                raise RunTakenOver(
-                    f"run {run_id!r} is now held by {owners[0][0]!r}, not by this store ({self.owner!r});"
-                    " it was claimed by recover() or a decision while this process was still running it"
-                )
+                raise refusal(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
             if previous is not None:
                 last = state.observations[-1] if state.observations else None
                 outcome = last.kind if last is not None and last.call_id == previous.call_id else "interrupted"
@@ -221,11 +237,18 @@ class SqlStore:
                 tx.run(
                     "INSERT INTO agent_fsm_effects (run_id, idempotency_key, tool, call_id, fingerprint, intent_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (run_id, intent.idempotency_key, intent.tool, intent.call_id, intent.fingerprint, now),
+                    (
+                        run_id,
+                        intent.idempotency_key,
+                        *map(text_column, (intent.tool, intent.call_id)),
+                        intent.fingerprint,
+                        now,
+                    ),
                 )
         self._open.pop(run_id, None)
         if intent is not None:
             self._open[run_id] = intent
+        return version
 
     # --- reading ---------------------------------------------------------------------
 
@@ -235,20 +258,24 @@ class SqlStore:
 
         Raises:
             RunNotFound: nothing is stored under ``run_id``.
-            StoreError: the stored state cannot be read (written by something else).
+            DamagedRun: the stored run cannot be read, or its state is another run's (written by something else).
         """
+        if not holdable(run_id):  # never stored: begin refuses it
+            raise RunNotFound(f"no run is stored under {run_id!r}")
         with self._transaction(write=False) as tx:
-            rows = tx.rows(f"SELECT {_SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+            rows = tx.rows(STORED, (run_id,))
         if not rows:
             raise RunNotFound(f"no run is stored under {run_id!r}")
-        return _stored(rows[0])
+        return stored_of(rows[0])
 
     def runs(self, status: str | None = None) -> list[RunSummary]:
         """Every stored run (or those with ``status``), most recently changed first."""
+        if status is not None and not holdable(status):
+            return []
         where, params = ("WHERE status = ?", (status,)) if status is not None else ("", ())
         with self._transaction(write=False) as tx:
-            rows = tx.rows(f"SELECT {_SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
-        return [_summary(row) for row in rows]
+            rows = tx.rows(f"SELECT {SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
+        return [listed(row) for row in rows]
 
     def paused(self) -> list[RunSummary]:
         """The approval inbox: every run waiting for a person, with the blocked call and the reason."""
@@ -256,23 +283,19 @@ class SqlStore:
 
     def history(self, run_id: str) -> list[Decision]:
         """The decisions taken on the run's pauses, oldest first."""
+        if not holdable(run_id):
+            return []
         with self._transaction(write=False) as tx:
-            rows = tx.rows(
-                "SELECT run_id, pause_id, decision, reviewer, reason, arguments, at FROM agent_fsm_decisions"
-                " WHERE run_id = ? ORDER BY at",
-                (run_id,),
-            )
-        return [Decision(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else None, float(r[6])) for r in rows]
+            rows = tx.rows(f"{DECISIONS} ORDER BY at", (run_id,))
+        return [decision_of(row) for row in rows]
 
     def effects(self, run_id: str) -> list[Effect]:
         """Every effectful call's intent and observation, oldest first."""
+        if not holdable(run_id):
+            return []
         with self._transaction(write=False) as tx:
-            rows = tx.rows(
-                "SELECT run_id, idempotency_key, tool, call_id, fingerprint, intent_at, observed_at, outcome"
-                " FROM agent_fsm_effects WHERE run_id = ? ORDER BY intent_at",
-                (run_id,),
-            )
-        return [Effect(r[0], r[1], r[2], r[3], r[4], float(r[5]), _float(r[6]), r[7]) for r in rows]
+            rows = tx.rows(EFFECTS, (run_id,))
+        return [effect_of(row) for row in rows]
 
     # --- taking a run over -------------------------------------------------------------
 
@@ -294,40 +317,53 @@ class SqlStore:
 
         Raises:
             AlreadyDecided: the pause is not open (decided already, or the run is not paused).
+            RunNotFound: no run is stored under ``run_id``.
         """
+        if not holdable(run_id):
+            raise RunNotFound(f"no run is stored under {run_id!r}")
+        if not holdable(pause_id):
+            raise AlreadyDecided(f"run {run_id!r} has no open pause {pause_id!r}; list the inbox again")
+        reviewer, reason = text_column(reviewer) or "", text_column(reason)
         now = time.time()
-        with self._transaction() as tx:
-            won = tx.run(
-                "UPDATE agent_fsm_runs SET status = 'running', owner = ?, pause_id = NULL, updated_at = ?,"
-                " version = version + 1 WHERE run_id = ? AND status = 'paused' AND pause_id = ?",
-                (self.owner, now, run_id, pause_id),
-            )
-            if won:
-                tx.run(
-                    "INSERT INTO agent_fsm_decisions (run_id, pause_id, decision, reviewer, reason, arguments, at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, pause_id, decision, reviewer, reason, json.dumps(arguments) if arguments else None, now),
+        try:
+            with self._transaction() as tx:
+                won = tx.run(
+                    "UPDATE agent_fsm_runs SET status = 'running', owner = ?, pause_id = NULL, updated_at = ?,"
+                    " version = version + 1 WHERE run_id = ? AND status = 'paused' AND pause_id = ?",
+                    (self.owner, now, run_id, pause_id),
                 )
-                rows = tx.rows(f"SELECT {_SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
-            else:
-                earlier = tx.rows(
-                    "SELECT decision, reviewer, at FROM agent_fsm_decisions WHERE run_id = ? AND pause_id = ?",
-                    (run_id, pause_id),
-                )
-                current = tx.rows("SELECT status FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+                if won:
+                    tx.run(
+                        "INSERT INTO agent_fsm_decisions (run_id, pause_id, decision, reviewer, reason, arguments, at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            run_id,
+                            pause_id,
+                            decision,
+                            reviewer,
+                            reason,
+                            json.dumps(arguments) if arguments else None,
+                            now,
+                        ),
+                    )
+                    rows = tx.rows(STORED, (run_id,))
+                    # Checked before the decision commits: a row whose parts disagree decides nothing.
+                    decided = stored_of(rows[0])
+                    agrees(decided, pause_id, rows[0][6])
+        except StoreError as exc:
+            if not self._is_duplicate(exc):
+                raise
+            raise self._lost(run_id, pause_id) from exc  # a decided pause put back in its row (a restored backup)
         if not won:
-            if not current:
-                raise RunNotFound(f"no run is stored under {run_id!r}")
-            if earlier:
-                what, who, at = earlier[0]
-                raise AlreadyDecided(
-                    f"pause {pause_id!r} of run {run_id!r} was decided already: {what} by {who!r}"
-                    f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(float(at)))} UTC"
-                )
-            raise AlreadyDecided(
-                f"run {run_id!r} has no open pause {pause_id!r} (it is {current[0][0]}); list the inbox again"
-            )
-        return _stored(rows[0])
+            raise self._lost(run_id, pause_id)
+        self._held[run_id] = _Held(decided.summary.version, None)
+        return decided
+
+    def _lost(self, run_id: str, pause_id: str) -> StoreError:
+        with self._transaction(write=False) as tx:
+            earlier = tx.rows(f"{DECISIONS} AND pause_id = ?", (run_id, pause_id))
+            current = tx.rows("SELECT status FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+        return lost(run_id, pause_id, earlier, current)
 
     def claim_stale(self, older_than: float) -> list[StoredRun]:
         """
@@ -353,32 +389,10 @@ class SqlStore:
                     (self.owner, time.time(), run_id, version),
                 ):
                     continue
-                rows = tx.rows(f"SELECT {_SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
-            stored = _stored(rows[0])
+                rows = tx.rows(STORED, (run_id,))
+            stored = stored_of(rows[0])
+            self._held[run_id] = _Held(stored.summary.version, None)
             if stored.intent is not None:
                 self._open[run_id] = stored.intent
             claimed.append(stored)
         return claimed
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _intent_data(intent: Intent) -> dict[str, str]:
-    return {
-        "call_id": intent.call_id,
-        "tool": intent.tool,
-        "fingerprint": intent.fingerprint,
-        "idempotency_key": intent.idempotency_key,
-    }
-
-
-def _stored(row: Sequence[Any]) -> StoredRun:
-    summary = _summary(row)
-    try:
-        state = RunState.from_json(row[11])
-    except ValueError as exc:
-        raise StoreError(f"the state stored for run {summary.run_id!r} cannot be read: {exc}") from exc
-    intent = Intent(**json.loads(row[12])) if row[12] else None
-    return StoredRun(summary, state, intent)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agent_fsm.store.errors import DatabaseError
 from agent_fsm.store.sql import SqlStore, Transaction
 
 __all__ = ["SqliteStore"]
@@ -41,6 +42,10 @@ class SqliteStore(SqlStore):
     every commit survive the process being killed; ``"FULL"`` also survives
     the machine losing power, at the cost of a disk flush per commit.
     ``timeout`` is how long a write waits for another process's lock.
+
+    Raises:
+        DatabaseError: the file is not a database, is damaged, cannot be
+            written, or ``path`` is a directory (every ``sqlite3`` error is one).
     """
 
     name = "sqlite"
@@ -50,13 +55,24 @@ class SqliteStore(SqlStore):
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA (got {synchronous!r})")
         self.path = Path(path)
-        # isolation_level=None: no implicit transactions; every write is an explicit BEGIN IMMEDIATE ... COMMIT.
-        self._connection = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()  # one connection, used by one thread at a time
-        self._use_wal(timeout)
-        self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self._connection.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        with self._driver_errors():
+            # isolation_level=None: no implicit transactions; every write is an explicit BEGIN IMMEDIATE ... COMMIT.
+            self._connection = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+            self._use_wal(timeout)
+            self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._connection.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
         self.migrate()
+
+    @contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        """Every ``sqlite3`` error as a :class:`DatabaseError` naming the file, chained to the original."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise DatabaseError(f"the SQLite database {str(self.path)!r} failed: {exc}") from exc
 
     def _use_wal(self, timeout: float) -> None:
         # WAL is a property of the file, set once; switching to it needs a moment alone with the
@@ -77,7 +93,7 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _transaction(self, *, write: bool = True, single: bool = False) -> Iterator[Transaction]:
-        with self._lock:
+        with self._lock, self._driver_errors():
             if single:  # one write statement in autocommit mode: its own transaction, waiting for the lock
                 yield _SqliteTransaction(self._connection)
                 return
@@ -86,12 +102,13 @@ class SqliteStore(SqlStore):
             try:
                 yield _SqliteTransaction(self._connection)
             except BaseException:
-                self._connection.execute("ROLLBACK")
+                if self._connection.in_transaction:  # SQLite may have rolled back already (a full disk)
+                    self._connection.execute("ROLLBACK")
                 raise
             self._connection.execute("COMMIT")
 
     def _is_duplicate(self, exc: BaseException) -> bool:
-        return isinstance(exc, sqlite3.IntegrityError)
+        return isinstance(exc.__cause__, sqlite3.IntegrityError)
 
     def close(self) -> None:
         """Close the database connection."""

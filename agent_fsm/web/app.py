@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -31,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_fsm import Agent
-from agent_fsm.store import RunNotFound, StoreError
+from agent_fsm.store import DamagedRun, RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
 from agent_fsm.web.auth import Reviewers, Session, Sessions
@@ -63,18 +64,42 @@ _NOTICES = {
 
 
 class _SecurityHeaders:
-    """ASGI middleware adding the security headers to every response."""
+    """
+    ASGI middleware adding the security headers to every response, a failure's included.
+
+    Starlette answers an unhandled exception outside every middleware given to
+    it; so a failure is answered here (a bare 500 with the headers) before it
+    goes on up to be logged.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
         async def with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [*message.get("headers", []), *_HEADERS]
             await send(message)
 
-        await self.app(scope, receive, with_headers)
+        try:
+            await self.app(scope, receive, with_headers)
+        except Exception:
+            if scope["type"] != "http" or started:
+                raise
+            body = b"The inbox failed on this request; it was logged. Reload, or ask whoever runs the inbox."
+            await with_headers(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            raise
 
 
 def _age(seconds: float) -> str:
@@ -157,7 +182,10 @@ def inbox_app(
         return endpoint
 
     async def checked_form(request: Request, session: Session) -> Any:
-        form = await request.form()
+        try:
+            form = await request.form()
+        except HTTPException as exc:  # a field larger than the form parser takes (1 MiB)
+            raise DecisionRefused(422, "The form cannot be read", f"{exc.detail} Nothing was decided.") from None
         origin = request.headers.get("origin")
         if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
             raise DecisionRefused(403, "Refused", "the form was sent from another site")
@@ -196,19 +224,33 @@ def inbox_app(
         response.delete_cookie(COOKIE)
         return response
 
+    def unreadable(request: Request, session: Session, exc: StoreError, run_id: str | None = None) -> Response:
+        if isinstance(exc, DamagedRun):
+            return error(request, session, 500, "This run cannot be read", str(exc), run_id=run_id)
+        return error(request, session, 503, "The store failed", f"{exc}. Reload to try again.", run_id=run_id)
+
     async def inbox(request: Request, session: Session) -> Response:
-        summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+        try:
+            summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+        except StoreError as exc:
+            return unreadable(request, session, exc)
         now = time.time()
         waiting = [
             {"run": s, "age": _age(now - s.updated_at), "arguments": pretty_json(s.blocked.arguments)}
             for s in summaries
             if s.status == "paused" and s.blocked is not None
         ]
-        others = [{"run": s, "age": _age(now - s.updated_at)} for s in summaries if s.status != "paused"][:25]
+        # A row that cannot be read is listed (first, whatever its age) with what is wrong with it.
+        broken = [{"run": s, "age": "?"} for s in summaries if s.problem is not None]
+        rest = [s for s in summaries if s.status != "paused" and s.problem is None]
+        others = broken + [{"run": s, "age": _age(now - s.updated_at)} for s in rest][:25]
         return page(request, "inbox.html", session, waiting=waiting, others=others, stamp=_stamp(summaries))
 
     async def inbox_stamp(request: Request, session: Session) -> Response:
-        summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+        try:
+            summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+        except StoreError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
         return JSONResponse({"stamp": _stamp(summaries), "paused": sum(s.status == "paused" for s in summaries)})
 
     def _read_run(run_id: str) -> Any:
@@ -224,6 +266,8 @@ def inbox_app(
             stored, effects, history = await run_in_threadpool(_read_run, run_id)
         except RunNotFound as exc:
             return error(request, session, 404, "No such run", str(exc))
+        except StoreError as exc:
+            return unreadable(request, session, exc, run_id=run_id)
         context = await run_in_threadpool(run_context, stored.state, run_id=run_id, effects=effects, decisions=history)
         blocked = stored.summary.blocked if stored.status == "paused" else None
         notice = _NOTICES.get(request.query_params.get("decided", ""))
@@ -247,6 +291,8 @@ def inbox_app(
             stored = await run_in_threadpool(with_store, lambda store: store.load(run_id))
         except RunNotFound:
             return JSONResponse({"error": "no such run"}, status_code=404)
+        except StoreError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=500 if isinstance(exc, DamagedRun) else 503)
         summary = stored.summary
         return JSONResponse(
             {
@@ -268,7 +314,7 @@ def inbox_app(
         except DecisionRefused as refused:
             return error(request, session, refused.status, refused.title, refused.message, run_id=run_id)
         except StoreError as exc:
-            return error(request, session, 503, "The store failed", f"{exc}. Reload the run to see where it rests.")
+            return unreadable(request, session, exc, run_id=run_id)
         except TimeoutError:
             return RedirectResponse(f"/runs/{quote(run_id, safe='')}?moving=1", status_code=303)
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}?decided={wanted.action}", status_code=303)

@@ -18,6 +18,7 @@ import attrs
 
 from agent_fsm import Agent
 from agent_fsm.engine import RunResult
+from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
 from agent_fsm.store.protocol import RunStore
 
@@ -34,7 +35,8 @@ class DecisionRefused(ValueError):
     No decision was taken; ``status`` is the HTTP status that says why and ``title`` the page's heading.
 
     409: the pause is not open any more (someone decided first, or the page is stale);
-    422: the form is incomplete, or the edited call breaks the tool's contract or is denied by the gate;
+    422: the form is incomplete, the edit is not JSON a call can carry (too deep, a number too long),
+    or the edited call breaks the tool's contract or is denied by the gate;
     404: no such run.
     """
 
@@ -61,7 +63,8 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
     The decision a submitted form asks for.
 
     Raises:
-        DecisionRefused: (422) a field is missing, the edit is not a JSON object, or the reason is empty.
+        DecisionRefused: (422) a field is missing, the edit is not a JSON object (or nests deeper than
+            ``DEPTH_CEILING``, or holds a number too long to read), or the reason is empty.
     """
     action, pause_id = form.get("action"), form.get("pause_id")
     if action not in ACTIONS:
@@ -74,8 +77,15 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
             arguments = json.loads(text) if isinstance(text, str) else None
         except json.JSONDecodeError as exc:
             raise DecisionRefused(422, "The edit is not JSON", f"the edited arguments are not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # a number too long to convert; nesting deeper than Python recurses
+            said = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise DecisionRefused(422, "The edit cannot be read", f"the edited arguments: {said}") from None
         if not isinstance(arguments, dict):
             raise DecisionRefused(422, "The edit is not an object", "the edited arguments must be a JSON object")
+        if nesting_exceeds(arguments, DEPTH_CEILING):  # nothing deeper can be stored or judged
+            raise DecisionRefused(
+                422, "The edit cannot be read", f"the edited arguments nest deeper than {DEPTH_CEILING} levels"
+            )
         return Request(run_id, pause_id, "edit", arguments=arguments)
     if action == "reject":
         reason = form.get("reason")
