@@ -82,7 +82,7 @@ def attrs_frozen_error() -> type[BaseException]:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"model": object()}, "'model' must have a chat()"),
+        ({"model": object()}, "'model' must be a model with a chat()"),
         ({"tools": [1, 2]}, "tools must be a mapping"),
         ({"gate": "allow"}, "'gate' must be callable"),
         ({"limits": {"max_turns": 3}}, "'limits' must be"),

@@ -6,15 +6,17 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import pytest
 
 import agent_fsm.store.sql as sql_module
-from agent_fsm import Agent, RunState, ask_for_effects, resume, run
+from agent_fsm import Agent, RunState, ask_for_effects, deny_effects, resume, run
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.store import (
     AlreadyDecided,
     DamagedRun,
+    DifferentAgent,
     PostgresStore,
     RunExists,
     RunNotFound,
@@ -23,6 +25,7 @@ from agent_fsm.store import (
     SchemaError,
     SqliteStore,
     StoreError,
+    agent_mismatch,
     approve,
     open_store,
     reject,
@@ -415,3 +418,20 @@ def test_a_row_whose_blocked_call_disagrees_with_its_state_is_refused(opener: Op
         approve(opener(), "t1", Agent(overreaching_model(), desk.tools, gate=gate), reviewer="ana")
     assert desk.effects == []
     assert opener().load("t1").status == "paused"
+
+
+def test_a_pause_decided_by_another_agent_is_said_and_judged_afresh(opener: Opener) -> None:
+    """The pause names its agent; deciding it with another agent warns (DifferentAgent) and its gate judges."""
+    desk = make_support_desk()
+    paying = Agent(overreaching_model(), desk.tools, gate=ask_for_effects(desk.tools), name="desk")
+    store = opener()
+    paused = paying.run(TASK, store=store, run_id="t1")
+    assert (paused.state.agent, paused.state.agent_digest) == ("desk", paying.digest)
+    assert agent_mismatch(store.load("t1").state, paying) is None
+    wider = dict(desk.tools)
+    wider["refund_order"] = attrs.evolve(desk.tools["refund_order"], description="Refund anything.")
+    other = Agent(overreaching_model(), wider, gate=deny_effects(wider), name="night-shift")
+    with pytest.warns(DifferentAgent, match="'desk', decided by agent 'night-shift'.*contracts differ"):
+        done = approve(store, "t1", other, reviewer="ana")
+    assert done.state.observations[-1].kind == "denied"  # the deciding agent's gate refused the refund
+    assert opener().effects("t1") == []  # no refund ran

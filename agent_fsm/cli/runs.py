@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import json
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +26,7 @@ import typer
 from agent_fsm import Agent
 from agent_fsm.cli._text import clean
 from agent_fsm.engine import RunResult, format_transcript
-from agent_fsm.store import StoreError, approve, open_store, recover, reject
+from agent_fsm.store import DifferentAgent, StoreError, approve, open_store, recover, reject
 from agent_fsm.store.records import RunSummary
 from agent_fsm.store.sql import SqlStore
 
@@ -175,11 +176,15 @@ def export_command(
 def _decide(decision: Callable[..., RunResult], run_id: str, store: str, world: str, **how: Any) -> str:
     """Apply one human decision through the store; the line that says how the run rests now."""
     agent = load_world(world)
-    with open_url(store) as opened:
+    with open_url(store) as opened, warnings.catch_warnings(record=True) as heard:
+        warnings.simplefilter("always", DifferentAgent)
         try:
             result = decision(opened, run_id, agent, **how)
         except (StoreError, ValueError) as exc:
             raise _fail(str(exc)) from None
+    for warning in heard:  # a run decided by another agent than paused it: said, not refused
+        if issubclass(warning.category, DifferentAgent):
+            typer.echo(clean("note: " + " ".join(str(warning.message).split())), err=True)
     return _ended(run_id, result)
 
 

@@ -61,26 +61,8 @@ EventSink = Callable[[RunEvent], Any]
 """Receives each :class:`agent_fsm.events.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
 
 
-def _model(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not callable(getattr(value, "chat", None)) and not callable(getattr(value, "achat", None)):
-        raise TypeError(
-            f"'model' must have a chat() or an async achat() method (got {value!r} that is a {type(value).__name__})."
-        )
-
-
-def _optional_callable(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and not callable(value):
-        kind = type(value).__name__
-        raise TypeError(f"'{attribute.name}' must be callable or None (got {value!r} that is a {kind}).")
-
-
-def _tools(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
-    check_registry(value)
-
-
-def _name(instance: Agent, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise TypeError(f"'name' must be a non-empty str or None (got {value!r}).")
+def _refused(part: str, expected: str, value: Any) -> TypeError:
+    return TypeError(f"'{part}' must be {expected} (got {value!r} that is a {type(value).__name__}).")
 
 
 # eq=False: an agent is compared by identity (its model and handlers have no
@@ -109,22 +91,37 @@ class Agent:
         ToolDefinitionError: a tool name or value in ``tools`` is unusable.
     """
 
-    model: Model = attrs.field(validator=_model)
-    tools: Registry = attrs.field(validator=_tools)
-    gate: Gate | None = attrs.field(default=None, kw_only=True, validator=_optional_callable)
-    limits: Limits | None = attrs.field(
-        default=None, kw_only=True, validator=attrs.validators.optional(attrs.validators.instance_of(Limits))
-    )
-    system_prompt: str | None = attrs.field(
-        default=None, kw_only=True, validator=attrs.validators.optional(attrs.validators.instance_of(str))
-    )
-    answer_check: AnswerCheck | None = attrs.field(default=None, kw_only=True, validator=_optional_callable)
-    estimator: TokenEstimator = attrs.field(
-        default=estimate_tokens, kw_only=True, validator=attrs.validators.is_callable()
-    )
+    model: Model
+    tools: Registry
+    gate: Gate | None = attrs.field(default=None, kw_only=True)
+    limits: Limits | None = attrs.field(default=None, kw_only=True)
+    system_prompt: str | None = attrs.field(default=None, kw_only=True)
+    answer_check: AnswerCheck | None = attrs.field(default=None, kw_only=True)
+    estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True)
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
-    name: str | None = attrs.field(default=None, kw_only=True, validator=_name)
+    name: str | None = attrs.field(default=None, kw_only=True)
     _digest: str | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
+
+    # The checks, written out in one place: an agent is built for every call of the
+    # module-level functions, so per-field validator calls would cost every run.
+    def __attrs_post_init__(self) -> None:
+        model = self.model
+        if not callable(getattr(model, "chat", None)) and not callable(getattr(model, "achat", None)):
+            raise _refused("model", "a model with a chat() or an async achat() method", model)
+        check_registry(self.tools)
+        if self.gate is not None and not callable(self.gate):
+            raise _refused("gate", "callable or None", self.gate)
+        if self.limits is not None and type(self.limits) is not Limits and not isinstance(self.limits, Limits):
+            raise _refused("limits", "a Limits or None", self.limits)
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise _refused("system_prompt", "a str or None", self.system_prompt)
+        if self.answer_check is not None and not callable(self.answer_check):
+            raise _refused("answer_check", "callable or None", self.answer_check)
+        if not callable(self.estimator):
+            raise _refused("estimator", "callable", self.estimator)
+        name = self.name
+        if name is not None and (type(name) is not str or not name):
+            raise _refused("name", "a non-empty str or None", name)
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -148,14 +145,16 @@ class Agent:
         """
         A new run's state in ``Ready``, as :meth:`run` begins it: opened by this agent, under its limits, named for it.
 
+        The digest of the agent's contracts is recorded when the run is stored
+        and whenever it pauses: where a decision may follow.
+
         For a driver of its own (a workflow engine, say) that then continues it with :meth:`advance`.
         """
         state = start_state(
             task, system_prompt=self.system_prompt, history=history, estimator=self.estimator, run_id=run_id
         )
         state.limits = self.limits if self.limits is not None else DEFAULT_LIMITS
-        state.agent = self.name
-        state.agent_digest = self.digest
+        state.agent = self.name  # the digest of its contracts is recorded where a decision may follow (see _rest)
         return state
 
     # --- one run, synchronously --------------------------------------------

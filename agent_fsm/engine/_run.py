@@ -167,6 +167,7 @@ class RunContext:
     """One run in flight: its state, its model, tools, gate and budgets, and who listens."""
 
     __slots__ = (
+        "agent",
         "answer_check",
         "authorized",
         "call_ids",
@@ -205,6 +206,7 @@ class RunContext:
         self.checkpointer = checkpointer
         self.run_id = run_id if run_id is not None else state.run_id
         self.answer_check = answer_check
+        self.agent: Agent | None = None  # the agent driving the run, when an Agent launched it
         self.model = model
         self.tools = tools
         # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
@@ -866,7 +868,11 @@ def _check(state: RunState) -> None:
 def _rest(context: RunContext, endings: EndingRule | None) -> RunResult:
     """The run rests (paused or ended): its result, committed (a pause under its own id) and announced."""
     context.settle_clock()
-    result = _result(context.state, context.limits, endings)
+    state = context.state
+    if context.agent is not None and state.machine_state == "AwaitingApproval":
+        # A pause names the agent that paused it, so whoever decides it can tell a different agent apart.
+        state.agent, state.agent_digest = context.agent.name, context.agent.digest
+    result = _result(state, context.limits, endings)
     if context.checkpointer is not None:
         mark_pause(context.state)
         context.checkpointer.save(context.run_id, context.state)
@@ -887,6 +893,7 @@ def starting(
 ) -> Launch:
     """A new run's ``state`` (see :meth:`agent_fsm.Agent.start`), begun in ``store``: its context and steps."""
     if store is not None:
+        state.agent_digest = agent.digest  # a stored run is a record: it names its contracts from the start
         store.begin(_required_id(run_id), state)
     return continuing(agent, state, store=store, run_id=run_id, listening=listening, fresh=True)
 
@@ -917,9 +924,11 @@ def _context(
     """The run in flight: the answer check as the machine calls it, the run id a store requires."""
     check = _declared(agent.answer_check)
     stored_id = _stored_id(store, run_id)
-    return RunContext(
+    context = RunContext(
         state, agent.model, agent.tools, agent.gate, limits, agent.estimator, check, store, stored_id, listening
     )
+    context.agent = agent
+    return context
 
 
 def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResult]:
@@ -1102,6 +1111,7 @@ def continue_run(
         store,
         run_id,
     )
+    context.agent = agent
     if intent is not None:
         settle_intent(context, intent)
     elif state.machine_state == "AwaitingApproval":

@@ -2,11 +2,12 @@
 Durable runs: a store that keeps every run, its pauses and its effects, across processes and crashes.
 
     store = SqliteStore("runs.db")
-    result = run(task, model, tools, gate=gate, store=store, run_id="ticket-42")
-    # ... any process, later:
+    agent = Agent(model, tools, gate=gate)
+    result = agent.run(task, store=store, run_id="ticket-42")
+    # ... any process, later, with the same agent:
     for waiting in store.paused():
-        approve(store, waiting.run_id, model, tools, gate=gate, reviewer="ana")
-    recover(store, model, tools, gate=gate)  # after a crash
+        approve(store, waiting.run_id, agent, reviewer="ana")
+    recover(store, agent)  # after a crash
 
 The guarantees (what is exactly-once, what needs an idempotent tool, what
 a person decides) are stated in docs/durability.md.
@@ -23,7 +24,7 @@ from agent_fsm.store.errors import (
     SchemaError,
     StoreError,
 )
-from agent_fsm.store.inbox import approve, reject
+from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, approve, reject
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
@@ -48,6 +49,8 @@ __all__ = [
     "ToolContext",
     "Checkpointer",
     # Deciding and recovering
+    "DifferentAgent",
+    "agent_mismatch",
     "approve",
     "reject",
     "recover",

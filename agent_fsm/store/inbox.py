@@ -10,16 +10,43 @@ Who decided and when is kept in the run's history.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from agent_fsm import Agent
-from agent_fsm.engine import OUTCOME_UNKNOWN, RunResult, ToolCall, deny_effects, judge
+from agent_fsm.engine import OUTCOME_UNKNOWN, RunResult, RunState, ToolCall, deny_effects, judge
 from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun
 
-__all__ = ["approve", "reject"]
+__all__ = ["DifferentAgent", "agent_mismatch", "approve", "reject"]
+
+
+class DifferentAgent(UserWarning):
+    """A pause is decided by an agent other than the one that paused it (its name or its tool contracts differ).
+
+    The decision is still judged afresh by the deciding agent's gate against
+    its own contracts; the warning says so, since a reviewer may have meant
+    the agent that paused the run.
+    """
+
+
+def agent_mismatch(state: RunState, agent: Agent) -> str | None:
+    """What differs between the agent that paused ``state`` and ``agent`` (None: the same name and contracts)."""
+    paused_as, digest = state.agent, state.agent_digest
+    if paused_as is None and digest is None:
+        return None  # a state saved before runs named their agents: nothing to compare
+    same_name = paused_as == agent.name
+    same_contracts = digest is None or digest == agent.digest
+    if same_name and same_contracts:
+        return None
+    said = []
+    if not same_name:
+        said.append(f"paused by agent {paused_as!r}, decided by agent {agent.name!r}")
+    if not same_contracts:
+        said.append(f"its tool contracts differ ({(digest or '')[:12]} then, {agent.digest[:12]} now)")
+    return f"run {state.run_id!r} was " + "; ".join(said) + ": the call is judged afresh by the deciding agent"
 
 
 def _open_pause(store: RunStore, run_id: str, agent: Agent, pause_id: str | None, reviewer: str) -> StoredRun:
@@ -34,6 +61,9 @@ def _open_pause(store: RunStore, run_id: str, agent: Agent, pause_id: str | None
         raise AlreadyDecided(f"run {run_id!r} is {stored.status}, not waiting for a decision")
     if pause_id is not None and pause_id != current:
         raise AlreadyDecided(f"pause {pause_id!r} of run {run_id!r} is not open (the open one is {current!r})")
+    note = agent_mismatch(stored.state, agent)
+    if note is not None:
+        warnings.warn(note, DifferentAgent, stacklevel=3)
     return stored
 
 
