@@ -419,127 +419,92 @@ class AgentParts(TypedDict, total=False):
     endings: EndingRule | None
 
 
-def run(
-    task: str,
-    model: Model,
-    tools: Registry,
-    *,
-    history: Sequence[Mapping[str, Any]] = (),
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-    **parts: Unpack[AgentParts],
-) -> RunResult:
-    """:meth:`Agent.run` of ``Agent(model, tools, **parts)``: run ``task`` to a typed ending."""
-    return Agent(model, tools, **parts).run(task, history=history, store=store, run_id=run_id, on_event=on_event)
+class ContinueOptions(AgentParts, total=False):
+    """:func:`advance`'s keywords: the agent's parts, and where the run is kept and heard."""
+
+    store: Checkpointer | None
+    run_id: str | None
+    on_event: EventSink | None
 
 
-def stream(
-    task: str,
-    model: Model,
-    tools: Registry,
-    *,
-    history: Sequence[Mapping[str, Any]] = (),
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    **parts: Unpack[AgentParts],
-) -> Iterator[RunEvent]:
-    """:meth:`Agent.stream` of ``Agent(model, tools, **parts)``: :func:`run` as an iterator of its events."""
-    return Agent(model, tools, **parts).stream(task, history=history, store=store, run_id=run_id)
+class RunOptions(ContinueOptions, total=False):
+    """:func:`run`'s keywords: :class:`ContinueOptions` and the conversation it continues."""
+
+    history: Sequence[Mapping[str, Any]]
 
 
-def advance(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    *,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-    **parts: Unpack[AgentParts],
-) -> RunResult:
+class StreamOptions(AgentParts, total=False):
+    """:func:`stream`'s keywords (its events are what it yields, so no ``on_event``)."""
+
+    history: Sequence[Mapping[str, Any]]
+    store: Checkpointer | None
+    run_id: str | None
+
+
+class DecisionOptions(ContinueOptions, total=False):
+    """:func:`resume`'s keywords besides ``approve``: a reviewer's reason, edited arguments, a seen-check."""
+
+    reason: str
+    arguments: Mapping[str, Any] | None
+    seen: Seen | None
+
+
+_PARTS = AgentParts.__optional_keys__
+
+
+def _split(model: Model, tools: Registry, options: Mapping[str, Any]) -> tuple[Agent, dict[str, Any]]:
+    """The agent the options define, and the options that belong to one run."""
+    parts = {key: value for key, value in options.items() if key in _PARTS}
+    return Agent(model, tools, **parts), {key: value for key, value in options.items() if key not in _PARTS}
+
+
+def run(task: str, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:
+    """:meth:`Agent.run` of ``Agent(model, tools, gate=..., ...)``: run ``task`` to a typed ending."""
+    agent, per_run = _split(model, tools, options)
+    return agent.run(task, **per_run)
+
+
+def stream(task: str, model: Model, tools: Registry, **options: Unpack[StreamOptions]) -> Iterator[RunEvent]:
+    """:meth:`Agent.stream` of ``Agent(model, tools, gate=..., ...)``: :func:`run` as an iterator of its events."""
+    agent, per_run = _split(model, tools, options)
+    return agent.stream(task, **per_run)
+
+
+def advance(state: RunState, model: Model, tools: Registry, **options: Unpack[ContinueOptions]) -> RunResult:
     """:meth:`Agent.advance`: drive ``state`` on until it rests (``limits=None`` keeps the saved limits)."""
-    return Agent(model, tools, **parts).advance(state, store=store, run_id=run_id, on_event=on_event)
+    agent, per_run = _split(model, tools, options)
+    return agent.advance(state, **per_run)
 
 
 def resume(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    *,
-    approve: bool,
-    reason: str = "",
-    arguments: Mapping[str, Any] | None = None,
-    seen: Seen | None = None,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-    **parts: Unpack[AgentParts],
+    state: RunState, model: Model, tools: Registry, *, approve: bool, **options: Unpack[DecisionOptions]
 ) -> RunResult:
     """:meth:`Agent.resume`: decide a paused run once (the ``gate`` passed here judges the call afresh)."""
-    launch = Agent(model, tools, **parts)._deciding(state, approve, reason, arguments, seen, store, run_id, on_event)
-    return _performed(launch, on_event)
+    agent, per_run = _split(model, tools, options)
+    return agent.resume(state, approve=approve, **per_run)
 
 
-async def arun(
-    task: str,
-    model: Model,
-    tools: Registry,
-    *,
-    history: Sequence[Mapping[str, Any]] = (),
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-    **parts: Unpack[AgentParts],
-) -> RunResult:
-    """:meth:`Agent.arun` of ``Agent(model, tools, **parts)``: :func:`run`, awaited."""
-    return await Agent(model, tools, **parts).arun(task, history=history, store=store, run_id=run_id, on_event=on_event)
+async def arun(task: str, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:
+    """:meth:`Agent.arun` of ``Agent(model, tools, gate=..., ...)``: :func:`run`, awaited."""
+    agent, per_run = _split(model, tools, options)
+    return await agent.arun(task, **per_run)
 
 
-def astream(
-    task: str,
-    model: Model,
-    tools: Registry,
-    *,
-    history: Sequence[Mapping[str, Any]] = (),
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    **parts: Unpack[AgentParts],
-) -> AsyncIterator[RunEvent]:
-    """:meth:`Agent.astream` of ``Agent(model, tools, **parts)``: :func:`arun` as an async iterator of events."""
-    return Agent(model, tools, **parts).astream(task, history=history, store=store, run_id=run_id)
+def astream(task: str, model: Model, tools: Registry, **options: Unpack[StreamOptions]) -> AsyncIterator[RunEvent]:
+    """:meth:`Agent.astream` of ``Agent(model, tools, gate=..., ...)``: :func:`arun` as an async iterator of events."""
+    agent, per_run = _split(model, tools, options)
+    return agent.astream(task, **per_run)
 
 
-async def aadvance(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    *,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-    **parts: Unpack[AgentParts],
-) -> RunResult:
+async def aadvance(state: RunState, model: Model, tools: Registry, **options: Unpack[ContinueOptions]) -> RunResult:
     """:meth:`Agent.aadvance`: :func:`advance`, awaited."""
-    return await Agent(model, tools, **parts).aadvance(state, store=store, run_id=run_id, on_event=on_event)
+    agent, per_run = _split(model, tools, options)
+    return await agent.aadvance(state, **per_run)
 
 
 async def aresume(
-    state: RunState,
-    model: Model,
-    tools: Registry,
-    *,
-    approve: bool,
-    reason: str = "",
-    arguments: Mapping[str, Any] | None = None,
-    seen: Seen | None = None,
-    store: Checkpointer | None = None,
-    run_id: str | None = None,
-    on_event: EventSink | None = None,
-    **parts: Unpack[AgentParts],
+    state: RunState, model: Model, tools: Registry, *, approve: bool, **options: Unpack[DecisionOptions]
 ) -> RunResult:
     """:meth:`Agent.aresume`: :func:`resume`, awaited."""
-    from agent_fsm.engine._async import performed
-
-    launch = Agent(model, tools, **parts)._deciding(state, approve, reason, arguments, seen, store, run_id, on_event)
-    return await performed(launch, on_event)
+    agent, per_run = _split(model, tools, options)
+    return await agent.aresume(state, approve=approve, **per_run)
