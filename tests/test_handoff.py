@@ -10,8 +10,8 @@ from agent_fsm import ScriptedModel, Stop, answer_message, run, tool_call_messag
 from agent_fsm.examples.handoff import (
     INTERVAL_DAYS,
     STATUSES,
-    Ending,
     Event,
+    HandoffEnding,
     check_answer,
     decide,
     environment,
@@ -51,7 +51,7 @@ def test_decide_rejects_unknown_input() -> None:
 def test_replay_normal_path() -> None:
     """Two good tool calls then a finish with evidence: answered after 2 attempts."""
     outcome = replay(["tool", "tool", "finish"], limit=3)
-    assert (outcome.ending, outcome.attempts) == (Ending.ANSWERED, 2)
+    assert (outcome.ending, outcome.attempts) == (HandoffEnding.ANSWERED, 2)
     assert outcome.decisions == ("continue", "continue", "answer")
 
 
@@ -59,14 +59,14 @@ def test_replay_counts_failed_attempts() -> None:
     """A timed-out call counts as an attempt, and the next tool proposal is handed off."""
     events = [{"action": "tool"}, {"action": "tool", "status": "transient"}, {"action": "tool"}]
     outcome = replay(events, limit=5)
-    assert (outcome.ending, outcome.attempts) == (Ending.SERVICE_FAILURE, 2)
+    assert (outcome.ending, outcome.attempts) == (HandoffEnding.SERVICE_FAILURE, 2)
 
 
 def test_replay_boundary_no_further_tool() -> None:
     """At the limit another tool is refused (exhausted budget) but a finish is still answered."""
-    assert replay(["tool", "tool", "tool"], limit=2).ending is Ending.EXHAUSTED_BUDGET
+    assert replay(["tool", "tool", "tool"], limit=2).ending is HandoffEnding.EXHAUSTED_BUDGET
     assert replay(["tool", "tool", "tool"], limit=2).attempts == 2
-    assert replay(["tool", "tool", "finish"], limit=2).ending is Ending.ANSWERED
+    assert replay(["tool", "tool", "finish"], limit=2).ending is HandoffEnding.ANSWERED
 
 
 def test_permanent_failure_policies_differ_only_in_when_they_stop() -> None:
@@ -75,11 +75,11 @@ def test_permanent_failure_policies_differ_only_in_when_they_stop() -> None:
     immediate = replay(events, limit=3, policy="immediate")
     deferred = replay(events, limit=3, policy="deferred")
     assert (immediate.ending, immediate.attempts, immediate.decisions) == (
-        Ending.SERVICE_FAILURE,
+        HandoffEnding.SERVICE_FAILURE,
         1,
         ("continue", "handoff"),
     )
-    assert (deferred.ending, deferred.attempts) == (Ending.ANSWERED, 1)
+    assert (deferred.ending, deferred.attempts) == (HandoffEnding.ANSWERED, 1)
     tool_after = [{"action": "tool", "status": "permanent"}, "tool"]
     assert replay(tool_after, limit=3, policy="deferred").attempts == 1
 
@@ -87,12 +87,12 @@ def test_permanent_failure_policies_differ_only_in_when_they_stop() -> None:
 def test_replay_distinguishes_every_ending() -> None:
     """Each ending reason comes out of the event list that causes it."""
     cases = {
-        Ending.ANSWERED: ["finish"],
-        Ending.MISSING_EVIDENCE: [{"action": "finish", "evidence": False}],
-        Ending.DENIED_ACTION: [{"action": "tool", "status": "denied"}, "tool"],
-        Ending.INVALID_ACTION: [{"action": "tool", "status": "schema"}, "tool"],
-        Ending.EXHAUSTED_BUDGET: ["tool", "tool"],
-        Ending.SERVICE_FAILURE: [{"action": "tool", "status": "permanent"}],
+        HandoffEnding.ANSWERED: ["finish"],
+        HandoffEnding.MISSING_EVIDENCE: [{"action": "finish", "evidence": False}],
+        HandoffEnding.DENIED_ACTION: [{"action": "tool", "status": "denied"}, "tool"],
+        HandoffEnding.INVALID_ACTION: [{"action": "tool", "status": "schema"}, "tool"],
+        HandoffEnding.EXHAUSTED_BUDGET: ["tool", "tool"],
+        HandoffEnding.SERVICE_FAILURE: [{"action": "tool", "status": "permanent"}],
     }
     for ending, events in cases.items():
         assert replay(events, limit=1).ending is ending, events
@@ -130,7 +130,9 @@ def test_replay_properties(events: list[Event], limit: int, policy: str) -> None
     assert all(e.action == "tool" for e in issued)
     assert all(e.status == "ok" for e in issued[:-1]), "a tool ran after a failed one"
     assert outcome.decisions[: len(issued)] == ("continue",) * len(issued), "continues come first, then one ending"
-    assert (outcome.decisions[-1] == "answer") == (outcome.ending in (Ending.ANSWERED, Ending.MISSING_EVIDENCE))
+    assert (outcome.decisions[-1] == "answer") == (
+        outcome.ending in (HandoffEnding.ANSWERED, HandoffEnding.MISSING_EVIDENCE)
+    )
 
 
 # --- the environment ------------------------------------------------------------

@@ -45,7 +45,7 @@ from agent_fsm.patterns import (
     MACHINES,
     PARALLEL_MACHINE,
     ROUTER_MACHINE,
-    Ending,
+    PatternEnding,
     PatternResult,
     Plan,
     ScriptedReplies,
@@ -107,7 +107,7 @@ def test_chain_runs_the_fixed_steps_and_asks_the_model_once():
     desk = make_support_desk()
     model = _Recording([answer_message("Refund sent: 4999 cents.")])
     result = chain(REFUND_PLAN, model, desk.tools, gate=refund_gate)
-    assert result.ending is Ending.REPLIED and result.output == "Refund sent: 4999 cents."
+    assert result.ending is PatternEnding.REPLIED and result.output == "Refund sent: 4999 cents."
     assert desk.effects == CORRECT_EFFECTS
     assert [o.call_id for o in result.observations] == ["lookup", "refund"]
     assert (result.spend.model_calls, result.spend.tool_calls) == (1, 2)
@@ -119,7 +119,7 @@ def test_chain_stops_at_a_refused_step_with_the_secure_default():
     desk = make_support_desk()
     model = _Recording([answer_message("Refund sent: 4999 cents.")])
     result = chain(REFUND_PLAN, model, desk.tools)
-    assert result.ending is Ending.STEP_FAILED and result.output is None
+    assert result.ending is PatternEnding.STEP_FAILED and result.output is None
     assert desk.effects == [] and model.prompts == []
     assert "refund_order [refund] came back denied" in result.reason
 
@@ -130,7 +130,7 @@ def test_chain_reports_an_unreachable_model_as_provider_error():
     result = chain(
         REFUND_PLAN, ScriptedReplies([ProviderFailure("timed out", kind="timeout")]), desk.tools, gate=refund_gate
     )
-    assert result.ending is Ending.PROVIDER_ERROR and result.output is None
+    assert result.ending is PatternEnding.PROVIDER_ERROR and result.output is None
     assert "timed out" in result.reason and desk.effects == CORRECT_EFFECTS
 
 
@@ -155,7 +155,7 @@ def test_drafting_grants_no_tools():
     desk = make_support_desk()
     sneaky = tool_call_message("x", "refund_order", {"order_id": "A-17", "amount_cents": 10})
     result = chain(REFUND_PLAN, ScriptedReplies([sneaky]), desk.tools, gate=refund_gate)
-    assert result.ending is Ending.REPLIED and result.output == ""
+    assert result.ending is PatternEnding.REPLIED and result.output == ""
     assert desk.effects == CORRECT_EFFECTS and len(result.observations) == 2
 
 
@@ -174,7 +174,7 @@ def test_router_takes_a_different_branch_for_each_task(task, script, route, call
     desk = make_support_desk()
     model = _Recording([answer_message(t) for t in script])
     result = router(task, BRANCHES, model, desk.tools, gate=refund_gate)
-    assert result.ending is Ending.REPLIED and result.route == route
+    assert result.ending is PatternEnding.REPLIED and result.route == route
     assert (result.spend.model_calls, result.spend.tool_calls) == calls
     assert desk.effects == effects
     assert task in model.prompts[0]
@@ -187,7 +187,7 @@ def test_router_refuses_a_route_that_names_no_branch():
     """An answer outside the branch set ends unroutable; no branch runs."""
     desk = make_support_desk()
     result = router(TASK, BRANCHES, ScriptedReplies([answer_message("shipping")]), desk.tools, gate=refund_gate)
-    assert result.ending is Ending.UNROUTABLE and result.route is None
+    assert result.ending is PatternEnding.UNROUTABLE and result.route is None
     assert result.observations == () and desk.effects == []
     assert "'shipping' names no branch" in result.reason
 
@@ -197,7 +197,7 @@ def test_router_tolerates_case_and_a_full_stop_only():
     desk = make_support_desk()
     assert router(POLICY_TASK, BRANCHES, ScriptedReplies([answer_message(" Policy. ")]), desk.tools).route == "policy"
     wordy = router(POLICY_TASK, BRANCHES, ScriptedReplies([answer_message("policy please")]), desk.tools)
-    assert wordy.ending is Ending.UNROUTABLE
+    assert wordy.ending is PatternEnding.UNROUTABLE
 
 
 def test_router_needs_a_branch():
@@ -237,7 +237,7 @@ def test_parallel_joins_reads_by_call_id_whatever_order_they_finish(first):
     plan = Plan(compose=lambda results: f"{results['a']['source']}+{results['b']['source']}")
     result = parallel(reads, plan, ScriptedReplies([]), tools)
     assert finished[0] == first and sorted(finished) == ["alpha", "beta"]
-    assert result.ending is Ending.REPLIED and result.output == "alpha+beta"
+    assert result.ending is PatternEnding.REPLIED and result.output == "alpha+beta"
     assert [(o.call_id, o.content) for o in result.observations] == [
         ("a", {"source": "alpha", "key": "k1"}),
         ("b", {"source": "beta", "key": "k2"}),
@@ -250,7 +250,7 @@ def test_parallel_on_the_desk_reads_then_refunds_once():
     desk = make_support_desk()
     model = _Recording([answer_message("Refunded 4999 cents.")])
     result = parallel(FAN_OUT, AFTER_FAN_OUT, model, desk.tools, gate=refund_gate)
-    assert result.ending is Ending.REPLIED and desk.effects == CORRECT_EFFECTS
+    assert result.ending is PatternEnding.REPLIED and desk.effects == CORRECT_EFFECTS
     assert [o.call_id for o in result.observations] == ["order", "policy", "refund"]
     assert "Damaged goods" in model.prompts[0] and '"refunded_cents": 4999' in model.prompts[0]
 
@@ -260,7 +260,7 @@ def test_parallel_refuses_to_fan_out_an_effectful_call():
     desk = make_support_desk()
     reads = [*FAN_OUT, ToolCall("r", "refund_order", {"order_id": "A-17", "amount_cents": 4999})]
     result = parallel(reads, AFTER_FAN_OUT, ScriptedReplies([]), desk.tools, gate=refund_gate)
-    assert result.ending is Ending.FAN_OUT_REFUSED
+    assert result.ending is PatternEnding.FAN_OUT_REFUSED
     assert desk.effects == [] and result.observations == () and result.spend.tool_calls == 0
     assert "refund_order [r] is effectful" in result.reason
 
@@ -270,7 +270,7 @@ def test_parallel_refuses_repeated_call_ids():
     desk = make_support_desk()
     reads = [ToolCall("x", "read_policy", {}), ToolCall("x", "lookup_order", {"order_id": "A-17"})]
     result = parallel(reads, AFTER_FAN_OUT, ScriptedReplies([]), desk.tools)
-    assert result.ending is Ending.FAN_OUT_REFUSED and "call id 'x' is used 2 times" in result.reason
+    assert result.ending is PatternEnding.FAN_OUT_REFUSED and "call id 'x' is used 2 times" in result.reason
 
 
 def test_parallel_stops_when_a_read_fails():
@@ -278,7 +278,7 @@ def test_parallel_stops_when_a_read_fails():
     desk = make_support_desk()
     reads = [ToolCall("order", "lookup_order", {"order_id": "Z-9"}), ToolCall("policy", "read_policy", {})]
     result = parallel(reads, AFTER_FAN_OUT, ScriptedReplies([]), desk.tools, gate=refund_gate)
-    assert result.ending is Ending.STEP_FAILED and desk.effects == []
+    assert result.ending is PatternEnding.STEP_FAILED and desk.effects == []
     assert [o.kind for o in result.observations] == ["error", "result"]
 
 
@@ -290,7 +290,7 @@ def test_evaluator_spends_a_second_round_when_the_first_draft_fails():
     desk = make_support_desk()
     model = _Recording([answer_message("The money will follow soon."), answer_message("Refund sent: 4999 cents.")])
     result = evaluator(REFUND_PLAN, states_refunded_amount, model, desk.tools, gate=refund_gate)
-    assert result.ending is Ending.ACCEPTED and result.output == "Refund sent: 4999 cents."
+    assert result.ending is PatternEnding.ACCEPTED and result.output == "Refund sent: 4999 cents."
     assert result.drafts == ("The money will follow soon.", "Refund sent: 4999 cents.")
     assert result.spend.model_calls == 2
     assert "not accepted" not in model.prompts[0] and "exact amount refunded (4999 cents)" in model.prompts[1]
@@ -301,7 +301,7 @@ def test_evaluator_ends_typed_when_no_draft_passes():
     desk = make_support_desk()
     model = ScriptedReplies([answer_message(f"Sorry, attempt {i}.") for i in range(5)])
     result = evaluator(REFUND_PLAN, states_refunded_amount, model, desk.tools, gate=refund_gate, max_rounds=3)
-    assert result.ending is Ending.REVISION_BUDGET_EXHAUSTED
+    assert result.ending is PatternEnding.REVISION_BUDGET_EXHAUSTED
     assert result.output is None and len(result.drafts) == 3 and result.spend.model_calls == 3
     assert "3 of 3 drafts" in result.reason
 
@@ -428,8 +428,8 @@ def _refund_allowed(verdicts: dict[str, Any]) -> bool:
 
 def _assert_typed_and_authorised(result: PatternResult, spec, effects: list[Any], verdicts: dict[str, Any]) -> None:
     stops = {s.stop for s in spec.states if s.is_resting}
-    assert result.ending.value in stops and type(result.ending) in (Ending, Stop)
-    delivered = result.ending in (Ending.REPLIED, Ending.ACCEPTED, Stop.ANSWERED)
+    assert result.ending.value in stops and type(result.ending) in (PatternEnding, Stop)
+    delivered = result.ending in (PatternEnding.REPLIED, PatternEnding.ACCEPTED, Stop.ANSWERED)
     assert (result.output is not None) == delivered
     receipts = [o.content for o in result.observations if o.ok]
     assert all(any(effect == r for r in receipts) for effect in effects), "an effect without an allowed call"
@@ -478,7 +478,7 @@ def test_parallel_always_ends_typed_with_every_effect_authorised(replies, verdic
     result = parallel(reads, plan, ScriptedReplies(replies), desk.tools, gate=_gate_of(verdicts))
     _assert_typed_and_authorised(result, PARALLEL_MACHINE, desk.effects, verdicts)
     if any(call.name == "refund_order" for call in reads):
-        assert result.ending is Ending.FAN_OUT_REFUSED and desk.effects == [] and result.observations == ()
+        assert result.ending is PatternEnding.FAN_OUT_REFUSED and desk.effects == [] and result.observations == ()
     else:
         assert desk.effects == []
 
@@ -497,9 +497,9 @@ def test_evaluator_always_ends_typed_with_every_effect_authorised(replies, verdi
     )
     _assert_typed_and_authorised(result, EVALUATOR_MACHINE, desk.effects, verdicts)
     assert len(result.drafts) <= max_rounds and result.spend.model_calls <= max_rounds
-    if result.ending is Ending.ACCEPTED:
+    if result.ending is PatternEnding.ACCEPTED:
         assert "4999" in result.output
-    if result.ending is Ending.REVISION_BUDGET_EXHAUSTED:
+    if result.ending is PatternEnding.REVISION_BUDGET_EXHAUSTED:
         assert len(result.drafts) == max_rounds and not any("4999" in d for d in result.drafts)
 
 

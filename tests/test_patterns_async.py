@@ -12,7 +12,7 @@ from hypothesis import given
 from agent_fsm import HandlerError, NotSynchronous, ProviderFailure, ToolCall, ToolSpec, answer_message
 from agent_fsm.examples.compare import AFTER_FAN_OUT, FAN_OUT
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.patterns import Ending, Plan, ScriptedReplies, aparallel, parallel
+from agent_fsm.patterns import PatternEnding, Plan, ScriptedReplies, aparallel, parallel
 from tests.async_worlds import AsyncModel, async_gate, async_tools
 from tests.test_patterns import _gate_of, _gates, _reads, _replies
 
@@ -39,11 +39,11 @@ REFUND = ToolCall("r", "refund_order", {"order_id": "A-17", "amount_cents": 4999
 @pytest.mark.parametrize(
     ("reads", "replies", "ending"),
     [
-        (FAN_OUT, [answer_message("Refunded 4999 cents.")], Ending.REPLIED),
-        ([*FAN_OUT, REFUND], [], Ending.FAN_OUT_REFUSED),
+        (FAN_OUT, [answer_message("Refunded 4999 cents.")], PatternEnding.REPLIED),
+        ([*FAN_OUT, REFUND], [], PatternEnding.FAN_OUT_REFUSED),
         ([ToolCall("x", "read_policy", {}), ToolCall("x", "lookup_order", {"order_id": "A-17"})], [], None),
         ([ToolCall("order", "lookup_order", {"order_id": "Z-9"}), ToolCall("p", "read_policy", {})], [], None),
-        (FAN_OUT, [ProviderFailure("unreachable")], Ending.PROVIDER_ERROR),
+        (FAN_OUT, [ProviderFailure("unreachable")], PatternEnding.PROVIDER_ERROR),
     ],
     ids=["replied", "effectful-batch", "repeated-id", "failed-read", "provider-error"],
 )
@@ -98,7 +98,7 @@ def _timed(tools: dict[str, ToolSpec]) -> tuple[Any, float]:
 def test_reads_overlap_under_the_async_driver(kind: str) -> None:
     """Three reads of 0.1 s each finish together in well under the 0.3 s they would take one after another."""
     result, elapsed = _timed(_sleepy_reads({"a": 0.1, "b": 0.1, "c": 0.1}, kind))
-    assert result.ending is Ending.REPLIED and result.output == "a,b,c"
+    assert result.ending is PatternEnding.REPLIED and result.output == "a,b,c"
     assert elapsed < 0.25, f"{kind} reads took {elapsed:.3f}s: they did not overlap"
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agent_fsm.engine import answer_message, check_machine
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
-from agent_fsm.patterns import PLAN_MACHINE, Ending, ScriptedReplies, parse_plan, plan_and_execute
+from agent_fsm.patterns import PLAN_MACHINE, PatternEnding, ScriptedReplies, parse_plan, plan_and_execute
 
 TASK = "My order A-17 came broken. Could you sort this out?"
 LOOKUP = {"tool": "lookup_order", "arguments": {"order_id": "A-17"}}
@@ -32,7 +32,7 @@ def _run(*plans, gate=refund_gate, **options):
 def test_the_plan_stops_at_its_denied_step_and_later_steps_never_run():
     """Plan v1 (lookup, refund 9999, read policy): step 2 is denied, step 3 never runs, nothing is refunded."""
     result, desk = _run([LOOKUP, OVER, POLICY])
-    assert result.ending is Ending.STEP_DENIED
+    assert result.ending is PatternEnding.STEP_DENIED
     assert [(o.call_id, o.kind) for o in result.observations] == [("p1s1", "result"), ("p1s2", "denied")]
     assert desk.effects == []
     assert result.output is None and "refund_order [p1s2] came back denied" in result.reason
@@ -44,7 +44,7 @@ def test_a_replan_sees_the_failure_and_the_corrected_plan_lands_the_refund():
     planner = _planner([LOOKUP, OVER], [RIGHT])
     desk = make_support_desk()
     result = plan_and_execute(TASK, planner, desk.tools, gate=refund_gate, replans=1)
-    assert result.ending is Ending.REPLIED
+    assert result.ending is PatternEnding.REPLIED
     assert desk.effects == [{"order_id": "A-17", "refunded_cents": 4999}]
     assert result.output == "Plan v2 completed 1 of 1 steps: refund_order[p2s1]."
     assert [json.loads(d) for d in result.drafts] == [[LOOKUP, OVER], [RIGHT]]
@@ -53,7 +53,7 @@ def test_a_replan_sees_the_failure_and_the_corrected_plan_lands_the_refund():
 def test_the_replan_budget_ends_the_loop():
     """A planner that keeps proposing the denied refund is stopped once its replans are spent."""
     result, desk = _run([OVER], [OVER], [OVER], [OVER], replans=2)
-    assert result.ending is Ending.STEP_DENIED
+    assert result.ending is PatternEnding.STEP_DENIED
     assert result.spend.model_calls == 3 and desk.effects == []
 
 
@@ -61,17 +61,17 @@ def test_an_invalid_step_and_a_failing_handler_are_step_failed():
     """Arguments breaking the contract, or a handler that raises, stop the plan as step_failed."""
     bad = {"tool": "refund_order", "arguments": {"order_id": "A-17", "amount_cents": "lots"}}
     invalid, desk = _run([LOOKUP, bad, RIGHT])
-    assert invalid.ending is Ending.STEP_FAILED and invalid.observations[-1].kind == "invalid"
+    assert invalid.ending is PatternEnding.STEP_FAILED and invalid.observations[-1].kind == "invalid"
     assert desk.effects == []
     missing, _ = _run([{"tool": "lookup_order", "arguments": {"order_id": "Z-9"}}, RIGHT])
-    assert missing.ending is Ending.STEP_FAILED and missing.observations[-1].kind == "error"
+    assert missing.ending is PatternEnding.STEP_FAILED and missing.observations[-1].kind == "error"
     assert len(missing.observations) == 1
 
 
 def test_the_secure_default_denies_a_planned_refund():
     """With no gate, an effectful step is refused when its turn comes, however the plan was written."""
     result, desk = _run([LOOKUP, RIGHT], gate=None)
-    assert result.ending is Ending.STEP_DENIED and desk.effects == []
+    assert result.ending is PatternEnding.STEP_DENIED and desk.effects == []
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_the_secure_default_denies_a_planned_refund():
 def test_a_reply_that_is_not_a_plan_is_rejected_and_nothing_runs(reply):
     """Prose, an empty plan, a step missing its arguments, or too many steps: plan_rejected, no tool call."""
     result, _ = _run(reply)
-    assert result.ending is Ending.PLAN_REJECTED
+    assert result.ending is PatternEnding.PLAN_REJECTED
     assert result.observations == () and result.spend.tool_calls == 0
     assert result.reason.startswith("plan v1 rejected")
 
@@ -90,7 +90,7 @@ def test_an_unreachable_planner_is_a_provider_error():
     """The planner's provider failing ends provider_error, with no plan made up."""
     desk = make_support_desk()
     result = plan_and_execute(TASK, ScriptedReplies([TimeoutError("no reply")]), desk.tools, gate=refund_gate)
-    assert result.ending is Ending.PROVIDER_ERROR and result.observations == ()
+    assert result.ending is PatternEnding.PROVIDER_ERROR and result.observations == ()
 
 
 @pytest.mark.parametrize(

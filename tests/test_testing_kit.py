@@ -38,8 +38,8 @@ from agent_fsm.examples.support_desk import (
     refund_gate,
 )
 from agent_fsm.testing import (
+    GateContext,
     InvariantViolation,
-    RunContext,
     check_driver,
     check_gate_contains,
     check_policy_ends,
@@ -112,14 +112,14 @@ def test_sound_gate_passes_the_same_check() -> None:
 # --- faulty gate 2: trusts the model's explanation ----------------------------------
 
 
-def _last_thought(context: RunContext) -> str:
+def _last_thought(context: GateContext) -> str:
     for message in reversed(context.messages):
         if message.get("role") == "assistant":
             return assistant_text(message) or ""
     return ""
 
 
-def gate_reading_thoughts(context: RunContext) -> Any:
+def gate_reading_thoughts(context: GateContext) -> Any:
     """Takes the refund amount from the model's stated reasoning when it gives one, not from the arguments."""
 
     def gate(call: ToolCall) -> Verdict:

@@ -15,7 +15,7 @@ module has two halves that share one vocabulary:
   scenario specs end for each of the reasons the controller distinguishes.
 
 Each ending of the engine world carries the controller's code
-(``RunResult.code``, the values of :class:`Ending`): the answer check names
+(``RunResult.code``, the values of :class:`HandoffEnding`): the answer check names
 ``missing_evidence`` and ``unsupported_claim``, and :func:`ending_code` names
 ``denied_action``, ``invalid_action``, ``exhausted_budget`` and
 ``service_failure`` from the typed stop and the last observation's kind.
@@ -46,13 +46,13 @@ from agent_fsm.engine import (
     Verdict,
     parse_tool_calls,
 )
-from agent_fsm.examples.handoff_replay import STATUSES, Ending, Event, Replay, decide, replay
+from agent_fsm.examples.handoff_replay import STATUSES, Event, HandoffEnding, Replay, decide, replay
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
     "INTERVAL_DAYS",
     "STATUSES",
-    "Ending",
+    "HandoffEnding",
     "Event",
     "Replay",
     "decide",
@@ -168,19 +168,19 @@ def check_answer(answer: str, state: RunState) -> CodedEnding | None:
     unsupported = sorted(stated - supported)
     if unsupported:
         return CodedEnding(
-            Ending.UNSUPPORTED_CLAIM.value,
+            HandoffEnding.UNSUPPORTED_CLAIM.value,
             f"the answer states an interval of {unsupported[0]} days that no manual read in this run supports",
         )
     if not stated:
-        return CodedEnding(Ending.MISSING_EVIDENCE.value, "the answer states no interval", accept=True)
+        return CodedEnding(HandoffEnding.MISSING_EVIDENCE.value, "the answer states no interval", accept=True)
     return None
 
 
 _STOP_CODES = {
-    Stop.TOOL_LIMIT: Ending.EXHAUSTED_BUDGET,
-    Stop.STEP_LIMIT: Ending.EXHAUSTED_BUDGET,
-    Stop.TOKEN_LIMIT: Ending.EXHAUSTED_BUDGET,
-    Stop.HANDOFF: Ending.SERVICE_FAILURE,
+    Stop.TOOL_LIMIT: HandoffEnding.EXHAUSTED_BUDGET,
+    Stop.STEP_LIMIT: HandoffEnding.EXHAUSTED_BUDGET,
+    Stop.TOKEN_LIMIT: HandoffEnding.EXHAUSTED_BUDGET,
+    Stop.HANDOFF: HandoffEnding.SERVICE_FAILURE,
 }
 
 
@@ -193,7 +193,9 @@ def ending_code(stop: Stop, state: RunState) -> str | None:
     ``exhausted_budget``; a permanent tool failure is ``service_failure``.
     """
     if stop is Stop.NO_PROGRESS and state.observations:
-        return str(Ending.DENIED_ACTION if state.observations[-1].kind == "denied" else Ending.INVALID_ACTION)
+        return str(
+            HandoffEnding.DENIED_ACTION if state.observations[-1].kind == "denied" else HandoffEnding.INVALID_ACTION
+        )
     code = _STOP_CODES.get(stop)
     return None if code is None else str(code)
 

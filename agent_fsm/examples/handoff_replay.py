@@ -3,7 +3,7 @@ The handoff controller on its own: finish, continue or hand off, and a replay of
 
 :func:`decide` judges from attempts so far, their cap and how the latest
 went; :func:`replay` plays the host loop over a supplied list of events and
-reports why it ended (an :class:`Ending`, whose values are also the codes of
+reports why it ended (a :class:`HandoffEnding`, whose values are also the codes of
 the engine world in :mod:`agent_fsm.examples.handoff`) and how many tool
 attempts were made.
 """
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import attrs
 
-__all__ = ["STATUSES", "Ending", "Event", "Replay", "decide", "replay"]
+__all__ = ["STATUSES", "HandoffEnding", "Event", "Replay", "decide", "replay"]
 
 Action = Literal["finish", "tool"]
 Decision = Literal["answer", "continue", "handoff"]
@@ -24,7 +24,7 @@ STATUSES = ("ok", "transient", "permanent", "schema", "denied")
 """How a tool call can come back."""
 
 
-class Ending(str, enum.Enum):
+class HandoffEnding(str, enum.Enum):
     """Why a replayed run ended; one completed flag would lose these distinctions."""
 
     ANSWERED = "answered"  # a checked answer backed by evidence
@@ -96,20 +96,20 @@ class Event:
 class Replay:
     """How a replay ended, the tool attempts it made, and the decision taken at each event."""
 
-    ending: Ending
+    ending: HandoffEnding
     attempts: int
     decisions: tuple[Decision, ...]
 
 
-def _handoff_reason(used: int, limit: int, status: str) -> Ending:
+def _handoff_reason(used: int, limit: int, status: str) -> HandoffEnding:
     if status == "denied":
-        return Ending.DENIED_ACTION
+        return HandoffEnding.DENIED_ACTION
     if status == "schema":
-        return Ending.INVALID_ACTION
+        return HandoffEnding.INVALID_ACTION
     if status in ("transient", "permanent"):
-        return Ending.SERVICE_FAILURE
+        return HandoffEnding.SERVICE_FAILURE
     assert used >= limit, "decide() hands off an ok status only at the limit"
-    return Ending.EXHAUSTED_BUDGET
+    return HandoffEnding.EXHAUSTED_BUDGET
 
 
 def replay(
@@ -142,7 +142,7 @@ def replay(
         decision = decide(event.action, used, limit, status)
         decisions.append(decision)
         if decision == "answer":
-            ending = Ending.ANSWERED if event.evidence else Ending.MISSING_EVIDENCE
+            ending = HandoffEnding.ANSWERED if event.evidence else HandoffEnding.MISSING_EVIDENCE
             return Replay(ending, used, tuple(decisions))
         if decision == "handoff":
             return Replay(_handoff_reason(used, limit, status), used, tuple(decisions))
@@ -150,5 +150,5 @@ def replay(
         status = event.status
         if status == "permanent" and policy == "immediate":
             decisions.append("handoff")
-            return Replay(Ending.SERVICE_FAILURE, used, tuple(decisions))
+            return Replay(HandoffEnding.SERVICE_FAILURE, used, tuple(decisions))
     raise ValueError(f"the events ran out after {used} tool attempts before the controller ended the run")

@@ -9,13 +9,13 @@ the accounting (:class:`agent_fsm.patterns.meter.Meter`), so their costs can be
 compared fairly: ``agent-fsm compare`` runs all five, and the plan
 executor (:func:`plan_and_execute`), on one task.
 
-Endings: the workflows report an :class:`Ending`; the adaptive agent reports
-the run machine's :class:`agent_fsm.Stop`. ``Ending.PROVIDER_ERROR`` and
+Endings: the workflows report a :class:`PatternEnding`; the adaptive agent reports
+the run machine's :class:`agent_fsm.Stop`. ``PatternEnding.PROVIDER_ERROR`` and
 ``Stop.PROVIDER_ERROR`` mean the same and share a value.
 """
 
 from agent_fsm.patterns._common import (
-    Ending,
+    PatternEnding,
     PatternResult,
     Plan,
     Results,
@@ -49,7 +49,7 @@ __all__ = [
     "plan_prompt",
     "parse_plan",
     "ScriptedReplies",
-    "Ending",
+    "PatternEnding",
     "PatternResult",
     "Meter",
     "Spend",

@@ -38,10 +38,10 @@ from agent_fsm.engine import (
 )
 from agent_fsm.patterns.meter import Meter, Spend
 
-__all__ = ["Ending", "PatternResult", "Plan", "Results", "ScriptedReplies", "Step"]
+__all__ = ["PatternEnding", "PatternResult", "Plan", "Results", "ScriptedReplies", "Step"]
 
 
-class Ending(str, enum.Enum):
+class PatternEnding(str, enum.Enum):
     """
     How a workflow pattern ended. Callers branch on these, never on prose.
 
@@ -114,7 +114,7 @@ class PatternResult:
     """
 
     pattern: str
-    ending: Ending | Stop
+    ending: PatternEnding | Stop
     output: str | None
     spend: Spend
     observations: tuple[Observation, ...]
@@ -178,7 +178,7 @@ def _new_run(model: Model, tools: Registry, gate: Gate | None, meter: Meter | No
 
 
 def _drive(
-    machine: CompiledMachine, run: _PatternRun, ending_type: type[Ending] | type[Stop] = Ending
+    machine: CompiledMachine, run: _PatternRun, ending_type: type[PatternEnding] | type[Stop] = PatternEnding
 ) -> PatternResult:
     """Advance ``run`` until it rests and report its typed ending."""
     machine.advance(run)
@@ -186,13 +186,13 @@ def _drive(
 
 
 def _result(
-    machine: CompiledMachine, run: _PatternRun, ending_type: type[Ending] | type[Stop] = Ending
+    machine: CompiledMachine, run: _PatternRun, ending_type: type[PatternEnding] | type[Stop] = PatternEnding
 ) -> PatternResult:
     """The typed ending of ``run``, which rests."""
     stop = machine.spec.state(run.machine_state).stop
     assert stop is not None, "the driver returned from a working state"
     ending = ending_type(stop)
-    delivered = ending in (Ending.REPLIED, Ending.ACCEPTED, Stop.ANSWERED)
+    delivered = ending in (PatternEnding.REPLIED, PatternEnding.ACCEPTED, Stop.ANSWERED)
     return PatternResult(
         pattern=machine.spec.name,
         ending=ending,
@@ -325,16 +325,16 @@ REPLIED = StateSpec(
     "absorbing",
     "The plan completed; the reply was drafted or composed.",
     on_enter=("compose_reply",),
-    stop=Ending.REPLIED.value,
+    stop=PatternEnding.REPLIED.value,
 )
 STEP_FAILED = StateSpec(
     "StepFailed",
     "absorbing",
     "A code-owned call was refused, invalid or failed; nothing after it ran.",
-    stop=Ending.STEP_FAILED.value,
+    stop=PatternEnding.STEP_FAILED.value,
 )
 PROVIDER_ERROR = StateSpec(
-    "ProviderError", "absorbing", "The model could not be reached.", stop=Ending.PROVIDER_ERROR.value
+    "ProviderError", "absorbing", "The model could not be reached.", stop=PatternEnding.PROVIDER_ERROR.value
 )
 
 

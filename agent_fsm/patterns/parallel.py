@@ -37,7 +37,7 @@ from agent_fsm.patterns._common import (
     READY,
     SHARED_VOCABULARY,
     STEPS_BUDGET,
-    Ending,
+    PatternEnding,
     PatternResult,
     Plan,
     _drive,
@@ -68,7 +68,7 @@ PARALLEL_MACHINE = MachineSpec(
             "absorbing",
             "The batch held an effectful call or a repeated call id; nothing ran.",
             on_enter=("explain_refusal",),
-            stop=Ending.FAN_OUT_REFUSED.value,
+            stop=PatternEnding.FAN_OUT_REFUSED.value,
         ),
     ),
     edges=(

@@ -19,7 +19,7 @@ from agent_fsm.patterns._common import (
     READY,
     SHARED_VOCABULARY,
     STEPS_BUDGET,
-    Ending,
+    PatternEnding,
     PatternResult,
     Plan,
     _consult,
@@ -41,7 +41,10 @@ ROUTER_MACHINE = MachineSpec(
         StateSpec("Routing", "working", "The model is choosing one branch for the task.", on_enter=("ask_route",)),
         *PLAN_STATES,
         StateSpec(
-            "Unroutable", "absorbing", "The model's route names no branch; no branch ran.", stop=Ending.UNROUTABLE.value
+            "Unroutable",
+            "absorbing",
+            "The model's route names no branch; no branch ran.",
+            stop=PatternEnding.UNROUTABLE.value,
         ),
     ),
     edges=(

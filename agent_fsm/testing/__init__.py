@@ -49,8 +49,8 @@ from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     Driver,
+    GateContext,
     Outcome,
-    RunContext,
     World,
     describe_run,
     drive,
@@ -128,7 +128,7 @@ __all__ = [
     "DEFAULT_TASK",
     "Driver",
     "Outcome",
-    "RunContext",
+    "GateContext",
     "World",
     "check_driver",
     "check_gate_contains",

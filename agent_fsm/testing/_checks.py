@@ -23,9 +23,9 @@ from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import (
     Driver,
+    GateContext,
     GateFactory,
     Outcome,
-    RunContext,
     _gate_of,
     describe_run,
     drive,
@@ -229,7 +229,7 @@ def _enumerated_counterexample(
     that reads the run's context is judged where it really decides.
     """
     world = world_of(tools_factory())
-    chosen = _gate_of(gate, gate_factory, RunContext(world.tools, world.effects))
+    chosen = _gate_of(gate, gate_factory, GateContext(world.tools, world.effects))
     for name, tool in world.tools.items():
         for arguments in contract_cases(tool, constants):
             call = ToolCall("call_0", name, arguments, json.dumps(arguments))

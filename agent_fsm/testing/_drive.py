@@ -22,7 +22,7 @@ __all__ = [
     "Driver",
     "GateFactory",
     "Outcome",
-    "RunContext",
+    "GateContext",
     "World",
     "describe_run",
     "drive",
@@ -62,7 +62,7 @@ def world_of(made: Any) -> World:
 
 
 @attrs.define
-class RunContext:
+class GateContext:
     """
     What a gate factory may read besides the call: the registry, the effect
     log, and the transcript as of the latest model call (live while the run goes).
@@ -76,7 +76,7 @@ class RunContext:
     messages: list[dict[str, Any]] = attrs.field(factory=list)
 
 
-GateFactory = Callable[[RunContext], Gate]
+GateFactory = Callable[[GateContext], Gate]
 
 
 @attrs.frozen
@@ -89,9 +89,9 @@ class Outcome:
     approved: tuple[str, ...] = ()
 
 
-def _gate_of(gate: Gate | None, gate_factory: GateFactory | None, context: RunContext) -> Gate:
+def _gate_of(gate: Gate | None, gate_factory: GateFactory | None, context: GateContext) -> Gate:
     if (gate is None) == (gate_factory is None):
-        raise TypeError("give exactly one of gate= (a gate) or gate_factory= (RunContext -> gate)")
+        raise TypeError("give exactly one of gate= (a gate) or gate_factory= (GateContext -> gate)")
     return gate if gate is not None else gate_factory(context)  # type: ignore[misc]
 
 
@@ -115,7 +115,7 @@ def drive(
     longer pauses). Another ``driver`` is called once and its result kept as it is.
     ``coverage`` records the run (its path, proposals and the gate's verdicts).
     """
-    context = RunContext(world.tools, world.effects)
+    context = GateContext(world.tools, world.effects)
     chosen = _gate_of(gate, gate_factory, context)
     outcome = _driven(model, world, chosen, context, limits, decide, driver, task, coverage)
     if coverage is not None:
@@ -127,7 +127,7 @@ def _driven(
     model: Model,
     world: World,
     chosen: Gate,
-    context: RunContext,
+    context: GateContext,
     limits: Limits,
     decide: Callable[[ToolCall], bool],
     driver: Driver | None,

@@ -41,8 +41,8 @@ from agent_fsm.engine import (
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._drive import (
     DEFAULT_TASK,
+    GateContext,
     GateFactory,
-    RunContext,
     World,
     describe_run,
     world_of,
@@ -134,7 +134,7 @@ class RunHarness(RuleBasedStateMachine):
         """A fresh world: a registry, or an object with ``.tools`` and ``.effects``."""
         raise NotImplementedError("override make_world() (or build the harness with run_harness(tools_factory, ...))")
 
-    def make_gate(self, context: RunContext) -> Gate:
+    def make_gate(self, context: GateContext) -> Gate:
         """The gate under test, for a fresh world (default: the secure default, effects denied)."""
         return deny_effects(context.tools)
 
@@ -148,7 +148,7 @@ class RunHarness(RuleBasedStateMachine):
         self.replies: list[dict[str, Any]] = []
         self.decisions: list[tuple[bool, bool]] = []  # (approve, resumed from a JSON copy)
         self.world: World = world_of(self.make_world())
-        self.context = RunContext(self.world.tools, self.world.effects)
+        self.context = GateContext(self.world.tools, self.world.effects)
         self.gate: Gate = self.make_gate(self.context)
         self.state: RunState = start_state(self.task)
         self.result: RunResult | None = None
@@ -206,7 +206,7 @@ class RunHarness(RuleBasedStateMachine):
         from agent_fsm.engine import aresume, arun
 
         world = world_of(self.make_world())
-        context = RunContext(world.tools, world.effects)
+        context = GateContext(world.tools, world.effects)
         gate = self.make_gate(context)
         model = _Watched(_Replies(self.replies), context)
         replayed = await arun(self.task, model, world.tools, gate=gate, limits=self.limits)
@@ -334,7 +334,7 @@ def run_harness(
 ) -> type[RunHarness]:
     """
     A :class:`RunHarness` subclass for ``tools_factory`` and a gate (or a
-    ``gate_factory`` taking a :class:`RunContext`); its ``TestCase`` is a pytest test.
+    ``gate_factory`` taking a :class:`GateContext`); its ``TestCase`` is a pytest test.
     """
     if gate is not None and gate_factory is not None:
         raise TypeError("give at most one of gate= and gate_factory=")
@@ -342,7 +342,7 @@ def run_harness(
     def make_world(self: RunHarness) -> Any:
         return tools_factory()
 
-    def make_gate(self: RunHarness, context: RunContext) -> Gate:
+    def make_gate(self: RunHarness, context: GateContext) -> Gate:
         if gate_factory is not None:
             return gate_factory(context)
         return gate if gate is not None else deny_effects(context.tools)

@@ -45,7 +45,7 @@ from agent_fsm import (
 from agent_fsm.engine import Gate, Registry, ToolCall
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
-from agent_fsm.testing._drive import DEFAULT_TASK, GateFactory, RunContext, World, world_of
+from agent_fsm.testing._drive import DEFAULT_TASK, GateContext, GateFactory, World, world_of
 from agent_fsm.testing._enumeration import contract_cases, plain_arguments
 from agent_fsm.testing._invariants import InvariantViolation
 
@@ -269,7 +269,7 @@ def routes(
     if gate is not None and gate_factory is not None:
         raise TypeError("give at most one of gate= and gate_factory=")
     fixed = (
-        gate if gate is not None else (gate_factory(RunContext(probe.tools, probe.effects)) if gate_factory else None)
+        gate if gate is not None else (gate_factory(GateContext(probe.tools, probe.effects)) if gate_factory else None)
     )
     gates = (
         [("your gate", fixed)] if fixed is not None else [(f"{k} gate", _table(k)) for k in ("allow", "ask", "deny")]
@@ -286,7 +286,7 @@ def routes(
                     route = Route(replies, limits, chosen, decisions, refuse, failing, setup=label, failure=failure)
                     world = world_of(tools_factory())
                     if gate_factory is not None:
-                        route = attrs.evolve(route, gate=gate_factory(RunContext(world.tools, world.effects)))
+                        route = attrs.evolve(route, gate=gate_factory(GateContext(world.tools, world.effects)))
                     result = _play(route, world, task, seen)
                     seen.record_run(result, world.tools)
                     path = (RUN_MACHINE.initial, *result.state.path)
