@@ -55,6 +55,8 @@ from agent_fsm.engine._boundary import (
 from agent_fsm.engine._endings import CODE_PATTERN, Ending, EndingRule
 from agent_fsm.engine._errors import (
     AgentFSMError,
+    AlreadyDecided,
+    DecisionRefused,
     DefinitionError,
     GateError,
     HandlerError,
@@ -143,6 +145,8 @@ if TYPE_CHECKING:
     from agent_fsm.engine._async import RunCancelled, adrive
 
 __all__ = [
+    "AlreadyDecided",
+    "DecisionRefused",
     "DEPTH_CEILING",
     "nesting_exceeds",
     "DECISION_ERRORS",

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentFSMError",
+    "AlreadyDecided",
+    "DecisionRefused",
     "DefinitionError",
     "GateError",
     "HandlerError",
@@ -188,3 +190,34 @@ class StateError(RunError, ValueError):
 
 class NotSynchronous(RunError, TypeError):
     """The synchronous driver met an ``async`` model, gate, handler or answer check: run it with the async driver."""
+
+
+class DecisionRefused(AgentFSMError, ValueError):
+    """
+    A human's decision on a paused run was not taken: the run is not paused there, or the decision is bad.
+
+    ``kind`` names why (``NotPaused``, ``AlreadyDecided``, ``BadDecision``);
+    ``state`` is the run's state where one was at hand (a stale commit's).
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(self, message: str, kind: str = "BadDecision", *, state: RunState | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.state = state
+
+
+class AlreadyDecided(DecisionRefused):
+    """
+    The pause a decision names is not open any more: another decision won, or the run moved on.
+
+    Of two concurrent decisions on one pause, exactly one succeeds; the other
+    raises this, wherever the run lives (a store, a Temporal workflow). So does
+    a commit of a state that is not the run's latest (a paused state kept aside
+    and resumed after its pause was decided): a stale copy decides nothing.
+    """
+
+    def __init__(self, message: str, kind: str = "AlreadyDecided", *, state: RunState | None = None) -> None:
+        super().__init__(message, kind, state=state)

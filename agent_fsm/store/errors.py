@@ -1,11 +1,12 @@
 """
-What a store raises, all under :class:`StoreError`::
+What a store raises: :class:`~agent_fsm.engine.AlreadyDecided` (the engine's, a
+``DecisionRefused`` and a ``ValueError``) when the pause a decision names was decided
+(or is gone) before it, or a state committed is an older copy of the stored one; all
+else under :class:`StoreError`::
 
     * StoreError (also RuntimeError)
       + RunNotFound (also LookupError)   -- no run is stored under that id
       + RunExists (also ValueError)      -- a new run was given an id already used
-      + AlreadyDecided (also ValueError) -- the pause was decided (or is gone) before this decision,
-                                            or a state committed is an older copy of the stored one
       + RunTakenOver                     -- another process claimed the run; this one must stop writing it
       + SchemaError                      -- the database's schema is not one this version can use
       + DamagedRun (also ValueError)     -- a stored run cannot be read, or its parts disagree (another
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent_fsm.engine import AgentFSMError
+from agent_fsm.engine import AgentFSMError, AlreadyDecided
 
 if TYPE_CHECKING:
     from agent_fsm.engine import RunState
@@ -57,17 +58,6 @@ class RunNotFound(StoreError, LookupError):
 
 class RunExists(StoreError, ValueError):
     """A new run was begun under an id the store already holds."""
-
-
-class AlreadyDecided(StoreError, ValueError):
-    """
-    The pause a decision names is not open any more: another decision won, or the run moved on.
-
-    Of two concurrent decisions on one pause, exactly one succeeds; the other
-    raises this. So does a commit of a state that is not the run's latest (a
-    paused state kept aside and resumed after its pause was decided): the store
-    is the authority on a stored run, and a stale copy decides nothing.
-    """
 
 
 class RunTakenOver(StoreError):

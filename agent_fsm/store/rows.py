@@ -193,7 +193,9 @@ def text_column(text: str | None) -> str | None:
     return _UNHOLDABLE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
-def lost(run_id: str, pause_id: str, earlier: Sequence[Sequence[Any]], current: Sequence[Sequence[Any]]) -> StoreError:
+def lost(
+    run_id: str, pause_id: str, earlier: Sequence[Sequence[Any]], current: Sequence[Sequence[Any]]
+) -> StoreError | AlreadyDecided:
     """Why a decision on ``pause_id`` lost: the decision taken ``earlier`` on it, else the run's ``current`` status."""
     if not current:
         return RunNotFound(f"no run is stored under {run_id!r}")
@@ -208,7 +210,7 @@ def lost(run_id: str, pause_id: str, earlier: Sequence[Sequence[Any]], current: 
     )
 
 
-def refusal(run_id: str, rows: Sequence[Sequence[Any]], owner: str, state: RunState) -> StoreError:
+def refusal(run_id: str, rows: Sequence[Sequence[Any]], owner: str, state: RunState) -> StoreError | AlreadyDecided:
     """Why a commit of ``state`` by the store ``owner`` is refused, given the run's :data:`CHECKED` row."""
     if not rows:
         return RunNotFound(f"no run is stored under {run_id!r} (begin it with run(..., store=...))", state=state)

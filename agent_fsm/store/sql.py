@@ -359,7 +359,7 @@ class SqlStore:
         self._held[run_id] = _Held(decided.summary.version, None)
         return decided
 
-    def _lost(self, run_id: str, pause_id: str) -> StoreError:
+    def _lost(self, run_id: str, pause_id: str) -> StoreError | AlreadyDecided:
         with self._transaction(write=False) as tx:
             earlier = tx.rows(f"{DECISIONS} AND pause_id = ?", (run_id, pause_id))
             current = tx.rows("SELECT status FROM agent_fsm_runs WHERE run_id = ?", (run_id,))

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_fsm.engine import AgentFSMError, RunResult, RunState
+from agent_fsm.engine import AlreadyDecided, DecisionRefused, RunResult, RunState
 from agent_fsm.temporal.codec import result_of
 
 if TYPE_CHECKING:
@@ -23,22 +23,6 @@ __all__ = ["DEFAULT_TASK_QUEUE", "AlreadyDecided", "DecisionRefused", "RunHandle
 
 DEFAULT_TASK_QUEUE = "agent-fsm"
 """The task queue runs are started on and workers poll when none is named."""
-
-
-class DecisionRefused(AgentFSMError, ValueError):
-    """
-    The run did not take the decision: it is not paused, the edit breaks the call's contract, or the like.
-
-    ``kind`` is the refusal's type: ``NotPaused``, ``AlreadyDecided`` or ``BadDecision``.
-    """
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class AlreadyDecided(DecisionRefused):
-    """Another decision on this pause was taken first (of two concurrent decisions, exactly one is)."""
 
 
 class RunHandle:

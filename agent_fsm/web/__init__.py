@@ -12,7 +12,7 @@ uvicorn). What a reviewer sees and what is defended against is in docs/inbox.md.
 from agent_fsm.web.app import APP_POLICY, inbox_app
 from agent_fsm.web.auth import REVIEWERS_VARIABLE, Reviewers, ReviewersMissing, Session, Sessions
 from agent_fsm.web.budget import BudgetChart, budget_chart
-from agent_fsm.web.decisions import DecisionRefused
+from agent_fsm.web.decisions import FormRefused
 from agent_fsm.web.pages import VIEW_POLICY, render_view, run_context
 from agent_fsm.web.serve import is_loopback, serve
 from agent_fsm.web.timeline import CallView, Timeline, TurnView, timeline_of
@@ -38,5 +38,5 @@ __all__ = [
     "REVIEWERS_VARIABLE",
     "Session",
     "Sessions",
-    "DecisionRefused",
+    "FormRefused",
 ]

@@ -36,7 +36,7 @@ from agent_fsm.store import DamagedRun, RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
 from agent_fsm.web.auth import Reviewers, Session, Sessions
-from agent_fsm.web.decisions import DecisionRefused, apply, read_form
+from agent_fsm.web.decisions import FormRefused, apply, read_form
 from agent_fsm.web.pages import render_page, run_context
 from agent_fsm.web.timeline import pretty_json
 
@@ -185,13 +185,13 @@ def inbox_app(
         try:
             form = await request.form()
         except HTTPException as exc:  # a field larger than the form parser takes (1 MiB)
-            raise DecisionRefused(422, "The form cannot be read", f"{exc.detail} Nothing was decided.") from None
+            raise FormRefused(422, "The form cannot be read", f"{exc.detail} Nothing was decided.") from None
         origin = request.headers.get("origin")
         if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            raise DecisionRefused(403, "Refused", "the form was sent from another site")
+            raise FormRefused(403, "Refused", "the form was sent from another site")
         token = form.get("csrf")
         if not session.csrf_matches(token if isinstance(token, str) else None):
-            raise DecisionRefused(403, "The form has expired", "its security token is not this session's; reload")
+            raise FormRefused(403, "The form has expired", "its security token is not this session's; reload")
         return form
 
     async def login_page(request: Request) -> Response:
@@ -202,7 +202,7 @@ def inbox_app(
         session = session_of(request) or sessions.new()
         try:
             form = await checked_form(request, session)
-        except DecisionRefused as refused:
+        except FormRefused as refused:
             return error(request, session, refused.status, refused.title, refused.message)
         name, token = form.get("reviewer"), form.get("token")
         who = reviewers.check(name, token) if isinstance(name, str) and isinstance(token, str) else None
@@ -217,7 +217,7 @@ def inbox_app(
     async def logout(request: Request, session: Session) -> Response:
         try:
             await checked_form(request, session)
-        except DecisionRefused as refused:
+        except FormRefused as refused:
             return error(request, session, refused.status, refused.title, refused.message)
         sessions.end(session)
         response = RedirectResponse("/login", status_code=303)
@@ -311,7 +311,7 @@ def inbox_app(
             wanted = read_form(run_id, form)
             job = workers.submit(apply, wanted, reviewer=session.reviewer, open_store=open_store, agent=agent)
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job)), timeout=wait)
-        except DecisionRefused as refused:
+        except FormRefused as refused:
             return error(request, session, refused.status, refused.title, refused.message, run_id=run_id)
         except StoreError as exc:
             return unreadable(request, session, exc, run_id=run_id)

@@ -22,7 +22,7 @@ from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
 from agent_fsm.store.protocol import RunStore
 
-__all__ = ["ACTIONS", "DecisionRefused", "Request", "apply", "read_form"]
+__all__ = ["ACTIONS", "FormRefused", "Request", "apply", "read_form"]
 
 ACTIONS = ("approve", "edit", "reject")
 """What a form may ask: approve the call as it is, approve it with edited arguments, or reject it."""
@@ -30,7 +30,7 @@ ACTIONS = ("approve", "edit", "reject")
 MAX_REASON = 2000
 
 
-class DecisionRefused(ValueError):
+class FormRefused(ValueError):
     """
     No decision was taken; ``status`` is the HTTP status that says why and ``title`` the page's heading.
 
@@ -63,27 +63,27 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
     The decision a submitted form asks for.
 
     Raises:
-        DecisionRefused: (422) a field is missing, the edit is not a JSON object (or nests deeper than
+        FormRefused: (422) a field is missing, the edit is not a JSON object (or nests deeper than
             ``DEPTH_CEILING``, or holds a number too long to read), or the reason is empty.
     """
     action, pause_id = form.get("action"), form.get("pause_id")
     if action not in ACTIONS:
-        raise DecisionRefused(422, "Unknown decision", f"the form asks for {action!r}; expected one of {ACTIONS}")
+        raise FormRefused(422, "Unknown decision", f"the form asks for {action!r}; expected one of {ACTIONS}")
     if not isinstance(pause_id, str) or not pause_id:
-        raise DecisionRefused(422, "No pause named", "the form does not say which pause it decides; reload the run")
+        raise FormRefused(422, "No pause named", "the form does not say which pause it decides; reload the run")
     if action == "edit":
         text = form.get("arguments")
         try:
             arguments = json.loads(text) if isinstance(text, str) else None
         except json.JSONDecodeError as exc:
-            raise DecisionRefused(422, "The edit is not JSON", f"the edited arguments are not JSON: {exc}") from None
+            raise FormRefused(422, "The edit is not JSON", f"the edited arguments are not JSON: {exc}") from None
         except (ValueError, RecursionError) as exc:  # a number too long to convert; nesting deeper than Python recurses
             said = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise DecisionRefused(422, "The edit cannot be read", f"the edited arguments: {said}") from None
+            raise FormRefused(422, "The edit cannot be read", f"the edited arguments: {said}") from None
         if not isinstance(arguments, dict):
-            raise DecisionRefused(422, "The edit is not an object", "the edited arguments must be a JSON object")
+            raise FormRefused(422, "The edit is not an object", "the edited arguments must be a JSON object")
         if nesting_exceeds(arguments, DEPTH_CEILING):  # nothing deeper can be stored or judged
-            raise DecisionRefused(
+            raise FormRefused(
                 422, "The edit cannot be read", f"the edited arguments nest deeper than {DEPTH_CEILING} levels"
             )
         return Request(run_id, pause_id, "edit", arguments=arguments)
@@ -91,9 +91,9 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
         reason = form.get("reason")
         reason = reason.strip() if isinstance(reason, str) else ""
         if not reason:
-            raise DecisionRefused(422, "A rejection needs a reason", "say why: the model is told the reason")
+            raise FormRefused(422, "A rejection needs a reason", "say why: the model is told the reason")
         if len(reason) > MAX_REASON:
-            raise DecisionRefused(422, "The reason is too long", f"keep the reason under {MAX_REASON} characters")
+            raise FormRefused(422, "The reason is too long", f"keep the reason under {MAX_REASON} characters")
         return Request(run_id, pause_id, "reject", reason=reason)
     return Request(run_id, pause_id, "approve")
 
@@ -103,7 +103,7 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
     Decide ``request`` as ``reviewer`` and continue the run as ``agent`` (in this thread) until it rests again.
 
     Raises:
-        DecisionRefused: the pause is not open (409), the run is unknown (404), the edit is refused (422).
+        FormRefused: the pause is not open (409), the run is unknown (404), the edit is refused (422).
         StoreError: the store failed.
     """
     how: dict[str, Any] = {"reviewer": reviewer, "pause_id": request.pause_id}
@@ -113,14 +113,14 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
             return reject(store, request.run_id, agent, reason=request.reason or "", **how)
         return approve(store, request.run_id, agent, arguments=request.arguments, **how)
     except AlreadyDecided as exc:
-        raise DecisionRefused(
+        raise FormRefused(
             409, "This pause is no longer open", f"{exc}. Nothing was decided: the page was stale; reload the run."
         ) from None
     except RunNotFound as exc:
-        raise DecisionRefused(404, "No such run", str(exc)) from None
+        raise FormRefused(404, "No such run", str(exc)) from None
     except StoreError:
         raise
     except ValueError as exc:
-        raise DecisionRefused(422, "The edit was refused", f"{exc}. Nothing was decided.") from None
+        raise FormRefused(422, "The edit was refused", f"{exc}. Nothing was decided.") from None
     finally:
         store.close()
