@@ -85,6 +85,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agent_fsm.engine import _events as events
 from agent_fsm.engine._boundary import (
     OUTCOME_UNKNOWN,
     Checkpointer,
@@ -104,18 +105,6 @@ from agent_fsm.engine._boundary import (
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
-from agent_fsm.engine._events import (
-    Ended,
-    Judged,
-    ModelReplied,
-    ModelRequested,
-    Observed,
-    Paused,
-    Proposed,
-    RunEvent,
-    StateEntered,
-    TextDelta,
-)
 from agent_fsm.engine._gates import Gate, deny_effects
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, compile_machine
@@ -223,7 +212,7 @@ class RunContext:
         # saved, so authority to run a handler cannot come from a saved state.
         self.authorized: ToolCall | None = None
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
-        self.outbox: list[RunEvent] | None = [] if listening else None
+        self.outbox: list[events.RunEvent] | None = [] if listening else None
         # How the run's requests are performed in place; None: they are yielded to the driver
         # (the async driver, or a listener that hears events between them). Set by the sync driver.
         self.perform: Perform | None = None
@@ -255,20 +244,20 @@ class RunContext:
             )
         if self.outbox is not None:
             self.outbox.append(
-                StateEntered(self.run_id, time.time(), state.machine_state, source, event, guard, state.turns)
+                events.StateEntered(self.run_id, time.time(), state.machine_state, source, event, guard, state.turns)
             )
 
-    def post(self, event: RunEvent) -> None:
+    def post(self, event: events.RunEvent) -> None:
         """Post ``event`` for the driver to deliver (only called when someone listens)."""
         assert self.outbox is not None
         self.outbox.append(event)
 
-    def delta_sink(self, live: Callable[[RunEvent], Any] | None) -> Callable[[str], None]:
+    def delta_sink(self, live: Callable[[events.RunEvent], Any] | None) -> Callable[[str], None]:
         """What a streaming model calls with each text fragment under the sync driver."""
         turn = self.state.turns
 
         def on_delta(text: str) -> None:
-            event = TextDelta(self.run_id, time.time(), turn, text)
+            event = events.TextDelta(self.run_id, time.time(), turn, text)
             if live is not None:
                 live(event)
             else:
@@ -276,12 +265,12 @@ class RunContext:
 
         return on_delta
 
-    def adelta_sink(self, deliver: Callable[[RunEvent], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
+    def adelta_sink(self, deliver: Callable[[events.RunEvent], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
         """What a streaming model awaits with each text fragment under the async driver."""
         turn = self.state.turns
 
         async def on_delta(text: str) -> None:
-            await deliver(TextDelta(self.run_id, time.time(), turn, text))
+            await deliver(events.TextDelta(self.run_id, time.time(), turn, text))
 
         return on_delta
 
@@ -450,7 +439,7 @@ def _ask_model(run: RunContext) -> Steps[None]:
     state.prompt_token_log.append(estimate)
     state.turns += 1
     if run.outbox is not None:
-        run.post(ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
+        run.post(events.ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
     request = model_call(run)
     try:
         reply = run.perform(request) if run.perform is not None else (yield request)
@@ -489,7 +478,7 @@ def _ask_model(run: RunContext) -> Steps[None]:
     if run.outbox is not None:
         text = assistant_text(message)
         tokens = state.prompt_token_log[-1]
-        run.post(ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
+        run.post(events.ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
 
 
 def _unask(state: RunState) -> None:
@@ -589,7 +578,7 @@ def judge_proposal(run: RunContext) -> Steps[None]:
         call = state.pending[0]
         listening = run.outbox is not None
         if listening:
-            run.post(Proposed(run.run_id, time.time(), call.call_id, call.name, call.arguments))
+            run.post(events.Proposed(run.run_id, time.time(), call.call_id, call.name, call.arguments))
         # A reply cut off at the token limit may end inside a call's arguments
         # that still happen to parse and pass the schema: none of its calls run.
         if state.finish == "length":
@@ -606,9 +595,11 @@ def judge_proposal(run: RunContext) -> Steps[None]:
             state.pause_id = state.pause.pause_id  # one id for seen=, a store and the inbox
         if listening:
             now = time.time()
-            run.post(Judged(run.run_id, now, call.call_id, call.name, judgement.kind, judgement.reason))
+            run.post(events.Judged(run.run_id, now, call.call_id, call.name, judgement.kind, judgement.reason))
             if state.pause is not None and judgement.kind == "ask":
-                run.post(Paused(run.run_id, now, state.pause.pause_id, call.call_id, call.name, judgement.reason))
+                run.post(
+                    events.Paused(run.run_id, now, state.pause.pause_id, call.call_id, call.name, judgement.reason)
+                )
 
 
 def _observe(run: RunContext, observation: Observation) -> None:
@@ -619,7 +610,7 @@ def _observe(run: RunContext, observation: Observation) -> None:
     state.judgement = None
     if run.outbox is not None:
         o = observation
-        run.post(Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
+        run.post(events.Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
 
 
 def execute_call(run: RunContext) -> Steps[None]:
@@ -877,7 +868,7 @@ def _rest(context: RunContext, endings: EndingRule | None) -> RunResult:
         mark_pause(context.state)
         context.checkpointer.save(context.run_id, context.state)
     if context.outbox is not None:
-        context.post(Ended(context.run_id, time.time(), result))
+        context.post(events.Ended(context.run_id, time.time(), result))
     return result
 
 
@@ -1057,7 +1048,9 @@ def _ask_about_unknown(run: RunContext, call: ToolCall, what: str, reason: str) 
     state.pause = open_pause(state, call, state.judgement.reason)  # what a person's approval will cover
     state.pause_id = state.pause.pause_id  # derived from the run, not drawn at random: the same on every replay
     if run.outbox is not None:
-        run.post(Paused(run.run_id, time.time(), state.pause_id, call.call_id, call.name, state.judgement.reason))
+        run.post(
+            events.Paused(run.run_id, time.time(), state.pause_id, call.call_id, call.name, state.judgement.reason)
+        )
 
 
 def settle_intent(context: RunContext, intent: Intent) -> None:
