@@ -8,11 +8,13 @@ from typing import Any
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
-from agent_fsm import Limits, ProviderFailure, RunState, ToolCall, ToolSpec
+from agent_fsm import Agent, Limits, ProviderFailure, RunState, ToolCall, ToolSpec
 from agent_fsm.engine import RunContext, answer_message, start_state
 from agent_fsm.engine._run import MACHINE
 from agent_fsm.patterns import Plan, ScriptedReplies, route_prompt
 from agent_fsm.patterns._common import _new_run, _PatternRun
+from agent_fsm.patterns.agent import _MACHINE as AGENT
+from agent_fsm.patterns.agent import _started
 from agent_fsm.patterns.chain import _MACHINE as CHAIN
 from agent_fsm.patterns.evaluator import _MACHINE as EVALUATOR
 from agent_fsm.patterns.parallel import _MACHINE as PARALLEL
@@ -202,6 +204,74 @@ def test_the_plan_machine_ends_along_every_path_it_takes() -> None:
             "steps": run.extra["max_steps"] * (run.extra["replans"] + 1),
             "replans": run.extra["replans"],
         },
+        settings=MANY,
+    )
+    assert coverage.runs >= 200
+    _every_budgeted_edge_taken(coverage)
+
+
+class _HumanAtThePause:
+    """
+    The agent's compiled machine with a scripted human at its pause.
+
+    The agent machine rests in ``AwaitingApproval``; the human's decision
+    (``approve`` or ``reject``, each consuming ``decisions``) is the one
+    edge no driver fires. Here the next decision of the run's script is
+    offered as that state's event, set on the run as :func:`resume_agent`
+    sets it, and fired on the real machine; a spent script leaves the run
+    resting there, as a human who has not decided yet.
+    """
+
+    def __init__(self, machine: Any) -> None:
+        self.machine = machine
+        self.spec = _OfferingDecisions(machine.spec, self)
+        self.run: _PatternRun | None = None
+
+    def fire(self, run: _PatternRun, event: str) -> None:
+        self.run = run
+        if event in ("approve", "reject"):
+            run.extra["human"].pop(0)
+            run.extra["decided"] += 1
+            run.extra["decision"] = (event == "approve", "scripted")
+        self.machine.fire(run, event)
+
+
+class _OfferingDecisions:
+    """A machine's declaration whose paused state offers the scripted human's next decision as its event."""
+
+    def __init__(self, spec: Any, driver: _HumanAtThePause) -> None:
+        self._spec, self._driver = spec, driver
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spec, name)
+
+    def auto_event(self, name: str) -> str | None:
+        run = self._driver.run
+        if name == "AwaitingApproval" and run is not None and run.extra["human"]:
+            return "approve" if run.extra["human"][0] else "reject"
+        return self._spec.auto_event(name)
+
+
+def _delegated(model: Any, gate: Any, limits: Limits, human: list[bool]) -> _PatternRun:
+    run = _started(Agent(model, TOOLS, gate=gate, limits=limits), None)
+    run.extra.update(task="a task", human=human, decided=0, allowed=len(human))
+    return run
+
+
+def test_the_agent_machine_ends_along_every_path_it_takes() -> None:
+    """Random scripts, gates, budgets and human decisions: every agent run rests, each pause decided spending one."""
+    runs = st.builds(
+        _delegated,
+        scripted_models(TOOLS, min_size=1, max_size=6),
+        gates(TOOLS) | gates(TOOLS, decisions=("ask", "allow")),  # often enough a pause to decide
+        st.builds(Limits, max_turns=st.integers(0, 5), repeated_denials=st.integers(1, 3), max_tool_calls=st.none()),
+        st.lists(st.booleans(), max_size=3),
+    )
+    coverage = check_machine_terminates(
+        _HumanAtThePause(AGENT),
+        runs,
+        counters={"decisions": lambda run: run.extra["decided"]},
+        limits=lambda run: {"decisions": run.extra["allowed"]},
         settings=MANY,
     )
     assert coverage.runs >= 200
