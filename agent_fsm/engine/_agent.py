@@ -452,10 +452,30 @@ class DecisionOptions(ContinueOptions, total=False):
 _PARTS = AgentParts.__optional_keys__
 
 
+_DEFAULTS = tuple((f.name, f.default) for f in attrs.fields(Agent))
+_set = object.__setattr__
+
+
 def _split(model: Model, tools: Registry, options: Mapping[str, Any]) -> tuple[Agent, dict[str, Any]]:
-    """The agent the options define, and the options that belong to one run."""
-    parts = {key: value for key, value in options.items() if key in _PARTS}
-    return Agent(model, tools, **parts), {key: value for key, value in options.items() if key not in _PARTS}
+    """
+    The agent the options define, and the options that belong to one run.
+
+    Built without :class:`Agent`'s up-front checks: the run made at once
+    checks each part where it uses it (the registry when the run starts, a
+    gate when it is consulted), as these functions always did, and a run of
+    short tasks does not pay for every part to be checked twice.
+    """
+    agent = object.__new__(Agent)
+    given = {"model": model, "tools": tools}
+    per_run = {}
+    for key, value in options.items():
+        if key in _PARTS:
+            given[key] = value
+        else:
+            per_run[key] = value
+    for name, default in _DEFAULTS:
+        _set(agent, name, given.get(name, default))
+    return agent, per_run
 
 
 def run(task: str, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:
