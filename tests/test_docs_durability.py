@@ -17,7 +17,7 @@ def test_code_blocks_run_as_written(capsys, monkeypatch) -> None:
     """The examples (a stored run, the inbox, a SIGKILLed process recovered) run in one namespace."""
     monkeypatch.setenv("AGENT_FSM_REFUNDS", os.environ.get("AGENT_FSM_REFUNDS", ""))  # restored afterwards
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict[str, object] = {"__name__": "docs_durability"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)
