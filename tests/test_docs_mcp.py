@@ -30,7 +30,8 @@ def test_the_table_is_the_code() -> None:
 
     from agent_fsm.mcp import treatment
 
-    rows = re.findall(r"^\| `?([a-z ]+?)`?(?: or absent)? \| `?([a-z ]+?)`?(?: or absent)? \| (yes|no) \|", DOC.read_text(), re.M)
+    row = r"^\| `?([a-z ]+?)`?(?: or absent)? \| `?([a-z ]+?)`?(?: or absent)? \| (yes|no) \|"
+    rows = re.findall(row, DOC.read_text(), re.M)
     assert len(rows) == 3
     for read_only, idempotent, effectful in rows:
         hints = ToolAnnotations(read_only_hint=read_only == "true", idempotent_hint=idempotent == "true")

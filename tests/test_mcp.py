@@ -32,6 +32,7 @@ from agent_fsm import (
     Stop,
     ToolContext,
     ToolDefinitionError,
+    ToolError,
     ToolSpec,
     allow_all,
     answer_message,
@@ -233,6 +234,10 @@ def test_a_server_that_exits_mid_call(tmp_path: Path) -> None:
         result = Agent(model, tools, gate=allow_all, limits=_limits()).run("die")
         assert [o.kind for o in result.state.observations] == ["error", "result"]
         assert result.stop is Stop.ANSWERED
+    # Closed, the server is not started again behind the user's back: a call is refused, not run.
+    with pytest.raises(ToolError, match="was not run: .* is not open"):
+        tools["die"].handler(context=_context(), note="after close")
+    assert _ledger(ledger) == [{"tool": "die", "note": "once"}]
 
 
 def test_a_tool_list_that_changes_between_turns(tmp_path: Path) -> None:

@@ -106,6 +106,9 @@ class MCPServer:
         self._closing: asyncio.Event | None = None
         self._held: concurrent.futures.Future[None] | None = None
         self._lost = False
+        # Closed until opened, and again once closed: a call then is refused, never a server started behind
+        # the user's back (its process and thread would outlive the ``with`` that meant to end them).
+        self._closed = True
         self.generation = 0
         """How many times the server said its tool list changed (a registry re-lists when it moved)."""
 
@@ -179,6 +182,7 @@ class MCPServer:
     def open(self) -> MCPServer:
         """Start (or reach) the server and hold a session open; a second call does nothing."""
         with self._lock:
+            self._closed = False
             if self._client is not None and not self._lost:
                 return self
             self._reset()
@@ -188,6 +192,7 @@ class MCPServer:
     def close(self) -> None:
         """End the session (a stdio server is stopped) and the loop's thread."""
         with self._lock:
+            self._closed = True
             self._reset()
             loop, self._loop = self._loop, None
             if loop is not None:
@@ -291,9 +296,11 @@ class MCPServer:
 
     def _session(self) -> tuple[asyncio.AbstractEventLoop, Any]:
         with self._lock:
+            if self._closed:
+                raise ServerUnavailable(f"MCP server {self!r} is not open (use `with server:` or server.open())")
             if self._client is None or self._lost:
                 self._reset()
-                self._start()  # a server that died or was never opened is started (again) here
+                self._start()  # a server that died since the last call is started again
             assert self._loop is not None
             return self._loop, self._client
 
