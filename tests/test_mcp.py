@@ -366,6 +366,41 @@ def test_git_reads_run_and_the_commit_waits_for_a_person_once(repo: Path, tmp_pa
         store.close()
 
 
+def test_git_commit_approved_once_through_the_inbox(repo: Path, tmp_path: Path) -> None:
+    """The same pause decided in the web inbox by a signed-in reviewer: one commit; a second decision is refused."""
+    import re
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("starlette")
+    from agent_fsm.store import SqliteStore, open_store
+    from agent_fsm.web import Reviewers, inbox_app
+    from tests.web_server import serving
+
+    token = "ana-token-0123456789"
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    commit = ("git_commit", {"repo_path": str(repo), "message": "from the inbox"})
+    with _git_server(repo) as git:
+        tools = git.tools()
+        with SqliteStore(tmp_path / "runs.db") as store:
+            Agent(_model(commit), tools, gate=ask_for_effects(tools)).run("commit", store=store, run_id="git-2")
+
+        def world() -> dict[str, Any]:
+            return {"model": _model(), "tools": tools, "gate": ask_for_effects(tools)}
+
+        app = inbox_app(lambda: open_store(url), world, reviewers=Reviewers.parse(f"ana:{token}"), wait=30)
+        with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+            csrf = lambda text: re.search(r'name="csrf" value="([^"]+)"', text).group(1)
+            login = client.get("/login")
+            client.post("/login", data={"csrf": csrf(login.text), "reviewer": "ana", "token": token})
+            page = client.get("/runs/git-2")
+            form = {"csrf": csrf(page.text), "pause_id": re.search(r'name="pause_id" value="([^"]+)"', page.text)[1]}
+            assert client.post("/runs/git-2/decide", data={**form, "action": "approve"}).status_code == 303
+            assert client.post("/runs/git-2/decide", data={**form, "action": "approve"}).status_code == 409
+        with open_store(url) as store:
+            assert store.load("git-2").status == "ended"
+    assert _commits(repo) == 2 and _git(repo, "log", "-1", "--format=%s").strip() == "from the inbox"
+
+
 _KILLED_CHILD = """
 import os, signal, sys
 import attrs
