@@ -401,6 +401,53 @@ def test_git_commit_approved_once_through_the_inbox(repo: Path, tmp_path: Path) 
     assert _commits(repo) == 2 and _git(repo, "log", "-1", "--format=%s").strip() == "from the inbox"
 
 
+@pytest.mark.temporal
+def test_git_on_temporal_the_worker_owns_the_connection(repo: Path, temporal_server: Any) -> None:
+    """On Temporal the MCP call is an activity of the worker holding the server: paused, approved, one commit."""
+    import asyncio
+    import uuid
+
+    from temporalio.client import Client
+
+    from agent_fsm.temporal import AgentDefinition, start_run
+    from tests.temporal_server import ThreadWorker
+
+    queue = f"mcp-{uuid.uuid4().hex[:8]}"
+    calls = [
+        ("git_status", {"repo_path": str(repo)}),
+        ("git_commit", {"repo_path": str(repo), "message": "on temporal"}),
+    ]
+    with _git_server(repo) as git:
+        tools = dict(git.tools())  # a snapshot: a workflow judges calls deterministically, with no I/O
+        agents = {"git": AgentDefinition(tools, model=lambda: _model(*calls), gate=ask_for_effects(tools))}
+        worker = ThreadWorker(temporal_server.address, queue, agents).start()
+
+        async def review() -> Any:
+            client = await Client.connect(temporal_server.address)
+            handle = await start_run(client, agent="git", task="commit", run_id=f"git-{queue}", task_queue=queue)
+            for _ in range(600):
+                state = await handle.state()
+                if state.machine_state == "AwaitingApproval":
+                    break
+                await asyncio.sleep(0.05)
+            assert state.machine_state == "AwaitingApproval", (state.path, state.observations)
+            assert _commits(repo) == 1
+            await handle.approve(reviewer="ana")
+            return await handle.result()
+
+        try:
+            result = asyncio.run(asyncio.wait_for(review(), 120))
+        finally:
+            worker.stop()
+    assert result.stop is Stop.ANSWERED and [o.kind for o in result.state.observations] == ["result", "result"]
+    assert _commits(repo) == 2
+    # git_commit is not idempotent: its activity gets exactly one attempt (at-least-once would mean twice).
+    from agent_fsm.temporal.proxies import _retry
+
+    assert _retry(tools["git_commit"], agents["git"].timeouts).maximum_attempts == 1
+    assert _retry(tools["git_status"], agents["git"].timeouts).maximum_attempts > 1
+
+
 _KILLED_CHILD = """
 import os, signal, sys
 import attrs
