@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from agent_fsm.mcp.errors import ServerUnavailable
+from agent_fsm.mcp.errors import Lost, NotSent, ServerUnavailable
 from agent_fsm.mcp.secrets import Secrets
 
 if TYPE_CHECKING:
@@ -48,14 +48,6 @@ _CONNECT_TIMEOUT = 60.0
 # JSON-RPC errors that mean the server refused the request itself: nothing was run.
 _REFUSED = frozenset({-32700, -32600, -32601, -32602})
 _GRACE = 5.0  # beyond the SDK's own timeout, before this side gives up waiting
-
-
-class NotSent(Exception):
-    """The call did not reach a tool: nothing happened on the server."""
-
-
-class Lost(Exception):
-    """The call left and its answer did not come back: its effect may or may not have happened."""
 
 
 Progress = Callable[[float, float | None, str | None], None]

@@ -35,6 +35,14 @@ class ServerUnavailable(MCPError, OSError):
     """
 
 
+class NotSent(Exception):
+    """Inside the adapter: the call did not reach a tool, so nothing happened on the server (never raised out)."""
+
+
+class Lost(Exception):
+    """Inside the adapter: the call left and no answer came back, so its effect may or may not have happened."""
+
+
 class ToolsRefused(MCPError, ToolDefinitionError):
     """
     Tools on the server's list break a rule the engine holds every tool to (a name, a schema, a clash).

@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -42,9 +42,11 @@ from agent_fsm.engine import (
     ToolSpec,
     check_registry,
 )
-from agent_fsm.mcp.connection import Lost, MCPServer, NotSent
-from agent_fsm.mcp.errors import ToolsRefused
+from agent_fsm.mcp.errors import Lost, NotSent, ToolsRefused
 from agent_fsm.mcp.results import DEFAULT_MAX_RESULT_CHARS, answer_of
+
+if TYPE_CHECKING:
+    from agent_fsm.mcp.connection import MCPServer
 
 __all__ = ["IDEMPOTENCY_KEY", "MCPProgress", "MCPTools", "RemoteTool", "combine", "treatment"]
 
