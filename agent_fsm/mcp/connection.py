@@ -298,10 +298,7 @@ class MCPServer:
 
     def request(self, work: Callable[[Any], Any], timeout: float | None = None) -> Any:
         """Run ``work(client)`` (a coroutine) on the session's loop and wait for it; for listings, not calls."""
-        try:
-            loop, client = self._session()
-        except ServerUnavailable:
-            raise
+        loop, client = self._session()
         future = asyncio.run_coroutine_threadsafe(work(client), loop)
         try:
             return future.result(timeout=(timeout or self.timeout) + _GRACE)
