@@ -520,17 +520,20 @@ def everything() -> Iterator[MCPServer]:
 
 
 def test_everything_structured_content_media_and_errors(everything: MCPServer) -> None:
-    """Structured content is the result; an image and resources are placeholders; the env's secret is redacted."""
-    tools = everything.tools(allow=lambda name: name.startswith("get-"))
+    """Structured content is the result; media are placeholders; isError is an error; the env's secret is redacted."""
+    tools = everything.tools(allow=lambda name: name.startswith("get-") or name == "gzip-file-as-resource")
+    assert tools["gzip-file-as-resource"].effectful and tools["gzip-file-as-resource"].idempotent
     calls = [
         ("get-structured-content", {"location": "Chicago"}),
         ("get-tiny-image", {}),
         ("get-resource-reference", {"resourceType": "Blob", "resourceId": 2}),
         ("get-sum", {"a": "one", "b": 2}),
         ("get-env", {}),
+        ("gzip-file-as-resource", {"name": "x.gz", "data": "http://127.0.0.1:9/nothing", "outputType": "resource"}),
     ]
-    result = Agent(_model(*calls), tools, limits=_limits()).run("everything")
-    structured, image, resource, invalid, env = result.state.observations
+    result = Agent(_model(*calls), tools, gate=allow_all, limits=_limits()).run("everything")
+    structured, image, resource, invalid, env, failed = result.state.observations
+    assert failed.kind == "error" and failed.content == "fetch failed"  # the server's isError, with its text
     assert structured.kind == "result" and "temperature" in structured.content
     kinds = [block["type"] for block in image.content if isinstance(block, dict)]
     assert "image" in kinds and all(b["bytes"] > 0 for b in image.content if isinstance(b, dict))
