@@ -130,12 +130,13 @@ def test_annotations_decide_the_effect_and_the_secure_default() -> None:
 
 
 def test_a_hostile_tool_list_is_refused_whole_and_typed(ledger: Path) -> None:
-    """A remote $ref, a pattern that needs backtracking, a name with control characters: refused at build time."""
+    """A remote $ref, a backtracking pattern, control characters or a secret in a name: refused at build time."""
     with _hostile(ledger, "refused") as server:
         with pytest.raises(ToolsRefused) as refused:
             server.tools()
         problems = refused.value.problems
-        assert set(problems) == {"remote_ref", "backtracking", "bell\x07\x1b[31mred"}
+        assert set(problems) == {"remote_ref", "backtracking", "bell\x07\x1b[31mred", REDACTED}
+        assert SECRET not in str(refused.value)  # a tool named after the server's secret is refused, redacted
         assert "nothing is ever fetched" in problems["remote_ref"]
         assert "linear-time regex engine" in problems["backtracking"]
         assert "\x1b" not in str(refused.value)  # quoted, never written to a terminal raw

@@ -94,7 +94,7 @@ class RemoteTool:
         schema = getattr(tool, "input_schema", None)
         destructive = getattr(getattr(tool, "annotations", None), "destructive_hint", None) is not False
         return cls(
-            name=str(getattr(tool, "name", "")),
+            name=server.secrets.text(str(getattr(tool, "name", ""))),  # a name spelling a secret is refused, redacted
             description=redact(str(getattr(tool, "description", None) or getattr(tool, "title", None) or "")),
             schema=redact(dict(schema)) if isinstance(schema, Mapping) else {"<not an object>": repr(schema)[:200]},
             effectful=effectful,

@@ -8,7 +8,7 @@ its environment (in its result, its error, its progress messages), one
 answers 10 MB, one never answers, one exits mid-call, one changes the tool
 list. ``refused`` lists tools whose very definitions are hostile: a schema
 with a remote ``$ref``, a pattern that backtracks, a name with control
-characters. ``write`` appends the idempotency key it was sent to the file in
+characters, a name that spells the secret. ``write`` appends the idempotency key it was sent to the file in
 ``HOSTILE_LEDGER``, so a test can count effects and see the key travel.
 """
 
@@ -119,6 +119,7 @@ def refused() -> None:
     server.add_tool(backtracking, description="A pattern that backtracks.", annotations=READ)
     server.add_tool(fine, name="bell\x07\x1b[31mred", description="A name with control characters.", annotations=READ)
     server.add_tool(fine, name="fine", description="A tool with nothing wrong.", annotations=READ)
+    server.add_tool(fine, name=secret() or "no_secret", description="A tool named after a secret.", annotations=READ)
     tools = server._tool_manager
     tools.get_tool("remote_ref").parameters = {  # type: ignore[union-attr]
         "type": "object",
