@@ -193,6 +193,20 @@ def test_secrets_never_reach_the_transcript_events_or_errors(hostile: MCPServer)
     assert SECRET not in repr(events) and SECRET not in repr(hostile) and SECRET not in repr(tools)
 
 
+def test_the_servers_own_log_reaches_stderr_without_its_secrets(
+    hostile: MCPServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK's server logs a failed tool's message (quoting the secret) on stderr: it arrives, redacted."""
+    with pytest.raises(ToolError):
+        hostile.tools()["leak"].handler(context=_context(), where="error")
+    seen = ""
+    deadline = time.monotonic() + 10
+    while "cannot do it with" not in seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen += capsys.readouterr().err
+    assert REDACTED in seen and SECRET not in seen  # (the server's logger wraps its lines as it likes)
+
+
 def test_secrets_stay_out_of_a_failure_to_start() -> None:
     """A server that cannot start says so, typed, without the env it was given."""
     server = MCPServer.stdio("/nonexistent/mcp-server", ["--token", "x"], env={"TOKEN": SECRET}, timeout=5)

@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -128,17 +130,19 @@ class MCPServer:
         arguments = [str(a) for a in args]
         extra = {str(k): str(v) for k, v in (env or {}).items()}
 
+        secrets = Secrets.of(env=extra)
+
         def connect(handler: Any) -> Any:
             from mcp import Client
-            from mcp.client.stdio import StdioServerParameters
+            from mcp.client.stdio import StdioServerParameters, stdio_client
 
             parameters = StdioServerParameters(
                 command=command, args=arguments, env=extra or None, cwd=str(cwd) if cwd is not None else None
             )
-            return Client(parameters, message_handler=handler, cache=None)
+            return Client(_StdioTransport(parameters, stdio_client, secrets), message_handler=handler, cache=None)
 
         shown = " ".join([command, *arguments])
-        return cls(name or Path(command).name, connect, secrets=Secrets.of(env=extra), timeout=timeout, shown=shown)
+        return cls(name or Path(command).name, connect, secrets=secrets, timeout=timeout, shown=shown)
 
     @classmethod
     def http(
@@ -426,6 +430,38 @@ class MCPServer:
         return MCPTools(
             self, allow=allow, prefix=prefix, timeout=timeout, max_result_chars=max_result_chars, on_event=on_event
         )
+
+
+class _StdioTransport:
+    """
+    The stdio transport, with the server's stderr passed on line by line with its secrets redacted.
+
+    A server logs what it likes (the SDK's own server logs a failed tool's
+    message, which may quote its environment); the lines still reach this
+    process's stderr, for whoever debugs the server, but not its secrets.
+    """
+
+    def __init__(self, parameters: Any, transport: Any, secrets: Secrets) -> None:
+        self._parameters, self._transport, self._secrets = parameters, transport, secrets
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Any:
+        reading, writing = os.pipe()
+        threading.Thread(target=self._relay, args=(reading,), name="mcp-stderr", daemon=True).start()
+        with open(writing, "w", encoding="utf-8", errors="replace", closefd=True) as errlog:
+            # Once the process is started it holds its own copy of the pipe: this one is closed on leaving,
+            # so the relay ends when the server does.
+            return await self._stack.enter_async_context(self._transport(self._parameters, errlog=errlog))
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stack.__aexit__(*exc)
+
+    def _relay(self, reading: int) -> None:
+        with open(reading, encoding="utf-8", errors="replace", closefd=True) as lines:
+            for line in lines:
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(self._secrets.text(line))
+                    sys.stderr.flush()
 
 
 class _HttpTransport:
