@@ -25,7 +25,7 @@ PACKAGE = Path(agent_fsm.__file__).parent
 # Applications may import the kernel and anything on a lower line; never a higher one.
 LAYERS: list[set[str]] = [
     {"engine"},
-    {"providers", "testing", "scenarios", "store", "patterns", "otel", "temporal"},
+    {"providers", "testing", "scenarios", "store", "patterns", "otel", "temporal", "mcp"},
     {"examples"},  # examples.compare meters the patterns on the support-desk example
     {"diagrams"},  # the catalog draws the pattern machines
     {"web"},  # the run viewer draws the run's path; the inbox decides through the store
@@ -220,7 +220,7 @@ def test_run_is_the_function_that_delegates_to_agent() -> None:
 
 
 # Loaded only when something asks for them: a rich schema or a failed call (jsonschema and its
-# referencing stack), a pattern (RE2), the testing kit (hypothesis), a provider, the CLI, a drawing, tracing.
+# referencing stack), a pattern (RE2), the testing kit (hypothesis), a provider, the CLI, a drawing, tracing, MCP.
 LAZY = (
     "jsonschema",
     "referencing",
@@ -235,6 +235,8 @@ LAZY = (
     "uvicorn",
     "opentelemetry",
     "temporalio",
+    "mcp",
+    "mcp_types",
 )
 
 

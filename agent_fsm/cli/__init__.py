@@ -1,8 +1,8 @@
 """
 The ``agent-fsm`` command line.
 
-One module per command group (``diagram``, ``run``, ``charts``, ``runs``, ``view``, ``inbox``); each is registered
-here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
+One module per command group (``diagram``, ``run``, ``charts``, ``runs``, ``view``, ``inbox``, ``mcp``); each is
+registered here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
 reported in one line, 2 a usage error (from the CLI library).
 """
 
@@ -13,6 +13,7 @@ import typer
 from agent_fsm.cli.charts import charts_command
 from agent_fsm.cli.diagram import diagram_command
 from agent_fsm.cli.inbox import inbox_command
+from agent_fsm.cli.mcp import mcp_app
 from agent_fsm.cli.run import run_command
 from agent_fsm.cli.runs import runs_app
 from agent_fsm.cli.view import view_command
@@ -47,6 +48,7 @@ app.command(name="charts")(charts_command)
 app.add_typer(runs_app, name="runs")
 app.command(name="view")(view_command)
 app.command(name="inbox")(inbox_command)
+app.add_typer(mcp_app, name="mcp")
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ The stages are separate so each can be tested and reused:
 from agent_fsm.scenarios.allowed import allowed_packages, project_spec_modules
 from agent_fsm.scenarios.environment import Environment
 from agent_fsm.scenarios.format import (
+    MCPUse,
     ModelSpec,
     Resume,
     Scenario,
@@ -46,6 +47,7 @@ __all__ = [
     "Environment",
     "Expectation",
     "ModelSpec",
+    "MCPUse",
     "Resume",
     "Scenario",
     "ScenarioResult",

@@ -43,6 +43,8 @@ class Environment:
     system_prompt: str | None = None
     # The world's codes for the engine's stops (RunResult.code); see agent_fsm.Ending.
     endings: EndingRule | None = None
+    # MCP servers a spec may use by name ([[mcp]]): each a function returning an unopened agent_fsm.mcp.MCPServer.
+    mcp: dict[str, Callable[[], Any]] = attrs.field(factory=dict)
 
     def agent(
         self,

@@ -19,7 +19,16 @@ import attrs
 
 from agent_fsm.engine import AgentFSMError, Limits, Stop
 
-__all__ = ["ModelSpec", "Resume", "Scenario", "SpecFormatError", "discover", "load_scenario", "scenario_from_data"]
+__all__ = [
+    "MCPUse",
+    "ModelSpec",
+    "Resume",
+    "Scenario",
+    "SpecFormatError",
+    "discover",
+    "load_scenario",
+    "scenario_from_data",
+]
 
 _TOP_KEYS = {
     "name",
@@ -33,6 +42,7 @@ _TOP_KEYS = {
     "model",
     "resume",
     "expect",
+    "mcp",
 }
 _EXPECT_KEYS = {
     "stop",
@@ -92,6 +102,21 @@ class Resume:
 
 
 @attrs.frozen
+class MCPUse:
+    """
+    One ``[[mcp]]`` table: the tools of an MCP server the world names, joined to the world's own tools.
+
+    ``server`` is a key of the environment's ``mcp`` table (a spec names a
+    server, it never gives a command to run); ``allow`` and ``prefix`` are
+    those of :meth:`agent_fsm.mcp.MCPServer.tools`.
+    """
+
+    server: str
+    allow: tuple[str, ...] | None = None
+    prefix: str | None = None
+
+
+@attrs.frozen
 class Scenario:
     """A validated spec: everything needed to run it and judge the outcome."""
 
@@ -107,6 +132,7 @@ class Scenario:
     history: tuple[Mapping[str, Any], ...] = ()
     limits: Limits = Limits()
     resumes: tuple[Resume, ...] = ()
+    mcp: tuple[MCPUse, ...] = ()
 
 
 # --- loading -------------------------------------------------------------------
@@ -327,6 +353,20 @@ def scenario_from_data(data: Mapping[str, Any], path: str | Path = "<spec>") -> 
                 reason=reader.typed(entry.get("reason", ""), f"resume[{index}].reason", str, "a string"),
             )
         )
+    servers = []
+    for index, entry in enumerate(reader.typed(data.get("mcp", []), "mcp", list, "an array of [[mcp]] tables")):
+        entry = reader.table(entry, f"mcp[{index}]", ("server", "allow", "prefix"))
+        if "server" not in entry:
+            raise reader.fail(f"mcp[{index}].server", "missing; name a server of the environment's mcp table")
+        servers.append(
+            MCPUse(
+                server=reader.typed(entry["server"], f"mcp[{index}].server", str, "a string"),
+                allow=reader.strings(entry["allow"], f"mcp[{index}].allow") if "allow" in entry else None,
+                prefix=reader.typed(entry["prefix"], f"mcp[{index}].prefix", str, "a string")
+                if "prefix" in entry
+                else None,
+            )
+        )
     if not REFERENCE.match(text["environment"]):
         raise reader.fail("environment", f'expected "package.module:function", got {text["environment"]!r}')
     return Scenario(
@@ -342,6 +382,7 @@ def scenario_from_data(data: Mapping[str, Any], path: str | Path = "<spec>") -> 
         model=_model(reader, data["model"]),
         resumes=tuple(decisions),
         expect=_expect(reader, data["expect"]),
+        mcp=tuple(servers),
     )
 
 

@@ -291,6 +291,47 @@ def run_scenario(
         ValueError: an entry of ``allowed`` is not a dotted package name.
     """
     environment = load_environment(scenario.environment, path=scenario.path, allowed=allowed_packages(allowed))
+    servers = _join_mcp(scenario, environment)
+    try:
+        return _run_loaded(scenario, environment, model, on_event)
+    finally:
+        for server in servers:
+            server.close()
+
+
+def _join_mcp(scenario: Scenario, environment: Environment) -> list[Any]:
+    # Each [[mcp]] server the world names is opened and its tools joined to the world's (a name offered twice
+    # is refused, never shadowed). The server is used through the methods it has (open, tools, close), so
+    # scenarios need not import agent_fsm.mcp, an application of the same layer.
+    opened: list[Any] = []
+    try:
+        for index, use in enumerate(scenario.mcp):
+            factory = environment.mcp.get(use.server)
+            if factory is None:
+                known = sorted(environment.mcp)
+                raise SpecFormatError(
+                    scenario.path, f"mcp[{index}].server", f"{use.server!r} is not a server of this world; {known}"
+                )
+            server = factory()
+            opened.append(server)
+            server.open()
+            tools = server.tools(allow=list(use.allow) if use.allow is not None else None, prefix=use.prefix)
+            clash = sorted(set(tools) & set(environment.tools))
+            if clash:
+                raise SpecFormatError(
+                    scenario.path, f"mcp[{index}]", f"tools {clash} are the world's already; give the server a prefix"
+                )
+            environment.tools = {**environment.tools, **tools}
+    except BaseException:
+        for server in opened:
+            server.close()
+        raise
+    return opened
+
+
+def _run_loaded(
+    scenario: Scenario, environment: Environment, model: Model | None, on_event: EventSink | None
+) -> ScenarioResult:
     agent = build_agent(scenario, environment, model=model)
     policy = {
         "name": scenario.model.name or "scripted turns",

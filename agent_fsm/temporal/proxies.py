@@ -161,7 +161,9 @@ def _proxy(agent: str, name: str, spec: ToolSpec, timeouts: Timeouts) -> ToolSpe
             raise ToolError(content, permanent=observation.permanent)
         raise ToolError("the tool failed", data=content, permanent=observation.permanent)
 
-    return attrs.evolve(spec, handler=handler)
+    # The proxy is a coroutine the workflow awaits; whether the real handler blocks is the activity's concern
+    # (it runs blocking handlers in a thread), so a ``blocking`` spec must not send the proxy to a thread.
+    return attrs.evolve(spec, handler=handler, blocking=False)
 
 
 def tools_of(agent: str, definition: AgentDefinition) -> dict[str, ToolSpec]:

@@ -17,8 +17,7 @@ from typing import Any
 import attrs
 
 from agent_fsm import Agent
-from agent_fsm.engine import RunResult
-from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
+from agent_fsm.engine import DEPTH_CEILING, RunResult, nesting_exceeds
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
 from agent_fsm.store.protocol import RunStore
 

@@ -1,0 +1,480 @@
+"""
+One connection to one MCP server, on an event loop the connection owns.
+
+Why a loop of its own: the engine's sync driver calls handlers from plain
+threads, and its async driver runs ``blocking`` handlers in worker threads;
+an MCP session, though, is an asyncio object bound to the loop it was
+opened on. So the session lives on one loop, in one daemon thread, for the
+connection's whole life, and every caller (sync ``with``, ``async with``,
+any thread) hands it work through :func:`asyncio.run_coroutine_threadsafe`.
+One mechanism, whatever the caller.
+
+What a call can end as, and why it matters (see :mod:`agent_fsm.mcp.toolset`):
+
+* an answer: the server replied (``isError`` or not);
+* *not sent*: the connection was known to be gone, or the server refused the
+  request as malformed before running anything (a JSON-RPC parse, request,
+  method or params error): no effect happened;
+* *lost*: the request left and no answer came (the server died, the call
+  timed out, the answer could not be read): the effect may or may not have
+  happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from agent_fsm.mcp.errors import Lost, NotSent, ServerUnavailable
+from agent_fsm.mcp.secrets import Secrets
+
+if TYPE_CHECKING:
+    from agent_fsm.mcp.toolset import MCPTools
+
+__all__ = ["DEFAULT_TIMEOUT", "Lost", "MCPServer", "NotSent", "Progress"]
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a call may take before its outcome is declared unknown (its request may still be running)."""
+
+_CONNECT_TIMEOUT = 60.0
+# JSON-RPC errors that mean the server refused the request itself: nothing was run.
+_REFUSED = frozenset({-32700, -32600, -32601, -32602})
+_GRACE = 5.0  # beyond the SDK's own timeout, before this side gives up waiting
+
+
+Progress = Callable[[float, float | None, str | None], None]
+"""Told of each progress notification of one call: progress, total, message (already redacted)."""
+
+
+def _install_hint(exc: ImportError) -> ServerUnavailable:
+    return ServerUnavailable(f"agent_fsm.mcp needs the MCP SDK (pip install 'agent_fsm[mcp]'): {exc}")
+
+
+class MCPServer:
+    """
+    An MCP server the engine may call tools on: started over stdio or reached over Streamable HTTP.
+
+    Build it with :meth:`stdio` or :meth:`http`, open it with ``with`` (or
+    ``async with``), and take its tools as a registry with :meth:`tools`::
+
+        with MCPServer.stdio("mcp-server-git", ["--repository", "."]) as git:
+            agent = Agent(model, git.tools())
+
+    ``env`` and ``headers`` are secrets: they reach the server and nothing
+    else (not a repr, an error, a result, an event). ``timeout`` bounds each
+    call (seconds).
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(
+        self,
+        name: str,
+        connect: Callable[[Any], Any],
+        *,
+        secrets: Secrets,
+        timeout: float = DEFAULT_TIMEOUT,
+        shown: str,
+    ) -> None:
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.name = name
+        self.timeout = float(timeout)
+        self.secrets = secrets
+        self._connect = connect  # message handler -> an un-entered mcp.Client
+        self._shown = shown  # what repr() says: the command or URL, never env or header values
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._closing: asyncio.Event | None = None
+        self._held: concurrent.futures.Future[None] | None = None
+        self._lost = False
+        # Closed until opened, and again once closed: a call then is refused, never a server started behind
+        # the user's back (its process and thread would outlive the ``with`` that meant to end them).
+        self._closed = True
+        self.generation = 0
+        """How many times the server said its tool list changed (a registry re-lists when it moved)."""
+
+    # --- building ---
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        name: str | None = None,
+    ) -> MCPServer:
+        """
+        A server the adapter starts as ``command args...`` and talks to over its stdin and stdout.
+
+        ``env`` is added to the few variables the SDK passes on (``PATH``,
+        ``HOME``...; not the whole environment); its values are secrets.
+        """
+        if isinstance(args, str):
+            raise TypeError(f"args must be a sequence of arguments, not one string (got {args!r})")
+        arguments = [str(a) for a in args]
+        extra = {str(k): str(v) for k, v in (env or {}).items()}
+
+        secrets = Secrets.of(env=extra)
+
+        def connect(handler: Any) -> Any:
+            from mcp import Client
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            parameters = StdioServerParameters(
+                command=command, args=arguments, env=extra or None, cwd=str(cwd) if cwd is not None else None
+            )
+            return Client(_StdioTransport(parameters, stdio_client, secrets), message_handler=handler, cache=None)
+
+        shown = " ".join([command, *arguments])
+        return cls(name or Path(command).name, connect, secrets=secrets, timeout=timeout, shown=shown)
+
+    @classmethod
+    def http(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        name: str | None = None,
+    ) -> MCPServer:
+        """A server reached over Streamable HTTP at ``url``; ``headers`` (an ``Authorization``, say) are secrets."""
+        sent = {str(k): str(v) for k, v in (headers or {}).items()}
+        secrets = Secrets.of(headers=sent, url=url)
+
+        def connect(handler: Any) -> Any:
+            from mcp import Client
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            return Client(
+                _HttpTransport(url, sent, streamable_http_client, create_mcp_http_client),
+                message_handler=handler,
+                cache=None,
+            )
+
+        return cls(name or "http", connect, secrets=secrets, timeout=timeout, shown=secrets.text(url))
+
+    def __repr__(self) -> str:
+        return f"<MCPServer {self.name!r}: {self._shown}>"
+
+    # --- lifecycle ---
+
+    def open(self) -> MCPServer:
+        """Start (or reach) the server and hold a session open; a second call does nothing."""
+        with self._lock:
+            self._closed = False
+            if self._client is not None and not self._lost:
+                return self
+            self._reset()
+            self._start()
+        return self
+
+    def close(self) -> None:
+        """End the session (a stdio server is stopped) and the loop's thread."""
+        with self._lock:
+            self._closed = True
+            self._reset()
+            loop, self._loop = self._loop, None
+            if loop is not None:
+                loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+                self._thread = None
+
+    def __enter__(self) -> MCPServer:
+        return self.open()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MCPServer:
+        return await asyncio.to_thread(self.open)
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.close)
+
+    def _start(self) -> None:
+        try:
+            import mcp  # noqa: F401  (fail here, with the extra's name, rather than in the loop)
+        except ImportError as exc:
+            raise _install_hint(exc) from None
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name=f"mcp-{self.name}", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._held = asyncio.run_coroutine_threadsafe(self._hold(ready), self._loop)
+        try:
+            ready.result(timeout=_CONNECT_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            self._reset()
+            raise ServerUnavailable(f"MCP server {self!r} did not answer within {_CONNECT_TIMEOUT:.0f}s") from None
+        except Exception as exc:
+            self._reset()
+            raise ServerUnavailable(f"MCP server {self!r} could not be used: {self._why(exc)}") from None
+        self._lost = False
+
+    def _reset(self) -> None:
+        # Ends the held session (if any) and waits for it to be gone; called under the lock.
+        held, closing, loop = self._held, self._closing, self._loop
+        self._held = self._closing = self._client = None
+        if held is None or loop is None:
+            return
+        if closing is not None:
+            loop.call_soon_threadsafe(closing.set)
+        else:
+            held.cancel()
+        with contextlib.suppress(Exception):
+            held.result(timeout=10)
+
+    async def _hold(self, ready: concurrent.futures.Future[None]) -> None:
+        # The session is entered and left in this one task, as anyio's cancel scopes require.
+        closing = asyncio.Event()
+        try:
+            async with self._connect(self._notified) as client:
+                self._closing = closing
+                self._client = client
+                watching = asyncio.ensure_future(self._watch(client))
+                ready.set_result(None)
+                try:
+                    await closing.wait()
+                finally:
+                    watching.cancel()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._lost = True
+
+    async def _notified(self, message: Any) -> None:
+        # Handshake-era servers announce a changed tool list with a notification.
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            self.generation += 1
+
+    async def _watch(self, client: Any) -> None:
+        # 2026-era servers announce it on a subscription stream instead; a server without one is simply not watched.
+        with contextlib.suppress(Exception):
+            capabilities = client.server_capabilities
+            if not (capabilities.tools and capabilities.tools.list_changed):
+                return
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self.generation += 1
+
+    def _why(self, exc: BaseException) -> str:
+        # An exception's text, with every secret redacted; groups (anyio's) are opened.
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            return self._why(exc.exceptions[0])
+        return self.secrets.text(f"{type(exc).__name__}: {exc}"[:2000])
+
+    # --- requests ---
+
+    def _session(self) -> tuple[asyncio.AbstractEventLoop, Any]:
+        with self._lock:
+            if self._closed:
+                raise ServerUnavailable(f"MCP server {self!r} is not open (use `with server:` or server.open())")
+            if self._client is None or self._lost:
+                self._reset()
+                self._start()  # a server that died since the last call is started again
+            assert self._loop is not None
+            return self._loop, self._client
+
+    def request(self, work: Callable[[Any], Any], timeout: float | None = None) -> Any:
+        """Run ``work(client)`` (a coroutine) on the session's loop and wait for it; for listings, not calls."""
+        loop, client = self._session()
+        future = asyncio.run_coroutine_threadsafe(work(client), loop)
+        try:
+            return future.result(timeout=(timeout or self.timeout) + _GRACE)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise ServerUnavailable(f"MCP server {self!r} did not answer within {self.timeout:.0f}s") from None
+        except Exception as exc:
+            raise ServerUnavailable(f"MCP server {self!r} failed: {self._why(exc)}") from None
+
+    def list_tools(self) -> list[Any]:
+        """Every tool the server lists (``mcp.types.Tool`` values, every page)."""
+
+        async def listing(client: Any) -> list[Any]:
+            found: list[Any] = []
+            cursor = None
+            for _ in range(100):  # a paginator that never ends cannot hang the registry
+                page = await client.list_tools(cursor=cursor)
+                found.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            return found
+
+        result: list[Any] = self.request(listing)
+        return result
+
+    def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        meta: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        progress: Progress | None = None,
+    ) -> Any:
+        """
+        Send ``tools/call`` and wait for the answer (a ``CallToolResult``), in the calling thread.
+
+        Progress notifications are handed to ``progress`` in this thread, as
+        they arrive, so an event sink never runs on the session's loop.
+
+        Raises:
+            NotSent: nothing reached a tool (the server could not be started, or refused the request).
+            Lost: the request left and no answer came within ``timeout``, or the connection died.
+        """
+        seconds = float(timeout if timeout is not None else self.timeout)
+        try:
+            loop, client = self._session()
+        except ServerUnavailable as exc:
+            raise NotSent(str(exc)) from None
+        inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+
+        async def told(done: float, total: float | None, message: str | None) -> None:
+            inbox.put(("progress", (done, total, self.secrets.text(message) if message else message)))
+
+        async def calling() -> Any:
+            return await client.call_tool(
+                tool,
+                dict(arguments),
+                read_timeout_seconds=seconds,
+                progress_callback=told if progress is not None else None,
+                meta=dict(meta) if meta else None,
+            )
+
+        future = asyncio.run_coroutine_threadsafe(calling(), loop)
+        future.add_done_callback(lambda f: inbox.put(("done", f)))
+        deadline = time.monotonic() + seconds + _GRACE
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                kind, item = inbox.get(timeout=max(remaining, 0.0))
+            except queue.Empty:
+                future.cancel()
+                raise Lost(f"no answer within {seconds:g}s") from None
+            if kind == "progress":
+                if progress is not None:
+                    progress(*item)
+                continue
+            break
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            self._lost = True
+            raise Lost("the call was cancelled before its answer came") from None
+        except Exception as exc:
+            raise self._failure(exc, seconds) from None
+
+    def _failure(self, exc: BaseException, seconds: float) -> Exception:
+        code = getattr(exc, "code", None)
+        why = self._why(exc)
+        if code in _REFUSED:
+            return NotSent(f"the server refused the request: {why}")
+        if code == -32001 or isinstance(exc, TimeoutError):
+            return Lost(f"no answer within {seconds:g}s")
+        if code == -32000:
+            self._lost = True
+            return Lost(f"the connection to the server was lost ({why})")
+        self._lost = self._lost or not isinstance(exc, RuntimeError)
+        return Lost(why)
+
+    def tools(
+        self,
+        allow: Sequence[str] | Callable[[str], bool] | None = None,
+        prefix: str | None = None,
+        *,
+        timeout: float | None = None,
+        max_result_chars: int | None = None,
+        on_event: Callable[[Any], Any] | None = None,
+    ) -> MCPTools:
+        """
+        The server's tools as a registry (name to :class:`agent_fsm.ToolSpec`): see :class:`~agent_fsm.mcp.MCPTools`.
+
+        ``allow`` keeps only the tools named (or those the predicate
+        accepts); ``prefix`` offers each as ``prefix_name``; ``timeout``
+        bounds each call (the server's by default); ``max_result_chars``
+        cuts longer results; ``on_event`` is told of each call's progress
+        (:class:`~agent_fsm.mcp.MCPProgress`; pass the run's ``on_event``).
+
+        Raises:
+            ToolsRefused: a tool kept breaks the engine's rules (every problem listed).
+            ServerUnavailable: the server could not be reached.
+        """
+        from agent_fsm.mcp.toolset import MCPTools
+
+        return MCPTools(
+            self, allow=allow, prefix=prefix, timeout=timeout, max_result_chars=max_result_chars, on_event=on_event
+        )
+
+
+class _StdioTransport:
+    """
+    The stdio transport, with the server's stderr passed on line by line with its secrets redacted.
+
+    A server logs what it likes (the SDK's own server logs a failed tool's
+    message, which may quote its environment); the lines still reach this
+    process's stderr, for whoever debugs the server, but not its secrets.
+    """
+
+    def __init__(self, parameters: Any, transport: Any, secrets: Secrets) -> None:
+        self._parameters, self._transport, self._secrets = parameters, transport, secrets
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Any:
+        reading, writing = os.pipe()
+        threading.Thread(target=self._relay, args=(reading,), name="mcp-stderr", daemon=True).start()
+        with open(writing, "w", encoding="utf-8", errors="replace", closefd=True) as errlog:
+            # Once the process is started it holds its own copy of the pipe: this one is closed on leaving,
+            # so the relay ends when the server does.
+            return await self._stack.enter_async_context(self._transport(self._parameters, errlog=errlog))
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stack.__aexit__(*exc)
+
+    def _relay(self, reading: int) -> None:
+        with open(reading, encoding="utf-8", errors="replace", closefd=True) as lines:
+            for line in lines:
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(self._secrets.text(line))
+                    sys.stderr.flush()
+
+
+class _HttpTransport:
+    """The Streamable HTTP transport with its own HTTP client (carrying ``headers``), closed with it."""
+
+    def __init__(self, url: str, headers: dict[str, str], transport: Any, make_client: Any) -> None:
+        self._url, self._headers = url, headers
+        self._transport, self._make_client = transport, make_client
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Any:
+        http = await self._stack.enter_async_context(self._make_client(headers=self._headers))
+        return await self._stack.enter_async_context(self._transport(self._url, http_client=http))
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stack.__aexit__(*exc)

@@ -1,0 +1,135 @@
+"""
+What a ``tools/call`` answer becomes: the content of an observation the transcript and a saved state can hold.
+
+* structured content (``structuredContent``) is the result, as the server sent it;
+* text that is JSON is the result parsed; other text is the result as text;
+* images, audio and resources become typed placeholders (kind, MIME type,
+  size): the model is told what came back, the transcript does not carry
+  megabytes of base64, and a saved state stays plain JSON;
+* several blocks are a list of the above;
+* ``isError`` is an error with the server's text.
+
+Then, whatever the shape: every secret the server was given is redacted, and
+a result longer than the limit is cut to its first characters with a marker
+saying how long it was. Nothing here raises on what a server sends.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from agent_fsm.mcp.secrets import Secrets
+
+__all__ = ["DEFAULT_MAX_RESULT_CHARS", "Answer", "answer_of"]
+
+DEFAULT_MAX_RESULT_CHARS = 100_000
+"""The longest result (its JSON text) kept whole; a longer one is cut with a marker."""
+
+
+@attrs.frozen
+class Answer:
+    """A server's answer to one call, made safe to keep: ``ok`` (not ``isError``) and its content."""
+
+    ok: bool
+    content: Any
+
+
+def _size(data: str) -> int:
+    # The decoded size of base64 data, without decoding it (a hostile server may send junk).
+    padding = data[-2:].count("=") if data else 0
+    return max(0, len(data) * 3 // 4 - padding)
+
+
+def _block(block: Any) -> Any:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return str(getattr(block, "text", ""))
+    if kind in ("image", "audio"):
+        data = getattr(block, "data", "") or ""
+        return {"type": kind, "mime_type": getattr(block, "mime_type", None), "bytes": _size(str(data))}
+    if kind == "resource_link":
+        return {
+            "type": "resource_link",
+            "uri": str(getattr(block, "uri", "")),
+            "name": getattr(block, "name", None),
+            "mime_type": getattr(block, "mime_type", None),
+        }
+    if kind == "resource":
+        resource = getattr(block, "resource", None)
+        placeholder: dict[str, Any] = {
+            "type": "resource",
+            "uri": str(getattr(resource, "uri", "")),
+            "mime_type": getattr(resource, "mime_type", None),
+        }
+        text = getattr(resource, "text", None)
+        if isinstance(text, str):
+            placeholder["text"] = text
+        else:
+            placeholder["bytes"] = _size(str(getattr(resource, "blob", "") or ""))
+        return placeholder
+    return {"type": str(kind), "note": "a content block of a kind this adapter does not know"}
+
+
+def _content(result: Any) -> Any:
+    structured = getattr(result, "structured_content", None)
+    if structured is not None and not getattr(result, "is_error", False):
+        return structured
+    blocks = [_block(b) for b in (getattr(result, "content", None) or [])]
+    if len(blocks) == 1 and isinstance(blocks[0], str):
+        text = blocks[0]
+        if text[:1] in "{[":
+            try:
+                return json.loads(text)
+            except (ValueError, RecursionError):
+                return text
+        return text
+    if not blocks:
+        return None
+    return blocks
+
+
+def _error_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content or "the tool reported an error and said nothing more"
+    if isinstance(content, list) and all(isinstance(c, str) for c in content):
+        return "\n".join(content)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _cut(text: str, limit: int) -> str:
+    return f"{text[:limit]}\n[cut: the result was {len(text):,} characters; the first {limit:,} are shown]"
+
+
+def answer_of(result: Any, *, secrets: Secrets, limit: int = DEFAULT_MAX_RESULT_CHARS) -> Answer:
+    """
+    The safe form of a ``CallToolResult``: redacted, cut to ``limit`` characters, JSON data or text.
+
+    The content is passed through its JSON text once: that is where secrets
+    are redacted (in any string, however deeply nested) and the size is
+    measured, and reading it back yields plain JSON data.
+    """
+    ok = not getattr(result, "is_error", False)
+    try:
+        content = _content(result)
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        content, text = None, "the server's result could not be read as JSON data (too deep, or not data)"
+        ok = False
+    if not ok:
+        message = secrets.text(_error_text(content) if content is not None else text)
+        return Answer(False, message if len(message) <= limit else _cut(message, limit))
+    if isinstance(content, str):
+        redacted = secrets.text(content)
+        return Answer(True, redacted if len(redacted) <= limit else _cut(redacted, limit))
+    redacted = secrets.text(text)  # JSON-escaped forms of the secrets are among them (see Secrets.of)
+    if len(redacted) > limit:
+        return Answer(True, _cut(redacted, limit))
+    if redacted != text:
+        try:
+            content = json.loads(redacted)
+        except (ValueError, RecursionError):  # a redaction inside an escape sequence: keep the text
+            content = redacted
+    return Answer(True, content)
