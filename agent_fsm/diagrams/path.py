@@ -10,8 +10,9 @@ highlight the states visited and the edges taken.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,6 +25,7 @@ __all__ = [
     "RunPath",
     "TraceError",
     "TurnRecord",
+    "approved_calls",
     "load_trace",
     "path_of",
     "reconstruct_path",
@@ -334,3 +336,25 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
             raise TraceError(f"the record leads to {where!r}, but the run rests in {final!r}")
         go(closing[0].event, final)
     return RunPath(machine, tuple(steps))
+
+
+def approved_calls(state: RunState, turns: Sequence[TurnRecord]) -> set[int]:
+    """
+    The executed calls a human approved, as ``id()`` of their records.
+
+    ``state.path`` holds every state the run entered: a call executed
+    straight after ``AwaitingApproval`` is one a human approved. Executions
+    in the path and executed calls in the transcript come in the same order.
+    """
+    after_approval = [
+        previous == "AwaitingApproval" for previous, entered in itertools.pairwise(state.path) if entered == "Executing"
+    ]
+    executed = [
+        call
+        for turn in turns
+        for call in turn.calls
+        if not call.closed and call.observation is not None and call.observation.kind in ("result", "error")
+    ]
+    if len(after_approval) != len(executed):
+        return set()  # a path from an older save, or none: mark no call approved
+    return {id(call) for call, approved in zip(executed, after_approval, strict=True) if approved}

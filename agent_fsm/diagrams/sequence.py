@@ -4,12 +4,11 @@ One run's transcript as a Mermaid ``sequenceDiagram``: model, engine, gate, tool
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator
 
 from agent_fsm.diagrams.mermaid import mermaid_text
-from agent_fsm.diagrams.path import CallRecord, TurnRecord, state_of, turns_of
+from agent_fsm.diagrams.path import CallRecord, approved_calls, state_of, turns_of
 from agent_fsm.engine import Observation, RunResult, RunState, assistant_text
 
 __all__ = ["sequence_diagram"]
@@ -21,28 +20,6 @@ _TEXT_LIMIT = 80
 def _observation_text(observation: Observation) -> str:
     content = observation.content if isinstance(observation.content, str) else json.dumps(observation.content)
     return f"{observation.kind}: {content}"
-
-
-def _approved(state: RunState, turns: list[TurnRecord]) -> set[int]:
-    """
-    The executed calls a human approved, as ``id()`` of their records.
-
-    ``state.path`` holds every state the run entered: a call executed
-    straight after ``AwaitingApproval`` is one a human approved. Executions
-    in the path and executed calls in the transcript come in the same order.
-    """
-    after_approval = [
-        previous == "AwaitingApproval" for previous, entered in itertools.pairwise(state.path) if entered == "Executing"
-    ]
-    executed = [
-        call
-        for turn in turns
-        for call in turn.calls
-        if not call.closed and call.observation is not None and call.observation.kind in ("result", "error")
-    ]
-    if len(after_approval) != len(executed):
-        return set()  # a path from an older save, or none: draw what the transcript shows
-    return {id(call) for call, approved in zip(executed, after_approval, strict=True) if approved}
 
 
 def _call_lines(call: CallRecord, state: RunState, resting: bool, approved: bool = False) -> Iterator[str]:
@@ -111,7 +88,7 @@ def sequence_diagram(run: RunResult | RunState) -> str:
     """
     state = state_of(run)
     turns = turns_of(state)
-    approved = _approved(state, turns)
+    approved = approved_calls(state, turns)
     asked_human = (
         state.machine_state == "AwaitingApproval"
         or bool(approved)

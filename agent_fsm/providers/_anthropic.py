@@ -188,7 +188,7 @@ def from_anthropic_message(reply: Mapping[str, Any]) -> dict[str, Any] | None:
 class _Turn:
     """One assistant turn over its ``pause_turn`` parts: the next request, and the blocks so far."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: Mapping[str, Any]) -> None:
         self.body = body
         self._asked = body["messages"]
         self._earlier: list[Any] = []  # blocks of the paused parts of this turn
@@ -274,40 +274,21 @@ class AnthropicMessages(HttpModel):
             choice["disable_parallel_tool_use"] = True
         return choice
 
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] = (),
-        *,
-        on_delta: TextListener | None = None,
-    ) -> ModelReply:
-        """
-        Send the transcript; continue a ``pause_turn`` reply; return the assistant's whole turn.
-
-        ``on_delta`` hears the text of every part of the turn as it streams (only when the adapter streams).
-
-        Raises:
-            ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
-        """
-        turn = _Turn(self.request_body(messages, tools))
+    def _post(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
+        """One assistant turn: a ``pause_turn`` reply is continued, and its parts come back as one reply."""
+        turn = _Turn(body)
         for _ in range(self.max_continuations + 1):
-            if not turn.add(*self._post(turn.body, on_delta)):
+            if not turn.add(*super()._post(turn.body, on_delta)):
                 break
-        return self.read_reply(turn.data, turn.status)
+        return turn.status, turn.data
 
-    async def achat(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] = (),
-        *,
-        on_delta: TextListener | None = None,
-    ) -> ModelReply:
-        """:meth:`chat` on ``httpx.AsyncClient``, ``pause_turn`` continuations included."""
-        turn = _Turn(self.request_body(messages, tools))
+    async def _apost(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
+        """:meth:`_post` on ``httpx.AsyncClient``, ``pause_turn`` continuations included."""
+        turn = _Turn(body)
         for _ in range(self.max_continuations + 1):
-            if not turn.add(*await self._apost(turn.body, on_delta)):
+            if not turn.add(*await super()._apost(turn.body, on_delta)):
                 break
-        return self.read_reply(turn.data, turn.status)
+        return turn.status, turn.data
 
     def stream_assembler(self) -> AnthropicStream:
         """A Messages event-stream assembler (``message_start`` ... ``message_stop``)."""

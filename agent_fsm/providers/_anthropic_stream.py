@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, fragments_of, parse_json
+from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, fragments_of, parse_json, read_to_end
 
 __all__ = ["AnthropicStream"]
 
@@ -43,10 +43,7 @@ class AnthropicStream:
 
     def finish(self) -> tuple[int, Any]:
         """The assembled message, once ``message_stop`` came; else the stream was cut (``truncated``)."""
-        try:
-            fragments_of(self._read, self._events.close())
-        except StreamBroken as exc:
-            raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
+        read_to_end(self._read, self._events.close)
         if self._message is None or not self._stopped:
             raise StreamBroken("the stream ended before message_stop", kind="truncated")
         for index in list(self._inputs):

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of, prompt_tokens
 from agent_fsm.providers._http import ProviderConfigError
-from agent_fsm.providers._sse import JsonLines, StreamBroken, fragments_of
+from agent_fsm.providers._sse import JsonLines, StreamBroken, fragments_of, read_to_end
 
 __all__ = ["OllamaChat"]
 
@@ -167,10 +167,7 @@ class OllamaStream:
 
     def finish(self) -> tuple[int, Any]:
         """The reply, once the ``done: true`` line came; else the stream was cut (``truncated``)."""
-        try:
-            fragments_of(self._read, self._lines.close())
-        except StreamBroken as exc:
-            raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
+        read_to_end(self._read, self._lines.close)
         if self._last is None:
             raise StreamBroken("the stream ended before its done line", kind="truncated")
         return 200, {**self._last, "message": self._message}

@@ -19,7 +19,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, fragments_of, parse_json
+from agent_fsm.providers._sse import ServerSentEvents, StreamBroken, fragments_of, parse_json, read_to_end
 
 __all__ = ["OpenAIStream", "content_text", "merge_content", "merge_delta"]
 
@@ -151,10 +151,7 @@ class OpenAIStream:
 
     def finish(self) -> tuple[int, Any]:
         """The assembled completion (status 200), or the error reply the adapter reads (Groq's status kept)."""
-        try:
-            fragments_of(self._read, self._events.close())
-        except StreamBroken as exc:
-            raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
+        read_to_end(self._read, self._events.close)
         if self._error is not None:
             return self._error
         if not self._done and not any(c.get("finish_reason") for c in self._choices.values()):

@@ -56,6 +56,17 @@ def fragments_of(read: Callable[[Any, list[str]], None], items: Any) -> list[str
     return fragments
 
 
+def read_to_end(read: Callable[[Any, list[str]], None], close: Callable[[], Any]) -> None:
+    """
+    Read what the framing still holds when the stream ends (its fragments come too late to hear);
+    an event cut short there means the stream was ``truncated``.
+    """
+    try:
+        fragments_of(read, close())
+    except StreamBroken as exc:
+        raise StreamBroken(f"the stream ended mid-event ({exc.what})", kind="truncated") from exc
+
+
 def parse_json(text: str, what: str) -> Any:
     """``text`` as JSON, or :class:`StreamBroken` quoting the start of it."""
     try:

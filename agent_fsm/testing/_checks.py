@@ -13,7 +13,6 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
-from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
@@ -39,7 +38,7 @@ from agent_fsm.testing._invariants import (
     assert_run_invariants,
     by_call,
 )
-from agent_fsm.testing._settings import default_settings
+from agent_fsm.testing._search import run_property, searched
 from agent_fsm.testing._strategies import MessageKind, scripted_models
 from agent_fsm.testing._strategies import gates as gate_tables
 from agent_fsm.testing._strategies import limits as limit_ranges
@@ -54,9 +53,27 @@ kind listed twice is drawn twice as often).
 """
 
 
-def _matcher(match: CallMatch | None, outcome: Outcome) -> Any:
-    """The effect matcher for this run: ``match`` tied to its executed calls, or the default convention."""
-    return None if match is None else by_call(match, outcome.result.state)
+def _assert_invariants(
+    outcome: Outcome,
+    limits: Limits,
+    match: CallMatch | None,
+    *,
+    gate: Gate | None = None,
+    approved: Collection[str] = (),
+) -> None:
+    """
+    :func:`assert_run_invariants` on one driven run, with its effects and tools; ``match`` is
+    tied to the run's executed calls (``None`` keeps the default convention).
+    """
+    assert_run_invariants(
+        outcome.result,
+        outcome.world.effects,
+        limits,
+        tools=outcome.world.tools,
+        gate=gate,
+        approved=approved,
+        match=None if match is None else by_call(match, outcome.result.state),
+    )
 
 
 def _annotated(outcome: Outcome, check: Callable[[], None]) -> None:
@@ -79,28 +96,6 @@ def _models_strategy(models: Any, tools: Registry, constants: tuple[Any, ...] = 
 
 def _limits_strategy(limits: Limits | st.SearchStrategy[Limits]) -> st.SearchStrategy[Limits]:
     return limits if isinstance(limits, st.SearchStrategy) else st.just(limits)
-
-
-def _run_property(test: Callable[..., None], settings: Settings | None) -> None:
-    # Hypothesis's "explain" phase re-runs a failing run hundreds of times to
-    # say which parts could vary; for whole runs that costs more than the
-    # search itself, so the checks skip it unless given settings ask for it.
-    # Each example is a whole run, slow to draw by Hypothesis's measure on a
-    # loaded machine: the too_slow and data_too_large health checks would
-    # fail a correct search there, so the checks suppress them by default.
-    (settings if settings is not None else default_settings())(given(st.data())(test))()
-
-
-def _searched(coverage: Coverage, report: bool, search: Callable[[], None]) -> Coverage:
-    """Run a check's search; its coverage goes into a failure's notes, and is printed or kept as asked."""
-    try:
-        search()
-    except InvariantViolation as exc:
-        exc.add_note(coverage.report())
-        coverage.publish(report)
-        raise
-    coverage.publish(report)
-    return coverage
 
 
 def check_gate_contains(
@@ -179,14 +174,7 @@ def check_gate_contains(
 
         def check() -> None:
             assert_nothing_forbidden(outcome.result.state, forbidden, outcome.approved)
-            assert_run_invariants(
-                outcome.result,
-                outcome.world.effects,
-                chosen_limits,
-                tools=outcome.world.tools,
-                approved=outcome.approved,
-                match=_matcher(match, outcome),
-            )
+            _assert_invariants(outcome, chosen_limits, match, approved=outcome.approved)
 
         _annotated(outcome, check)
 
@@ -204,9 +192,9 @@ def check_gate_contains(
                 except InvariantViolation as exc:
                     exc.add_note("found by enumerating the finite part of the contract, before any random search")
                     raise
-        _run_property(property_, settings)
+        run_property(property_, settings)
 
-    return _searched(coverage, report, search)
+    return searched(coverage, report, search)
 
 
 def _fixed(limits: Limits | st.SearchStrategy[Limits]) -> Limits:
@@ -296,18 +284,11 @@ def check_policy_ends(
                     f"the run ended {getattr(stop, 'value', stop)!r} ({outcome.result.reason}); expected one of "
                     f"{sorted(s.value for s in expected)}",
                 )
-            assert_run_invariants(
-                outcome.result,
-                outcome.world.effects,
-                chosen_limits,
-                tools=outcome.world.tools,
-                approved=outcome.approved,
-                match=_matcher(match, outcome),
-            )
+            _assert_invariants(outcome, chosen_limits, match, approved=outcome.approved)
 
         _annotated(outcome, check)
 
-    return _searched(coverage, report, lambda: _run_property(property_, settings))
+    return searched(coverage, report, lambda: run_property(property_, settings))
 
 
 def check_driver(
@@ -349,16 +330,6 @@ def check_driver(
         outcome = drive(
             model, world_of(tools_factory()), gate=chosen_gate, limits=chosen_limits, driver=driver, coverage=coverage
         )
-        _annotated(
-            outcome,
-            lambda: assert_run_invariants(
-                outcome.result,
-                outcome.world.effects,
-                chosen_limits,
-                tools=outcome.world.tools,
-                gate=chosen_gate,
-                match=_matcher(match, outcome),
-            ),
-        )
+        _annotated(outcome, lambda: _assert_invariants(outcome, chosen_limits, match, gate=chosen_gate))
 
-    return _searched(coverage, report, lambda: _run_property(property_, settings))
+    return searched(coverage, report, lambda: run_property(property_, settings))

@@ -27,7 +27,7 @@ from agent_fsm.testing._formats import (
     pattern_values,
     string_lengths,
 )
-from agent_fsm.testing._sums import summed_lists
+from agent_fsm.testing._sums import integer_bounds, summed_lists
 
 __all__ = ["UnsupportedSchema", "schema_values", "schema_violations"]
 
@@ -94,14 +94,7 @@ def _in_range(value: float, low: float | None, high: float | None) -> bool:
 
 
 def _integers(schema: Mapping[str, Any], constants: Constants = ()) -> st.SearchStrategy[int]:
-    low = schema.get("minimum")
-    high = schema.get("maximum")
-    if "exclusiveMinimum" in schema:
-        low = math.floor(schema["exclusiveMinimum"]) + 1
-    if "exclusiveMaximum" in schema:
-        high = math.ceil(schema["exclusiveMaximum"]) - 1
-    low = None if low is None else math.ceil(low)
-    high = None if high is None else math.floor(high)
+    low, high = integer_bounds(schema)
     # The bounds, one step inside them, and the constants a gate compares
     # against are where off-by-one bugs live: offer them directly, as often as anything else.
     edges = sorted(

@@ -22,14 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hypothesis import given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from agent_fsm.engine import CompiledMachine, Edge, MachineSpec
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._invariants import InvariantViolation
-from agent_fsm.testing._settings import default_settings
+from agent_fsm.testing._search import run_property, searched
 
 __all__ = ["check_machine_terminates", "drive_machine", "transition_bound"]
 
@@ -207,11 +206,4 @@ def check_machine_terminates(
             machine, run, counters=counters, limits=chosen, max_transitions=max_transitions, coverage=coverage
         )
 
-    try:
-        (settings if settings is not None else default_settings())(given(st.data())(property_))()
-    except InvariantViolation as exc:
-        exc.add_note(coverage.report())
-        coverage.publish(report)
-        raise
-    coverage.publish(report)
-    return coverage
+    return searched(coverage, report, lambda: run_property(property_, settings))

@@ -9,13 +9,12 @@ and they always do it.
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
 import attrs
 
-from agent_fsm.diagrams.path import CallRecord, TurnRecord, turns_of
+from agent_fsm.diagrams.path import CallRecord, TurnRecord, approved_calls, turns_of
 from agent_fsm.engine import Limits, RunState, assistant_text
 from agent_fsm.store.records import Decision, Effect
 
@@ -105,22 +104,6 @@ def ending_reason(state: RunState) -> str | None:
         return None
     last = state.observations[-1].content
     return last if isinstance(last, str) else json.dumps(last, ensure_ascii=False)
-
-
-def _approved_calls(state: RunState, turns: list[TurnRecord]) -> set[int]:
-    """The executed calls a person approved (``id()`` of their records): those entered from AwaitingApproval."""
-    after_approval = [
-        before == "AwaitingApproval" for before, entered in itertools.pairwise(state.path) if entered == "Executing"
-    ]
-    executed = [
-        call
-        for turn in turns
-        for call in turn.calls
-        if not call.closed and call.observation is not None and call.observation.kind in ("result", "error")
-    ]
-    if len(after_approval) != len(executed):
-        return set()
-    return {id(call) for call, approved in zip(executed, after_approval, strict=True) if approved}
 
 
 def _deciders(records: list[TurnRecord], approved: set[int], decisions: tuple[Decision, ...]) -> dict[int, Decision]:
@@ -219,7 +202,7 @@ def timeline_of(
         records = turns_of(state)
     except ValueError as exc:  # TraceError: an inconsistent record
         records, problem = [], str(exc)
-    approved = _approved_calls(state, records)
+    approved = approved_calls(state, records)
     deciders = _deciders(records, approved, tuple(decisions))
     turns = []
     first_open = True
