@@ -232,9 +232,11 @@ def test_a_tool_that_never_answers(hostile: MCPServer) -> None:
     assert observation.kind == "error" and "no answer within 1s" in observation.content
     with pytest.raises(OutcomeUnknown, match="outcome of never_write is unknown"):
         tools["never_write"].handler(context=_context(), note="n")
-    # Until the engine pauses on it, the model reads an error that says the outcome is unknown.
+    # The engine never guesses: the run pauses for a person, and nothing is recorded as done or not done.
     result = Agent(_model(("never_write", {"note": "n"})), tools, gate=allow_all).run("wait")
-    assert "outcome of never_write is unknown" in result.state.observations[0].content
+    assert result.stop is Stop.AWAITING_APPROVAL
+    assert result.reason is not None and result.reason.startswith("outcome unknown: never_write")
+    assert result.state.observations == []
 
 
 def test_a_server_that_exits_mid_call(tmp_path: Path) -> None:
@@ -372,10 +374,10 @@ def test_git_reads_run_and_the_commit_waits_for_a_person_once(repo: Path, tmp_pa
         agent = Agent(_model(*calls), tools, gate=ask_for_effects(tools))
         paused = agent.run("commit", store=store, run_id="git-1")
         assert paused.stop is Stop.AWAITING_APPROVAL and _commits(repo) == 1
-        done = approve(store, "git-1", _model(), tools, gate=ask_for_effects(tools), reviewer="ana")
+        done = approve(store, "git-1", Agent(_model(), tools, gate=ask_for_effects(tools)), reviewer="ana")
         assert done.state.observations[-1].kind == "result" and _commits(repo) == 2
         with pytest.raises(AlreadyDecided):
-            approve(store, "git-1", _model(), tools, gate=ask_for_effects(tools), reviewer="bo")
+            approve(store, "git-1", Agent(_model(), tools, gate=ask_for_effects(tools)), reviewer="bo")
         assert _commits(repo) == 2
         assert _git(repo, "log", "-1", "--format=%s").strip() == "second"
         store.close()
@@ -399,9 +401,7 @@ def test_git_commit_approved_once_through_the_inbox(repo: Path, tmp_path: Path) 
         with SqliteStore(tmp_path / "runs.db") as store:
             Agent(_model(commit), tools, gate=ask_for_effects(tools)).run("commit", store=store, run_id="git-2")
 
-        def world() -> dict[str, Any]:
-            return {"model": _model(), "tools": tools, "gate": ask_for_effects(tools)}
-
+        world = Agent(_model(), tools, gate=ask_for_effects(tools))
         app = inbox_app(lambda: open_store(url), world, reviewers=Reviewers.parse(f"ana:{token}"), wait=30)
         with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
             csrf = lambda text: re.search(r'name="csrf" value="([^"]+)"', text).group(1)
@@ -424,7 +424,7 @@ def test_git_on_temporal_the_worker_owns_the_connection(repo: Path, temporal_ser
 
     from temporalio.client import Client
 
-    from agent_fsm.temporal import AgentDefinition, start_run
+    from agent_fsm.temporal import Timeouts, start_run
     from tests.temporal_server import ThreadWorker
 
     queue = f"mcp-{uuid.uuid4().hex[:8]}"
@@ -434,7 +434,7 @@ def test_git_on_temporal_the_worker_owns_the_connection(repo: Path, temporal_ser
     ]
     with _git_server(repo) as git:
         tools = dict(git.tools())  # a snapshot: a workflow judges calls deterministically, with no I/O
-        agents = {"git": AgentDefinition(tools, model=lambda: _model(*calls), gate=ask_for_effects(tools))}
+        agents = [Agent(_model(*calls), tools, gate=ask_for_effects(tools), name="git")]
         worker = ThreadWorker(temporal_server.address, queue, agents).start()
 
         async def review() -> Any:
@@ -459,8 +459,8 @@ def test_git_on_temporal_the_worker_owns_the_connection(repo: Path, temporal_ser
     # git_commit is not idempotent: its activity gets exactly one attempt (at-least-once would mean twice).
     from agent_fsm.temporal.proxies import _retry
 
-    assert _retry(tools["git_commit"], agents["git"].timeouts).maximum_attempts == 1
-    assert _retry(tools["git_status"], agents["git"].timeouts).maximum_attempts > 1
+    assert _retry(tools["git_commit"], Timeouts()).maximum_attempts == 1  # the default settings the worker served
+    assert _retry(tools["git_status"], Timeouts()).maximum_attempts > 1
 
 
 _KILLED_CHILD = """
@@ -501,12 +501,14 @@ def test_sigkill_between_intent_and_result_leaves_an_outcome_unknown_pause(repo:
     store = SqliteStore(db)
     with _git_server(repo) as git:
         tools = git.tools()
-        [recovered] = recover(store, _model(), tools, gate=allow_all, older_than=0)
+        [recovered] = recover(store, Agent(_model(), tools, gate=allow_all), older_than=0)
         assert recovered.interrupted == "c0"
         assert recovered.result is not None and recovered.result.stop is Stop.AWAITING_APPROVAL
         assert (recovered.result.reason or "").startswith(OUTCOME_UNKNOWN)
         assert _commits(repo) == 2  # never run again by itself
-        ended = reject(store, "killed", _model(), tools, gate=allow_all, reviewer="ana", reason="it went through")
+        ended = reject(
+            store, "killed", Agent(_model(), tools, gate=allow_all), reviewer="ana", reason="it went through"
+        )
         assert ended.stop is Stop.ANSWERED and _commits(repo) == 2
     store.close()
 
