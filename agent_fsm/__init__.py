@@ -14,6 +14,7 @@ subpackages imported by name when wanted: :mod:`agent_fsm.diagrams`,
 and :mod:`agent_fsm.examples`.
 """
 
+from agent_fsm import engine
 from agent_fsm.engine import (
     DEFAULT_SYSTEM_PROMPT,
     EXPECTED_TOOL_ERRORS,
@@ -202,20 +203,16 @@ __all__ = [
     "ToolError",
 ]
 
-_ASYNC = frozenset({"RunCancelled"})
-
 
 def __getattr__(name: str) -> object:
-    # The async driver loads asyncio (tens of milliseconds): only when it is first used.
-    if name in _ASYNC:
-        from agent_fsm import engine
-
-        return getattr(engine, name)
+    # RunCancelled is the async runner's, which loads asyncio: the engine imports it when it is first asked for.
+    if name == "RunCancelled":
+        return engine.RunCancelled
     raise AttributeError(f"module 'agent_fsm' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _ASYNC)
+    return sorted([*globals(), "RunCancelled"])
 
 
 __version__ = "0.1.0"

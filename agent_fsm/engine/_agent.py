@@ -270,7 +270,8 @@ class Agent:
             NotPaused: ``state`` is not awaiting approval, was resumed already, or ``seen`` says so.
             StateError: the state's counters or indices disagree with its transcript.
         """
-        return _performed(self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event), on_event)
+        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        return _performed(launch, on_event)
 
     # --- one run, awaited ------------------------------------------------------
 
@@ -347,9 +348,8 @@ class Agent:
         """
         from agent_fsm.engine._async import performed
 
-        return await performed(
-            self._deciding(state, approve, reason, arguments, seen, store, run_id, on_event), on_event
-        )
+        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        return await performed(launch, on_event)
 
     # --- how a run is launched ---------------------------------------------------
 
@@ -366,30 +366,6 @@ class Agent:
 
     def _continuing(self, state: RunState, store: Checkpointer | None, run_id: str | None, listening: bool) -> Launch:
         return continuing(self, state, store=store, run_id=run_id, listening=listening)
-
-    def _deciding(
-        self,
-        state: RunState,
-        approve: bool,
-        reason: str,
-        arguments: Mapping[str, Any] | None,
-        seen: Seen | None,
-        store: Checkpointer | None,
-        run_id: str | None,
-        on_event: EventSink | None,
-    ) -> Launch:
-        listening = on_event is not None
-        return deciding(
-            self,
-            state,
-            approve=approve,
-            reason=reason,
-            arguments=arguments,
-            seen=seen,
-            store=store,
-            run_id=run_id,
-            listening=listening,
-        )
 
 
 def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:

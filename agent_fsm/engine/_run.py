@@ -935,7 +935,6 @@ def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResu
 def deciding(
     agent: Agent,
     state: RunState,
-    *,
     approve: bool,
     reason: str,
     arguments: Mapping[str, Any] | None,
