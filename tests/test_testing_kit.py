@@ -338,3 +338,22 @@ def test_shipped_refund_gate_contains_refunds_above_its_limit() -> None:
         forbidden=lambda call: (_refund(call) or 0) > AUTO_REFUND_LIMIT_CENTS,
         settings=FIXED,
     )
+
+
+def test_a_world_may_be_an_agent_whose_own_parts_the_kit_keeps() -> None:
+    """
+    A tools factory may return an Agent: with no gate given its gate judges, and its answer check
+    holds in the run the kit drives (the model, gate and limits are the kit's to choose).
+    """
+    from agent_fsm import Agent, ScriptedModel, Stop
+    from agent_fsm.testing import drive, world_of
+
+    desk = make_support_desk()
+    agent = Agent(ScriptedModel([]), desk.tools, gate=refund_gate, answer_check=lambda text, state: "not yet")
+    world = world_of(agent)
+    assert world.agent is agent and world.tools is agent.tools
+    outcome = drive(ScriptedModel([answer_message("done")]), world)
+    assert outcome.gate is refund_gate
+    assert outcome.result.stop is Stop.ANSWER_REJECTED  # the agent's answer check refused the answer
+    plain = drive(ScriptedModel([answer_message("done")]), world_of(desk), gate=refund_gate)
+    assert plain.result.stop is Stop.ANSWERED  # the same world without the agent has no answer check

@@ -217,7 +217,7 @@ def _enumerated_counterexample(
     that reads the run's context is judged where it really decides.
     """
     world = world_of(tools_factory())
-    chosen = _gate_of(gate, gate_factory, GateContext(world.tools, world.effects))
+    chosen = _gate_of(gate, gate_factory, GateContext(world.tools, world.effects), world.agent)
     for name, tool in world.tools.items():
         for arguments in contract_cases(tool, constants):
             call = ToolCall("call_0", name, arguments, json.dumps(arguments))

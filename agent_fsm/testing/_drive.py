@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import Gate, Limits, Model, Registry, RunResult, Stop, ToolCall, resume, run
+from agent_fsm.engine import Agent, Gate, Limits, Model, Registry, RunResult, Stop, ToolCall, deny_effects
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._watchdog import Runaway, _Watched, runaway_violation, watchdog_calls
 
@@ -38,22 +38,35 @@ Driver = Callable[..., RunResult]
 
 @attrs.define
 class World:
-    """A registry and the effect log its handlers write (the ground truth of what happened)."""
+    """
+    A registry and the effect log its handlers write (the ground truth of what happened).
+
+    ``agent``, when the world is an :class:`agent_fsm.Agent`'s, is what the
+    kit runs: its answer check, endings, system prompt and estimator hold,
+    with the model, gate and limits a check draws or is given in their place.
+    """
 
     tools: Registry
     effects: list[Any] = attrs.field(factory=list)
+    agent: Agent | None = None
 
 
 def world_of(made: Any) -> World:
     """
-    Read what a tools factory made: a registry alone, or anything with
-    ``.tools`` and ``.effects`` (a support desk, an :class:`agent_fsm.scenarios.environment.Environment`).
+    Read what a tools factory made: a registry alone, an :class:`agent_fsm.Agent`
+    (or anything with an ``.agent`` that is one, and its ``.effects``), or anything
+    with ``.tools`` and ``.effects`` (a support desk, an :class:`agent_fsm.scenarios.environment.Environment`).
 
     Raises:
-        TypeError: it is neither.
+        TypeError: it is none of these.
     """
     if isinstance(made, World):
         return made
+    if isinstance(made, Agent):
+        return World(made.tools, [], made)
+    agent = getattr(made, "agent", None)
+    if isinstance(agent, Agent):
+        return World(agent.tools, getattr(made, "effects", []), agent)
     if isinstance(made, Mapping):
         return World(dict(made))
     if hasattr(made, "tools"):
@@ -89,7 +102,11 @@ class Outcome:
     approved: tuple[str, ...] = ()
 
 
-def _gate_of(gate: Gate | None, gate_factory: GateFactory | None, context: GateContext) -> Gate:
+def _gate_of(
+    gate: Gate | None, gate_factory: GateFactory | None, context: GateContext, agent: Agent | None = None
+) -> Gate:
+    if gate is None and gate_factory is None and agent is not None:
+        return agent.gate if agent.gate is not None else deny_effects(agent.tools)  # the agent's own, as it runs
     if (gate is None) == (gate_factory is None):
         raise TypeError("give exactly one of gate= (a gate) or gate_factory= (GateContext -> gate)")
     return gate if gate is not None else gate_factory(context)  # type: ignore[misc]
@@ -110,13 +127,14 @@ def drive(
     """
     Run ``task`` in ``world`` to an absorbing stop, asking ``decide`` at every pause.
 
-    With ``driver=None`` the engine runs it (:func:`agent_fsm.run`, then
-    :func:`agent_fsm.resume` with ``decide(blocked_call)`` until the run no
-    longer pauses). Another ``driver`` is called once and its result kept as it is.
+    With ``driver=None`` the engine runs it (the world's agent, or an
+    :class:`agent_fsm.Agent` of its tools, with ``model``, the gate and
+    ``limits`` in place; then ``resume`` with ``decide(blocked_call)`` until
+    the run no longer pauses). Another ``driver`` is called once and its result kept as it is.
     ``coverage`` records the run (its path, proposals and the gate's verdicts).
     """
     context = GateContext(world.tools, world.effects)
-    chosen = _gate_of(gate, gate_factory, context)
+    chosen = _gate_of(gate, gate_factory, context, world.agent)
     outcome = _driven(model, world, chosen, context, limits, decide, driver, task, coverage)
     if coverage is not None:
         coverage.record_run(outcome.result, world.tools)
@@ -143,14 +161,16 @@ def _driven(
     try:
         if driver is not None:
             return Outcome(driver(task, watched, world.tools, gate=judging, limits=limits), world, chosen)
-        result = run(task, watched, world.tools, gate=judging, limits=limits)
+        base = world.agent if world.agent is not None else Agent(watched, world.tools)
+        agent = base.replace(model=watched, gate=judging, limits=limits)
+        result = agent.run(task)
         approved: list[str] = []
         while result.stop is Stop.AWAITING_APPROVAL:
             assert result.blocked_on is not None
             approve = decide(result.blocked_on)
             if approve:
                 approved.append(result.blocked_on.call_id)
-            result = resume(result.state, watched, world.tools, approve=approve, gate=judging, limits=limits)
+            result = agent.resume(result.state, approve=approve)
     except Runaway as runaway:
         raise runaway_violation(runaway, limits) from None
     return Outcome(result, world, chosen, tuple(approved))
