@@ -357,3 +357,47 @@ def test_a_world_may_be_an_agent_whose_own_parts_the_kit_keeps() -> None:
     assert outcome.result.stop is Stop.ANSWER_REJECTED  # the agent's answer check refused the answer
     plain = drive(ScriptedModel([answer_message("done")]), world_of(desk), gate=refund_gate)
     assert plain.result.stop is Stop.ANSWERED  # the same world without the agent has no answer check
+
+
+def test_the_harness_runs_an_agent_world_with_the_agents_own_parts() -> None:
+    """
+    RunHarness on an Agent world: runs open with the agent's system prompt, its gate judges when
+    make_gate is not overridden, and its answer check holds; the kit chooses model and limits.
+    """
+    from agent_fsm import Agent, ScriptedModel, Stop
+    from agent_fsm.testing import RunHarness
+
+    def grumpy(text: str, state: Any) -> str:
+        return "never good enough"
+
+    class AgentRun(RunHarness):
+        limits = Limits(max_turns=3)
+
+        def make_world(self) -> Any:
+            desk = make_support_desk()
+            agent = Agent(ScriptedModel([]), desk.tools, gate=refund_gate, system_prompt="Be brief.")
+            return agent.replace(answer_check=grumpy)
+
+    harness = AgentRun()
+    assert harness.gate is refund_gate  # the agent's own gate, not the secure default
+    assert harness.state.messages[0] == {"role": "system", "content": "Be brief."}
+    harness.answer(answer_message("done"))
+    assert harness.result is not None and harness.result.stop is Stop.ANSWER_REJECTED
+    harness.run_invariants_hold()
+    harness.start_new_run()  # replays on the async driver through the same agent: transcripts agree
+    assert harness.result is None and harness.state.messages[0]["content"] == "Be brief."
+
+
+def test_routes_in_an_agent_world_keep_its_answer_check() -> None:
+    """The shortest-route search plays an Agent world's own answer check: an answer ends answer_rejected."""
+    from agent_fsm import Agent, ScriptedModel
+    from agent_fsm.testing import routes
+
+    def factory() -> Any:
+        desk = make_support_desk()
+        return Agent(ScriptedModel([]), desk.tools, answer_check=lambda text, state: "refused")
+
+    found = routes(factory, gate=refund_gate, max_replies=1)
+    assert "AnswerRejected" in found and "Answered" not in found
+    plain = routes(make_support_desk, gate=refund_gate, max_replies=1)
+    assert "Answered" in plain

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agent_fsm.engine import (
+    Agent,
     Gate,
     Limits,
     ProviderFailure,
@@ -33,10 +34,7 @@ from agent_fsm.engine import (
     RunState,
     Stop,
     ToolCall,
-    advance,
     deny_effects,
-    resume,
-    start_state,
 )
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._drive import (
@@ -131,12 +129,13 @@ class RunHarness(RuleBasedStateMachine):
         )
 
     def make_world(self) -> Any:
-        """A fresh world: a registry, or an object with ``.tools`` and ``.effects``."""
+        """A fresh world: an :class:`agent_fsm.Agent`, a registry, or an object with ``.tools`` and ``.effects``."""
         raise NotImplementedError("override make_world() (or build the harness with run_harness(tools_factory, ...))")
 
     def make_gate(self, context: GateContext) -> Gate:
-        """The gate under test, for a fresh world (default: the secure default, effects denied)."""
-        return deny_effects(context.tools)
+        """The gate under test, for a fresh world (default: the world's agent's own, else effects denied)."""
+        agent = self.world.agent
+        return agent.gate if agent is not None and agent.gate is not None else deny_effects(context.tools)
 
     def __init__(self) -> None:
         super().__init__()
@@ -150,10 +149,19 @@ class RunHarness(RuleBasedStateMachine):
         self.world: World = world_of(self.make_world())
         self.context = GateContext(self.world.tools, self.world.effects)
         self.gate: Gate = self.make_gate(self.context)
-        self.state: RunState = start_state(self.task)
+        self.state: RunState = self._agent(_Replies([]), self.limits).start(self.task)
         self.result: RunResult | None = None
         self.checked_limits: Limits = self.limits
         self.approved: tuple[str, ...] = ()
+
+    def _agent(self, model: Any, limits: Limits, world: World | None = None, gate: Gate | None = None) -> Agent:
+        """
+        The world's agent (its answer check, endings, prompt and estimator hold), or one of its tools,
+        with the harness's model, the gate under test and ``limits`` in their place.
+        """
+        world = self.world if world is None else world
+        base = world.agent if world.agent is not None else Agent(model, world.tools)
+        return base.replace(model=model, gate=self.gate if gate is None else gate, limits=limits)
 
     def _limits_for(self, replies: int) -> Limits:
         """The real limits with a turn budget of at most ``replies`` more model calls."""
@@ -174,7 +182,7 @@ class RunHarness(RuleBasedStateMachine):
         self.replies.append(reply)
         limits = self._limits_for(1)
         model = _Watched(_Replies([reply]), self.context)
-        self._rested(advance(self.state, model, self.world.tools, gate=self.gate, limits=limits), limits)
+        self._rested(self._agent(model, limits).advance(self.state), limits)
 
     def _decide(self, approve: bool, via_json: bool) -> None:
         assert self.result is not None and self.result.blocked_on is not None
@@ -184,8 +192,7 @@ class RunHarness(RuleBasedStateMachine):
         state = RunState.from_json(self.state.to_json()) if via_json else self.state
         limits = self._limits_for(0)
         model = _Watched(_Replies([]), self.context)
-        result = resume(state, model, self.world.tools, approve=approve, gate=self.gate, limits=limits)
-        self._rested(result, limits)
+        self._rested(self._agent(model, limits).resume(state, approve=approve), limits)
 
     def _check_replay(self) -> None:
         """
@@ -203,17 +210,19 @@ class RunHarness(RuleBasedStateMachine):
             )
 
     async def _replayed(self) -> RunResult:
-        from agent_fsm.engine import aresume, arun
-
-        world = world_of(self.make_world())
-        context = GateContext(world.tools, world.effects)
-        gate = self.make_gate(context)
-        model = _Watched(_Replies(self.replies), context)
-        replayed = await arun(self.task, model, world.tools, gate=gate, limits=self.limits)
+        live = self.world
+        try:  # make_gate reads self.world: the fresh one while its gate is made
+            self.world = world = world_of(self.make_world())
+            context = GateContext(world.tools, world.effects)
+            gate = self.make_gate(context)
+        finally:
+            self.world = live
+        agent = self._agent(_Watched(_Replies(self.replies), context), self.limits, world, gate)
+        replayed = await agent.arun(self.task)
         for approve, _ in self.decisions:
             if replayed.stop is not Stop.AWAITING_APPROVAL:
                 break
-            replayed = await aresume(replayed.state, model, world.tools, approve=approve, gate=gate, limits=self.limits)
+            replayed = await agent.aresume(replayed.state, approve=approve)
         return replayed
 
     def replies_of(self, kinds: tuple[MessageKind, ...]) -> st.SearchStrategy[dict[str, Any]]:

@@ -38,11 +38,9 @@ from agent_fsm import (
     Verdict,
     answer_message,
     as_verdict,
-    resume,
-    run,
     tool_call_message,
 )
-from agent_fsm.engine import Gate, Registry, ToolCall
+from agent_fsm.engine import Agent, Gate, Registry, ToolCall
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import DEFAULT_TASK, GateContext, GateFactory, World, world_of
@@ -155,11 +153,17 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     model = route.model()
     check = _refuse_answers if route.refuse_answers else None
     gate = route.gate if coverage is None else coverage.counting(route.gate)
-    result = run(task, model, tools, gate=gate, limits=route.limits, answer_check=check)
+    # A world's own agent keeps its answer check, endings, prompt and estimator; the route sets the rest.
+    base = world.agent if world.agent is not None else Agent(model, tools)
+    changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits}
+    if check is not None:
+        changes["answer_check"] = check
+    agent = base.replace(**changes)
+    result = agent.run(task)
     decisions = list(route.decisions)
     while result.stop is Stop.AWAITING_APPROVAL:
         approve = decisions.pop(0) if decisions else False
-        result = resume(result.state, model, tools, approve=approve, gate=gate, limits=route.limits)
+        result = agent.resume(result.state, approve=approve)
     return result
 
 
