@@ -244,9 +244,11 @@ def test_console_script_exit_codes(tmp_path: Path) -> None:
 
 
 def test_readme_commands_name_specs_that_hold() -> None:
-    """Every `agent-fsm run specs/...` line in the README names a spec or directory that holds."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    targets = re.findall(r"^agent-fsm run (specs/\S+)", readme, flags=re.MULTILINE)
+    """Every `agent-fsm run specs/...` command in the README and the docs names a spec or directory that holds."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    targets = sorted(set(re.findall(r"^agent-fsm run (specs/\S+)", text, flags=re.MULTILINE)))
+    targets += re.findall(r"`agent-fsm run (specs/\S+?)`", (REPO / "README.md").read_text(encoding="utf-8"))
     assert len(targets) >= 15
     for target in targets:
         code, out, err = _run(str(REPO / target))

@@ -732,9 +732,9 @@ def test_committed_diagrams_do_not_drift(tmp_path: Path) -> None:
 def test_readme_shows_the_generated_run_diagram() -> None:
     """The README's mermaid block is diagrams/run.mmd, byte for byte."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Diagrams\n", 1)[1]
+    section = readme.split("\n## The run machine\n", 1)[1]
     block = re.search(r"```mermaid\n(.*?)```", section, re.DOTALL)
-    assert block is not None, "README's Diagrams section has no ```mermaid block"
+    assert block is not None, "README's run machine section has no ```mermaid block"
     assert block.group(1) == (ROOT / "diagrams" / "run.mmd").read_text(encoding="utf-8")
 
 

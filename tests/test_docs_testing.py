@@ -12,7 +12,7 @@ from agent_fsm.testing import INVARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "testing.md"
-README_SECTION = "## Testing your own gates and models"
+README_SECTION = "## What else is there"
 
 
 def _python_blocks(text: str | None = None) -> list[str]:
@@ -57,12 +57,7 @@ def test_invariant_table_lists_every_invariant() -> None:
     assert listed == set(INVARIANTS)
 
 
-def test_readme_section_runs_and_points_to_the_doc() -> None:
-    """The README's testing section links docs/testing.md and its example runs as written."""
+def test_readme_points_to_the_doc() -> None:
+    """The README's list of what else is there links docs/testing.md under the kit's name."""
     section = _readme_section()
-    assert "docs/testing.md" in section
-    blocks = _python_blocks(section)
-    assert len(blocks) == 1
-    namespace: dict[str, object] = {"__name__": "readme_testing"}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)
-    assert callable(namespace["my_gate"])
+    assert "[Testing your own gates and models](docs/testing.md)" in section

@@ -1,4 +1,4 @@
-"""The workflow-pattern docs: the README's comparison is the command's output, and the docs' examples run."""
+"""The workflow-pattern docs: the page's comparison is the command's output, and the page's examples run."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def _section(text: str, heading: str) -> str:
 
 
 def test_readme_table_is_the_compare_commands_current_output():
-    """The table pasted under '## Workflow patterns' equals what `agent-fsm compare` prints now."""
-    section = _section((ROOT / "README.md").read_text(), "## Workflow patterns")
+    """The table pasted in docs/patterns.md equals what `agent-fsm compare` prints now."""
+    section = _section((ROOT / "docs" / "patterns.md").read_text(), "## Five patterns and a plan on one task")
     table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
     output = CliRunner().invoke(app, ["compare"])
     assert output.exit_code == 0, output.output

@@ -1,4 +1,4 @@
-"""Tests that docs/reference-systems.md and the README's reference-system commands stay true."""
+"""Tests that docs/reference-systems.md and the reference-system commands it shows stay true."""
 
 from __future__ import annotations
 
@@ -23,18 +23,18 @@ def test_docs_python_blocks_run():
 
 
 def _readme_specs() -> list[str]:
-    section = ROOT.joinpath("README.md").read_text().split("## More reference systems", 1)[1].split("\n## ", 1)[0]
+    section = DOC.read_text().split("\n## Run one scenario of each\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"agent-fsm run (specs/\S+\.toml)", section)
 
 
 def test_readme_names_one_spec_per_system():
-    """The README section runs one spec of each of the three systems."""
+    """The page runs one spec of each of the three systems."""
     assert [Path(p).parent.name for p in _readme_specs()] == ["doc_lookup", "ticket_desk", "retrieval"]
 
 
 @pytest.mark.parametrize("relative", _readme_specs())
 def test_readme_specs_exist_and_pass(relative):
-    """Each spec the README runs exists and meets its own expectations."""
+    """Each spec the page runs exists and meets its own expectations."""
     outcome = run_scenario(load_scenario(ROOT / relative))
     assert outcome.passed, outcome.report()
 

@@ -1,4 +1,4 @@
-"""The code in README's "Real models" section and in docs/providers.md runs, against the loopback server."""
+"""The code of docs/first-model.md's first example and of docs/providers.md runs, against the loopback server."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def doc() -> str:
 
 
 def test_readme_example_runs_against_a_local_openai_compatible_server(server, capsys):
-    """The README example: a lookup, then an answer, printed as 'answered <text>'."""
-    blocks = _python_blocks(_section((ROOT / "README.md").read_text(), "## Real models"))
+    """The first-model example: a lookup, then an answer, printed as 'answered <text>'."""
+    blocks = _python_blocks((ROOT / "docs" / "first-model.md").read_text())[:1]
     assert len(blocks) == 1
     server.script(openai_tool_call("call_1", "lookup_order", LOOKUP), openai_answer("You paid 4999 cents."))
     namespace = _execute(blocks[0], {"http://127.0.0.1:8080/v1": server.url + "/v1"})
@@ -141,8 +141,8 @@ def test_the_failure_table_lists_every_kind(doc):
 
 
 def test_readme_example_without_a_server_ends_provider_error_at_once(capsys):
-    """With nothing listening, the README example prints a provider_error after one attempt, no retry."""
-    blocks = _python_blocks(_section((ROOT / "README.md").read_text(), "## Real models"))
+    """With nothing listening, the first-model example prints a provider_error after one attempt, no retry."""
+    blocks = _python_blocks((ROOT / "docs" / "first-model.md").read_text())[:1]
     namespace = _execute(blocks[0], {"http://127.0.0.1:8080/v1": free_port_refusing() + "/v1"})
     assert namespace["result"].stop is Stop.PROVIDER_ERROR
     assert namespace["model"].requests_made == 1
