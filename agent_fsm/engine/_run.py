@@ -299,8 +299,9 @@ class RunContext:
         The estimator's count must be a whole number >= 0; one that raises or
         answers anything else is a bug, reported with the run's state.
         """
-        try:
-            tokens = measure(self.estimator, message)
+        estimator = self.estimator
+        try:  # the engine's own estimator answers whole numbers: only another's count is checked
+            tokens = estimate_tokens(message) if estimator is estimate_tokens else measure(estimator, message)
         except RunError as exc:
             exc.state = self.state
             raise
@@ -816,7 +817,7 @@ def start_state(
         opening.append({"role": "system", "content": prompt})
     for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
         try:
-            tokens = measure(estimator, message)
+            tokens = estimate_tokens(message) if estimator is estimate_tokens else measure(estimator, message)
         except RunError as exc:
             exc.state = state
             raise
