@@ -33,6 +33,7 @@ from agent_fsm import (
     ToolContext,
     ToolDefinitionError,
     ToolError,
+    ToolProgress,
     ToolSpec,
     allow_all,
     answer_message,
@@ -567,6 +568,30 @@ def test_everything_progress_of_a_long_running_call(everything: MCPServer) -> No
     result = Agent(model, tools).run("long", on_event=events.append)
     assert result.state.observations[0].kind == "result"
     assert [(e.progress, e.total) for e in events if isinstance(e, MCPProgress)] == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_everything_progress_reaches_the_runs_own_listeners_as_it_comes(everything: MCPServer) -> None:
+    """With no sink given to the tools, on_event and astream hear the server's progress during the call."""
+    import asyncio
+
+    tools = everything.tools(allow=["trigger-long-running-operation"])
+
+    def model() -> ScriptedModel:
+        return _model(("trigger-long-running-operation", {"duration": 1.5, "steps": 3}))
+
+    heard: list[tuple[float, Any]] = []
+    Agent(model(), tools, limits=_limits()).run("long", on_event=lambda e: heard.append((time.monotonic(), e)))
+
+    async def streamed() -> list[tuple[float, Any]]:
+        return [(time.monotonic(), e) async for e in Agent(model(), tools, limits=_limits()).astream("long")]
+
+    for events in (heard, asyncio.run(streamed())):
+        progress = [(at, e) for at, e in events if isinstance(e, ToolProgress)]
+        assert [(e.progress, e.total, e.call_id, e.name) for _, e in progress] == [
+            (step, 3, "c0", "trigger-long-running-operation") for step in (1, 2, 3)
+        ]
+        [observed_at] = [at for at, e in events if e.type == "observed"]
+        assert observed_at - progress[0][0] > 0.5  # heard while the server was still working, not after the call
 
 
 def _free_port() -> int:

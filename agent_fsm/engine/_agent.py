@@ -372,6 +372,8 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
     context, steps = launch
     if context.outbox is None:  # nobody hears events between requests: perform them where they are made
         context.perform = perform_now
+    else:  # a handler's progress is heard as it is reported, in the handler's (the driver's) thread
+        context.relay = on_event
     try:
         return drive(steps, context.outbox, on_event)
     except BaseException as exc:

@@ -95,6 +95,7 @@ from agent_fsm.engine._boundary import (
     commit_intent,
     commit_observation,
     enter_call,
+    hear_progress,
     idempotency_key,
     judge,
     judging,
@@ -102,6 +103,7 @@ from agent_fsm.engine._boundary import (
     mark_pause,
     open_pause,
     run_call,
+    unhear_progress,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
@@ -171,6 +173,7 @@ class RunContext:
         "model",
         "outbox",
         "perform",
+        "relay",
         "run_id",
         "state",
         "tools",
@@ -213,6 +216,9 @@ class RunContext:
         self.authorized: ToolCall | None = None
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
+        # What hears an event the moment it happens during a handler's call (a tool's progress),
+        # set by a driver that can deliver it then; None: it waits in the outbox until the call returns.
+        self.relay: Callable[[events.RunEvent], Any] | None = None
         # How the run's requests are performed in place; None: they are yielded to the driver
         # (the async driver, or a listener that hears events between them). Set by the sync driver.
         self.perform: Perform | None = None
@@ -273,6 +279,22 @@ class RunContext:
             await deliver(events.TextDelta(self.run_id, time.time(), turn, text))
 
         return on_delta
+
+    def progress_sink(self, call: ToolCall) -> Callable[[float, float | None, str | None], None]:
+        """What hears the progress ``call``'s handler reports (see :func:`agent_fsm.report_progress`)."""
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            event = events.ToolProgress(self.run_id, time.time(), call.call_id, call.name, progress, total, message)
+            relay = self.relay
+            if relay is not None:
+                try:
+                    relay(event)
+                    return
+                except Exception:  # a listener's failure is not the tool's: the driver hears it after the call
+                    self.relay = None
+            self.post(event)
+
+        return report
 
     def elapsed(self) -> float:
         """Seconds this run has spent in drivers under its time budget, this call included."""
@@ -628,6 +650,7 @@ def execute_call(run: RunContext) -> Steps[None]:
     # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
     intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
     token = enter_call(call.call_id)
+    heard = hear_progress(run.progress_sink(call)) if run.outbox is not None else None
     try:
         observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform)
     except OutcomeUnknown as exc:
@@ -635,6 +658,8 @@ def execute_call(run: RunContext) -> Steps[None]:
         _ask_about_unknown(run, call, f"{exc}", "")
         return
     finally:
+        if heard is not None:
+            unhear_progress(heard)
         leave_call(token)
     _observe(run, observation)
     if intent is not None:

@@ -26,6 +26,7 @@ never guesses whether an effect happened.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -66,6 +67,10 @@ class MCPProgress(RunEvent):
     progress: float
     total: float | None
     message: str | None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def treatment(annotations: Any) -> tuple[bool, bool]:
@@ -128,10 +133,14 @@ class _Call:
         tools = self._tools
         server = tools.server
         sink = tools.on_event
-        progress = None
-        if sink is not None:
 
-            def progress(done: float, total: float | None, message: str | None) -> None:
+        def progress(done: float, total: float | None, message: str | None) -> None:
+            # Told in this (the handler's) thread. The run's listeners hear it as a ToolProgress event;
+            # a value JSON cannot carry, from a server, is not passed on.
+            if not _finite(done) or not (total is None or _finite(total)) or not isinstance(message, str | None):
+                return
+            context.progress(done, total, message)
+            if sink is not None:
                 sink(MCPProgress(context.run_id, time.time(), context.call_id, self._shown, done, total, message))
 
         try:
