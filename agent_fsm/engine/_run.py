@@ -177,6 +177,7 @@ class RunContext:
         "run_id",
         "state",
         "tools",
+        "tools_version",
     )
 
     def __init__(
@@ -201,6 +202,8 @@ class RunContext:
         self.agent: Agent | None = None  # the agent driving the run, when an Agent launched it
         self.model = model
         self.tools = tools
+        # A registry that follows a changing list (an MCP server's) has a version (read: brought up to date).
+        self.tools_version = getattr(tools, "version", None)
         # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
         try:
             self.declarations, self.declaration_tokens = shown_to_model(tools, estimator)
@@ -216,8 +219,7 @@ class RunContext:
         self.authorized: ToolCall | None = None
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
-        # What hears an event the moment it happens during a handler's call (a tool's progress),
-        # set by a driver that can deliver it then; None: it waits in the outbox until the call returns.
+        # Hears a tool's progress during its call, set by a driver able to deliver it then (else: the outbox).
         self.relay: Callable[[events.RunEvent], Any] | None = None
         # How the run's requests are performed in place; None: they are yielded to the driver
         # (the async driver, or a listener that hears events between them). Set by the sync driver.
@@ -279,6 +281,18 @@ class RunContext:
             await deliver(events.TextDelta(self.run_id, time.time(), turn, text))
 
         return on_delta
+
+    def follow_tools(self) -> None:
+        """Render the tools again if the registry's version moved, as each call is observed: before the budget check."""
+        version = getattr(self.tools, "version", None)
+        if version == self.tools_version:
+            return
+        try:
+            self.declarations, self.declaration_tokens = shown_to_model(self.tools, self.estimator)
+        except RunError as exc:
+            exc.state = self.state
+            raise
+        self.tools_version = version
 
     def progress_sink(self, call: ToolCall) -> Callable[[float, float | None, str | None], None]:
         """What hears the progress ``call``'s handler reports (see :func:`agent_fsm.report_progress`)."""
@@ -633,6 +647,7 @@ def _observe(run: RunContext, observation: Observation) -> None:
     if run.outbox is not None:
         o = observation
         run.post(events.Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
+    run.follow_tools()
 
 
 def execute_call(run: RunContext) -> Steps[None]:
