@@ -52,8 +52,9 @@ def fork(store: RunStore, run_id: str, *, at: int, new_run_id: str) -> StoredRun
     The new run is stored as that checkpoint left it: paused (decide it with
     :func:`agent_fsm.store.approve` or :func:`~agent_fsm.store.reject`, as
     any agent, with any decision) or running (drive it on with
-    ``agent.advance(forked.state, store=store, run_id=new_run_id)``). Its
-    record says it was forked from ``run_id`` at ``at``.
+    ``agent.advance(forked.state, store=store, run_id=new_run_id)``; left
+    running, :func:`agent_fsm.store.recover` takes it up like any run in
+    flight). Its record says it was forked from ``run_id`` at ``at``.
 
     Raises:
         RunNotFound: no run ``run_id``, or it has no checkpoint ``at`` (see ``store.checkpoints``).
