@@ -709,6 +709,7 @@ def test_everything_over_streamable_http(everything_http: str) -> None:
     assert [o.kind for o in result.state.observations] == ["result", "result"]
     assert "temperature" in result.state.observations[0].content
     assert [e.progress for e in events if isinstance(e, MCPProgress)] == [1, 2]
+    assert [e.progress for e in events if isinstance(e, ToolProgress)] == [1, 2]  # the run heard it too
 
 
 def test_an_unreachable_http_server_is_typed_and_keeps_its_secrets() -> None:

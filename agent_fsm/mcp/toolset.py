@@ -59,7 +59,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 @attrs.frozen
 class MCPProgress(RunEvent):
-    """A progress notification of one MCP call, as the run's ``on_event`` hears it."""
+    """A progress notification of one MCP call, as ``server.tools(on_event=...)`` hears it (a run: ToolProgress)."""
 
     type: ClassVar[str] = "mcp_progress"
     call_id: str
