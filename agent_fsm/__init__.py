@@ -70,6 +70,7 @@ from agent_fsm.engine import (
     ToolContext,
     ToolDefinitionError,
     ToolError,
+    ToolProgress,
     ToolSpec,
     Verdict,
     aadvance,
@@ -94,6 +95,7 @@ from agent_fsm.engine import (
     function_declarations,
     judge,
     parse_tool_calls,
+    report_progress,
     resume,
     run,
     start_state,
@@ -124,6 +126,7 @@ __all__ = [
     "ModelRequested",
     "ModelReplied",
     "TextDelta",
+    "ToolProgress",
     "Proposed",
     "Judged",
     "Observed",
@@ -186,6 +189,7 @@ __all__ = [
     # Verification
     "check_run",
     "current_call_id",
+    "report_progress",
     # Errors
     "AgentFSMError",
     "DefinitionError",

@@ -14,11 +14,11 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "mcp.md"
 
 
 def test_code_blocks_run_as_written() -> None:
-    """The git agent (its commit approved through the store), combine and prefixes, and an async run."""
+    """The git agent (its commit approved through the store), combine and prefixes, progress, an async run."""
     pytest.importorskip("mcp_server_git", reason="mcp-server-git is in the test extra: pip install -e '.[test]'")
     pytest.importorskip("mcp_server_time", reason="mcp-server-time is in the test extra: pip install -e '.[test]'")
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict[str, object] = {"__name__": "docs_mcp"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)

@@ -33,7 +33,9 @@ from agent_fsm import (
     ToolContext,
     ToolDefinitionError,
     ToolError,
+    ToolProgress,
     ToolSpec,
+    Verdict,
     allow_all,
     answer_message,
     ask_for_effects,
@@ -274,6 +276,76 @@ def test_a_tool_list_that_changes_between_turns(tmp_path: Path) -> None:
         assert resumed.state.observations[-1].kind == "invalid"
         assert "unknown tool: 'write'" in resumed.state.observations[-1].content
         assert [e["tool"] for e in _ledger(ledger)] == []
+
+
+class _Watching:
+    """Plays ``replies``, noting the tools it is shown at each call; before its second, waits for the server's news."""
+
+    def __init__(self, server: MCPServer, replies: list[dict[str, Any]]) -> None:
+        self.server, self.replies, self.shown = server, replies, []
+        self.generation = server.generation
+
+    def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+        self.shown.append(sorted(t["function"]["name"] for t in tools))
+        if len(self.shown) == 2:  # the switch was observed; its announcement may still be on the wire
+            deadline = time.monotonic() + 10
+            while self.server.generation == self.generation and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return self.replies[len(self.shown) - 1]
+
+
+def test_a_changed_tool_list_is_shown_at_the_next_turn_and_still_judged(tmp_path: Path) -> None:
+    """After the list changes mid-run, the next model call sees it; a refused newcomer is left out; the gate judges."""
+    ledger = tmp_path / "ledger.jsonl"
+    with _hostile(ledger) as server:
+        tools = server.tools()
+
+        def gate(call: Any) -> Verdict:
+            if call.name == "switch" or not tools[call.name].effectful:
+                return Verdict.allow("the switch, and reads")
+            return Verdict.ask("a write needs a person")
+
+        model = _Watching(
+            server,
+            [
+                tool_call_message("c1", "switch", {}),
+                tool_call_message("c2", "steps", {}),
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        tool_call_message("c3", "sneaky", {"note": "x"})["tool_calls"][0],
+                        tool_call_message("c4", "write_v2", {"note": "n", "count": 2})["tool_calls"][0],
+                    ],
+                },
+            ],
+        )
+        agent = Agent(model, tools, gate=gate, limits=_limits())
+        before = agent.digest
+        paused = agent.run("switch, then write")
+    assert "write" in model.shown[0] and "write_v2" not in model.shown[0]
+    assert "write_v2" in model.shown[2] and "write" not in model.shown[2] and "sneaky" not in model.shown[2]
+    switched, stepped, sneaky = paused.state.observations
+    assert (switched.kind, stepped.kind, sneaky.kind) == ("result", "result", "invalid")
+    assert "unknown tool: 'sneaky'" in sneaky.content  # its remote $ref schema kept it off the list
+    assert paused.stop is Stop.AWAITING_APPROVAL and paused.blocked_on is not None
+    assert (paused.blocked_on.name, paused.reason) == ("write_v2", "a write needs a person")
+    assert [e["tool"] for e in _ledger(ledger)] == []  # the new effect waits for the gate's person
+    assert paused.state.agent_digest == agent.digest != before  # the pause names the contracts it was judged under
+
+
+def test_a_combined_registry_follows_the_server_and_a_newcomer_never_shadows(tmp_path: Path) -> None:
+    """Mixed with local tools, a changed list still shows next turn; a new name that clashes is left out."""
+    local = {"write_v2": ToolSpec("The local writer.", {"text": str}, lambda text: text)}
+    with _hostile(tmp_path / "ledger.jsonl") as server:
+        tools = combine(local, server.tools())
+        replies = [tool_call_message("c1", "switch", {}), tool_call_message("c2", "steps", {}), answer_message("ok")]
+        model = _Watching(server, replies)
+        gate = lambda call: Verdict.allow("the switch, and reads")
+        result = Agent(model, tools, gate=gate, limits=_limits()).run("switch")
+    assert result.stop is Stop.ANSWERED
+    assert "write" in model.shown[0] and "write" not in model.shown[2] and model.shown[2].count("write_v2") == 1
+    assert tools["write_v2"] is local["write_v2"] and "sneaky" not in tools
 
 
 def test_combine_refuses_a_clash_and_a_prefix_resolves_it(hostile: MCPServer) -> None:
@@ -569,6 +641,30 @@ def test_everything_progress_of_a_long_running_call(everything: MCPServer) -> No
     assert [(e.progress, e.total) for e in events if isinstance(e, MCPProgress)] == [(1, 3), (2, 3), (3, 3)]
 
 
+def test_everything_progress_reaches_the_runs_own_listeners_as_it_comes(everything: MCPServer) -> None:
+    """With no sink given to the tools, on_event and astream hear the server's progress during the call."""
+    import asyncio
+
+    tools = everything.tools(allow=["trigger-long-running-operation"])
+
+    def model() -> ScriptedModel:
+        return _model(("trigger-long-running-operation", {"duration": 1.5, "steps": 3}))
+
+    heard: list[tuple[float, Any]] = []
+    Agent(model(), tools, limits=_limits()).run("long", on_event=lambda e: heard.append((time.monotonic(), e)))
+
+    async def streamed() -> list[tuple[float, Any]]:
+        return [(time.monotonic(), e) async for e in Agent(model(), tools, limits=_limits()).astream("long")]
+
+    for events in (heard, asyncio.run(streamed())):
+        progress = [(at, e) for at, e in events if isinstance(e, ToolProgress)]
+        assert [(e.progress, e.total, e.call_id, e.name) for _, e in progress] == [
+            (step, 3, "c0", "trigger-long-running-operation") for step in (1, 2, 3)
+        ]
+        [observed_at] = [at for at, e in events if e.type == "observed"]
+        assert observed_at - progress[0][0] > 0.5  # heard while the server was still working, not after the call
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -613,6 +709,7 @@ def test_everything_over_streamable_http(everything_http: str) -> None:
     assert [o.kind for o in result.state.observations] == ["result", "result"]
     assert "temperature" in result.state.observations[0].content
     assert [e.progress for e in events if isinstance(e, MCPProgress)] == [1, 2]
+    assert [e.progress for e in events if isinstance(e, ToolProgress)] == [1, 2]  # the run heard it too
 
 
 def test_an_unreachable_http_server_is_typed_and_keeps_its_secrets() -> None:

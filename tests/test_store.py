@@ -240,12 +240,18 @@ def test_the_schema_is_migrated_from_an_older_version(opener: Opener, monkeypatc
     old = opener()
     assert old.schema_version() == 1  # type: ignore[attr-defined]
     kept = result_state("kept")  # one state: each run has its own run_id, so two runs never compare equal
-    old.begin("kept", kept)
+    with old._transaction() as tx:  # type: ignore[attr-defined]  # the row as the version-1 store wrote it
+        tx.run(
+            "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, owner, created_at,"
+            " updated_at, version) VALUES ('kept', 'ended', 'answered', ?, ?, 'old', 1.0, 1.0, 1)",
+            (kept.machine_state, kept.to_json()),
+        )
     monkeypatch.undo()
     store = opener()
-    assert store.schema_version() == len(MIGRATIONS) == 2  # type: ignore[attr-defined]
+    assert store.schema_version() == len(MIGRATIONS) == 3  # type: ignore[attr-defined]
     assert store.load("kept").state == kept
     assert store.effects("kept") == []  # the table migration 2 added
+    assert store.checkpoints("kept") == []  # migration 3's: a run stored before it has no checkpoints kept
 
 
 def test_a_newer_schema_is_refused(opener: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,7 +260,7 @@ def test_a_newer_schema_is_refused(opener: Opener, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sql_module, "MIGRATIONS", [*MIGRATIONS, ("SELECT 1",)])
     opener()
     monkeypatch.undo()
-    with pytest.raises(SchemaError, match="version 3.*up to 2"):
+    with pytest.raises(SchemaError, match="version 4.*up to 3"):
         opener()
 
 

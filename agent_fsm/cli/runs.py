@@ -1,5 +1,5 @@
 """
-``agent-fsm runs``: the runs in a store: list them, show one, decide a pause, recover crashed runs, export a state.
+``agent-fsm runs``: the runs in a store: list, show, decide a pause, recover crashed runs, export a state, fork.
 
 Every command takes ``--store URL`` (``sqlite:///runs.db``,
 ``postgresql://user@host/db``). Deciding and recovering continue a run, so
@@ -26,7 +26,7 @@ import typer
 from agent_fsm import Agent
 from agent_fsm.cli._text import clean
 from agent_fsm.engine import RunResult, format_transcript
-from agent_fsm.store import DifferentAgent, StoreError, approve, open_store, recover, reject
+from agent_fsm.store import DifferentAgent, StoreError, approve, fork, open_store, recover, reject
 from agent_fsm.store.records import RunSummary
 from agent_fsm.store.sql import SqlStore
 
@@ -34,7 +34,7 @@ __all__ = ["runs_app"]
 
 runs_app = typer.Typer(
     name="runs",
-    help="The runs kept in a store: list, show, approve, reject, recover, export.",
+    help="The runs kept in a store: list, show, approve, reject, recover, export, fork.",
     no_args_is_help=True,
 )
 
@@ -142,7 +142,10 @@ def show_command(
     with open_url(store) as opened, _store_errors():
         stored = opened.load(run_id)
         effects, history = opened.effects(run_id), opened.history(run_id)
+        parent, checkpoints = opened.forked_from(run_id), opened.checkpoints(run_id)
     _say(_line(stored.summary))
+    if parent is not None:
+        _say(f"forked from {parent.parent} at its checkpoint {parent.point}, {_when(parent.forked_at)}")
     _say(format_transcript(stored.state.messages))
     _say("path: " + " -> ".join(stored.state.path))
     for effect in effects:
@@ -150,6 +153,8 @@ def show_command(
     for decision in history:
         why = f" ({decision.reason})" if decision.reason else ""
         _say(f"decision: {decision.decision} by {decision.reviewer} at {_when(decision.at)}{why}")
+    for point in checkpoints:
+        _say(f"checkpoint {point.point}: {point.machine_state}" + (f" ({point.stop})" if point.stop else ""))
     if diagram:
         from agent_fsm.diagrams.mermaid import to_mermaid
         from agent_fsm.diagrams.path import path_of
@@ -247,3 +252,29 @@ def recover_command(
     typer.echo(f"recovered {len(done) - failed} run(s)" + (f", {failed} failed" if failed else ""))
     if failed:
         raise typer.Exit(1)
+
+
+@runs_app.command("fork")
+def fork_command(
+    run_id: str,
+    store: StoreOption,
+    at: Annotated[int, typer.Option("--at", help="The checkpoint to start from ('runs show' lists them; 0: begun).")],
+    new_run_id: Annotated[str, typer.Option("--as", help="The new run's id.")],
+    world: Annotated[
+        str | None,
+        typer.Option("--world", help="MODULE:NAME of the Agent that drives the fork on until it rests."),
+    ] = None,
+) -> None:
+    """Begin a new run from a stored run's checkpoint: a pause waits in the inbox, another point goes on (--world)."""
+    agent = load_world(world) if world is not None else None
+    with open_url(store) as opened:
+        try:
+            forked = fork(opened, run_id, at=at, new_run_id=new_run_id)
+        except (StoreError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+        _say(f"{new_run_id}: forked from {run_id} at checkpoint {at} ({forked.summary.machine_state})")
+        if agent is None or forked.status != "running":
+            return
+        with _store_errors():
+            result = agent.advance(forked.state, store=opened, run_id=new_run_id)
+    _say(_ended(new_run_id, result))

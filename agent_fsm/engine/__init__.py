@@ -37,6 +37,7 @@ from agent_fsm.engine._agent import Agent, EventSink, aadvance, advance, aresume
 from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, cycles
 from agent_fsm.engine._boundary import (
     EXPECTED_TOOL_ERRORS,
+    MAX_PROGRESS_MESSAGE,
     OUTCOME_UNKNOWN,
     Checkpointer,
     EffectMatch,
@@ -51,6 +52,7 @@ from agent_fsm.engine._boundary import (
     execution,
     judge,
     matches_call,
+    report_progress,
 )
 from agent_fsm.engine._endings import CODE_PATTERN, Ending, EndingRule
 from agent_fsm.engine._errors import (
@@ -82,6 +84,7 @@ from agent_fsm.engine._events import (
     RunEvent,
     StateEntered,
     TextDelta,
+    ToolProgress,
     event_from_json,
     event_to_json,
 )
@@ -180,6 +183,8 @@ __all__ = [
     "CompiledMachine",
     "continue_run",
     "current_call_id",
+    "report_progress",
+    "MAX_PROGRESS_MESSAGE",
     "cycles",
     "DecisionPolicy",
     "DEFAULT_LAST_WORD",
@@ -258,6 +263,7 @@ __all__ = [
     "stream",
     "string_fields",
     "TextDelta",
+    "ToolProgress",
     "to_json_data",
     "TokenEstimator",
     "tool_call_message",

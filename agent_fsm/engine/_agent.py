@@ -102,7 +102,8 @@ class Agent:
     estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True)
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
     name: str | None = attrs.field(default=None, kw_only=True)
-    _digest: str | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
+    # The digest, and the registry's version it was computed at (see Agent.digest).
+    _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
     # The checks, written out in one place: an agent is built for every call of the
     # module-level functions, so per-field validator calls would cost every run.
@@ -137,11 +138,16 @@ class Agent:
         Two agents with the same digest offer the model the same tools under
         the same rules; a run decided by an agent of another digest is
         judged by contracts that differ from those it paused under. Computed
-        once per agent (a saved run records it).
+        once per agent (a saved run records it), and again when a registry
+        that follows a changing list (one with a ``version``, such as an MCP
+        server's tools) has changed since.
         """
-        if self._digest is None:
-            object.__setattr__(self, "_digest", contract_digest(self.tools))
-        return self._digest  # type: ignore[return-value]
+        version = getattr(self.tools, "version", None)  # read first: it brings such a registry up to date
+        cached = self._digest
+        if cached is None or cached[0] != version:
+            cached = (version, contract_digest(self.tools))
+            object.__setattr__(self, "_digest", cached)
+        return cached[1]
 
     def start(self, task: str, *, history: Sequence[Mapping[str, Any]] = (), run_id: str | None = None) -> RunState:
         """
@@ -374,6 +380,8 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
     context, steps = launch
     if context.outbox is None:  # nobody hears events between requests: perform them where they are made
         context.perform = perform_now
+    else:  # a handler's progress is heard as it is reported, in the handler's (the driver's) thread
+        context.relay = on_event
     try:
         return drive(steps, context.outbox, on_event)
     except BaseException as exc:

@@ -144,10 +144,9 @@ def _deliverer(on_event: Any) -> Callable[[RunEvent], Awaitable[None]]:
 
 
 async def _adrain(outbox: list[RunEvent], deliver: Callable[[RunEvent], Awaitable[None]]) -> None:
-    events = outbox[:]
-    outbox.clear()
-    for event in events:
-        await deliver(event)
+    # One at a time from the front: a handler's worker thread may append meanwhile (a tool's progress).
+    while outbox:
+        await deliver(outbox.pop(0))
 
 
 # --- async_driver ---
@@ -173,8 +172,14 @@ class RunCancelled(asyncio.CancelledError):
 async def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) -> RunResult:
     """Await ``launch``'s steps to the run's rest; a cancellation becomes :class:`RunCancelled` with the state."""
     context, steps = launch
+    failures: list[BaseException] = []
+    if context.outbox is not None:
+        context.relay = _relay(context.outbox, on_event, failures)
     try:
-        return await adrive(steps, context.outbox, on_event)
+        result = await adrive(steps, context.outbox, on_event)
+        if failures:  # a listener failed on a handler's progress: raised here, as any listener's failure is
+            raise failures[0]
+        return result
     except RunCancelled:
         raise
     except asyncio.CancelledError as exc:
@@ -187,6 +192,41 @@ async def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) 
         if getattr(exc, "state", False) is None:
             exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
         raise
+
+
+def _relay(
+    outbox: list[RunEvent], on_event: Callable[[RunEvent], Any] | None, failures: list[BaseException]
+) -> Callable[[RunEvent], None]:
+    """
+    Deliver an event as soon as this loop is free, from whatever thread reports it (a ``blocking`` handler's worker).
+
+    The event joins the outbox, so the driver delivers it after the call if
+    the loop was busy all along (a plain handler running on it), in order
+    with the rest; meanwhile a delivery is scheduled on the loop. What the
+    listener raises there is kept in ``failures``.
+    """
+    loop = asyncio.get_running_loop()
+    deliver = _deliverer(on_event)
+
+    async def flushed() -> None:
+        try:
+            await _adrain(outbox, deliver)
+        except Exception as exc:
+            failures.append(exc)
+
+    def flush() -> None:
+        task = asyncio.ensure_future(flushed())
+        _DELIVERIES.add(task)  # held until done: the loop keeps only a weak reference to a task
+        task.add_done_callback(_DELIVERIES.discard)
+
+    def relay(event: RunEvent) -> None:
+        outbox.append(event)
+        loop.call_soon_threadsafe(flush)
+
+    return relay
+
+
+_DELIVERIES: set[asyncio.Future[None]] = set()
 
 
 async def streamed(launch: Launch) -> AsyncIterator[RunEvent]:

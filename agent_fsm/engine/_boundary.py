@@ -57,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import math
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
@@ -95,6 +96,11 @@ __all__ = [
     "judge",
     "judging",
     "leave_call",
+    "MAX_PROGRESS_MESSAGE",
+    "ProgressSink",
+    "hear_progress",
+    "report_progress",
+    "unhear_progress",
     "mark_pause",
     "matches_call",
     "open_pause",
@@ -140,6 +146,62 @@ def executing(call_id: str) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+# --- progress ---
+
+ProgressSink = Callable[[float, float | None, str | None], None]
+"""What the run hears a handler's progress through: ``sink(progress, total, message)``, already checked."""
+
+MAX_PROGRESS_MESSAGE = 1000
+"""The longest progress message kept (characters); a longer one is cut, with ``…`` at its end."""
+
+_PROGRESS: contextvars.ContextVar[ProgressSink | None] = contextvars.ContextVar("agent_fsm_progress", default=None)
+
+
+def report_progress(progress: float, total: float | None = None, message: str | None = None) -> None:
+    """
+    Tell whoever listens to the run how far the running handler's call has come.
+
+    The run posts a :class:`agent_fsm.ToolProgress` event for it (to
+    ``on_event`` and ``astream`` during the call; to ``stream`` after it).
+    Nothing happens when nobody listens, or outside a handler the engine
+    runs. Call it from the handler's own code (its thread or task): a thread
+    the handler starts itself does not carry the call with it. The same as
+    :meth:`ToolContext.progress`.
+
+    Raises:
+        TypeError: ``progress`` or ``total`` is not a number, or ``message`` is not text.
+        ValueError: ``progress`` or ``total`` is not finite (JSON could not carry the event).
+    """
+    done = _finite(progress, "progress")
+    whole = None if total is None else _finite(total, "total")
+    if message is not None:
+        if not isinstance(message, str):
+            raise TypeError(f"a progress message must be a str (got {type(message).__name__})")
+        if len(message) > MAX_PROGRESS_MESSAGE:
+            message = message[: MAX_PROGRESS_MESSAGE - 1] + "…"
+    sink = _PROGRESS.get()
+    if sink is not None:
+        sink(done, whole, message)
+
+
+def _finite(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number (got {value!r} that is a {type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number (got {value!r})")
+    return float(value)
+
+
+def hear_progress(sink: ProgressSink) -> contextvars.Token[ProgressSink | None]:
+    """Make ``sink`` hear :func:`report_progress` until :func:`unhear_progress` (around one handler's call)."""
+    return _PROGRESS.set(sink)
+
+
+def unhear_progress(token: contextvars.Token[ProgressSink | None]) -> None:
+    """Restore what heard progress before :func:`hear_progress`."""
+    _PROGRESS.reset(token)
+
+
 def matches_call(effect: Any, observation: Observation) -> bool:
     """
     The default match: the entry equals the observed result, or names the call's id.
@@ -169,6 +231,14 @@ class ToolContext:
     run_id: str
     call_id: str
     idempotency_key: str
+
+    def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """
+        Say how far this call has come: the run's listeners hear a :class:`agent_fsm.ToolProgress` event.
+
+        See :func:`agent_fsm.report_progress` (nothing happens when nobody listens).
+        """
+        report_progress(progress, total, message)
 
 
 @attrs.frozen

@@ -32,6 +32,7 @@ __all__ = [
     "RunEvent",
     "StateEntered",
     "TextDelta",
+    "ToolProgress",
     "event_from_json",
     "event_to_json",
 ]
@@ -132,6 +133,23 @@ class Observed(RunEvent):
 
 
 @attrs.frozen
+class ToolProgress(RunEvent):
+    """
+    A running handler said how far its call ``call_id`` has come (:meth:`agent_fsm.ToolContext.progress`).
+
+    ``progress`` grows with the work; ``total`` is where it ends, when known;
+    ``message`` (at most :data:`agent_fsm.engine.MAX_PROGRESS_MESSAGE` characters) says what is being done.
+    """
+
+    type: ClassVar[str] = "tool_progress"
+    call_id: str
+    name: str
+    progress: float
+    total: float | None
+    message: str | None
+
+
+@attrs.frozen
 class Paused(RunEvent):
     """The run paused on ``pause_id`` for a human's decision about the call ``call_id``."""
 
@@ -152,7 +170,18 @@ class Ended(RunEvent):
 
 EVENT_TYPES: dict[str, type[RunEvent]] = {
     cls.type: cls
-    for cls in (StateEntered, ModelRequested, ModelReplied, TextDelta, Proposed, Judged, Observed, Paused, Ended)
+    for cls in (
+        StateEntered,
+        ModelRequested,
+        ModelReplied,
+        TextDelta,
+        Proposed,
+        Judged,
+        ToolProgress,
+        Observed,
+        Paused,
+        Ended,
+    )
 }
 """Every event class by its ``type`` name, as :func:`event_to_json` writes it."""
 

@@ -95,6 +95,7 @@ from agent_fsm.engine._boundary import (
     commit_intent,
     commit_observation,
     enter_call,
+    hear_progress,
     idempotency_key,
     judge,
     judging,
@@ -102,6 +103,7 @@ from agent_fsm.engine._boundary import (
     mark_pause,
     open_pause,
     run_call,
+    unhear_progress,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
@@ -171,9 +173,11 @@ class RunContext:
         "model",
         "outbox",
         "perform",
+        "relay",
         "run_id",
         "state",
         "tools",
+        "tools_version",
     )
 
     def __init__(
@@ -198,6 +202,8 @@ class RunContext:
         self.agent: Agent | None = None  # the agent driving the run, when an Agent launched it
         self.model = model
         self.tools = tools
+        # A registry that follows a changing list (an MCP server's) has a version (read: brought up to date).
+        self.tools_version = getattr(tools, "version", None)
         # Checked and rendered once per registry content, not once per run (see tools.function_declarations).
         try:
             self.declarations, self.declaration_tokens = shown_to_model(tools, estimator)
@@ -213,6 +219,8 @@ class RunContext:
         self.authorized: ToolCall | None = None
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
+        # Hears a tool's progress during its call, set by a driver able to deliver it then (else: the outbox).
+        self.relay: Callable[[events.RunEvent], Any] | None = None
         # How the run's requests are performed in place; None: they are yielded to the driver
         # (the async driver, or a listener that hears events between them). Set by the sync driver.
         self.perform: Perform | None = None
@@ -273,6 +281,34 @@ class RunContext:
             await deliver(events.TextDelta(self.run_id, time.time(), turn, text))
 
         return on_delta
+
+    def follow_tools(self) -> None:
+        """Render the tools again if the registry's version moved, as each call is observed: before the budget check."""
+        version = getattr(self.tools, "version", None)
+        if version == self.tools_version:
+            return
+        try:
+            self.declarations, self.declaration_tokens = shown_to_model(self.tools, self.estimator)
+        except RunError as exc:
+            exc.state = self.state
+            raise
+        self.tools_version = version
+
+    def progress_sink(self, call: ToolCall) -> Callable[[float, float | None, str | None], None]:
+        """What hears the progress ``call``'s handler reports (see :func:`agent_fsm.report_progress`)."""
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            event = events.ToolProgress(self.run_id, time.time(), call.call_id, call.name, progress, total, message)
+            relay = self.relay
+            if relay is not None:
+                try:
+                    relay(event)
+                    return
+                except Exception:  # a listener's failure is not the tool's: the driver hears it after the call
+                    self.relay = None
+            self.post(event)
+
+        return report
 
     def elapsed(self) -> float:
         """Seconds this run has spent in drivers under its time budget, this call included."""
@@ -612,6 +648,7 @@ def _observe(run: RunContext, observation: Observation) -> None:
     if run.outbox is not None:
         o = observation
         run.post(events.Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
+    run.follow_tools()
 
 
 def execute_call(run: RunContext) -> Steps[None]:
@@ -629,6 +666,7 @@ def execute_call(run: RunContext) -> Steps[None]:
     # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
     intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
     token = enter_call(call.call_id)
+    heard = hear_progress(run.progress_sink(call)) if run.outbox is not None else None
     try:
         observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform)
     except OutcomeUnknown as exc:
@@ -636,6 +674,8 @@ def execute_call(run: RunContext) -> Steps[None]:
         _ask_about_unknown(run, call, f"{exc}", "")
         return
     finally:
+        if heard is not None:
+            unhear_progress(heard)
         leave_call(token)
     _observe(run, observation)
     if intent is not None:

@@ -26,12 +26,13 @@ from agent_fsm.mcp.connection import DEFAULT_TIMEOUT, MCPServer
 from agent_fsm.mcp.errors import MCPError, ServerUnavailable, ToolsRefused
 from agent_fsm.mcp.results import DEFAULT_MAX_RESULT_CHARS
 from agent_fsm.mcp.secrets import REDACTED
-from agent_fsm.mcp.toolset import IDEMPOTENCY_KEY, MCPProgress, MCPTools, RemoteTool, combine, treatment
+from agent_fsm.mcp.toolset import IDEMPOTENCY_KEY, Combined, MCPProgress, MCPTools, RemoteTool, combine, treatment
 
 __all__ = [
     # Servers and their tools
     "MCPServer",
     "MCPTools",
+    "Combined",
     "RemoteTool",
     "combine",
     "treatment",

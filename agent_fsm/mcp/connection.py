@@ -419,7 +419,8 @@ class MCPServer:
         accepts); ``prefix`` offers each as ``prefix_name``; ``timeout``
         bounds each call (the server's by default); ``max_result_chars``
         cuts longer results; ``on_event`` is told of each call's progress
-        (:class:`~agent_fsm.mcp.MCPProgress`; pass the run's ``on_event``).
+        (:class:`~agent_fsm.mcp.MCPProgress`; the run's own listeners hear
+        it without it, as :class:`agent_fsm.ToolProgress`).
 
         Raises:
             ToolsRefused: a tool kept breaks the engine's rules (every problem listed).

@@ -26,6 +26,7 @@ never guesses whether an effect happened.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,7 +49,7 @@ from agent_fsm.mcp.results import DEFAULT_MAX_RESULT_CHARS, answer_of
 if TYPE_CHECKING:
     from agent_fsm.mcp.connection import MCPServer
 
-__all__ = ["IDEMPOTENCY_KEY", "MCPProgress", "MCPTools", "RemoteTool", "combine", "treatment"]
+__all__ = ["IDEMPOTENCY_KEY", "Combined", "MCPProgress", "MCPTools", "RemoteTool", "combine", "treatment"]
 
 IDEMPOTENCY_KEY = "agent-fsm/idempotency-key"
 """The ``_meta`` key of a ``tools/call`` that carries the call's idempotency key (a server may dedupe on it)."""
@@ -58,7 +59,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 @attrs.frozen
 class MCPProgress(RunEvent):
-    """A progress notification of one MCP call, as the run's ``on_event`` hears it."""
+    """A progress notification of one MCP call, as ``server.tools(on_event=...)`` hears it (a run: ToolProgress)."""
 
     type: ClassVar[str] = "mcp_progress"
     call_id: str
@@ -66,6 +67,10 @@ class MCPProgress(RunEvent):
     progress: float
     total: float | None
     message: str | None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def treatment(annotations: Any) -> tuple[bool, bool]:
@@ -128,10 +133,14 @@ class _Call:
         tools = self._tools
         server = tools.server
         sink = tools.on_event
-        progress = None
-        if sink is not None:
 
-            def progress(done: float, total: float | None, message: str | None) -> None:
+        def progress(done: float, total: float | None, message: str | None) -> None:
+            # Told in this (the handler's) thread. The run's listeners hear it as a ToolProgress event;
+            # a value JSON cannot carry, from a server, is not passed on.
+            if not _finite(done) or not (total is None or _finite(total)) or not isinstance(message, str | None):
+                return
+            context.progress(done, total, message)
+            if sink is not None:
                 sink(MCPProgress(context.run_id, time.time(), context.call_id, self._shown, done, total, message))
 
         try:
@@ -170,8 +179,12 @@ class MCPTools(Mapping[str, ToolSpec]):
     by the engine's judging step (``get``) lists it again, so a call to a
     tool that vanished is ``invalid`` and a call is validated against the
     schema as it now stands. ``[]`` never re-lists: the judging step has
-    already chosen the spec a call then runs with. What the model is shown
-    is rendered when a run starts or resumes.
+    already chosen the spec a call then runs with. ``version`` lists it
+    again too and counts the lists built: the engine reads it as each call
+    is observed, so from the next model call on the model is shown the list
+    as it stands (the agent's ``digest`` follows it too). A new list is held
+    to the same rules as the first: a tool it refuses is left out, the
+    rest are offered, and each call is still judged by the gate.
     """
 
     def __init__(
@@ -199,6 +212,7 @@ class MCPTools(Mapping[str, ToolSpec]):
         self.on_event = on_event
         self._lock = threading.Lock()
         self._generation = server.generation
+        self._built = 0  # lists built so far: the registry's version
         self.remote: dict[str, RemoteTool] = {}
         self._specs: dict[str, ToolSpec] = {}
         self._build()
@@ -252,6 +266,13 @@ class MCPTools(Mapping[str, ToolSpec]):
                 problems,
             )
         self.remote, self._specs = remote, specs
+        self._built += 1
+
+    @property
+    def version(self) -> int:
+        """How many lists were built: it moves when the list changed (reading it follows a change first)."""
+        self._follow()
+        return self._built
 
     def refresh(self) -> None:
         """List the server's tools again now (done for you when the server says its list changed)."""
@@ -305,16 +326,59 @@ def _without(allow: Any, refused: set[str]) -> Callable[[str], bool]:
     return kept
 
 
-def combine(*registries: Mapping[str, ToolSpec]) -> dict[str, ToolSpec]:
+def combine(*registries: Mapping[str, ToolSpec]) -> Combined:
     """
     One registry of several (local tools, servers' tools): a name offered twice is refused, never shadowed.
 
-    The result is a plain dict, a snapshot: a server's later list changes are
-    followed by its own :class:`MCPTools`, not by this copy.
+    The result follows each registry that follows its server (a
+    :class:`MCPTools`): a changed list is offered from the next turn on. A
+    name a changed list brings that another registry already offers is left
+    out (the earlier registry keeps it), as any tool the engine refuses is.
 
     Raises:
         ToolDefinitionError: two registries offer the same name (give a server a ``prefix``).
     """
+    return Combined(registries)
+
+
+class Combined(Mapping[str, ToolSpec]):
+    """Several registries offered as one (see :func:`combine`); its ``version`` moves when any of theirs does."""
+
+    def __init__(self, registries: Sequence[Mapping[str, ToolSpec]]) -> None:
+        self._registries = tuple(registries)
+        self._version = self._versions()
+        self._merged = _merged(self._registries, refuse=True)
+
+    def _versions(self) -> tuple[Any, ...]:
+        return tuple(getattr(registry, "version", None) for registry in self._registries)
+
+    @property
+    def version(self) -> tuple[Any, ...]:
+        """The registries' versions (reading it follows a change first)."""
+        versions = self._versions()
+        if versions != self._version:
+            self._merged = _merged(self._registries, refuse=False)
+            self._version = versions
+        return versions
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self.version  # noqa: B018  (follows a changed list before the engine judges a call)
+        return self._merged.get(name, default)
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._merged[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._merged)
+
+    def __len__(self) -> int:
+        return len(self._merged)
+
+    def __repr__(self) -> str:
+        return f"<combined registry: {', '.join(self._merged) or 'none'}>"
+
+
+def _merged(registries: Sequence[Mapping[str, ToolSpec]], *, refuse: bool) -> dict[str, ToolSpec]:
     merged: dict[str, ToolSpec] = {}
     owner: dict[str, int] = {}
     clashes = []
@@ -326,7 +390,7 @@ def combine(*registries: Mapping[str, ToolSpec]) -> dict[str, ToolSpec]:
                 continue
             merged[name] = spec
             owner[name] = index
-    if clashes:
+    if clashes and refuse:
         raise ToolDefinitionError(
             f"tool names offered twice: {', '.join(clashes)}; give a server's tools a prefix (tools(prefix=...))"
         )

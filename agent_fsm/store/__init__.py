@@ -8,6 +8,7 @@ Durable runs: a store that keeps every run, its pauses and its effects, across p
     for waiting in store.paused():
         approve(store, waiting.run_id, agent, reviewer="ana")
     recover(store, agent)  # after a crash
+    fork(store, "ticket-42", at=1, new_run_id="ticket-42b")  # a new run from an earlier checkpoint
 
 The guarantees (what is exactly-once, what needs an idempotent tool, what
 a person decides) are stated in docs/durability.md.
@@ -24,10 +25,11 @@ from agent_fsm.store.errors import (
     SchemaError,
     StoreError,
 )
+from agent_fsm.store.forks import fork
 from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, approve, reject
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
-from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
+from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
 from agent_fsm.store.recovery import Recovered, recover
 from agent_fsm.store.sql import SqlStore
 from agent_fsm.store.sqlite import SqliteStore
@@ -45,6 +47,8 @@ __all__ = [
     "StoredRun",
     "Decision",
     "Effect",
+    "Checkpoint",
+    "Fork",
     "Intent",
     "ToolContext",
     "Checkpointer",
@@ -55,6 +59,7 @@ __all__ = [
     "reject",
     "recover",
     "Recovered",
+    "fork",
     "OUTCOME_UNKNOWN",
     # Errors
     "StoreError",

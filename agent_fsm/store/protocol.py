@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agent_fsm.engine import Intent, RunState
-from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
+from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
 
 __all__ = ["RunStore", "Transaction"]
 
@@ -42,6 +42,21 @@ class RunStore(Protocol):
 
     def effects(self, run_id: str) -> list[Effect]:
         """The run's effectful calls: intent and observation of each."""
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The points the run can be forked from, oldest (0, as begun) first."""
+
+    def checkpoint(self, run_id: str, point: int) -> RunState:
+        """The state at checkpoint ``point`` (``RunNotFound`` if none)."""
+
+    def fork(self, run_id: str, *, at: int, new_run_id: str) -> StoredRun:
+        """Begin run ``new_run_id`` from checkpoint ``at`` of ``run_id`` (see :func:`agent_fsm.store.fork`)."""
+
+    def forked_from(self, run_id: str) -> Fork | None:
+        """Where the run was forked from, if it is a fork."""
+
+    def forks(self, run_id: str) -> list[Fork]:
+        """The runs forked from this one."""
 
     def decide(
         self,

@@ -1,4 +1,4 @@
-"""What a store returns: a run's summary, the run with its state, a decision, an effect."""
+"""What a store returns: a run's summary, the run with its state, a decision, an effect, a checkpoint, a fork."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import attrs
 
 from agent_fsm.engine import Intent, RunState, ToolCall
 
-__all__ = ["Decision", "Effect", "RunSummary", "StoredRun"]
+__all__ = ["Checkpoint", "Decision", "Effect", "Fork", "RunSummary", "StoredRun"]
 
 
 @attrs.frozen
@@ -88,3 +88,31 @@ class Effect:
     intent_at: float
     observed_at: float | None
     outcome: str | None
+
+
+@attrs.frozen
+class Checkpoint:
+    """
+    One point a stored run can go on from, numbered from 0 (the run as begun) in the order committed.
+
+    A checkpoint is every commit with no effect in flight: the beginning,
+    each effect's observation, each pause, each interruption, the ending.
+    ``stop`` is ``awaiting_approval`` at a pause, the ending once ended,
+    else ``None``. :func:`agent_fsm.store.fork` starts a new run from one.
+    """
+
+    run_id: str
+    point: int
+    machine_state: str
+    stop: str | None
+    saved_at: float
+
+
+@attrs.frozen
+class Fork:
+    """Where a forked run came from: run ``parent`` at its checkpoint ``point``, forked at ``forked_at``."""
+
+    run_id: str
+    parent: str
+    point: int
+    forked_at: float

@@ -20,10 +20,13 @@ import attrs
 
 from agent_fsm.engine import Intent, RunState, ToolCall
 from agent_fsm.store.errors import AlreadyDecided, DamagedRun, RunNotFound, RunTakenOver, StoreError
-from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
+from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
 
 __all__ = [
     "CHECKED",
+    "CHECKPOINTS",
+    "FORKS",
+    "KEEP",
     "DECISIONS",
     "EFFECTS",
     "STORED",
@@ -31,6 +34,9 @@ __all__ = [
     "agrees",
     "belongs",
     "call_json",
+    "checkpoint_of",
+    "checkpoint_state",
+    "fork_of",
     "continuable",
     "decision_of",
     "effect_of",
@@ -65,6 +71,24 @@ EFFECTS = (
     " FROM agent_fsm_effects WHERE run_id = ? ORDER BY intent_at"
 )
 """A run's effect records, oldest first, as :func:`effect_of` reads each."""
+
+KEEP = (
+    "INSERT INTO agent_fsm_checkpoints (run_id, point, machine_state, stop, state, saved_at)"
+    " SELECT ?, COALESCE(MAX(point) + 1, 0), ?, ?, ?, ? FROM agent_fsm_checkpoints WHERE run_id = ?"
+)
+"""Keep a state as the run's next checkpoint (``run_id, machine_state, stop, state, saved_at, run_id``).
+
+Numbered inside the commit's own transaction, after the compare-and-set on
+the run's row: commits of one run are serialised, so the numbers are too.
+"""
+
+CHECKPOINTS = (
+    "SELECT run_id, point, machine_state, stop, saved_at FROM agent_fsm_checkpoints WHERE run_id = ? ORDER BY point"
+)
+"""A run's checkpoints, as :func:`checkpoint_of` reads each."""
+
+FORKS = "SELECT run_id, parent, point, forked_at FROM agent_fsm_forks"
+"""Fork records, as :func:`fork_of` reads each (add a ``WHERE``)."""
 
 CHECKED = "SELECT owner, status, version, intent, state FROM agent_fsm_runs WHERE run_id = ?"
 """What a commit that was refused, or that continues a run from a new state object, is checked against."""
@@ -154,6 +178,42 @@ def effect_of(row: Sequence[Any]) -> Effect:
         return Effect(row[0], row[1], row[2], row[3], row[4], _number(row[5]), observed, row[7])
     except (ValueError, TypeError) as exc:
         raise DamagedRun(f"an effect stored for run {row[0]!r} cannot be read: {exc}") from exc
+
+
+def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
+    """A row of :data:`CHECKPOINTS`."""
+    try:
+        if type(row[1]) is not int or not isinstance(row[2], str) or not isinstance(row[3], str | None):
+            raise TypeError("the point, machine state or ending holds something else")
+        return Checkpoint(row[0], row[1], row[2], row[3], _number(row[4]))
+    except (ValueError, TypeError) as exc:
+        raise DamagedRun(f"a checkpoint stored for run {row[0]!r} cannot be read: {exc}") from exc
+
+
+def checkpoint_state(run_id: str, point: int, text: Any) -> RunState:
+    """The state kept at checkpoint ``point`` of ``run_id``, read strictly and checked to be that run's."""
+    try:
+        if not isinstance(text, str):
+            raise TypeError(f"the state column holds {type(text).__name__}")
+        state = RunState.from_json(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise DamagedRun(f"checkpoint {point} of run {run_id!r} cannot be read: {exc}") from exc
+    if state.run_id != run_id:
+        raise DamagedRun(
+            f"checkpoint {point} of run {run_id!r} is run {state.run_id!r}'s: the row was written by something"
+            " other than this store"
+        )
+    return state
+
+
+def fork_of(row: Sequence[Any]) -> Fork:
+    """A row of :data:`FORKS`."""
+    try:
+        if type(row[2]) is not int or not isinstance(row[1], str):
+            raise TypeError("the parent or the point holds something else")
+        return Fork(row[0], row[1], row[2], _number(row[3]))
+    except (ValueError, TypeError) as exc:
+        raise DamagedRun(f"the fork record of run {row[0]!r} cannot be read: {exc}") from exc
 
 
 def float_or_none(value: Any) -> float | None:

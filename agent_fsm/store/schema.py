@@ -60,6 +60,24 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX agent_fsm_effects_by_run ON agent_fsm_effects (run_id, intent_at)",
         "CREATE INDEX agent_fsm_runs_by_status ON agent_fsm_runs (status)",
     ),
+    # 3: the state at every checkpoint a run can go on from (what a fork starts from), and where a fork came from.
+    (
+        """CREATE TABLE agent_fsm_checkpoints (
+            run_id TEXT NOT NULL,
+            point INTEGER NOT NULL,
+            machine_state TEXT NOT NULL,
+            stop TEXT,
+            state TEXT NOT NULL,
+            saved_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (run_id, point)
+        )""",
+        """CREATE TABLE agent_fsm_forks (
+            run_id TEXT PRIMARY KEY,
+            parent TEXT NOT NULL,
+            point INTEGER NOT NULL,
+            forked_at DOUBLE PRECISION NOT NULL
+        )""",
+    ),
 ]
 """Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
 

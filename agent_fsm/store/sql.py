@@ -33,20 +33,27 @@ from agent_fsm.store.errors import (
     RunNotFound,
     StoreError,
 )
+from agent_fsm.store.forks import forked_state
 from agent_fsm.store.protocol import Transaction
-from agent_fsm.store.records import Decision, Effect, RunSummary, StoredRun
+from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
 from agent_fsm.store.rows import (
     CHECKED,
+    CHECKPOINTS,
     DECISIONS,
     EFFECTS,
+    FORKS,
+    KEEP,
     STORED,
     SUMMARY,
     agrees,
     belongs,
     call_json,
+    checkpoint_of,
+    checkpoint_state,
     continuable,
     decision_of,
     effect_of,
+    fork_of,
     holdable,
     intent_data,
     listed,
@@ -151,13 +158,15 @@ class SqlStore:
         belongs(run_id, state)
         status, stop = status_of(state)
         now = time.time()
+        text = state.to_json()
         try:
-            with self._transaction(single=True) as tx:
+            with self._transaction() as tx:
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, owner, created_at,"
                     " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                    (run_id, status, stop, state.machine_state, state.to_json(), self.owner, now, now),
+                    (run_id, status, stop, state.machine_state, text, self.owner, now, now),
                 )
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, now, run_id))
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
@@ -196,7 +205,9 @@ class SqlStore:
         paused = status == "paused" and bool(state.pending)
         now = time.time()
         previous = self._open.get(run_id)
-        with self._transaction(single=held is not None and previous is None and intent is None) as tx:
+        text = state.to_json()
+        # An effect-free commit is two writes (the row, the checkpoint kept); one with an intent is two as well.
+        with self._transaction() as tx:
             # A state object this store committed (or the first after a decision or a claim) continues
             # at the version held; any other must be shown to continue the stored state itself.
             version = (
@@ -212,7 +223,7 @@ class SqlStore:
                     status,
                     stop,
                     state.machine_state,
-                    state.to_json(),
+                    text,
                     state.pause_id if paused else None,
                     text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                     call_json(state.pending[0]) if paused else None,
@@ -233,7 +244,9 @@ class SqlStore:
                     " WHERE run_id = ? AND idempotency_key = ? AND observed_at IS NULL",
                     (now, outcome, run_id, previous.idempotency_key),
                 )
-            if intent is not None:
+            if intent is None:  # no effect in flight: a point the run (or a fork of it) can go on from
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, now, run_id))
+            else:
                 tx.run(
                     "INSERT INTO agent_fsm_effects (run_id, idempotency_key, tool, call_id, fingerprint, intent_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
@@ -296,6 +309,117 @@ class SqlStore:
         with self._transaction(write=False) as tx:
             rows = tx.rows(EFFECTS, (run_id,))
         return [effect_of(row) for row in rows]
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The points the run can be forked from, oldest (``0``, as begun) first."""
+        if not holdable(run_id):
+            return []
+        with self._transaction(write=False) as tx:
+            rows = tx.rows(CHECKPOINTS, (run_id,))
+        return [checkpoint_of(row) for row in rows]
+
+    def checkpoint(self, run_id: str, point: int) -> RunState:
+        """
+        The state the run had at checkpoint ``point`` (data to look at; a fork is how it goes on).
+
+        Raises:
+            RunNotFound: no run ``run_id``, or it has no checkpoint ``point``.
+            DamagedRun: the checkpoint cannot be read, or is another run's.
+        """
+        with self._transaction(write=False) as tx:
+            return self._checkpoint(tx, run_id, point)
+
+    def _checkpoint(self, tx: Transaction, run_id: str, point: int) -> RunState:
+        if type(point) is not int or point < 0:
+            raise ValueError(f"a checkpoint is numbered 0, 1, 2 ... (got {point!r})")
+        found = (
+            tx.rows("SELECT state FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?", (run_id, point))
+            if holdable(run_id)
+            else []
+        )
+        if found:
+            return checkpoint_state(run_id, point, found[0][0])
+        kept = tx.rows(CHECKPOINTS, (run_id,)) if holdable(run_id) else []
+        if kept:
+            raise RunNotFound(f"run {run_id!r} has no checkpoint {point} (it has {len(kept)}: 0 to {len(kept) - 1})")
+        if holdable(run_id) and tx.rows("SELECT run_id FROM agent_fsm_runs WHERE run_id = ?", (run_id,)):
+            raise RunNotFound(f"run {run_id!r} has no checkpoints kept (it was stored before the store kept them)")
+        raise RunNotFound(f"no run is stored under {run_id!r}")
+
+    def forked_from(self, run_id: str) -> Fork | None:
+        """Where the run was forked from (``None``: it was not a fork)."""
+        if not holdable(run_id):
+            return None
+        with self._transaction(write=False) as tx:
+            rows = tx.rows(f"{FORKS} WHERE run_id = ?", (run_id,))
+        return fork_of(rows[0]) if rows else None
+
+    def forks(self, run_id: str) -> list[Fork]:
+        """The runs forked from this one, oldest first."""
+        if not holdable(run_id):
+            return []
+        with self._transaction(write=False) as tx:
+            rows = tx.rows(f"{FORKS} WHERE parent = ? ORDER BY forked_at", (run_id,))
+        return [fork_of(row) for row in rows]
+
+    def fork(self, run_id: str, *, at: int, new_run_id: str) -> StoredRun:
+        """
+        Begin run ``new_run_id``, owned here, from checkpoint ``at`` of ``run_id`` (:func:`agent_fsm.store.fork`).
+
+        One transaction: the new run's row (paused, with its own pause id, or
+        running), its checkpoint 0 and the record of where it came from.
+
+        Raises:
+            RunNotFound: no run ``run_id``, or it has no checkpoint ``at``.
+            RunExists: ``new_run_id`` is taken.
+            ValueError: ``at`` is no checkpoint number, the checkpoint is the ending, or ``new_run_id`` cannot be held.
+            DamagedRun: the checkpoint cannot be read, or is another run's.
+        """
+        if not isinstance(new_run_id, str) or not new_run_id or not holdable(new_run_id):
+            raise ValueError(
+                "a forked run needs an id a database can hold (a non-empty str, no NUL, no lone surrogate):"
+                f" {new_run_id!r}"
+            )
+        now = time.time()
+        try:
+            with self._transaction() as tx:
+                state = forked_state(self._checkpoint(tx, run_id, at), new_run_id)
+                status, stop = status_of(state)
+                if status == "ended":
+                    raise ValueError(
+                        f"checkpoint {at} of run {run_id!r} is its ending ({stop}): nothing goes on from it;"
+                        " fork an earlier checkpoint"
+                    )
+                paused = status == "paused"
+                text = state.to_json()
+                tx.run(
+                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, pause_id, reason, blocked,"
+                    " owner, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    (
+                        new_run_id,
+                        status,
+                        stop,
+                        state.machine_state,
+                        text,
+                        state.pause_id if paused else None,
+                        text_column(state.judgement.reason) if paused and state.judgement is not None else None,
+                        call_json(state.pending[0]) if paused else None,
+                        self.owner,
+                        now,
+                        now,
+                    ),
+                )
+                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, now, new_run_id))
+                tx.run(
+                    "INSERT INTO agent_fsm_forks (run_id, parent, point, forked_at) VALUES (?, ?, ?, ?)",
+                    (new_run_id, run_id, at, now),
+                )
+                rows = tx.rows(STORED, (new_run_id,))
+        except StoreError as exc:
+            if self._is_duplicate(exc):
+                raise RunExists(f"a run is already stored under {new_run_id!r}; give the fork its own id") from exc
+            raise
+        return stored_of(rows[0])
 
     # --- taking a run over -------------------------------------------------------------
 

@@ -156,17 +156,24 @@ class ReplayModel:
 
     The request is compared as recorded (redacted, as JSON); ``strict=False``
     compares only the number of requests, for a run the world changes on purpose.
+    ``start`` is how many replies the run already had: a run forked from a
+    stored checkpoint (:func:`agent_fsm.store.fork`) asks from there on, so
+    pass ``start=forked.state.turns``.
 
     Raises:
         NotRecorded: from ``chat``, naming the turn and the first message that differs.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, strict: bool = True, secrets: Iterable[str] = ()) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, strict: bool = True, secrets: Iterable[str] = (), start: int = 0
+    ) -> None:
         self.path = Path(path)
         self.interactions = load_cassette(path)
         self.strict = strict
         self.secrets = tuple(secrets)
-        self.used = 0
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self.interactions):
+            raise ValueError(f"start must be a reply number from 0 to {len(self.interactions)} (got {start!r})")
+        self.used = start
 
     def __repr__(self) -> str:
         return f"ReplayModel({os.fspath(self.path)!r})"

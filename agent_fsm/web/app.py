@@ -256,14 +256,15 @@ def inbox_app(
     def _read_run(run_id: str) -> Any:
         def read(store: RunStore) -> Any:
             stored = store.load(run_id)
-            return stored, store.effects(run_id), store.history(run_id)
+            lineage = store.forked_from(run_id), store.forks(run_id)
+            return stored, store.effects(run_id), store.history(run_id), lineage
 
         return with_store(read)
 
     async def run_page(request: Request, session: Session) -> Response:
         run_id = request.path_params["run_id"]
         try:
-            stored, effects, history = await run_in_threadpool(_read_run, run_id)
+            stored, effects, history, (forked_from, forks) = await run_in_threadpool(_read_run, run_id)
         except RunNotFound as exc:
             return error(request, session, 404, "No such run", str(exc))
         except StoreError as exc:
@@ -282,6 +283,8 @@ def inbox_app(
             moving=request.query_params.get("moving") == "1",
             live_url=f"/runs/{quote(run_id, safe='')}/status.json",
             stamp=str(stored.summary.version),
+            forked_from=forked_from,
+            forks=forks,
             **context,
         )
 
