@@ -72,6 +72,8 @@ INVARIANTS: dict[str, str] = {
     "budget_bound": "a budget counter never goes down and never passes its limit",
     "budgeted_cycle": "each cycle a run goes round strictly grows a budget its edges declare they consume",
     "reachable_state": "some run in the world enters each state of the run machine",
+    "screen_never_shows": "once a result screen has read a tool result, the model is never shown what 'never' marks",
+    "screen_keeps_raw": "a screened observation keeps the raw result, whatever the model was shown",
 }
 """Every invariant :func:`assert_run_invariants` checks, by name, with what it means."""
 
