@@ -33,7 +33,7 @@ and not registered, gets through.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from agent_fsm import Ending, Observation, Redact, ResultScreen, RunState, ScreenVerdict
@@ -98,13 +98,52 @@ SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
 """What :func:`secret_redactor` looks for besides the values you register, by name."""
 
 
+# Rationale: most tool results hold none of these. Each pattern is tried only when one of the words it cannot
+# match without occurs in the text (lower-cased once): a substring search in C, where the pattern is a scan in Python.
+_NEEDLES: dict[re.Pattern[str], tuple[str, ...]] = dict(
+    zip(
+        [*(p for patterns in INJECTION_PATTERNS.values() for p in patterns), *SECRET_PATTERNS.values()],
+        [
+            ("ignore", "disregard", "forget", "override", "bypass"),
+            ("now", "instruction"),
+            ("assistant", "ai", "agent", "model", "chatbot", "llm"),
+            ("not", "don't", "never"),
+            ("system",),
+            ("<|",),
+            ("<",),
+            ("inst]", "<<"),
+            ("system", "assistant", "developer"),
+            ('"tool_calls"', '"function_call"', '"tool_use"'),
+            ('"name"',),
+            ("sk-ant-",),
+            ("sk-",),
+            ("akia", "asia"),
+            ("gh", "github_pat_"),
+            ("xox",),
+            ("aiza",),
+            ("_live_", "_test_"),
+            ("bearer",),
+            ("eyj",),
+            ("private key",),
+        ],
+        strict=True,
+    )
+)
+
+
+def _matches(pattern: re.Pattern[str], text: str, lowered: str) -> Iterator[re.Match[str]]:
+    if any(needle in lowered for needle in _NEEDLES[pattern]):
+        yield from pattern.finditer(text)
+
+
 def findings(text: str) -> list[tuple[str, int, int]]:
     """Every injection pattern's matches in ``text``, as ``(kind, start, end)`` in text order."""
+    lowered = text.lower()
     found = [
         (kind, match.start(), match.end())
         for kind, patterns in INJECTION_PATTERNS.items()
         for pattern in patterns
-        for match in pattern.finditer(text)
+        for match in _matches(pattern, text, lowered)
     ]
     return sorted(found, key=lambda f: (f[1], f[2]))
 
@@ -232,8 +271,9 @@ class _SecretRedactor:
                     spans.append((start, start + len(value)))
                     names["registered value"] = names.get("registered value", 0) + 1
                     start = text.find(value, start + len(value))
+            lowered = text.lower()
             for name, pattern in SECRET_PATTERNS.items():
-                for match in pattern.finditer(text):
+                for match in _matches(pattern, text, lowered):
                     spans.append(match.span())
                     names[name.replace("_", " ")] = names.get(name.replace("_", " "), 0) + 1
             return _replace(text, spans, self.mark) if spans else text
