@@ -291,6 +291,21 @@ def test_saved_verdicts_are_read_strictly_and_old_states_load() -> None:
     assert RunState.from_json(json.dumps(data)).screens == []
 
 
+def test_verdicts_are_kept_in_the_store(tmp_path: Any) -> None:
+    """A stored run's record holds the screens' verdicts: what was screened, and how, survives the process."""
+    from agent_fsm.store import SqliteStore
+
+    store = SqliteStore(tmp_path / "runs.db")
+    try:
+        desk = Desk(PAYLOAD)
+        run("Help", GullibleModel(), desk.tools, screen_result=injection_screen(), store=store, run_id="r1")
+        stored = store.load("r1").state
+    finally:
+        store.close()
+    assert [(r.call_id, r.action, r.code) for r in stored.screens] == [("c1", "redact", "injection")]
+    assert PAYLOAD in json.dumps(stored.observations[0].content) and PAYLOAD not in json.dumps(stored.messages)
+
+
 def test_verdicts_are_events_and_span_events() -> None:
     """A Screened event per verdict (round-tripping as JSON); the OpenTelemetry sink puts it on the run span."""
     heard: list[Any] = []
