@@ -291,6 +291,15 @@ def test_saved_verdicts_are_read_strictly_and_old_states_load() -> None:
     assert RunState.from_json(json.dumps(data)).screens == []
 
 
+def test_a_forged_state_screening_nothing_is_refused() -> None:
+    """A saved state that claims to be screening a result it does not hold is refused on load, typed."""
+    data = json.loads(run("Help", ScriptedModel([answer_message("ok")]), _tools()).state.to_json())
+    data["machine_state"] = "ScreeningResult"
+    data["path"] = ["ScreeningResult"]
+    with pytest.raises(ValueError, match="no observation to screen"):
+        RunState.from_json(json.dumps(data))
+
+
 def test_verdicts_are_kept_in_the_store(tmp_path: Any) -> None:
     """A stored run's record holds the screens' verdicts: what was screened, and how, survives the process."""
     from agent_fsm.store import SqliteStore

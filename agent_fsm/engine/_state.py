@@ -330,6 +330,8 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         problem = _pending_problem(state, last_reply, set(answered[len(answered) - since_reply :]))
         if problem is not None:
             return problem
+    if state.machine_state == "ScreeningResult" and not observations:
+        return "machine_state", "a run screening a result holds no observation to screen"
     paused = state.machine_state == "AwaitingApproval"
     if paused and (state.pause is None or not state.pending):
         return "pause", "a run awaiting approval must hold its pause and the blocked call"
