@@ -69,14 +69,19 @@ INJECTION_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:reveal|print|repeat|output)\b" + _WORD_GAP + r"\bsystem\s+prompt\b", re.IGNORECASE),
     ),
     "role_tag": (
-        re.compile(r"<\|\s*(?:im_start|im_end|system|assistant|user|tool|endoftext|eot_id|start_header_id)\s*\|>"),
+        re.compile(
+            r"<\|\s*(?:im_start|im_end|system|assistant|user|tool|endoftext|eot_id|start_header_id)\s*\|>",
+            re.IGNORECASE,
+        ),
         re.compile(r"</?\s*(?:system|assistant|user|tool|instructions?|developer)\s*>", re.IGNORECASE),
-        re.compile(r"\[/?INST\]|<<\s*/?SYS\s*>>"),
-        re.compile(r"(?m)^[ \t#*]*(?:system|assistant|developer)\s*:[ \t]*\S"),
+        re.compile(r"\[/?INST\]|<<\s*/?SYS\s*>>", re.IGNORECASE),
+        re.compile(r"^[ \t#*]*(?:system|assistant|developer)\s*:[ \t]*\S", re.IGNORECASE | re.MULTILINE),
     ),
     "tool_call": (
-        re.compile(r"\"(?:tool_calls|function_call|tool_use)\"\s*:"),
-        re.compile(r"\{\s*\"name\"\s*:\s*\"[^\"\n]{1,128}\"\s*,\s*\"(?:arguments|parameters|input)\"\s*:"),
+        re.compile(r"\"(?:tool_calls|function_call|tool_use)\"\s*:", re.IGNORECASE),
+        re.compile(
+            r"\{\s*\"name\"\s*:\s*\"[^\"\n]{1,128}\"\s*,\s*\"(?:arguments|parameters|input)\"\s*:", re.IGNORECASE
+        ),
     ),
 }
 """What :func:`injection_screen` looks for, by kind: instruction-like text, role tags, tool-call JSON."""

@@ -117,9 +117,10 @@ class ScreenRecord:
     ``RunState.messages``.
     """
 
-    stage: str = attrs.field(validator=attrs.validators.in_(("input", "result")))
+    # No validators: the engine makes one per screened observation, and a saved one is checked by the reader.
+    stage: str
     call_id: str | None
-    action: str = attrs.field(validator=attrs.validators.in_(("pass", "redact", "stop")))
+    action: str
     code: str | None = None
     reason: str = ""
 
