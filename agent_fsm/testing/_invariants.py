@@ -224,7 +224,9 @@ def _check_correlation(state: RunState) -> None:
         if observation_index >= len(state.observations):
             _fail("observations_correlated", "a tool message has no observation behind it", where)
         observation = state.observations[observation_index]
-        if observation.call_id != expected or tool_message(observation) != dict(message):
+        # A result screen's redaction or stop shows the model something else (the raw result stays here).
+        screened = any(r.call_id == expected and r.action != "pass" for r in state.screens)
+        if observation.call_id != expected or (tool_message(observation) != dict(message) and not screened):
             _fail(
                 "observations_correlated",
                 f"observation {observation_index} ({observation!r}) does not match its tool message {message!r}",
