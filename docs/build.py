@@ -118,6 +118,7 @@ REFERENCE = [
     ("MCP servers", "mcp.md", ["agent_fsm.mcp"]),
     ("Observability", "observability.md", ["agent_fsm.engine._events", "agent_fsm.otel", "agent_fsm.cli.follow"]),
     ("Runs on Temporal", "temporal-api.md", ["agent_fsm.temporal"]),
+    ("Screens", "screens-api.md", ["agent_fsm.screens"]),
     ("Testing kit", "testing.md", ["agent_fsm.testing"]),
     ("Inbox and viewer", "web.md", ["agent_fsm.web"]),
 ]

@@ -25,7 +25,7 @@ PACKAGE = Path(agent_fsm.__file__).parent
 # Applications may import the kernel and anything on a lower line; never a higher one.
 LAYERS: list[set[str]] = [
     {"engine"},
-    {"providers", "testing", "scenarios", "store", "patterns", "otel", "temporal", "mcp"},
+    {"providers", "testing", "scenarios", "store", "patterns", "otel", "temporal", "mcp", "screens"},
     {"examples"},  # examples.compare meters the patterns on the support-desk example
     {"diagrams"},  # the catalog draws the pattern machines
     {"web"},  # the run viewer draws the run's path; the inbox decides through the store

@@ -42,5 +42,7 @@ def test_every_stop_value_is_its_name_in_lowercase():
         "awaiting_approval",
         "provider_error",
         "time_limit",
+        "refused",
+        "intercepted",
     }
     assert all(s.value == s.name.lower() for s in Stop)

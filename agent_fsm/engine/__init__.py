@@ -18,7 +18,7 @@ each, layered so that each imports only those above it in this list::
     _models       what the engine needs of a model, and the scripted stand-in
     _state        the run's state and result; its saved form (one field list: writer, strict and fast readers)
     _events       run events as plain data
-    _gates        gates and verdicts
+    _gates        gates and screens: the judges the engine consults, and their verdicts
     _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
     _invariants   what every run must satisfy
     _analysis     the static checker: termination proved from the table
@@ -69,6 +69,7 @@ from agent_fsm.engine._errors import (
     OutcomeUnknown,
     ProviderFailure,
     RunError,
+    ScreenError,
     StateError,
     ToolDefinitionError,
     ToolError,
@@ -82,13 +83,26 @@ from agent_fsm.engine._events import (
     Paused,
     Proposed,
     RunEvent,
+    Screened,
     StateEntered,
     TextDelta,
     ToolProgress,
     event_from_json,
     event_to_json,
 )
-from agent_fsm.engine._gates import Gate, Verdict, allow_all, as_verdict, ask_for_effects, deny_effects
+from agent_fsm.engine._gates import (
+    Gate,
+    InputScreen,
+    Redact,
+    ResultScreen,
+    ScreenVerdict,
+    Verdict,
+    allow_all,
+    as_verdict,
+    ask_for_effects,
+    deny_effects,
+    task_of,
+)
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.engine._limits import Limits, Stop
@@ -129,6 +143,7 @@ from agent_fsm.engine._state import (
     ProviderFault,
     RunResult,
     RunState,
+    ScreenRecord,
     format_result,
     format_transcript,
 )
@@ -212,6 +227,7 @@ __all__ = [
     "GateError",
     "HandlerError",
     "Intent",
+    "InputScreen",
     "InvalidTransition",
     "is_awaitable",
     "judge",
@@ -241,7 +257,9 @@ __all__ = [
     "Proposed",
     "ProviderFailure",
     "ProviderFault",
+    "Redact",
     "Registry",
+    "ResultScreen",
     "resume",
     "run",
     "RUN_MACHINE",
@@ -251,6 +269,10 @@ __all__ = [
     "RunEvent",
     "RunResult",
     "RunState",
+    "ScreenError",
+    "ScreenRecord",
+    "Screened",
+    "ScreenVerdict",
     "ScriptedModel",
     "Seen",
     "settle_intent",
@@ -262,6 +284,7 @@ __all__ = [
     "Stop",
     "stream",
     "string_fields",
+    "task_of",
     "TextDelta",
     "ToolProgress",
     "to_json_data",

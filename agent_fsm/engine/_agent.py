@@ -21,7 +21,7 @@ import attrs
 from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._events import RunEvent
-from agent_fsm.engine._gates import Gate
+from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
@@ -82,7 +82,10 @@ class Agent:
     (``None``: :data:`DEFAULT_SYSTEM_PROMPT`, ``""``: none); ``answer_check``
     may refuse a final answer; ``estimator`` measures prompts; ``endings``
     names the world's code for the engine's stops; ``name`` identifies the
-    agent (a saved run, a Temporal worker and the store's records name it).
+    agent (a saved run, a Temporal worker and the store's records name it);
+    ``screen_input`` reads the task before the first model call and may
+    refuse it, ``screen_result`` reads every observation before the model
+    does and may pass, redact or stop (see docs/screens.md).
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -102,6 +105,8 @@ class Agent:
     estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True)
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
     name: str | None = attrs.field(default=None, kw_only=True)
+    screen_input: InputScreen | None = attrs.field(default=None, kw_only=True)
+    screen_result: ResultScreen | None = attrs.field(default=None, kw_only=True)
     # The digest, and the registry's version it was computed at (see Agent.digest).
     _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
@@ -125,6 +130,9 @@ class Agent:
         name = self.name
         if name is not None and (type(name) is not str or not name):
             raise _refused("name", "a non-empty str or None", name)
+        for part in ("screen_input", "screen_result"):
+            if getattr(self, part) is not None and not callable(getattr(self, part)):
+                raise _refused(part, "callable or None", getattr(self, part))
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -403,6 +411,8 @@ class AgentParts(TypedDict, total=False):
     answer_check: AnswerCheck | None
     estimator: TokenEstimator
     endings: EndingRule | None
+    screen_input: InputScreen | None
+    screen_result: ResultScreen | None
 
 
 class ContinueOptions(AgentParts, total=False):

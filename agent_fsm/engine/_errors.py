@@ -17,6 +17,7 @@ definition. The tree::
       + RunError (also RuntimeError)          -- during a run
         - HandlerError                        -- a tool handler raised an unexpected exception
         - GateError                           -- a gate raised or returned something that is not a verdict
+        - ScreenError                         -- a screen raised or returned something that is not a verdict
         - InvalidTransition                   -- the machine had no edge to take (a definition bug)
         - NotPaused (also ValueError)         -- resume() on a run that is not awaiting approval
         - StateError (also ValueError)        -- a run state that disagrees with its own transcript
@@ -54,6 +55,7 @@ __all__ = [
     "OutcomeUnknown",
     "ProviderFailure",
     "RunError",
+    "ScreenError",
     "StateError",
     "ToolDefinitionError",
     "ToolError",
@@ -160,6 +162,10 @@ class HandlerError(RunError):
 
 class GateError(RunError):
     """A gate raised, or returned something that is neither a Verdict nor ``(bool, str)``."""
+
+
+class ScreenError(RunError):
+    """An input or result screen raised, or returned something that is not ``None``, a ``Redact`` or an ``Ending``."""
 
 
 class InvalidTransition(RunError):

@@ -30,6 +30,7 @@ __all__ = [
     "Paused",
     "Proposed",
     "RunEvent",
+    "Screened",
     "StateEntered",
     "TextDelta",
     "ToolProgress",
@@ -150,6 +151,21 @@ class ToolProgress(RunEvent):
 
 
 @attrs.frozen
+class Screened(RunEvent):
+    """
+    A screen's verdict: on the task (``stage`` ``input``) or on the observation answering ``call_id``
+    (``result``); ``action`` ``pass``, ``redact`` or ``stop``, with the screen's code and reason.
+    """
+
+    type: ClassVar[str] = "screened"
+    stage: str
+    call_id: str | None
+    action: str
+    code: str | None
+    reason: str
+
+
+@attrs.frozen
 class Paused(RunEvent):
     """The run paused on ``pause_id`` for a human's decision about the call ``call_id``."""
 
@@ -168,21 +184,19 @@ class Ended(RunEvent):
     result: RunResult
 
 
-EVENT_TYPES: dict[str, type[RunEvent]] = {
-    cls.type: cls
-    for cls in (
-        StateEntered,
-        ModelRequested,
-        ModelReplied,
-        TextDelta,
-        Proposed,
-        Judged,
-        ToolProgress,
-        Observed,
-        Paused,
-        Ended,
-    )
-}
+_EVENT_CLASSES = (
+    StateEntered,
+    ModelRequested,
+    ModelReplied,
+    TextDelta,
+    Proposed,
+    Judged,
+    ToolProgress,
+    Observed,
+    Screened,
+    Paused,
+)
+EVENT_TYPES: dict[str, type[RunEvent]] = {cls.type: cls for cls in (*_EVENT_CLASSES, Ended)}
 """Every event class by its ``type`` name, as :func:`event_to_json` writes it."""
 
 

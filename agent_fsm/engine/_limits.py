@@ -39,6 +39,8 @@ class Stop(str, enum.Enum):
     AWAITING_APPROVAL = "awaiting_approval"  # the gate asked a human; resume() continues
     PROVIDER_ERROR = "provider_error"  # the model could not be reached; no answer is made up
     TIME_LIMIT = "time_limit"  # the max_seconds time budget was spent before more work could be admitted
+    REFUSED = "refused"  # the input screen refused the task; no model call was made
+    INTERCEPTED = "intercepted"  # a result screen stopped the run before the model read an observation
 
     def __str__(self) -> str:
         return self.value

@@ -166,9 +166,16 @@ RUN_MACHINE = MachineSpec(
         "turns": "model calls, at most Limits.max_turns",
         "pending_calls": "calls left in the current reply; only a new turn refills them",
         "decisions": "a person's decisions: the run rests until each is made, and each is made once",
+        "task_screen": "the task is screened once, before the first model call",
     },
     states=(
         StateSpec("Ready", "working", "Between turns; budgets are checked on leaving it."),
+        StateSpec(
+            "ScreeningInput",
+            "working",
+            "The input screen reads the task before the first model call.",
+            on_enter=("screen_task",),
+        ),
         StateSpec(
             "Proposing",
             "working",
@@ -186,6 +193,12 @@ RUN_MACHINE = MachineSpec(
             "working",
             "A proposal was malformed, unknown or refused; its reason goes back to the model.",
             on_enter=("record_rejection",),
+        ),
+        StateSpec(
+            "ScreeningResult",
+            "working",
+            "The result screen reads the latest observation before the model does: pass, redact or stop.",
+            on_enter=("screen_observation",),
         ),
         StateSpec(
             "AwaitingApproval",
@@ -226,6 +239,19 @@ RUN_MACHINE = MachineSpec(
             stop="time_limit",
         ),
         StateSpec(
+            "Refused",
+            "absorbing",
+            "The input screen refused the task; no model call was made.",
+            stop="refused",
+        ),
+        StateSpec(
+            "Intercepted",
+            "absorbing",
+            "A result screen stopped the run; the model never read the observation.",
+            on_enter=("close_pending",),
+            stop="intercepted",
+        ),
+        StateSpec(
             "Handoff",
             "absorbing",
             "A tool failed permanently; no further tool runs.",
@@ -237,7 +263,17 @@ RUN_MACHINE = MachineSpec(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
         Edge("Ready", "next_turn", "TokenLimit", guard="prompt_over_budget", meaning="next prompt exceeds budget"),
         Edge("Ready", "next_turn", "TimeLimit", guard="time_spent", meaning="time budget spent"),
+        Edge(
+            "Ready",
+            "next_turn",
+            "ScreeningInput",
+            guard="task_unscreened",
+            consumes="task_screen",
+            meaning="an input screen reads the task first",
+        ),
         Edge("Ready", "next_turn", "Proposing", consumes="turns", meaning="budget admits another model call"),
+        Edge("ScreeningInput", "screened", "Refused", guard="task_refused", meaning="the input screen refused"),
+        Edge("ScreeningInput", "screened", "Ready", meaning="the task passed"),
         Edge("Proposing", "judge", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Proposing", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
         Edge("Proposing", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
@@ -254,6 +290,7 @@ RUN_MACHINE = MachineSpec(
             meaning="the effect may have happened",
         ),
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
+        Edge("Executing", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"),
         Edge(
             "Executing",
             "observe",
@@ -264,6 +301,7 @@ RUN_MACHINE = MachineSpec(
         ),
         Edge("Executing", "observe", "Ready", meaning="typed observation appended"),
         Edge("Denied", "observe", "NoProgress", guard="denial_repeated", meaning="same proposal rejected again"),
+        Edge("Denied", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"),
         Edge(
             "Denied",
             "observe",
@@ -273,6 +311,18 @@ RUN_MACHINE = MachineSpec(
             meaning="next call of the same reply",
         ),
         Edge("Denied", "observe", "Ready", meaning="below repeat threshold"),
+        Edge(
+            "ScreeningResult", "screened", "Intercepted", guard="screen_stopped", meaning="the screen stopped the run"
+        ),
+        Edge(
+            "ScreeningResult",
+            "screened",
+            "Proposing",
+            guard="calls_pending",
+            consumes="pending_calls",
+            meaning="passed or redacted; next call of the same reply",
+        ),
+        Edge("ScreeningResult", "screened", "Ready", meaning="passed or redacted"),
         Edge(
             "AwaitingApproval",
             "approve",

@@ -107,7 +107,18 @@ from agent_fsm.engine._boundary import (
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
-from agent_fsm.engine._gates import Gate, deny_effects
+from agent_fsm.engine._gates import (
+    Gate,
+    InputScreen,
+    ResultScreen,
+    deny_effects,
+    result_unscreened,
+    screen_observation,
+    screen_stopped,
+    screen_task,
+    task_refused,
+    task_unscreened,
+)
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, compile_machine
 from agent_fsm.engine._messages import (
@@ -175,6 +186,8 @@ class RunContext:
         "perform",
         "relay",
         "run_id",
+        "screen_input",
+        "screen_result",
         "state",
         "tools",
         "tools_version",
@@ -200,6 +213,9 @@ class RunContext:
         self.run_id = run_id if run_id is not None else state.run_id
         self.answer_check = answer_check
         self.agent: Agent | None = None  # the agent driving the run, when an Agent launched it
+        # The screens the run's text goes through (None: none; see agent_fsm.engine._screens).
+        self.screen_input: InputScreen | None = None
+        self.screen_result: ResultScreen | None = None
         self.model = model
         self.tools = tools
         # A registry that follows a changing list (an MCP server's) has a version (read: brought up to date).
@@ -736,6 +752,12 @@ MACHINE = compile_machine(
             record_rejection,
             record_answer,
             close_pending,
+            task_unscreened,
+            task_refused,
+            result_unscreened,
+            screen_stopped,
+            screen_task,
+            screen_observation,
         )
     },
 )
@@ -772,6 +794,9 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
         return f"{state.turns} of {limits.max_turns} model calls made"
     if stop is Stop.TOKEN_LIMIT:
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
+    if stop in (Stop.REFUSED, Stop.INTERCEPTED):
+        screened = state.screens[-1] if state.screens else None
+        return (screened.reason or screened.code) if screened is not None else None
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
@@ -959,8 +984,15 @@ def _context(
     context = RunContext(
         state, agent.model, agent.tools, agent.gate, limits, agent.estimator, check, store, stored_id, listening
     )
-    context.agent = agent
+    _screening(context, agent)
     return context
+
+
+def _screening(context: RunContext, agent: Agent) -> None:
+    """The run in flight driven by ``agent``: its screens."""
+    context.agent = agent
+    context.screen_input = agent.screen_input
+    context.screen_result = agent.screen_result
 
 
 def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResult]:
@@ -969,8 +1001,13 @@ def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResu
         state.limits = context.limits
         if state.machine_state == "Proposing":
             yield from judge_proposal(context)
+        elif state.machine_state in _SCREENING:  # a run resting mid-screen (a screen raised): screened again
+            yield from _SCREENING[state.machine_state](context)
         yield from MACHINE.steps(context)
     return _rest(context, endings)
+
+
+_SCREENING = {"ScreeningInput": screen_task, "ScreeningResult": screen_observation}
 
 
 def deciding(
@@ -1144,7 +1181,7 @@ def continue_run(
         store,
         run_id,
     )
-    context.agent = agent
+    _screening(context, agent)
     if intent is not None:
         settle_intent(context, intent)
     elif state.machine_state == "AwaitingApproval":

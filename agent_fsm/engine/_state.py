@@ -48,6 +48,7 @@ __all__ = [
     "RunResult",
     "RunState",
     "STATES",
+    "ScreenRecord",
     "dump_state",
     "format_result",
     "format_transcript",
@@ -104,6 +105,24 @@ class Pause:
     pause_id: str
     fingerprint: str
     reason: str
+
+
+@attrs.frozen
+class ScreenRecord:
+    """
+    One screen's verdict, kept with the run: which ``stage`` (``input``: the task; ``result``: the observation
+    answering ``call_id``), the ``action`` taken (``pass``, ``redact`` or ``stop``), the screen's ``code``, its reason.
+
+    A redacted observation is kept twice: raw in ``RunState.observations``, as the model was shown it in
+    ``RunState.messages``.
+    """
+
+    # No validators: the engine makes one per screened observation, and a saved one is checked by the reader.
+    stage: str
+    call_id: str | None
+    action: str
+    code: str | None = None
+    reason: str = ""
 
 
 def _new_run_id() -> str:
@@ -185,6 +204,8 @@ class RunState:
     # decided by another agent than the one that ran it. Information, never authority.
     agent: str | None = None
     agent_digest: str | None = None
+    # Every input and result screen's verdict, in order (see agent_fsm.Agent's screen_input and screen_result).
+    screens: list[ScreenRecord] = attrs.field(factory=list)
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -310,6 +331,8 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         problem = _pending_problem(state, last_reply, set(answered[len(answered) - since_reply :]))
         if problem is not None:
             return problem
+    if state.machine_state == "ScreeningResult" and not observations:
+        return "machine_state", "a run screening a result holds no observation to screen"
     paused = state.machine_state == "AwaitingApproval"
     if paused and (state.pause is None or not state.pending):
         return "pause", "a run awaiting approval must hold its pause and the blocked call"
@@ -376,7 +399,7 @@ fast reader each derive from this list, and a field added to the state
 without a rule in the strict reader fails at import, not at the first save.
 """
 
-ADDED_FIELDS = frozenset({"elapsed", "agent", "agent_digest"})
+ADDED_FIELDS = frozenset({"elapsed", "agent", "agent_digest", "screens"})
 """Fields added to format 2 after it was first written: a state saved before them loads with their defaults."""
 
 
@@ -645,6 +668,28 @@ def _seconds(value: Any, path: str) -> float:  # a float field: RunState.elapsed
     raise _expect(path, "a number of seconds >= 0", value)
 
 
+_SCREEN_SHAPE = _shape(("stage", "call_id", "action", "code", "reason"))
+
+
+def _screens(value: Any, path: str) -> list[ScreenRecord]:
+    found = []
+    for index, item in enumerate(_list(value, path)):
+        where = f"{path}.{index}"
+        data = _object(item, where, _SCREEN_SHAPE)
+        if data["stage"] not in ("input", "result"):
+            raise _expect(f"{where}.stage", "input or result", data["stage"])
+        if data["action"] not in ("pass", "redact", "stop"):
+            raise _expect(f"{where}.action", "pass, redact or stop", data["action"])
+        call_id = _opt_str(data["call_id"], f"{where}.call_id")
+        if (call_id is None) != (data["stage"] == "input"):
+            raise _expect(f"{where}.call_id", "a call id for a result's screen, null for the input's", call_id)
+        code = _code(data["code"], f"{where}.code")
+        found.append(
+            ScreenRecord(data["stage"], call_id, data["action"], code, _str(data["reason"], f"{where}.reason"))
+        )
+    return found
+
+
 def _observations(value: Any, path: str) -> list[Observation]:
     return [_observation(o, f"{path}.{i}") for i, o in enumerate(_list(value, path))]
 
@@ -683,6 +728,7 @@ _RULES: dict[str, Reader] = {
     "elapsed": _seconds,
     "agent": _opt_str,
     "agent_digest": _opt_str,
+    "screens": _screens,
 }
 if set(_RULES) != set(SAVED_FIELDS):  # a field without a rule, or a rule for a field that is gone
     raise RuntimeError(f"the strict reader's rules do not cover the saved fields: {set(_RULES) ^ set(SAVED_FIELDS)}")
@@ -917,6 +963,14 @@ def _state(data: dict[str, Any]) -> RunState | None:
             limits = read_limits(limits, "limits")
         except BadField:
             return None
+    screens = data.get("screens", [])
+    if screens:  # rare, and short: read by the strict rule
+        try:
+            screens = _screens(screens, "screens")
+        except BadField:
+            return None
+    elif type(screens) is not list:
+        return None
     state = _new(RunState)
     state.messages = messages
     state.observations = observations
@@ -945,6 +999,7 @@ def _state(data: dict[str, Any]) -> RunState | None:
     state.elapsed = float(elapsed)
     state.agent = agent
     state.agent_digest = digest
+    state.screens = screens
     return state
 
 
@@ -989,6 +1044,7 @@ _judgement_data = _writer(Judgement)
 _fault_data = _writer(ProviderFault)
 _limits_data = _writer(Limits)
 _pause_data = _writer(Pause)
+_screen_data = _writer(ScreenRecord)
 
 # The saved fields that hold records, and how each is written; every other field is plain JSON as it stands.
 _RECORD_WRITERS: dict[str, Callable[[Any], Any]] = {
@@ -998,6 +1054,7 @@ _RECORD_WRITERS: dict[str, Callable[[Any], Any]] = {
     "fault": lambda f: None if f is None else _fault_data(f),
     "limits": lambda limits: None if limits is None else _limits_data(limits),
     "pause": lambda p: None if p is None else _pause_data(p),
+    "screens": lambda items: [_screen_data(r) for r in items],
 }
 _WRITTEN_KEYS = ("format", *SAVED_FIELDS)
 _saved_values = operator.attrgetter(*SAVED_FIELDS)
@@ -1122,6 +1179,7 @@ def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> st
 def _quick_reader_covers_the_state() -> bool:
     """Whether the fast reader sets every saved field: a field it forgot would leave a slot empty or wrong."""
     sample = RunState(turns=1, code="checked", agent="a", agent_digest="d", elapsed=0.5, finish="stop")
+    sample.screens.append(ScreenRecord("input", None, "pass"))
     data = json.loads(dump_state(sample, None))
     try:
         return quick_state(data) == sample

@@ -6,8 +6,9 @@ model call a child ``chat {model}`` span (kind ``CLIENT``); each executed
 tool call a child ``execute_tool {tool}`` span (kind ``INTERNAL``). Spans
 are made from the events' own ``at`` times, not from when the events are
 delivered (the sync driver delivers them at the next step), so a span lasts
-exactly as long as what it measures. Denials, invalid proposals and the
-pause are events on the run span; the run's typed stop is its outcome.
+exactly as long as what it measures. Denials, invalid proposals, screens'
+verdicts (``agent_fsm.screened``) and the pause are events on the run span;
+the run's typed stop is its outcome.
 """
 
 from __future__ import annotations
@@ -21,7 +22,18 @@ import attrs
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from agent_fsm.engine import Ended, Judged, ModelReplied, ModelRequested, Observed, Paused, RunEvent, StateEntered, Stop
+from agent_fsm.engine import (
+    Ended,
+    Judged,
+    ModelReplied,
+    ModelRequested,
+    Observed,
+    Paused,
+    RunEvent,
+    Screened,
+    StateEntered,
+    Stop,
+)
 
 __all__ = ["ERROR_STOPS", "OtelSink"]
 
@@ -166,6 +178,15 @@ class OtelSink:
             attributes = {"gen_ai.tool.name": event.name, "gen_ai.tool.call.id": event.call_id}
             attributes["agent_fsm.reason"] = event.reason
             run.span.add_event(f"agent_fsm.{event.kind}", attributes, timestamp=_ns(event.at))
+        elif isinstance(event, Screened):
+            attributes = {"agent_fsm.screen.stage": event.stage, "agent_fsm.screen.action": event.action}
+            if event.call_id is not None:
+                attributes["gen_ai.tool.call.id"] = event.call_id
+            if event.code is not None:
+                attributes["agent_fsm.code"] = event.code
+            if event.reason:
+                attributes["agent_fsm.reason"] = event.reason
+            run.span.add_event("agent_fsm.screened", attributes, timestamp=_ns(event.at))
         elif isinstance(event, Paused):
             run.span.add_event(
                 "agent_fsm.paused",

@@ -16,7 +16,10 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 * :func:`paths_to`, :func:`routes` and :func:`check_reaches_all`: the
   shortest route to each state, and runs in your world that take it;
 * :class:`RecordingModel`, :class:`ReplayModel` and :func:`perturbed_runs`:
-  real runs on cassettes (plain JSON, secrets redacted), replayed and moved a little.
+  real runs on cassettes (plain JSON, secrets redacted), replayed and moved a little;
+* :func:`injection_payloads`, :func:`planted_results` and :func:`check_screen`:
+  tool results with a payload planted in them, and the check that a result
+  screen never lets the model be shown what you mark.
 
 See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
 not install: ``pip install "agent_fsm[testing]"``.
@@ -73,6 +76,7 @@ from agent_fsm.testing._schema import (
     schema_values,
     schema_violations,
 )
+from agent_fsm.testing._screening import INJECTION_ACTION, check_screen, injection_payloads, planted_results
 from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import (
     MESSAGE_KINDS,
@@ -155,6 +159,11 @@ __all__ = [
     "load_cassette",
     "perturbed_runs",
     "redact",
+    # Screens under attack
+    "INJECTION_ACTION",
+    "check_screen",
+    "injection_payloads",
+    "planted_results",
     # Stateful harness
     "RunHarness",
     "run_harness",

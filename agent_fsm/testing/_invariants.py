@@ -72,6 +72,8 @@ INVARIANTS: dict[str, str] = {
     "budget_bound": "a budget counter never goes down and never passes its limit",
     "budgeted_cycle": "each cycle a run goes round strictly grows a budget its edges declare they consume",
     "reachable_state": "some run in the world enters each state of the run machine",
+    "screen_never_shows": "once a result screen has read a tool result, the model is never shown what 'never' marks",
+    "screen_keeps_raw": "a screened observation keeps the raw result, whatever the model was shown",
 }
 """Every invariant :func:`assert_run_invariants` checks, by name, with what it means."""
 
@@ -222,7 +224,9 @@ def _check_correlation(state: RunState) -> None:
         if observation_index >= len(state.observations):
             _fail("observations_correlated", "a tool message has no observation behind it", where)
         observation = state.observations[observation_index]
-        if observation.call_id != expected or tool_message(observation) != dict(message):
+        # A result screen's redaction or stop shows the model something else (the raw result stays here).
+        screened = any(r.call_id == expected and r.action != "pass" for r in state.screens)
+        if observation.call_id != expected or (tool_message(observation) != dict(message) and not screened):
             _fail(
                 "observations_correlated",
                 f"observation {observation_index} ({observation!r}) does not match its tool message {message!r}",

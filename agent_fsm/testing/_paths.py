@@ -9,10 +9,11 @@ further and finds *runs* in your world that reach each state: it tries
 scripts of one reply, then two, under a few setups each made to open one
 door (a gate that allows, asks or denies; a budget at zero; an answer check
 that refuses; a model that cannot be reached or is slow; a tool that fails
-for good), and keeps the first run that enters each state. Those runs are
-:class:`Route` s: a scripted model, its limits, gate and decisions, replayable
-as a test. :func:`check_reaches_all` fails naming every state your world
-cannot reach, and returns the edge coverage of the runs it tried.
+for good; screens that pass, refuse the task or stop at a result), and
+keeps the first run that enters each state. Those runs are :class:`Route` s:
+a scripted model, its limits, gate, screens and decisions, replayable as a
+test. :func:`check_reaches_all` fails naming every state your world cannot
+reach, and returns the edge coverage of the runs it tried.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import attrs
 from agent_fsm import (
     RUN_MACHINE,
     Edge,
+    Ending,
     Limits,
     MachineSpec,
     OutcomeUnknown,
@@ -107,6 +109,30 @@ def _refuse_answers(answer: str, state: Any) -> str:
     return "the kit's answer check refuses every answer"
 
 
+Screening = Literal["none", "pass", "refuse", "stop"]
+"""The kit's screens in a route: none, both passing everything, an input screen refusing, a result screen stopping."""
+
+
+def _pass(subject: Any, state: Any) -> None:
+    return None
+
+
+def _refuse_tasks(task: str, state: Any) -> Ending:
+    return Ending("kit_refused", "the kit's input screen refuses every task")
+
+
+def _stop_results(observation: Any, state: Any) -> Ending:
+    return Ending("kit_stopped", "the kit's result screen stops at every result")
+
+
+_SCREENS: dict[str, dict[str, Any]] = {
+    "none": {},
+    "pass": {"screen_input": _pass, "screen_result": _pass},
+    "refuse": {"screen_input": _refuse_tasks},
+    "stop": {"screen_result": _stop_results},
+}
+
+
 @attrs.frozen
 class Route:
     """
@@ -126,6 +152,7 @@ class Route:
     path: tuple[str, ...] = ()
     setup: str = ""
     failure: Literal["permanent", "unknown"] = "permanent"
+    screening: Screening = "none"
 
     def model(self) -> RouteModel:
         """A fresh model playing the replies."""
@@ -156,6 +183,7 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     # A world's own agent keeps its answer check, endings, prompt and estimator; the route sets the rest.
     base = world.agent if world.agent is not None else Agent(model, tools)
     changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits}
+    changes.update(_SCREENS[route.screening])
     if check is not None:
         changes["answer_check"] = check
     agent = base.replace(**changes)
@@ -221,7 +249,7 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
     return replies
 
 
-_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate]
+_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate, Screening]
 
 
 def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
@@ -249,7 +277,14 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         if tools[first].effectful:  # only an effect can leave its outcome unknown
             changes.append((f"{first} with its outcome unknown", base, False, first, "unknown"))
     for (label, limits, refuse, failing, failure), (gate_label, gate) in itertools.product(changes, gates):
-        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate)
+        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate, "none")
+    screened: list[tuple[str, Screening]] = [
+        ("screens passing everything", "pass"),
+        ("an input screen refusing every task", "refuse"),
+        ("a result screen stopping at every result", "stop"),
+    ]
+    for (label, screening), (gate_label, gate) in itertools.product(screened, gates):
+        yield (f"{gate_label}, {label}", base, False, None, "permanent", gate, screening)
 
 
 def routes(
@@ -285,9 +320,12 @@ def routes(
     for length in range(1, max_replies + 1):
         for words in itertools.product(alphabet, repeat=length):
             replies = tuple(reply for _, reply in words)
-            for label, limits, refuse, failing, failure, chosen in setups:
+            for label, limits, refuse, failing, failure, chosen, screening in setups:
                 for decisions in ((), (True,), (False,)):
-                    route = Route(replies, limits, chosen, decisions, refuse, failing, setup=label, failure=failure)
+                    route = Route(
+                        replies, limits, chosen, decisions, refuse, failing, setup=label, failure=failure,
+                        screening=screening,
+                    )  # fmt: skip
                     world = world_of(tools_factory())
                     if gate_factory is not None:
                         route = attrs.evolve(route, gate=gate_factory(GateContext(world.tools, world.effects)))
