@@ -13,13 +13,17 @@ when first used, so a synchronous program never imports ``asyncio``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 import attrs
 
+from agent_fsm.engine._analysis import check_tool_rules
 from agent_fsm.engine._boundary import Checkpointer, Seen
+from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
+from agent_fsm.engine._errors import ToolDefinitionError
 from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
@@ -81,6 +85,10 @@ class Agent:
     may refuse a final answer; ``estimator`` measures prompts; ``endings``
     names the world's code for the engine's stops; ``name`` identifies the
     agent (a saved run, a Temporal worker and the store's records name it).
+    ``compact`` shrinks the prompt (never the transcript) when the next one
+    would pass ``max_prompt_tokens`` or an earlier ``compact_at``; ``tools_for``
+    (a function of the run's state) and ``tool_rules`` decide which tools each
+    model call offers (see docs/context.md).
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -100,6 +108,10 @@ class Agent:
     estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True)
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
     name: str | None = attrs.field(default=None, kw_only=True)
+    compact: Compactor | Summarize | None = attrs.field(default=None, kw_only=True)
+    compact_at: int | None = attrs.field(default=None, kw_only=True)
+    tools_for: ToolsFor | None = attrs.field(default=None, kw_only=True)
+    tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
     _digest: str | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
     # The checks, written out in one place: an agent is built for every call of the
@@ -122,6 +134,19 @@ class Agent:
         name = self.name
         if name is not None and (type(name) is not str or not name):
             raise _refused("name", "a non-empty str or None", name)
+        if self.compact is not None and not callable(self.compact) and not isinstance(self.compact, Summarize):
+            raise _refused("compact", "a compaction (callable), summarize(...) or None", self.compact)
+        at = self.compact_at
+        if at is not None and (type(at) is not int or at < 0):
+            raise _refused("compact_at", "a whole number of tokens >= 0 or None", at)
+        if self.tools_for is not None and not callable(self.tools_for):
+            raise _refused("tools_for", "callable or None", self.tools_for)
+        check_offer(self.tool_rules, self.tools)
+
+    @property
+    def ending_tools(self) -> frozenset[str]:
+        """The tools whose result ends the run (``ends_run`` rules)."""
+        return frozenset(r.tool for r in self.tool_rules if r.kind == "ends_run")
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -130,7 +155,7 @@ class Agent:
     @property
     def digest(self) -> str:
         """
-        A digest of the tool contracts (names, descriptions, schemas, effect and idempotency flags).
+        A digest of the tool contracts (names, descriptions, schemas, effect and idempotency flags, tool rules).
 
         Two agents with the same digest offer the model the same tools under
         the same rules; a run decided by an agent of another digest is
@@ -138,7 +163,10 @@ class Agent:
         once per agent (a saved run records it).
         """
         if self._digest is None:
-            object.__setattr__(self, "_digest", contract_digest(self.tools))
+            digest = contract_digest(self.tools)
+            if self.tool_rules:  # rules decide what is offered and what is invalid: they are part of the contract
+                digest = hashlib.sha256(f"{digest}\x02{sorted(map(str, self.tool_rules))}".encode()).hexdigest()
+            object.__setattr__(self, "_digest", digest)
         return self._digest  # type: ignore[return-value]
 
     def start(self, task: str, *, history: Sequence[Mapping[str, Any]] = (), run_id: str | None = None) -> RunState:
@@ -368,6 +396,23 @@ class Agent:
         return continuing(self, state, store=store, run_id=run_id, listening=listening)
 
 
+def check_offer(rules: Any, tools: Registry) -> None:
+    """
+    Refuse tool rules that are not rules, or under which a tool could never be offered (a run never end by it).
+
+    Raises:
+        ToolDefinitionError: every problem the static checker found, listed at once.
+    """
+    for rule in rules:
+        if not isinstance(rule, ToolRule):
+            raise _refused("tool_rules", "ToolRules (after, before, at_most_once, ends_run)", rule)
+    problems = check_tool_rules(rules, tools)
+    if problems:
+        raise ToolDefinitionError(
+            "the tool rules contradict themselves:\n  " + "\n  ".join(p.message for p in problems)
+        )
+
+
 def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
     context, steps = launch
     if context.outbox is None:  # nobody hears events between requests: perform them where they are made
@@ -393,6 +438,10 @@ class AgentParts(TypedDict, total=False):
     answer_check: AnswerCheck | None
     estimator: TokenEstimator
     endings: EndingRule | None
+    compact: Compactor | Summarize | None
+    compact_at: int | None
+    tools_for: ToolsFor | None
+    tool_rules: tuple[ToolRule, ...]
 
 
 class ContinueOptions(AgentParts, total=False):
@@ -442,16 +491,22 @@ def _split(model: Model, tools: Registry, options: Mapping[str, Any]) -> tuple[A
     short tasks does not pay for every part to be checked twice.
     """
     agent = object.__new__(Agent)
-    given = {"model": model, "tools": tools}
+    given: dict[str, Any] = {"model": model, "tools": tools}
     per_run = {}
     for key, value in options.items():
         if key in _PARTS:
             given[key] = value
         else:
             per_run[key] = value
+    if not _CHECKED.isdisjoint(given):  # rules are refused at definition, whoever defines the agent
+        return Agent(**given), per_run
     for name, default in _DEFAULTS:
         _set(agent, name, given.get(name, default))
     return agent, per_run
+
+
+# The parts that change how a run is driven, checked whenever they are given (compaction, tools per turn).
+_CHECKED = frozenset({"compact", "compact_at", "tools_for", "tool_rules"})
 
 
 def run(task: str, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:

@@ -39,6 +39,7 @@ class Stop(str, enum.Enum):
     AWAITING_APPROVAL = "awaiting_approval"  # the gate asked a human; resume() continues
     PROVIDER_ERROR = "provider_error"  # the model could not be reached; no answer is made up
     TIME_LIMIT = "time_limit"  # the max_seconds time budget was spent before more work could be admitted
+    TOOL_ENDED = "tool_ended"  # a tool declared to end the run (ends_run) returned a result
 
     def __str__(self) -> str:
         return self.value

@@ -170,6 +170,12 @@ RUN_MACHINE = MachineSpec(
     states=(
         StateSpec("Ready", "working", "Between turns; budgets are checked on leaving it."),
         StateSpec(
+            "Compacting",
+            "working",
+            "The next prompt would pass its budget: the agent's compaction shrinks the prompt (never the transcript).",
+            on_enter=("compact_prompt",),
+        ),
+        StateSpec(
             "Proposing",
             "working",
             "The next proposal is taken (from the current reply, or by asking the model) and judged.",
@@ -232,12 +238,27 @@ RUN_MACHINE = MachineSpec(
             on_enter=("close_pending",),
             stop="handoff",
         ),
+        StateSpec(
+            "ToolEnded",
+            "absorbing",
+            "A tool declared to end the run returned a result.",
+            on_enter=("close_pending",),
+            stop="tool_ended",
+        ),
     ),
     edges=(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
+        Edge("Ready", "next_turn", "Compacting", guard="compaction_due", meaning="next prompt passes compact_at"),
         Edge("Ready", "next_turn", "TokenLimit", guard="prompt_over_budget", meaning="next prompt exceeds budget"),
         Edge("Ready", "next_turn", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Ready", "next_turn", "Proposing", consumes="turns", meaning="budget admits another model call"),
+        Edge(
+            "Compacting", "compacted", "StepLimit", guard="turn_budget_spent", meaning="a summary spent the last turn"
+        ),
+        Edge("Compacting", "compacted", "ProviderError", guard="provider_failed", meaning="the summary call failed"),
+        Edge("Compacting", "compacted", "TokenLimit", guard="prompt_over_budget", meaning="compaction cannot fit"),
+        Edge("Compacting", "compacted", "TimeLimit", guard="time_spent", meaning="time budget spent"),
+        Edge("Compacting", "compacted", "Proposing", consumes="turns", meaning="the compacted prompt fits"),
         Edge("Proposing", "judge", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Proposing", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
         Edge("Proposing", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
@@ -254,6 +275,7 @@ RUN_MACHINE = MachineSpec(
             meaning="the effect may have happened",
         ),
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
+        Edge("Executing", "observe", "ToolEnded", guard="ended_by_tool", meaning="a tool that ends the run returned"),
         Edge(
             "Executing",
             "observe",
