@@ -808,7 +808,8 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
         return f"{state.turns} of {limits.max_turns} model calls made"
     if stop is Stop.TOKEN_LIMIT:
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
-    if stop is Stop.TOOL_ENDED:
+    if stop is Stop.TOOL_ENDED:  # the ending result, not the calls of its reply answered after it
+        last = next((o.content for o in reversed(state.observations) if o.kind == "result"), last)
         return f"the tool that ends the run returned: {last if isinstance(last, str) else json.dumps(last)}"
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
