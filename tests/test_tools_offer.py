@@ -16,8 +16,8 @@ from agent_fsm import (
     RunState,
     Stop,
     ToolDefinitionError,
-    ToolSpec,
     ToolsOffered,
+    ToolSpec,
     after,
     allow_all,
     at_most_once,
@@ -178,7 +178,8 @@ def test_tools_offered_events_name_each_turns_offer():
     agent = Agent(Caller([["quote"], ["pay"]]), checkout(), gate=allow_all, tool_rules=[after("pay", "quote")])
     agent.run("buy", on_event=seen.append)
     offers = [e.names for e in seen if isinstance(e, ToolsOffered)]
-    assert offers == [["confirm", "look", "quote"], ["confirm", "look", "pay", "quote"], ["confirm", "look", "pay", "quote"]]
+    everything = ["confirm", "look", "pay", "quote"]
+    assert offers == [["confirm", "look", "quote"], everything, everything]
 
 
 def test_a_paused_call_is_judged_against_the_offer_decided_afresh():
@@ -186,7 +187,8 @@ def test_a_paused_call_is_judged_against_the_offer_decided_afresh():
     from agent_fsm import ask_for_effects
 
     tools = checkout()
-    agent = Agent(Caller([["quote", "pay", "pay"]]), tools, gate=ask_for_effects(tools), tool_rules=[at_most_once("pay")])
+    model = Caller([["quote", "pay", "pay"]])
+    agent = Agent(model, tools, gate=ask_for_effects(tools), tool_rules=[at_most_once("pay")])
     paused = agent.run("buy")
     assert paused.stop is Stop.AWAITING_APPROVAL
     loaded = RunState.from_json(paused.state.to_json())
@@ -231,16 +233,12 @@ def test_every_call_that_runs_was_offered_and_every_rule_holds(
     state = result.state
     ran: list[str] = []  # names of the calls whose handler ran, in order
     ok: set[str] = set()
-    names = {
-        c["id"]: c["function"]["name"] for m in state.messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()
-    }
-    turn_of = {}
-    turn = 0
+    names, turn_of, turn = {}, {}, 0
     for m in state.messages:
         if m["role"] == "assistant":
             turn += 1
             for c in m.get("tool_calls") or ():
-                turn_of[c["id"]] = turn
+                names[c["id"]], turn_of[c["id"]] = c["function"]["name"], turn
     for o in state.observations:
         name = names[o.call_id]
         if o.kind in ("result", "error"):

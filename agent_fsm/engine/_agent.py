@@ -14,7 +14,7 @@ when first used, so a synchronous program never imports ``asyncio``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 import attrs
@@ -69,6 +69,11 @@ def _refused(part: str, expected: str, value: Any) -> TypeError:
     return TypeError(f"'{part}' must be {expected} (got {value!r} that is a {type(value).__name__}).")
 
 
+def _rules(rules: Iterable[ToolRule]) -> tuple[ToolRule, ...]:
+    """Tool rules as the agent keeps them: a tuple, whatever iterable was given."""
+    return tuple(rules)
+
+
 # eq=False: an agent is compared by identity (its model and handlers have no
 # value to compare), and so it is hashable whatever its tools mapping is.
 @attrs.frozen(eq=False)
@@ -111,7 +116,7 @@ class Agent:
     compact: Compactor | Summarize | None = attrs.field(default=None, kw_only=True)
     compact_at: int | None = attrs.field(default=None, kw_only=True)
     tools_for: ToolsFor | None = attrs.field(default=None, kw_only=True)
-    tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+    tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=_rules)
     _digest: str | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
     # The checks, written out in one place: an agent is built for every call of the

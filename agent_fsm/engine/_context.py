@@ -718,4 +718,5 @@ def refusal(
     """Why a call to ``name`` is ``invalid``: not offered this turn, or closed by the rules since (``None``: fine)."""
     if name not in tools or (name in still and offered((name,), rules, usage)):
         return None  # offered and still open; an unknown tool is the boundary's to word
-    return f"{name} is not offered at this point of the run (offered now: {', '.join(sorted(still)) or 'none'})"
+    now = offered(sorted(still), rules, usage)
+    return f"{name} is not offered at this point of the run (offered now: {', '.join(now) or 'none'})"

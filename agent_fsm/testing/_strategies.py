@@ -356,7 +356,7 @@ def compactors(*, summarizer: Model | None = None, keep: tuple[int, int] = (1, 4
     every prompt keeps the system prompt, the task and the latest results.
     """
     keeps = st.integers(*keep)
-    choices = [keeps.map(elide_results), keeps.map(drop_middle)]
+    choices: list[st.SearchStrategy[Any]] = [keeps.map(elide_results), keeps.map(drop_middle)]
     if summarizer is not None:
         choices.append(keeps.map(lambda k: summarize(summarizer, keep=k)))
     return st.one_of(choices)
@@ -378,6 +378,5 @@ def tool_rule_sets(names: Iterable[str], *, max_size: int = 6) -> st.SearchStrat
         tool.map(at_most_once),
         tool.map(ends_run),
     )
-    return (
-        st.lists(rule, max_size=max_size, unique=True).map(tuple).filter(lambda rules: not check_tool_rules(rules, pool))
-    )
+    sets = st.lists(rule, max_size=max_size, unique=True).map(tuple)
+    return sets.filter(lambda rules: not check_tool_rules(rules, pool))
