@@ -29,6 +29,7 @@ DOCS = ROOT / "docs"
 GUIDES = [
     ("Security", "security.md"),
     ("Hostile input", "hostile-input.md"),
+    ("The context and the tools of each turn", "context.md"),
     ("Diagrams", "diagrams.md"),
     ("Specs", "specs.md"),
     ("Async runs and events", "async.md"),
@@ -66,6 +67,7 @@ REFERENCE = [
         ],
     ),
     ("Models and policies", "models.md", ["agent_fsm.engine._models", "agent_fsm.engine._policy"]),
+    ("Context and tool offer", "context-api.md", ["agent_fsm.engine._context"]),
     ("Machines", "machines.md", ["agent_fsm.engine._machine", "agent_fsm.engine._run", "agent_fsm.engine._analysis"]),
     ("Verification", "verification.md", ["agent_fsm.engine._invariants"]),
     ("Errors", "errors.md", ["agent_fsm.engine._errors"]),
