@@ -373,3 +373,37 @@ def test_prompt_problem_refuses_a_stand_in_that_answers_no_shown_call():
     )
     assert prompt_problem(messages, [0, 1, 2, stand_in, 4], 2) is None
     assert "out of order" in (prompt_problem(messages, [0, 1, 4, 2], 2) or "")
+
+
+def test_the_viewer_and_the_trace_show_the_compactions():
+    """The run page lists each compaction; the timeline numbers model calls past the summaries' own."""
+    from agent_fsm.diagrams.path import turns_of
+    from agent_fsm.web import render_view, timeline_of
+
+    agent = Agent(
+        Walker(30),
+        archive(),
+        limits=Limits(max_turns=60, max_prompt_tokens=1500),
+        compact=summarize(Summarizer(), keep=2),
+        compact_at=1200,
+    )
+    state = agent.run(TASK).state
+    charged = [c for c in state.compactions if c.charged]
+    assert charged and len(charged) == len(state.compactions)
+    records = turns_of(state)
+    assert len(records) + len(charged) == state.turns
+    assert not {c.turn - 1 for c in charged} & {r.number for r in records}
+    assert [r.prompt_tokens for r in records] == [
+        state.prompt_token_log[r.number - 1] for r in records
+    ]  # each reply beside its own prompt's size
+    line = timeline_of(state)
+    assert line.compactions == tuple(state.compactions)
+    page = render_view(state)
+    assert 'id="compactions"' in page and "summarize(keep=2)" in page and "(a model call)" in page
+
+
+def test_a_plain_run_page_has_no_compaction_section():
+    """Nothing is shown where nothing was compacted."""
+    from agent_fsm.web import render_view
+
+    assert 'id="compactions"' not in render_view(Agent(Walker(2), archive()).run(TASK).state)

@@ -129,7 +129,9 @@ class Compaction:
 
     ``elided`` are the transcript indices newly sent as a stand-in (a result
     elided, a middle summarized), ``dropped`` those newly left out altogether;
-    the transcript keeps every one of them.
+    the transcript keeps every one of them. ``charged`` marks a compaction
+    that was itself a model call of the run (a summary): it spent model
+    call ``turn - 1``, which has no reply in the transcript.
     """
 
     turn: int
@@ -138,6 +140,7 @@ class Compaction:
     tokens_after: int
     elided: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()
+    charged: bool = False
 
 
 def covered(entry: PromptEntry) -> tuple[int, ...]:
@@ -442,7 +445,7 @@ def compact_state(
         state.turns += 1
         state.prompt_token_log.append(charged)
     before = state.message_tokens
-    record = compaction_record(state.turns + 1, name, window.prompt, entries, before, tokens)
+    record = compaction_record(state.turns + 1, name, window.prompt, entries, before, tokens, charged is not None)
     state.compactions.append(record)
     if before:  # the provider's correction, scaled to the new size
         state.usage_offset = state.usage_offset * tokens // before
@@ -457,16 +460,21 @@ def window_of(state: RunState, budget: int, estimator: TokenEstimator) -> Prompt
 
 
 def compaction_record(
-    turn: int, strategy: str, prompt: Sequence[PromptEntry], entries: Sequence[PromptEntry], before: int, after: int
+    turn: int,
+    strategy: str,
+    prompt: Sequence[PromptEntry],
+    entries: Sequence[PromptEntry],
+    before: int,
+    after: int,
+    charged: bool = False,
 ) -> Compaction:
     """What a compaction from ``prompt`` to ``entries`` newly elided (sent as a stand-in) and dropped."""
     stood_in_before = {i for e in prompt if type(e) is not int for i in covered(e)}
     stood_in = {i for e in entries if type(e) is not int for i in covered(e)}
     seen_before = stood_in_before | {e for e in prompt if type(e) is int}
     still = stood_in | {e for e in entries if type(e) is int}
-    return Compaction(
-        turn, strategy, before, after, tuple(sorted(stood_in - stood_in_before)), tuple(sorted(seen_before - still))
-    )
+    elided, dropped = tuple(sorted(stood_in - stood_in_before)), tuple(sorted(seen_before - still))
+    return Compaction(turn, strategy, before, after, elided, dropped, charged)
 
 
 def compacting(
@@ -559,11 +567,14 @@ def read_compactions(value: Any, path: str) -> list[Compaction]:
                 raise _bad(f"{where}.{name}", f"expected a whole number >= 0, got {item[name]!r:.60}")
         if type(item["strategy"]) is not str:
             raise _bad(f"{where}.strategy", "expected a string")
+        if type(item["charged"]) is not bool:
+            raise _bad(f"{where}.charged", "expected true or false")
         elided = _indices(item["elided"], f"{where}.elided")
         dropped = _indices(item["dropped"], f"{where}.dropped")
-        out.append(
-            Compaction(item["turn"], item["strategy"], item["tokens_before"], item["tokens_after"], elided, dropped)
+        record = Compaction(
+            item["turn"], item["strategy"], item["tokens_before"], item["tokens_after"], elided, dropped
         )
+        out.append(attrs.evolve(record, charged=item["charged"]) if item["charged"] else record)
     return out
 
 
