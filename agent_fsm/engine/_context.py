@@ -66,37 +66,37 @@ if TYPE_CHECKING:
     from agent_fsm.engine._state import RunState
 
 __all__ = [
-    "RuleKind",
-    "ToolRule",
-    "ToolsFor",
-    "Usage",
     "after",
     "at_most_once",
     "before",
     "choose_offer",
     "compact_state",
-    "threshold",
-    "compaction_record",
-    "ends_run",
-    "offered",
-    "refusal",
-    "window_of",
-    "Compaction",
-    "Compactor",
-    "PromptEntry",
-    "PromptWindow",
-    "StandIn",
-    "Summarize",
     "compacting",
+    "Compaction",
+    "compaction_record",
+    "Compactor",
     "drop_middle",
     "elide_results",
-    "protected",
+    "ends_run",
+    "offered",
     "prompt_problem",
+    "PromptEntry",
+    "PromptWindow",
+    "protected",
     "read_compactions",
     "read_prompt",
+    "refusal",
+    "RuleKind",
     "sent_messages",
+    "StandIn",
     "strategy_name",
+    "Summarize",
     "summarize",
+    "threshold",
+    "ToolRule",
+    "ToolsFor",
+    "Usage",
+    "window_of",
     "write_compactions",
     "write_prompt",
 ]
@@ -234,6 +234,7 @@ class PromptWindow:
 
     @property
     def keep(self) -> frozenset[int]:
+        """The transcript indices every prompt must send as they are (see :func:`protected`)."""
         return protected(self.transcript, self.opening)
 
     def message(self, entry: PromptEntry) -> dict[str, Any]:
