@@ -407,3 +407,23 @@ def test_a_plain_run_page_has_no_compaction_section():
     from agent_fsm.web import render_view
 
     assert 'id="compactions"' not in render_view(Agent(Walker(2), archive()).run(TASK).state)
+
+
+def test_an_async_summarizer_is_awaited_under_arun_and_refused_under_run():
+    """A summarizer with only achat works under arun; under run it is the caller's mistake, said so."""
+    from agent_fsm import NotSynchronous
+
+    class AsyncSummarizer:
+        async def achat(self, messages: Sequence[Mapping[str, Any]], tools: Any) -> dict[str, Any]:
+            return {"role": "assistant", "content": "summary, awaited"}
+
+    def agent() -> Agent:
+        limits = Limits(max_turns=60, max_prompt_tokens=1500)
+        return Agent(
+            Walker(30), archive(), limits=limits, compact=summarize(AsyncSummarizer(), keep=2), compact_at=1200
+        )
+
+    result = asyncio.run(agent().arun(TASK))
+    assert result.stop is Stop.ANSWERED and any(c.charged for c in result.state.compactions)
+    with pytest.raises(NotSynchronous, match="summarizer"):
+        agent().run(TASK)
