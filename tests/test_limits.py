@@ -44,5 +44,6 @@ def test_every_stop_value_is_its_name_in_lowercase():
         "time_limit",
         "refused",
         "intercepted",
+        "tool_ended",
     }
     assert all(s.value == s.name.lower() for s in Stop)

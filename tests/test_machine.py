@@ -31,6 +31,7 @@ def test_run_machine_declares_the_designed_states():
         "Denied",
         "ScreeningInput",
         "ScreeningResult",
+        "Compacting",
     }
     assert {n for n, k in kinds.items() if k == "paused"} == {"AwaitingApproval"}
     assert {n for n, k in kinds.items() if k == "absorbing"} >= {

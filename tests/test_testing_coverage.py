@@ -138,12 +138,9 @@ def test_the_plugin_prints_each_checks_coverage(pytester: pytest.Pytester) -> No
     )
     shown = pytester.runpytest("-p", "agent_fsm.testing.plugin", "--agent-fsm-coverage", "-q")
     shown.assert_outcomes(passed=1)
+    edges = len(RUN_MACHINE.edges)
     shown.stdout.fnmatch_lines(
-        [
-            "*agent_fsm coverage*",
-            "*test_desk.py::test_reaches*",
-            f"*edges taken: {len(RUN_MACHINE.edges)} of {len(RUN_MACHINE.edges)}*",
-        ]
+        ["*agent_fsm coverage*", "*test_desk.py::test_reaches*", f"*edges taken: {edges} of {edges}*"]
     )
     quiet = pytester.runpytest("-p", "agent_fsm.testing.plugin", "-q")
     assert "agent_fsm coverage" not in quiet.stdout.str()

@@ -17,7 +17,7 @@ from agent_fsm.diagrams.labels import (
     title_of,
 )
 from agent_fsm.diagrams.path import RunPath
-from agent_fsm.engine import AgentFSMError, MachineSpec
+from agent_fsm.engine import AgentFSMError, Edge, MachineSpec
 
 __all__ = ["DEFAULT_DIRECTION", "Direction", "GraphvizMissing", "render", "to_dot"]
 
@@ -98,6 +98,7 @@ def to_dot(
         graph.node(state.name, label=graphviz.nohtml(label), tooltip=graphviz.escape(state.doc), **attrs_)
     graph.edge(start, machine.initial)
     paused = {s.name for s in machine.states if s.kind == "paused"}
+    detours = _detours(machine)
     placed: set[str] = set()
     for edge in machine.edges:
         label = edge_label(machine, edge)
@@ -109,6 +110,8 @@ def to_dot(
             if edge.dest in placed:
                 extra["constraint"] = "false"
             placed.add(edge.dest)
+        if edge in detours:
+            extra["constraint"] = "false"
         if path is not None:
             if counts[edge]:
                 label += f"  {taken_label(counts[edge])}"
@@ -117,6 +120,26 @@ def to_dot(
                 extra |= {"color": "#adb5bd", "fontcolor": "#868e96"}
         graph.edge(edge.source, edge.dest, label=graphviz.escape(label), **extra)
     return cast(str, graph.source)
+
+
+def _detours(machine: MachineSpec) -> set[Edge]:
+    """
+    Edges that rejoin the main line from a detour: ``S --> D`` where ``S`` is a working state entered only
+    from ``P``, ``P --> D`` comes earlier in the table, and ``S`` leads nowhere else but to endings (Ready to
+    Compacting and back on to Proposing). Drawn without a say in the ranks, so the detour sits beside the
+    line instead of pushing everything after it a rank over.
+    """
+    kinds = {s.name: s.kind for s in machine.states}
+    found: set[Edge] = set()
+    for index, edge in enumerate(machine.edges):
+        if kinds[edge.source] != "working" or kinds[edge.dest] != "working":
+            continue
+        sources = {e.source for e in machine.edges if e.dest == edge.source}
+        onward = {e.dest for e in machine.edges if e.source == edge.source and kinds[e.dest] != "absorbing"}
+        earlier = {e.source for e in machine.edges[:index] if e.dest == edge.dest}
+        if len(sources) == 1 and sources <= earlier and onward == {edge.dest}:
+            found.add(edge)
+    return found
 
 
 def render(

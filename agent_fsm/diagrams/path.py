@@ -194,9 +194,15 @@ def turns_of(state: RunState) -> list[TurnRecord]:
     observations = list(state.observations)
     taken = 0
     turns: list[TurnRecord] = []
+    # Model calls that wrote a summary for a compaction have no reply in the transcript: numbered past.
+    summaries = {c.turn - 1 for c in state.compactions if c.charged}
+    number = 0
     for message in _run_messages(state):
         if message.get("role") != "assistant":
             continue
+        number += 1
+        while number in summaries:
+            number += 1
         calls = []
         for item in message.get("tool_calls") or ():
             function = item.get("function") or {}
@@ -220,12 +226,16 @@ def turns_of(state: RunState) -> list[TurnRecord]:
                     closed=marked(observation, NOT_RUN),
                 )
             )
-        turns.append(TurnRecord(len(turns) + 1, _logged(state, len(turns)), message, tuple(calls)))
-    if state.machine_state == "ProviderError":
-        turns.append(TurnRecord(len(turns) + 1, _logged(state, len(turns)), None, ()))
+        turns.append(TurnRecord(number, _logged(state, number - 1), message, tuple(calls)))
+    # The call that failed is a turn, unless it was a summary's (a compaction charges only a summary made).
+    if state.machine_state == "ProviderError" and state.path[-2:-1] != ["Compacting"]:
+        number += 1
+        while number in summaries:
+            number += 1
+        turns.append(TurnRecord(number, _logged(state, number - 1), None, ()))
     if taken != len(observations):
         raise TraceError(f"{len(observations) - taken} observation(s) answer no call in the transcript")
-    if len(turns) != state.turns:
+    if len(turns) + len(summaries) != state.turns:
         raise TraceError(f"the transcript shows {len(turns)} model call(s) but the state counts {state.turns}")
     return turns
 

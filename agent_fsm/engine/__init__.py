@@ -16,6 +16,7 @@ each, layered so that each imports only those above it in this list::
     _machine      THE TABLE: the run machine's states and edges as data, and a table bound to its functions
     _messages     observations, token estimates, the wire format and its never-raising parser
     _models       what the engine needs of a model, and the scripted stand-in
+    _context      what a model call is shown: the prompt apart from the transcript (compacted), the tools offered
     _state        the run's state and result; its saved form (one field list: writer, strict and fast readers)
     _events       run events as plain data
     _gates        gates and screens: the judges the engine consults, and their verdicts
@@ -34,7 +35,7 @@ then the banner of :mod:`~agent_fsm.engine._run` (how it does it).
 from typing import TYPE_CHECKING
 
 from agent_fsm.engine._agent import Agent, EventSink, aadvance, advance, aresume, arun, astream, resume, run, stream
-from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, cycles
+from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, check_tool_rules, cycles
 from agent_fsm.engine._boundary import (
     EXPECTED_TOOL_ERRORS,
     MAX_PROGRESS_MESSAGE,
@@ -53,6 +54,26 @@ from agent_fsm.engine._boundary import (
     judge,
     matches_call,
     report_progress,
+)
+from agent_fsm.engine._context import (
+    Compaction,
+    Compactor,
+    PromptEntry,
+    PromptWindow,
+    StandIn,
+    Summarize,
+    ToolRule,
+    ToolsFor,
+    after,
+    at_most_once,
+    before,
+    drop_middle,
+    elide_results,
+    ends_run,
+    prompt_problem,
+    protected,
+    sent_messages,
+    summarize,
 )
 from agent_fsm.engine._endings import CODE_PATTERN, Ending, EndingRule
 from agent_fsm.engine._errors import (
@@ -75,6 +96,7 @@ from agent_fsm.engine._errors import (
     ToolError,
 )
 from agent_fsm.engine._events import (
+    Compacted,
     Ended,
     Judged,
     ModelReplied,
@@ -87,6 +109,7 @@ from agent_fsm.engine._events import (
     StateEntered,
     TextDelta,
     ToolProgress,
+    ToolsOffered,
     event_from_json,
     event_to_json,
 )
@@ -163,6 +186,27 @@ if TYPE_CHECKING:
     from agent_fsm.engine._async import RunCancelled, adrive
 
 __all__ = [
+    "after",
+    "at_most_once",
+    "before",
+    "check_tool_rules",
+    "Compacted",
+    "Compaction",
+    "Compactor",
+    "drop_middle",
+    "elide_results",
+    "ends_run",
+    "PromptEntry",
+    "prompt_problem",
+    "PromptWindow",
+    "protected",
+    "sent_messages",
+    "StandIn",
+    "summarize",
+    "Summarize",
+    "ToolRule",
+    "ToolsFor",
+    "ToolsOffered",
     "AlreadyDecided",
     "DecisionRefused",
     "DEPTH_CEILING",

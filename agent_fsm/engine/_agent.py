@@ -13,13 +13,17 @@ when first used, so a synchronous program never imports ``asyncio``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 import attrs
 
+from agent_fsm.engine._analysis import check_tool_rules
 from agent_fsm.engine._boundary import Checkpointer, Seen
+from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
+from agent_fsm.engine._errors import ToolDefinitionError
 from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
@@ -65,6 +69,11 @@ def _refused(part: str, expected: str, value: Any) -> TypeError:
     return TypeError(f"'{part}' must be {expected} (got {value!r} that is a {type(value).__name__}).")
 
 
+def _rules(rules: Iterable[ToolRule]) -> tuple[ToolRule, ...]:
+    """Tool rules as the agent keeps them: a tuple, whatever iterable was given."""
+    return tuple(rules)
+
+
 # eq=False: an agent is compared by identity (its model and handlers have no
 # value to compare), and so it is hashable whatever its tools mapping is.
 # slots=False: the module-level functions build one per call, filling its
@@ -85,7 +94,11 @@ class Agent:
     agent (a saved run, a Temporal worker and the store's records name it);
     ``screen_input`` reads the task before the first model call and may
     refuse it, ``screen_result`` reads every observation before the model
-    does and may pass, redact or stop (see docs/screens.md).
+    does and may pass, redact or stop (see docs/screens.md);
+    ``compact`` shrinks the prompt (never the transcript) when the next one
+    would pass ``max_prompt_tokens`` or an earlier ``compact_at``; ``tools_for``
+    (a function of the run's state) and ``tool_rules`` decide which tools each
+    model call offers (see docs/context.md).
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -107,6 +120,11 @@ class Agent:
     name: str | None = attrs.field(default=None, kw_only=True)
     screen_input: InputScreen | None = attrs.field(default=None, kw_only=True)
     screen_result: ResultScreen | None = attrs.field(default=None, kw_only=True)
+    # The digest, and the registry's version it was computed at (see Agent.digest).
+    compact: Compactor | Summarize | None = attrs.field(default=None, kw_only=True)
+    compact_at: int | None = attrs.field(default=None, kw_only=True)
+    tools_for: ToolsFor | None = attrs.field(default=None, kw_only=True)
+    tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=_rules)
     # The digest, and the registry's version it was computed at (see Agent.digest).
     _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
@@ -133,6 +151,19 @@ class Agent:
         for part in ("screen_input", "screen_result"):
             if getattr(self, part) is not None and not callable(getattr(self, part)):
                 raise _refused(part, "callable or None", getattr(self, part))
+        if self.compact is not None and not callable(self.compact) and not isinstance(self.compact, Summarize):
+            raise _refused("compact", "a compaction (callable), summarize(...) or None", self.compact)
+        at = self.compact_at
+        if at is not None and (type(at) is not int or at < 0):
+            raise _refused("compact_at", "a whole number of tokens >= 0 or None", at)
+        if self.tools_for is not None and not callable(self.tools_for):
+            raise _refused("tools_for", "callable or None", self.tools_for)
+        check_offer(self.tool_rules, self.tools)
+
+    @property
+    def ending_tools(self) -> frozenset[str]:
+        """The tools whose result ends the run (``ends_run`` rules)."""
+        return frozenset(r.tool for r in self.tool_rules if r.kind == "ends_run")
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -141,7 +172,7 @@ class Agent:
     @property
     def digest(self) -> str:
         """
-        A digest of the tool contracts (names, descriptions, schemas, effect and idempotency flags).
+        A digest of the tool contracts (names, descriptions, schemas, effect and idempotency flags, tool rules).
 
         Two agents with the same digest offer the model the same tools under
         the same rules; a run decided by an agent of another digest is
@@ -153,7 +184,10 @@ class Agent:
         version = getattr(self.tools, "version", None)  # read first: it brings such a registry up to date
         cached = self._digest
         if cached is None or cached[0] != version:
-            cached = (version, contract_digest(self.tools))
+            digest = contract_digest(self.tools)
+            if self.tool_rules:  # rules decide what is offered and what is invalid: they are part of the contract
+                digest = hashlib.sha256(f"{digest}\x02{sorted(map(str, self.tool_rules))}".encode()).hexdigest()
+            cached = (version, digest)
             object.__setattr__(self, "_digest", cached)
         return cached[1]
 
@@ -384,6 +418,23 @@ class Agent:
         return continuing(self, state, store=store, run_id=run_id, listening=listening)
 
 
+def check_offer(rules: Any, tools: Registry) -> None:
+    """
+    Refuse tool rules that are not rules, or under which a tool could never be offered (a run never end by it).
+
+    Raises:
+        ToolDefinitionError: every problem the static checker found, listed at once.
+    """
+    for rule in rules:
+        if not isinstance(rule, ToolRule):
+            raise _refused("tool_rules", "ToolRules (after, before, at_most_once, ends_run)", rule)
+    problems = check_tool_rules(rules, tools)
+    if problems:
+        raise ToolDefinitionError(
+            "the tool rules contradict themselves:\n  " + "\n  ".join(p.message for p in problems)
+        )
+
+
 def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
     context, steps = launch
     if context.outbox is None:  # nobody hears events between requests: perform them where they are made
@@ -460,18 +511,24 @@ def _split(model: Model, tools: Registry, options: Mapping[str, Any]) -> tuple[A
     gate when it is consulted), as these functions always did, and a run of
     short tasks does not pay for every part to be checked twice.
     """
-    agent = object.__new__(Agent)
-    parts = agent.__dict__
-    parts.update(_DEFAULTS)
-    parts["model"] = model
-    parts["tools"] = tools
+    given: dict[str, Any] = {"model": model, "tools": tools}
     per_run = {}
     for key, value in options.items():
         if key in _PARTS:
-            parts[key] = value
+            given[key] = value
         else:
             per_run[key] = value
+    if not _CHECKED.isdisjoint(given):  # rules are refused at definition, whoever defines the agent
+        return Agent(**given), per_run
+    agent = object.__new__(Agent)
+    parts = agent.__dict__
+    parts.update(_DEFAULTS)
+    parts.update(given)
     return agent, per_run
+
+
+# The parts that change how a run is driven, checked whenever they are given (compaction, tools per turn).
+_CHECKED = frozenset({"compact", "compact_at", "tools_for", "tool_rules"})
 
 
 def run(task: str, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:

@@ -21,9 +21,10 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from agent_fsm.engine._context import ToolRule
 from agent_fsm.engine._machine import Edge, MachineSpec
 
-__all__ = ["MachineReport", "Violation", "check_machine", "cycles"]
+__all__ = ["MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles"]
 
 
 # --- analysis ---
@@ -206,3 +207,55 @@ def _unguarded_fallbacks(spec: MachineSpec) -> list[Violation]:
                 )
             )
     return found
+
+
+# --- tool rules ---
+
+
+def check_tool_rules(rules: Iterable[ToolRule], tools: Iterable[str]) -> tuple[Violation, ...]:
+    """
+    Every tool the ``rules`` could never offer, and every rule naming a tool not in ``tools``.
+
+    A tool is never offered when it must come after itself (a cycle of
+    ``after`` rules), when it must come ``before`` a tool it needs a result
+    of (directly or through its own prerequisites), or when a tool it needs
+    is never offered. A tool that ``ends_run`` and is never offered is a run
+    that could never end the way it was declared to: reported as
+    ``never_ends``. The run machine still ends every run (by its budgets);
+    this check refuses a rule set that contradicts itself.
+    """
+    rules = tuple(rules)
+    known = set(tools)
+    violations: list[Violation] = []
+    needs: dict[str, set[str]] = {}
+    for rule in rules:
+        for name in (rule.tool, rule.other):
+            if name is not None and name not in known:
+                violations.append(
+                    Violation("unknown_tool", (name,), f"rule {rule} names {name!r}, which is not a tool of the agent")
+                )
+        if rule.kind == "after" and rule.other is not None:
+            needs.setdefault(rule.tool, set()).add(rule.other)
+    required = {name: _closure(needs.get(name, ()), needs) for name in known | set(needs)}
+    dead: dict[str, str] = {}
+    for name, prior in required.items():
+        if name in prior:
+            dead[name] = f"{name!r} must come after itself (a cycle of after rules)"
+    for rule in rules:
+        if rule.kind == "before" and rule.other in required.get(rule.tool, ()) and rule.tool not in dead:
+            dead[rule.tool] = f"{rule} but {rule.tool!r} needs a result of {rule.other!r} first"
+    changed = True
+    while changed:  # a tool that needs a tool never offered is never offered either
+        changed = False
+        for name, prior in needs.items():
+            blocked = sorted(p for p in prior if p in dead)
+            if name not in dead and blocked:
+                dead[name] = f"{name!r} needs a result of {blocked[0]!r}, which is never offered"
+                changed = True
+    ending = {rule.tool for rule in rules if rule.kind == "ends_run"}
+    for name, why in sorted(dead.items()):
+        if name in ending:
+            violations.append(Violation("never_ends", (name,), f"the run can never end by {name!r}: {why}"))
+        else:
+            violations.append(Violation("never_offered", (name,), f"{name!r} is never offered: {why}"))
+    return tuple(violations)

@@ -82,12 +82,13 @@ async def _ask(run: RunContext, deliver: Any) -> Any:
     on_delta = run.adelta_sink(deliver) if run.outbox is not None else None
     extra = chat_kwargs(run, on_delta)
     achat = getattr(model, "achat", None)
+    messages = run.messages_to_send()
     if achat is not None:
-        reply: Any = achat(run.state.messages, run.declarations, **extra)
+        reply: Any = achat(messages, run.declarations, **extra)
     elif getattr(model, "blocking", False):
-        reply = asyncio.to_thread(model.chat, run.state.messages, run.declarations, **extra)
+        reply = asyncio.to_thread(model.chat, messages, run.declarations, **extra)
     else:
-        reply = model.chat(run.state.messages, run.declarations, **extra)
+        reply = model.chat(messages, run.declarations, **extra)
     if not is_awaitable(reply):
         return reply
     remaining = run.remaining_seconds()

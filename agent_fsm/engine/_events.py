@@ -17,11 +17,13 @@ from typing import Any, ClassVar
 
 import attrs
 
+from agent_fsm.engine._context import Compaction
 from agent_fsm.engine._limits import Stop
 from agent_fsm.engine._state import RunResult, RunState
 
 __all__ = [
     "EVENT_TYPES",
+    "Compacted",
     "Ended",
     "Judged",
     "ModelReplied",
@@ -34,6 +36,7 @@ __all__ = [
     "StateEntered",
     "TextDelta",
     "ToolProgress",
+    "ToolsOffered",
     "event_from_json",
     "event_to_json",
 ]
@@ -177,6 +180,39 @@ class Paused(RunEvent):
 
 
 @attrs.frozen
+class Compacted(RunEvent):
+    """
+    Before model call ``turn`` the prompt was compacted by ``strategy`` from ``tokens_before`` to ``tokens_after``.
+
+    ``elided`` and ``dropped`` count the transcript messages newly sent as a
+    stand-in and newly left out (``RunState.compactions`` names them).
+    """
+
+    type: ClassVar[str] = "compacted"
+    turn: int
+    strategy: str
+    tokens_before: int
+    tokens_after: int
+    elided: int
+    dropped: int
+
+    @classmethod
+    def of(cls, run_id: str, at: float, record: Compaction) -> Compacted:
+        """The event of one compaction record."""
+        r = record
+        return cls(run_id, at, r.turn, r.strategy, r.tokens_before, r.tokens_after, len(r.elided), len(r.dropped))
+
+
+@attrs.frozen
+class ToolsOffered(RunEvent):
+    """Model call ``turn`` offers the tools ``names`` (only posted when the agent offers tools per turn)."""
+
+    type: ClassVar[str] = "tools_offered"
+    turn: int
+    names: list[str]
+
+
+@attrs.frozen
 class Ended(RunEvent):
     """The run rests (ended, or paused for a human): the :class:`agent_fsm.RunResult` the driver returns."""
 
@@ -195,6 +231,8 @@ _EVENT_CLASSES = (
     Observed,
     Screened,
     Paused,
+    Compacted,
+    ToolsOffered,
 )
 EVENT_TYPES: dict[str, type[RunEvent]] = {cls.type: cls for cls in (*_EVENT_CLASSES, Ended)}
 """Every event class by its ``type`` name, as :func:`event_to_json` writes it."""

@@ -41,6 +41,7 @@ class Stop(str, enum.Enum):
     TIME_LIMIT = "time_limit"  # the max_seconds time budget was spent before more work could be admitted
     REFUSED = "refused"  # the input screen refused the task; no model call was made
     INTERCEPTED = "intercepted"  # a result screen stopped the run before the model read an observation
+    TOOL_ENDED = "tool_ended"  # a tool declared to end the run (ends_run) returned a result
 
     def __str__(self) -> str:
         return self.value

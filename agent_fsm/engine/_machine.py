@@ -177,6 +177,12 @@ RUN_MACHINE = MachineSpec(
             on_enter=("screen_task",),
         ),
         StateSpec(
+            "Compacting",
+            "working",
+            "The next prompt would pass its budget: the agent's compaction shrinks the prompt (never the transcript).",
+            on_enter=("compact_prompt",),
+        ),
+        StateSpec(
             "Proposing",
             "working",
             "The next proposal is taken (from the current reply, or by asking the model) and judged.",
@@ -258,9 +264,17 @@ RUN_MACHINE = MachineSpec(
             on_enter=("close_pending",),
             stop="handoff",
         ),
+        StateSpec(
+            "ToolEnded",
+            "absorbing",
+            "A tool declared to end the run returned a result.",
+            on_enter=("close_pending",),
+            stop="tool_ended",
+        ),
     ),
     edges=(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
+        Edge("Ready", "next_turn", "Compacting", guard="compaction_due", meaning="next prompt passes compact_at"),
         Edge("Ready", "next_turn", "TokenLimit", guard="prompt_over_budget", meaning="next prompt exceeds budget"),
         Edge("Ready", "next_turn", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge(
@@ -274,6 +288,13 @@ RUN_MACHINE = MachineSpec(
         Edge("Ready", "next_turn", "Proposing", consumes="turns", meaning="budget admits another model call"),
         Edge("ScreeningInput", "screened", "Refused", guard="task_refused", meaning="the input screen refused"),
         Edge("ScreeningInput", "screened", "Ready", meaning="the task passed"),
+        Edge(
+            "Compacting", "compacted", "StepLimit", guard="turn_budget_spent", meaning="a summary spent the last turn"
+        ),
+        Edge("Compacting", "compacted", "ProviderError", guard="provider_failed", meaning="the summary call failed"),
+        Edge("Compacting", "compacted", "TokenLimit", guard="prompt_over_budget", meaning="compaction cannot fit"),
+        Edge("Compacting", "compacted", "TimeLimit", guard="time_spent", meaning="time budget spent"),
+        Edge("Compacting", "compacted", "Proposing", consumes="turns", meaning="the compacted prompt fits"),
         Edge("Proposing", "judge", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Proposing", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
         Edge("Proposing", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
@@ -290,6 +311,7 @@ RUN_MACHINE = MachineSpec(
             meaning="the effect may have happened",
         ),
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
+        Edge("Executing", "observe", "ToolEnded", guard="ended_by_tool", meaning="a tool that ends the run returned"),
         Edge("Executing", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"),
         Edge(
             "Executing",

@@ -105,6 +105,7 @@ from agent_fsm.engine._boundary import (
     run_call,
     unhear_progress,
 )
+from agent_fsm.engine._context import Usage, choose_offer, compact_state, refusal, sent_messages, threshold
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
 from agent_fsm.engine._gates import (
@@ -175,6 +176,8 @@ class RunContext:
         "call_ids",
         "checkpointer",
         "clock_start",
+        "compact",
+        "compact_at",
         "declaration_tokens",
         "declarations",
         "entered",
@@ -182,15 +185,19 @@ class RunContext:
         "gate",
         "limits",
         "model",
+        "offer",
+        "offered",
         "outbox",
         "perform",
         "relay",
         "run_id",
         "screen_input",
         "screen_result",
+        "sent",
         "state",
         "tools",
         "tools_version",
+        "usage",
     )
 
     def __init__(
@@ -244,6 +251,23 @@ class RunContext:
         self.entered: Callable[[str, str, str | None], None] | None = self._entered if listening or debug else None
         # The clock is read only under a time budget.
         self.clock_start = time.monotonic() if limits.max_seconds is not None else None
+        # Set by equip(): the compaction, and the tool offer (None: the transcript is the prompt, all tools offered).
+        self.compact: Any = None
+        self.compact_at: int | None = None
+        self.offer: Any = None
+        self.sent = None if state.prompt is None else sent_messages(state.messages, state.prompt)
+        self.usage: Usage | None = None
+        self.offered: frozenset[str] | None = None
+
+    def equip(self, agent: Agent) -> None:
+        """
+        Take the agent's screens, compaction and tool offer (rules, ``tools_for``); what the run did is read afresh.
+        """
+        self.agent = agent
+        self.screen_input, self.screen_result = agent.screen_input, agent.screen_result
+        self.compact, self.compact_at = agent.compact, agent.compact_at
+        if agent.tool_rules or agent.tools_for is not None:
+            self.offer, self.usage = agent, Usage.of(self.state)
 
     @property
     def machine_state(self) -> str:
@@ -360,6 +384,13 @@ class RunContext:
         state = self.state
         state.messages.append(message)
         state.message_tokens += tokens
+        if state.prompt is not None:  # a compacted prompt: the new message joins it too
+            state.prompt.append(len(state.messages) - 1)
+            self.sent.append(message)  # type: ignore[union-attr]
+
+    def messages_to_send(self) -> list[dict[str, Any]]:
+        """The prompt's messages: the transcript, or its compacted form."""
+        return self.state.messages if self.sent is None else self.sent
 
     def next_prompt_tokens(self) -> int:
         """Estimated size of the prompt the next model call would send."""
@@ -428,6 +459,11 @@ def prompt_over_budget(run: RunContext) -> bool:
     return run.next_prompt_tokens() > run.limits.max_prompt_tokens
 
 
+def compaction_due(run: RunContext) -> bool:
+    """The agent compacts and the next prompt passes ``compact_at`` (or ``max_prompt_tokens``)."""
+    return run.compact is not None and run.next_prompt_tokens() > threshold(run.limits, run.compact_at)
+
+
 def provider_failed(run: RunContext) -> bool:
     """The last model call raised an ``OSError``."""
     return run.state.fault is not None
@@ -473,6 +509,11 @@ def failed_permanently(run: RunContext) -> bool:
     return bool(observations) and observations[-1].permanent
 
 
+def ended_by_tool(run: RunContext) -> bool:
+    """The call just executed was to a tool that ends the run, and it returned a result."""
+    return run.usage is not None and run.usage.last_ok and run.usage.last in run.offer.ending_tools
+
+
 def calls_pending(run: RunContext) -> bool:
     """The current reply has calls not yet judged."""
     return bool(run.state.pending)
@@ -486,11 +527,36 @@ def denial_repeated(run: RunContext) -> bool:
 # --- effects: the on-enter callbacks of states --------------------------------
 
 
+def compact_prompt(run: RunContext) -> Steps[None]:
+    """Shrink the prompt by the agent's compaction (the transcript keeps everything), checked and recorded."""
+    state = run.state
+    spare = run.declaration_tokens + state.usage_offset
+    record = yield from compact_state(state, run.compact, run.compact_at, run.limits, spare, run.estimator, run.perform)
+    if isinstance(record, str):  # the summarizer could not be reached
+        state.fault = ProviderFault(type="ProviderFailure", kind="transport", message=record)
+        return
+    run.sent = sent_messages(state.messages, state.prompt or ())
+    if run.outbox is not None:
+        run.post(events.Compacted.of(run.run_id, time.time(), record))
+
+
+def _offer_tools(run: RunContext) -> None:
+    """Decide which tools this model call offers (``tools_for``, then the rules) and declare only those."""
+    agent, state = run.offer, run.state
+    assert run.usage is not None
+    run.offered = frozenset(choose_offer(run.tools, agent.tools_for, agent.tool_rules, run.usage, state))
+    run.declarations = shown_to_model({n: t for n, t in run.tools.items() if n in run.offered}, run.estimator)[0]
+    if run.outbox is not None:
+        run.post(events.ToolsOffered(run.run_id, time.time(), state.turns, sorted(run.offered)))
+
+
 def _ask_model(run: RunContext) -> Steps[None]:
     state = run.state
     estimate = run.next_prompt_tokens()
     state.prompt_token_log.append(estimate)
     state.turns += 1
+    if run.offer is not None:
+        _offer_tools(run)
     if run.outbox is not None:
         run.post(events.ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
     request = model_call(run)
@@ -636,6 +702,8 @@ def judge_proposal(run: RunContext) -> Steps[None]:
         # that still happen to parse and pass the schema: none of its calls run.
         if state.finish == "length":
             judgement = _cut_off(call)
+        elif run.offer is not None and (refused := _not_offered(run, call)) is not None:
+            judgement = Judgement("invalid", refused)
         else:
             judgement = yield from judging(
                 call, run.tools, run.gate, state=state, limits=run.limits, perform=run.perform
@@ -655,12 +723,22 @@ def judge_proposal(run: RunContext) -> Steps[None]:
                 )
 
 
+def _not_offered(run: RunContext, call: ToolCall) -> str | None:
+    """Why a call is refused as not offered this turn (``None``: it was offered, and the rules still allow it)."""
+    if run.offered is None:  # this process did not ask: the offer is decided afresh, never read from the state
+        _offer_tools(run)
+    assert run.usage is not None and run.offered is not None
+    return refusal(call.name, run.offered, run.offer.tool_rules, run.usage, run.tools)
+
+
 def _observe(run: RunContext, observation: Observation) -> None:
     state = run.state
     state.observations.append(observation)
     run.append(tool_message(observation))
     call = state.pending.pop(0)
     state.judgement = None
+    if run.usage is not None:
+        run.usage.observe(call.name, observation.kind)
     if run.outbox is not None:
         o = observation
         run.post(events.Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
@@ -736,6 +814,7 @@ MACHINE = compile_machine(
         for f in (
             time_spent,
             turn_budget_spent,
+            compaction_due,
             prompt_over_budget,
             provider_failed,
             answer_refused,
@@ -746,7 +825,9 @@ MACHINE = compile_machine(
             call_allowed,
             calls_pending,
             failed_permanently,
+            ended_by_tool,
             denial_repeated,
+            compact_prompt,
             take_proposal,
             execute_call,
             record_rejection,
@@ -797,6 +878,9 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop in (Stop.REFUSED, Stop.INTERCEPTED):
         screened = state.screens[-1] if state.screens else None
         return (screened.reason or screened.code) if screened is not None else None
+    if stop is Stop.TOOL_ENDED:  # the ending result, not the calls of its reply answered after it
+        last = next((o.content for o in reversed(state.observations) if o.kind == "result"), last)
+        return f"the tool that ends the run returned: {last if isinstance(last, str) else json.dumps(last)}"
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
@@ -984,21 +1068,17 @@ def _context(
     context = RunContext(
         state, agent.model, agent.tools, agent.gate, limits, agent.estimator, check, store, stored_id, listening
     )
-    _screening(context, agent)
+    context.equip(agent)
     return context
-
-
-def _screening(context: RunContext, agent: Agent) -> None:
-    """The run in flight driven by ``agent``: its screens."""
-    context.agent = agent
-    context.screen_input = agent.screen_input
-    context.screen_result = agent.screen_result
 
 
 def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResult]:
     state = context.state
     if RUN_MACHINE.state(state.machine_state).kind == "working":
         state.limits = context.limits
+        if state.machine_state == "Compacting":  # stopped inside a compaction: it is made again from Ready
+            state.path.pop()
+            state.machine_state = "Ready"
         if state.machine_state == "Proposing":
             yield from judge_proposal(context)
         elif state.machine_state in _SCREENING:  # a run resting mid-screen (a screen raised): screened again
@@ -1181,7 +1261,7 @@ def continue_run(
         store,
         run_id,
     )
-    _screening(context, agent)
+    context.equip(agent)
     if intent is not None:
         settle_intent(context, intent)
     elif state.machine_state == "AwaitingApproval":

@@ -33,6 +33,15 @@ from typing import Any
 
 import attrs
 
+from agent_fsm.engine._context import (
+    Compaction,
+    PromptEntry,
+    prompt_problem,
+    read_compactions,
+    read_prompt,
+    write_compactions,
+    write_prompt,
+)
 from agent_fsm.engine._endings import CODE_PATTERN
 from agent_fsm.engine._limits import Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE
@@ -206,6 +215,10 @@ class RunState:
     agent_digest: str | None = None
     # Every input and result screen's verdict, in order (see agent_fsm.Agent's screen_input and screen_result).
     screens: list[ScreenRecord] = attrs.field(factory=list)
+    # The prompt when it differs from the transcript (after a compaction): transcript indices and
+    # stand-ins (agent_fsm.engine._context); None: the prompt is the transcript. And each compaction made.
+    prompt: list[PromptEntry] | None = None
+    compactions: list[Compaction] = attrs.field(factory=list)
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -340,6 +353,10 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         return "pause", f"a pause is recorded but the run is in {state.machine_state!r}"
     if state.pause is not None and state.pause.fingerprint != call_fingerprint(state.pending[0]):
         return "pause.fingerprint", "does not match the blocked call (the call or the pause was edited)"
+    if state.prompt is not None:
+        wrong = prompt_problem(messages, state.prompt, opening)
+        if wrong is not None:
+            return "prompt", wrong
     return None
 
 
@@ -399,7 +416,7 @@ fast reader each derive from this list, and a field added to the state
 without a rule in the strict reader fails at import, not at the first save.
 """
 
-ADDED_FIELDS = frozenset({"elapsed", "agent", "agent_digest", "screens"})
+ADDED_FIELDS = frozenset({"elapsed", "agent", "agent_digest", "screens", "prompt", "compactions"})
 """Fields added to format 2 after it was first written: a state saved before them loads with their defaults."""
 
 
@@ -698,6 +715,14 @@ def _pending(value: Any, path: str) -> list[ToolCall]:
     return [_call(c, f"{path}.{i}") for i, c in enumerate(_list(value, path))]
 
 
+def _relayed(reader: Callable[[Any, str], Any], value: Any, path: str) -> Any:
+    """A reader of another module, its ``ValueError(path, detail)`` as a :class:`BadField`."""
+    try:
+        return reader(value, path)
+    except ValueError as exc:
+        raise BadField(*exc.args) from None
+
+
 # One rule per saved field. A state is read in SAVED_FIELDS' order, so the first
 # problem found is the first in the document.
 _RULES: dict[str, Reader] = {
@@ -729,6 +754,8 @@ _RULES: dict[str, Reader] = {
     "agent": _opt_str,
     "agent_digest": _opt_str,
     "screens": _screens,
+    "prompt": lambda value, path: _relayed(read_prompt, value, path),
+    "compactions": lambda value, path: _relayed(read_compactions, value, path),
 }
 if set(_RULES) != set(SAVED_FIELDS):  # a field without a rule, or a rule for a field that is gone
     raise RuntimeError(f"the strict reader's rules do not cover the saved fields: {set(_RULES) ^ set(SAVED_FIELDS)}")
@@ -859,6 +886,14 @@ def _state(data: dict[str, Any]) -> RunState | None:
         return None
     if (agent is not None and type(agent) is not str) or (digest is not None and type(digest) is not str):
         return None
+    prompt, compactions = data.get("prompt"), data.get("compactions", [])
+    if prompt is not None or type(compactions) is not list or compactions:  # a compacted run: read the ordinary way
+        try:
+            prompt, compactions = read_prompt(prompt, "prompt"), read_compactions(compactions, "compactions")
+        except ValueError:
+            return None
+    else:
+        compactions = []
     log, denials, recent = data["prompt_token_log"], data["denials"], data["recent_rejections"]
     if type(log) is not list or type(recent) is not list or len(recent) > 2 or type(denials) is not dict:
         return None
@@ -1000,6 +1035,8 @@ def _state(data: dict[str, Any]) -> RunState | None:
     state.agent = agent
     state.agent_digest = digest
     state.screens = screens
+    state.prompt = prompt
+    state.compactions = compactions
     return state
 
 
@@ -1055,6 +1092,8 @@ _RECORD_WRITERS: dict[str, Callable[[Any], Any]] = {
     "limits": lambda limits: None if limits is None else _limits_data(limits),
     "pause": lambda p: None if p is None else _pause_data(p),
     "screens": lambda items: [_screen_data(r) for r in items],
+    "prompt": write_prompt,
+    "compactions": write_compactions,
 }
 _WRITTEN_KEYS = ("format", *SAVED_FIELDS)
 _saved_values = operator.attrgetter(*SAVED_FIELDS)
@@ -1178,7 +1217,7 @@ def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> st
 
 def _quick_reader_covers_the_state() -> bool:
     """Whether the fast reader sets every saved field: a field it forgot would leave a slot empty or wrong."""
-    sample = RunState(turns=1, code="checked", agent="a", agent_digest="d", elapsed=0.5, finish="stop")
+    sample = RunState(turns=1, code="checked", agent="a", agent_digest="d", elapsed=0.5, finish="stop", prompt=[])
     sample.screens.append(ScreenRecord("input", None, "pass"))
     data = json.loads(dump_state(sample, None))
     try:

@@ -109,7 +109,7 @@ def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:
         if chat is None:
             raise NotSynchronous(f"the model {run.model!r} has no chat(); an async-only model runs with arun")
         on_delta = run.delta_sink(live) if run.outbox is not None else None
-        result = chat(run.state.messages, run.declarations, **chat_kwargs(run, on_delta))
+        result = chat(run.messages_to_send(), run.declarations, **chat_kwargs(run, on_delta))
         if is_awaitable(result):
             raise _refuse(result, "model", chat)
         return result

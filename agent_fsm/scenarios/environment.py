@@ -16,7 +16,18 @@ from typing import Any
 import attrs
 
 from agent_fsm import Agent, Limits
-from agent_fsm.engine import AnswerCheck, EndingRule, Gate, Model, RunResult, ToolSpec
+from agent_fsm.engine import (
+    AnswerCheck,
+    Compactor,
+    EndingRule,
+    Gate,
+    Model,
+    RunResult,
+    Summarize,
+    ToolRule,
+    ToolsFor,
+    ToolSpec,
+)
 
 __all__ = ["Check", "Environment"]
 
@@ -45,6 +56,11 @@ class Environment:
     endings: EndingRule | None = None
     # MCP servers a spec may use by name ([[mcp]]): each a function returning an unopened agent_fsm.mcp.MCPServer.
     mcp: dict[str, Callable[[], Any]] = attrs.field(factory=dict)
+    # How the world's agent keeps its context (compact=, compact_at=) and which tools each turn offers.
+    compact: Compactor | Summarize | None = None
+    compact_at: int | None = None
+    tools_for: ToolsFor | None = None
+    tool_rules: tuple[ToolRule, ...] = ()
 
     def agent(
         self,
@@ -69,4 +85,8 @@ class Environment:
             system_prompt=self.system_prompt if system_prompt is None else system_prompt,
             answer_check=self.answer_check,
             endings=self.endings,
+            compact=self.compact,
+            compact_at=self.compact_at,
+            tools_for=self.tools_for,
+            tool_rules=self.tool_rules,
         )

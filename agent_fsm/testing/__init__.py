@@ -83,6 +83,7 @@ from agent_fsm.testing._strategies import (
     TableGate,
     answer_messages,
     assistant_messages,
+    compactors,
     gates,
     invalid_arguments,
     limits,
@@ -92,6 +93,7 @@ from agent_fsm.testing._strategies import (
     thoughts,
     tool_arguments,
     tool_calls,
+    tool_rule_sets,
     verdicts,
 )
 from agent_fsm.testing._termination import check_machine_terminates, drive_machine, transition_bound
@@ -102,6 +104,8 @@ __all__ = [
     "MESSAGE_KINDS",
     "TableGate",
     "answer_messages",
+    "compactors",
+    "tool_rule_sets",
     "constants_of",
     "contract_cases",
     "gate_constants",

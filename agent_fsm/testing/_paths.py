@@ -9,11 +9,13 @@ further and finds *runs* in your world that reach each state: it tries
 scripts of one reply, then two, under a few setups each made to open one
 door (a gate that allows, asks or denies; a budget at zero; an answer check
 that refuses; a model that cannot be reached or is slow; a tool that fails
-for good; screens that pass, refuse the task or stop at a result), and
-keeps the first run that enters each state. Those runs are :class:`Route` s:
-a scripted model, its limits, gate, screens and decisions, replayable as a
-test. :func:`check_reaches_all` fails naming every state your world cannot
-reach, and returns the edge coverage of the runs it tried.
+for good; screens that pass, refuse the task or stop at a result; a prompt
+compacted from the first turn, its summarizer up or down; a tool that ends
+the run), and keeps the first run that enters each state. Those runs are
+:class:`Route` s: a scripted model, its limits, gate, screens, other agent
+parts and decisions, replayable as a test. :func:`check_reaches_all` fails
+naming every state your world cannot reach, and returns the edge coverage of
+the runs it tried.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from agent_fsm import (
     Verdict,
     answer_message,
     as_verdict,
+    ends_run,
+    summarize,
     tool_call_message,
 )
 from agent_fsm.engine import Agent, Gate, Registry, ToolCall
@@ -82,6 +86,26 @@ def paths_to(machine: MachineSpec, state: str) -> tuple[Edge, ...]:
                 previous[edge.dest] = (*previous[here], edge)
                 queue.append(edge.dest)
     raise ValueError(f"no route through machine {machine.name!r} reaches {state!r} from {machine.initial!r}")
+
+
+class _Summarizer:
+    """The kit's summarizer for a compacting route: writes a one-line summary, or cannot be reached."""
+
+    def __init__(self, down: bool) -> None:
+        self.down = down
+
+    def __repr__(self) -> str:
+        return f"_Summarizer(down={self.down})"
+
+    def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+        if self.down:
+            raise ProviderFailure("the kit's summarizer could not be reached")
+        return answer_message("The kit's summary of the earlier turns.")
+
+
+def _compacting(down: bool = False) -> dict[str, Any]:
+    """Agent options compacting from the first turn (a summary, so a compaction may spend a turn or fail)."""
+    return {"compact": summarize(_Summarizer(down), keep=1), "compact_at": 1}
 
 
 class RouteModel:
@@ -153,6 +177,8 @@ class Route:
     setup: str = ""
     failure: Literal["permanent", "unknown"] = "permanent"
     screening: Screening = "none"
+    # The agent's other parts the setup chose: compact=, compact_at=, tool_rules= (none by default).
+    options: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
     def model(self) -> RouteModel:
         """A fresh model playing the replies."""
@@ -184,6 +210,7 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     base = world.agent if world.agent is not None else Agent(model, tools)
     changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits}
     changes.update(_SCREENS[route.screening])
+    changes.update(route.options)
     if check is not None:
         changes["answer_check"] = check
     agent = base.replace(**changes)
@@ -249,7 +276,7 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
     return replies
 
 
-_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate, Screening]
+_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate, Screening, Mapping[str, Any]]
 
 
 def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
@@ -276,15 +303,26 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         changes.append((f"{first} failing for good", base, False, first, "permanent"))
         if tools[first].effectful:  # only an effect can leave its outcome unknown
             changes.append((f"{first} with its outcome unknown", base, False, first, "unknown"))
+    # Agent options opening the doors of the context and the tools of each turn.
+    agent_changes: list[tuple[str, Limits, Mapping[str, Any]]] = [
+        ("compacting from the first turn", base, _compacting()),
+        ("compacting, its summarizer down", base, _compacting(down=True)),
+        ("compacting, max_prompt_tokens=1", attrs.evolve(base, max_prompt_tokens=1), _compacting()),
+        ("compacting, max_seconds=1e-9", attrs.evolve(base, max_seconds=1e-9), _compacting()),
+    ]
+    if first is not None:
+        agent_changes.append((f"{first} ends the run", base, {"tool_rules": (ends_run(first),)}))
     for (label, limits, refuse, failing, failure), (gate_label, gate) in itertools.product(changes, gates):
-        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate, "none")
+        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate, "none", {})
     screened: list[tuple[str, Screening]] = [
         ("screens passing everything", "pass"),
         ("an input screen refusing every task", "refuse"),
         ("a result screen stopping at every result", "stop"),
     ]
     for (label, screening), (gate_label, gate) in itertools.product(screened, gates):
-        yield (f"{gate_label}, {label}", base, False, None, "permanent", gate, screening)
+        yield (f"{gate_label}, {label}", base, False, None, "permanent", gate, screening, {})
+    for (label, limits, options), (gate_label, gate) in itertools.product(agent_changes, gates):
+        yield (", ".join(x for x in (gate_label, label) if x), limits, False, None, "permanent", gate, "none", options)
 
 
 def routes(
@@ -320,12 +358,20 @@ def routes(
     for length in range(1, max_replies + 1):
         for words in itertools.product(alphabet, repeat=length):
             replies = tuple(reply for _, reply in words)
-            for label, limits, refuse, failing, failure, chosen, screening in setups:
+            for label, limits, refuse, failing, failure, chosen, screening, options in setups:
                 for decisions in ((), (True,), (False,)):
                     route = Route(
-                        replies, limits, chosen, decisions, refuse, failing, setup=label, failure=failure,
+                        replies,
+                        limits,
+                        chosen,
+                        decisions,
+                        refuse,
+                        failing,
+                        setup=label,
+                        failure=failure,
                         screening=screening,
-                    )  # fmt: skip
+                        options=options,
+                    )
                     world = world_of(tools_factory())
                     if gate_factory is not None:
                         route = attrs.evolve(route, gate=gate_factory(GateContext(world.tools, world.effects)))

@@ -15,7 +15,24 @@ from typing import Any, Literal
 import attrs
 from hypothesis import strategies as st
 
-from agent_fsm.engine import Limits, Registry, ScriptedModel, ToolCall, Verdict, answer_message
+from agent_fsm.engine import (
+    Limits,
+    Model,
+    Registry,
+    ScriptedModel,
+    ToolCall,
+    ToolRule,
+    Verdict,
+    after,
+    answer_message,
+    at_most_once,
+    before,
+    check_tool_rules,
+    drop_middle,
+    elide_results,
+    ends_run,
+    summarize,
+)
 from agent_fsm.testing._schema import schema_values, schema_violations
 
 __all__ = [
@@ -23,6 +40,7 @@ __all__ = [
     "TableGate",
     "answer_messages",
     "assistant_messages",
+    "compactors",
     "gates",
     "invalid_arguments",
     "limits",
@@ -31,6 +49,7 @@ __all__ = [
     "thoughts",
     "tool_arguments",
     "tool_calls",
+    "tool_rule_sets",
     "verdicts",
 ]
 
@@ -326,3 +345,38 @@ def register_type_strategies() -> None:
             st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3),
         ),
     )
+
+
+def compactors(*, summarizer: Model | None = None, keep: tuple[int, int] = (1, 4)) -> st.SearchStrategy[Any]:
+    """
+    The built-in compactions with a ``keep`` drawn: :func:`agent_fsm.elide_results`, :func:`agent_fsm.drop_middle`,
+    and :func:`agent_fsm.summarize` by ``summarizer`` when one is given.
+
+    For a property over a user's own agent: whatever compaction it is given,
+    every prompt keeps the system prompt, the task and the latest results.
+    """
+    keeps = st.integers(*keep)
+    choices: list[st.SearchStrategy[Any]] = [keeps.map(elide_results), keeps.map(drop_middle)]
+    if summarizer is not None:
+        choices.append(keeps.map(lambda k: summarize(summarizer, keep=k)))
+    return st.one_of(choices)
+
+
+def tool_rule_sets(names: Iterable[str], *, max_size: int = 6) -> st.SearchStrategy[tuple[ToolRule, ...]]:
+    """
+    Tool rules over ``names`` (after, before, at most once, ends the run) that the static checker accepts.
+
+    Rule sets under which a tool could never be offered are left out, as
+    :class:`agent_fsm.Agent` refuses them when it is defined.
+    """
+    pool = sorted(set(names))
+    tool = st.sampled_from(pool)
+    pair = st.tuples(tool, tool).filter(lambda p: p[0] != p[1])
+    rule = st.one_of(
+        pair.map(lambda p: after(*p)),
+        pair.map(lambda p: before(*p)),
+        tool.map(at_most_once),
+        tool.map(ends_run),
+    )
+    sets = st.lists(rule, max_size=max_size, unique=True).map(tuple)
+    return sets.filter(lambda rules: not check_tool_rules(rules, pool))

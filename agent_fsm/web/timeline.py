@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.diagrams.path import CallRecord, TurnRecord, approved_calls, turns_of
-from agent_fsm.engine import Limits, RunState, assistant_text
+from agent_fsm.engine import Compaction, Limits, RunState, assistant_text
 from agent_fsm.store.records import Decision, Effect
 
 __all__ = ["CallView", "TurnView", "Timeline", "timeline_of", "ending_reason", "pretty_json"]
@@ -82,6 +82,7 @@ class Timeline:
     effects: tuple[Effect, ...]
     decisions: tuple[Decision, ...]
     problem: str | None = None  # the record could not be read as turns (shown instead of them)
+    compactions: tuple[Compaction, ...] = ()  # what the prompt left out, compaction by compaction
 
 
 def ending_reason(state: RunState) -> str | None:
@@ -98,6 +99,9 @@ def ending_reason(state: RunState) -> str | None:
         return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
     if where == "TimeLimit":
         return f"{state.elapsed:.3f} s of the {limits.max_seconds} s time budget spent"
+    if where == "ToolEnded":  # the ending result, not the calls of its reply answered after it
+        ended = next((o.content for o in reversed(state.observations) if o.kind == "result"), None)
+        return ended if isinstance(ended, str) or ended is None else json.dumps(ended, ensure_ascii=False)
     if where == "ToolLimit":
         return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
     if where in ("Answered", "Ready", "Proposing", "Executing", "Denied") or not state.observations:
@@ -239,4 +243,5 @@ def timeline_of(
         effects=tuple(effects),
         decisions=tuple(decisions),
         problem=problem,
+        compactions=tuple(state.compactions),
     )
