@@ -24,7 +24,13 @@ from tests.warehouse import make_warehouse
 def test_run_machine_declares_the_designed_states():
     """The table has the working, absorbing and paused states of the design, each with a doc."""
     kinds = {s.name: s.kind for s in RUN_MACHINE.states}
-    assert {n for n, k in kinds.items() if k == "working"} == {"Ready", "Proposing", "Executing", "Denied"}
+    assert {n for n, k in kinds.items() if k == "working"} == {
+        "Ready",
+        "Proposing",
+        "Executing",
+        "Denied",
+        "OutputInvalid",
+    }
     assert {n for n, k in kinds.items() if k == "paused"} == {"AwaitingApproval"}
     assert {n for n, k in kinds.items() if k == "absorbing"} >= {
         "Answered",

@@ -34,6 +34,7 @@ from agent_fsm.engine._run import (
     start_state,
     starting,
 )
+from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, check_registry, contract_digest
@@ -81,6 +82,9 @@ class Agent:
     may refuse a final answer; ``estimator`` measures prompts; ``endings``
     names the world's code for the engine's stops; ``name`` identifies the
     agent (a saved run, a Temporal worker and the store's records name it).
+    ``output`` makes the final answer typed: a JSON Schema, a dataclass, an
+    attrs class, a ``TypedDict`` or a pydantic model; the answer must be
+    JSON that validates, and ``RunResult.output`` holds the value (see docs/output.md).
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -100,6 +104,7 @@ class Agent:
     estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True)
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
     name: str | None = attrs.field(default=None, kw_only=True)
+    output: Any = attrs.field(default=None, kw_only=True)
     _digest: str | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
     # The checks, written out in one place: an agent is built for every call of the
@@ -122,6 +127,13 @@ class Agent:
         name = self.name
         if name is not None and (type(name) is not str or not name):
             raise _refused("name", "a non-empty str or None", name)
+        if self.output is not None:
+            output_spec(self.output)  # a hostile schema or a type with no JSON form is refused here, once
+
+    @property
+    def output_spec(self) -> OutputSpec | None:
+        """The final answer's contract ``output`` names (``None``: the answer is free text)."""
+        return None if self.output is None else output_spec(self.output)
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -150,9 +162,12 @@ class Agent:
 
         For a driver of its own (a workflow engine, say) that then continues it with :meth:`advance`.
         """
-        state = start_state(
-            task, system_prompt=self.system_prompt, history=history, estimator=self.estimator, run_id=run_id
-        )
+        prompt = self.system_prompt
+        if self.output is not None:  # say what the answer must be, for a model that cannot be asked natively
+            base = DEFAULT_SYSTEM_PROMPT if prompt is None else prompt
+            instruction = output_spec(self.output).instruction
+            prompt = f"{base}\n\n{instruction}" if base else instruction
+        state = start_state(task, system_prompt=prompt, history=history, estimator=self.estimator, run_id=run_id)
         state.limits = self.limits if self.limits is not None else DEFAULT_LIMITS
         state.agent = self.name  # the digest of its contracts is recorded where a decision may follow (see _rest)
         return state
@@ -393,6 +408,7 @@ class AgentParts(TypedDict, total=False):
     answer_check: AnswerCheck | None
     estimator: TokenEstimator
     endings: EndingRule | None
+    output: Any
 
 
 class ContinueOptions(AgentParts, total=False):

@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine._endings import CODE_PATTERN
+from agent_fsm.engine._json import DEPTH_CEILING, argument_problem
 from agent_fsm.engine._limits import Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import Observation
@@ -185,6 +186,10 @@ class RunState:
     # decided by another agent than the one that ran it. Information, never authority.
     agent: str | None = None
     agent_digest: str | None = None
+    # Typed output (Agent(output=...)): the accepted answer as validated JSON (set only in Answered),
+    # and how many invalid answers went back to the model (at most Limits.output_retries).
+    output: Any = None
+    output_rejections: int = 0
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -228,6 +233,8 @@ class RunResult:
     ``blocked_on`` is the call awaiting a human when ``stop`` is
     ``awaiting_approval``, else ``None``. ``reason`` says in words why the
     run stopped (the last denial, the refused answer, the provider's error).
+    ``output`` is the typed answer when the agent has ``output=`` and the
+    run was answered: a dict for a JSON Schema, an instance for a class.
     """
 
     stop: Stop
@@ -237,6 +244,7 @@ class RunResult:
     reason: str | None = None  # why it stopped, in words (None for a plain answer)
     # The world's ending (see agent_fsm.Ending): always set, the stop's own value when the world declared none.
     code: str = attrs.field(default=attrs.Factory(lambda self: self.stop.value, takes_self=True))
+    output: Any = None
 
 
 # --- consistency ---
@@ -313,6 +321,10 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     paused = state.machine_state == "AwaitingApproval"
     if paused and (state.pause is None or not state.pending):
         return "pause", "a run awaiting approval must hold its pause and the blocked call"
+    if state.output is not None and state.machine_state != "Answered":
+        return "output", f"typed output is recorded but the run is in {state.machine_state!r}"
+    if type(state.output_rejections) is not int or state.output_rejections < 0:
+        return "output_rejections", f"expected a whole number >= 0, got {state.output_rejections!r}"
     if not paused and state.pause is not None:
         return "pause", f"a pause is recorded but the run is in {state.machine_state!r}"
     if state.pause is not None and state.pause.fingerprint != call_fingerprint(state.pending[0]):
@@ -376,7 +388,7 @@ fast reader each derive from this list, and a field added to the state
 without a rule in the strict reader fails at import, not at the first save.
 """
 
-ADDED_FIELDS = frozenset({"elapsed", "agent", "agent_digest"})
+ADDED_FIELDS = frozenset({"elapsed", "agent", "agent_digest", "output", "output_rejections"})
 """Fields added to format 2 after it was first written: a state saved before them loads with their defaults."""
 
 
@@ -645,6 +657,13 @@ def _seconds(value: Any, path: str) -> float:  # a float field: RunState.elapsed
     raise _expect(path, "a number of seconds >= 0", value)
 
 
+def _json_value(value: Any, path: str) -> Any:  # typed output: plain JSON data, nested no deeper than a state may
+    problem = argument_problem(value, max_depth=DEPTH_CEILING)
+    if problem is not None:
+        raise BadField(path, problem)
+    return value
+
+
 def _observations(value: Any, path: str) -> list[Observation]:
     return [_observation(o, f"{path}.{i}") for i, o in enumerate(_list(value, path))]
 
@@ -683,6 +702,8 @@ _RULES: dict[str, Reader] = {
     "elapsed": _seconds,
     "agent": _opt_str,
     "agent_digest": _opt_str,
+    "output": _json_value,
+    "output_rejections": _int,
 }
 if set(_RULES) != set(SAVED_FIELDS):  # a field without a rule, or a rule for a field that is gone
     raise RuntimeError(f"the strict reader's rules do not cover the saved fields: {set(_RULES) ^ set(SAVED_FIELDS)}")
@@ -812,6 +833,11 @@ def _state(data: dict[str, Any]) -> RunState | None:
     if (type(elapsed) is not float and type(elapsed) is not int) or not 0 <= elapsed < math.inf:
         return None
     if (agent is not None and type(agent) is not str) or (digest is not None and type(digest) is not str):
+        return None
+    output, output_rejections = data.get("output"), data.get("output_rejections", 0)
+    if type(output_rejections) is not int or output_rejections < 0:
+        return None
+    if output is not None and argument_problem(output, max_depth=DEPTH_CEILING) is not None:
         return None
     log, denials, recent = data["prompt_token_log"], data["denials"], data["recent_rejections"]
     if type(log) is not list or type(recent) is not list or len(recent) > 2 or type(denials) is not dict:
@@ -945,6 +971,8 @@ def _state(data: dict[str, Any]) -> RunState | None:
     state.elapsed = float(elapsed)
     state.agent = agent
     state.agent_digest = digest
+    state.output = output
+    state.output_rejections = output_rejections
     return state
 
 
@@ -1121,7 +1149,10 @@ def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> st
 
 def _quick_reader_covers_the_state() -> bool:
     """Whether the fast reader sets every saved field: a field it forgot would leave a slot empty or wrong."""
-    sample = RunState(turns=1, code="checked", agent="a", agent_digest="d", elapsed=0.5, finish="stop")
+    sample = RunState(
+        turns=1, code="checked", agent="a", agent_digest="d", elapsed=0.5, finish="stop", output={"a": [1]},
+        output_rejections=1,
+    )  # fmt: skip
     data = json.loads(dump_state(sample, None))
     try:
         return quick_state(data) == sample
