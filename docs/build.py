@@ -29,6 +29,7 @@ DOCS = ROOT / "docs"
 GUIDES = [
     ("Security", "security.md"),
     ("Hostile input", "hostile-input.md"),
+    ("Typed output", "output.md"),
     ("Diagrams", "diagrams.md"),
     ("Specs", "specs.md"),
     ("Async runs and events", "async.md"),

@@ -794,7 +794,7 @@ class OutputSpec:
         ``value`` is the parsed JSON (what a saved state keeps); :meth:`build` makes the caller's value of it.
         """
         body = _unfenced(text)
-        prefix = f"the answer is not valid {self.name} output"
+        prefix = "the answer is not valid output" if self.kind == "schema" else f"the answer is not a valid {self.name}"
         if len(body) > limits.max_argument_chars:
             return None, f"{prefix}: {len(body):,} characters of JSON (at most {limits.max_argument_chars:,})"
         try:
