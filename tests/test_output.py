@@ -30,6 +30,7 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
+from agent_fsm.diagrams import path_of, reconstruct_path
 from agent_fsm.engine import RUN_MACHINE, check_machine, output_spec
 
 
@@ -345,3 +346,10 @@ def test_any_reply_sequence_ends_resting_with_output_iff_answered_with_valid_out
     assert result.state.output_rejections == result.state.path.count("OutputInvalid") <= retries
     if result.stop is Stop.ANSWER_REJECTED:
         assert result.code == "output_invalid" and result.state.output_rejections == retries
+
+
+def test_a_path_reconstructed_from_the_transcript_takes_the_retry_edge():
+    """A state without its recorded path is walked from its transcript through OutputInvalid, as it ran."""
+    result = _run(REFUND_SCHEMA, "no", '{"order_id": "A-17", "cents": 5}')
+    assert reconstruct_path(result) == path_of(result)
+    assert ("Proposing", "OutputInvalid") in [(e.source, e.dest) for e in reconstruct_path(result).steps]
