@@ -23,6 +23,7 @@ from agent_fsm import (
     OutputSpec,
     RunState,
     ScriptedModel,
+    StateError,
     Stop,
     ToolSpec,
     answer_message,
@@ -353,3 +354,14 @@ def test_a_path_reconstructed_from_the_transcript_takes_the_retry_edge():
     result = _run(REFUND_SCHEMA, "no", '{"order_id": "A-17", "cents": 5}')
     assert reconstruct_path(result) == path_of(result)
     assert ("Proposing", "OutputInvalid") in [(e.source, e.dest) for e in reconstruct_path(result).steps]
+
+
+def test_a_loaded_output_that_no_longer_fits_the_contract_is_a_state_error():
+    """An answered state whose saved output was edited is refused with a StateError, not built into a value."""
+    result = _run(Refund, '{"order_id": "A-17", "cents": 5}')
+    data = json.loads(result.state.to_json())
+    data["output"] = {"order_id": "A-17", "cents": "lots"}
+    state = RunState.from_json(json.dumps(data))
+    with pytest.raises(StateError, match="does not fit Refund") as caught:
+        Agent(_answers(), {}, output=Refund).advance(state)
+    assert caught.value.state is state

@@ -831,8 +831,24 @@ def _result(
         blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL else None,
         reason=_reason(stop, state, limits),
         code=code,
-        output=output.build(state.output) if typed else None,  # type: ignore[union-attr]
+        output=_built(output, state) if typed else None,  # type: ignore[arg-type]
     )
+
+
+def _built(output: OutputSpec, state: RunState) -> Any:
+    """
+    The caller's value of the state's output, held to the contract again: a state loaded from elsewhere is data.
+
+    Raises:
+        StateError: the saved output does not fit the agent's output contract (edited, or another agent's).
+    """
+    problems = output.errors(state.output)
+    if not problems:
+        try:
+            return output.build(state.output)
+        except Exception as exc:
+            problems = [f"{type(exc).__name__}: {exc}"]
+    raise StateError(f"the state's output does not fit {output.name}: {'; '.join(problems)[:500]}", state=state)
 
 
 def start_state(
