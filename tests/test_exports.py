@@ -30,6 +30,8 @@ def test_contract_names_are_exported():
         "ToolError",
         "function_declarations",
         "checked_formats",
+        "OutputSpec",
+        "OutputDefinitionError",
     }
     assert contract <= set(agent_fsm.__all__)
 

@@ -32,6 +32,7 @@ def test_run_machine_declares_the_designed_states():
         "ScreeningInput",
         "ScreeningResult",
         "Compacting",
+        "OutputInvalid",
     }
     assert {n for n, k in kinds.items() if k == "paused"} == {"AwaitingApproval"}
     assert {n for n, k in kinds.items() if k == "absorbing"} >= {

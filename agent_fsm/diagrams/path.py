@@ -321,6 +321,10 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
             go("judge", "ProviderError")
             continue
         if not turn.calls:
+            if turn is not turns[-1]:  # an answer sent back as invalid typed output; the model answered again
+                go("judge", "OutputInvalid")
+                go("observe", "Ready")
+                continue
             go("judge", final if final in ("Answered", "AnswerRejected") else "Answered")
             continue
         for index, call in enumerate(turn.calls):

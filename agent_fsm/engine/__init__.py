@@ -8,7 +8,8 @@ each, layered so that each imports only those above it in this list::
 
     _errors       every exception the kernel raises, the tree drawn in its docstring
     _json         plain JSON data: what arrives is checked, what handlers return is stored
-    _schema       a tool's JSON Schema: checked when defined, compiled once (linear-time patterns, formats)
+    _schema       a tool's JSON Schema: checked when defined, compiled once (linear-time patterns, formats);
+                  typed output: output= as one such schema, an answer read and built into the caller's value
     _limits       the budgets, and the typed reasons a run stops
     _endings      a world's own ending codes on top of the typed stops
     _tools        tool contracts, calls and their one digest, the registry
@@ -88,6 +89,7 @@ from agent_fsm.engine._errors import (
     NotPaused,
     NotSynchronous,
     OutcomeUnknown,
+    OutputDefinitionError,
     ProviderFailure,
     RunError,
     ScreenError,
@@ -159,7 +161,7 @@ from agent_fsm.engine._run import (
     settle_intent,
     start_state,
 )
-from agent_fsm.engine._schema import checked_formats, compile_pattern
+from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
     Judgement,
     Pause,
@@ -278,6 +280,9 @@ __all__ = [
     "Judged",
     "Judgement",
     "Limits",
+    "OutputSpec",
+    "output_spec",
+    "OUTPUT_INVALID",
     "MachineDefinitionError",
     "MachineReport",
     "MachineSpec",
@@ -338,6 +343,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolDefinitionError",
+    "OutputDefinitionError",
     "ToolError",
     "ToolSpec",
     "validate_call",

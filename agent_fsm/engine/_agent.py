@@ -38,6 +38,7 @@ from agent_fsm.engine._run import (
     start_state,
     starting,
 )
+from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, check_registry, contract_digest
@@ -98,7 +99,10 @@ class Agent:
     ``compact`` shrinks the prompt (never the transcript) when the next one
     would pass ``max_prompt_tokens`` or an earlier ``compact_at``; ``tools_for``
     (a function of the run's state) and ``tool_rules`` decide which tools each
-    model call offers (see docs/context.md).
+    model call offers (see docs/context.md);
+    ``output`` makes the final answer typed: a JSON Schema, a dataclass, an
+    attrs class, a ``TypedDict`` or a pydantic model; the answer must be
+    JSON that validates, and ``RunResult.output`` holds the value (see docs/output.md).
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -120,11 +124,11 @@ class Agent:
     name: str | None = attrs.field(default=None, kw_only=True)
     screen_input: InputScreen | None = attrs.field(default=None, kw_only=True)
     screen_result: ResultScreen | None = attrs.field(default=None, kw_only=True)
-    # The digest, and the registry's version it was computed at (see Agent.digest).
     compact: Compactor | Summarize | None = attrs.field(default=None, kw_only=True)
     compact_at: int | None = attrs.field(default=None, kw_only=True)
     tools_for: ToolsFor | None = attrs.field(default=None, kw_only=True)
     tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=_rules)
+    output: Any = attrs.field(default=None, kw_only=True)
     # The digest, and the registry's version it was computed at (see Agent.digest).
     _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
@@ -164,6 +168,13 @@ class Agent:
     def ending_tools(self) -> frozenset[str]:
         """The tools whose result ends the run (``ends_run`` rules)."""
         return frozenset(r.tool for r in self.tool_rules if r.kind == "ends_run")
+        if self.output is not None:
+            output_spec(self.output)  # a hostile schema or a type with no JSON form is refused here, once
+
+    @property
+    def output_spec(self) -> OutputSpec | None:
+        """The final answer's contract ``output`` names (``None``: the answer is free text)."""
+        return None if self.output is None else output_spec(self.output)
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -200,9 +211,12 @@ class Agent:
 
         For a driver of its own (a workflow engine, say) that then continues it with :meth:`advance`.
         """
-        state = start_state(
-            task, system_prompt=self.system_prompt, history=history, estimator=self.estimator, run_id=run_id
-        )
+        prompt = self.system_prompt
+        if self.output is not None:  # say what the answer must be, for a model that cannot be asked natively
+            base = DEFAULT_SYSTEM_PROMPT if prompt is None else prompt
+            instruction = output_spec(self.output).instruction
+            prompt = f"{base}\n\n{instruction}" if base else instruction
+        state = start_state(task, system_prompt=prompt, history=history, estimator=self.estimator, run_id=run_id)
         state.limits = self.limits if self.limits is not None else DEFAULT_LIMITS
         state.agent = self.name  # the digest of its contracts is recorded where a decision may follow (see _rest)
         return state
@@ -464,6 +478,7 @@ class AgentParts(TypedDict, total=False):
     endings: EndingRule | None
     screen_input: InputScreen | None
     screen_result: ResultScreen | None
+    output: Any
 
 
 class ContinueOptions(AgentParts, total=False):

@@ -14,6 +14,7 @@ definition. The tree::
       + DefinitionError (also TypeError)      -- set-up: bad tool or machine definition
         - ToolDefinitionError                 -- a ToolSpec's schema or name is unusable
         - MachineDefinitionError              -- a MachineSpec is inconsistent
+        - OutputDefinitionError               -- an output= type or schema cannot be used
       + RunError (also RuntimeError)          -- during a run
         - HandlerError                        -- a tool handler raised an unexpected exception
         - GateError                           -- a gate raised or returned something that is not a verdict
@@ -53,6 +54,7 @@ __all__ = [
     "NotPaused",
     "NotSynchronous",
     "OutcomeUnknown",
+    "OutputDefinitionError",
     "ProviderFailure",
     "RunError",
     "ScreenError",
@@ -79,6 +81,14 @@ class ToolDefinitionError(DefinitionError):
 
 class MachineDefinitionError(DefinitionError):
     """A machine definition names unknown states, guards or callbacks."""
+
+
+class OutputDefinitionError(DefinitionError):
+    """
+    What ``output=`` names cannot be a final answer's contract (a hostile schema, a type with no JSON form).
+
+    .. versionadded:: 0.2
+    """
 
 
 class ProviderFailure(AgentFSMError, OSError):

@@ -84,6 +84,9 @@ class Limits:
     model call and every tool call is admitted, it ends the run
     ``time_limit``; the async driver also cuts a model call in flight off at
     the time left (the sync driver cannot interrupt a call).
+    ``output_retries`` is how many times a final answer that is not valid
+    typed output (``output=``) goes back to the model as ``invalid`` before
+    the run ends ``answer_rejected`` with the code ``output_invalid``.
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
@@ -97,6 +100,7 @@ class Limits:
     max_argument_chars: int = attrs.field(default=100_000, validator=[_whole_number, v.ge(2)])
     oscillation: int = attrs.field(default=4, validator=[_whole_number, v.ge(3)])
     max_seconds: float | None = attrs.field(default=None, validator=v.optional(_seconds))
+    output_retries: int = attrs.field(default=2, validator=_non_negative)
 
 
 DEFAULT_LIMITS = Limits()

@@ -167,6 +167,7 @@ RUN_MACHINE = MachineSpec(
         "pending_calls": "calls left in the current reply; only a new turn refills them",
         "decisions": "a person's decisions: the run rests until each is made, and each is made once",
         "task_screen": "the task is screened once, before the first model call",
+        "output_retries": "answers sent back as invalid typed output, at most Limits.output_retries",
     },
     states=(
         StateSpec("Ready", "working", "Between turns; budgets are checked on leaving it."),
@@ -207,6 +208,12 @@ RUN_MACHINE = MachineSpec(
             on_enter=("screen_observation",),
         ),
         StateSpec(
+            "OutputInvalid",
+            "working",
+            "The answer is not valid typed output; what failed goes back to the model as invalid.",
+            on_enter=("return_invalid_output",),
+        ),
+        StateSpec(
             "AwaitingApproval",
             "paused",
             "The gate asked for a human; resume() approves or rejects the blocked call.",
@@ -216,7 +223,7 @@ RUN_MACHINE = MachineSpec(
         StateSpec(
             "AnswerRejected",
             "absorbing",
-            "The model answered and the answer check refused it.",
+            "The model answered and the answer check refused it, or its typed output stayed invalid.",
             on_enter=("record_answer",),
             stop="answer_rejected",
         ),
@@ -297,6 +304,7 @@ RUN_MACHINE = MachineSpec(
         Edge("Compacting", "compacted", "Proposing", consumes="turns", meaning="the compacted prompt fits"),
         Edge("Proposing", "judge", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Proposing", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
+        Edge("Proposing", "judge", "OutputInvalid", guard="output_retry_left", meaning="invalid output, retry left"),
         Edge("Proposing", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
         Edge("Proposing", "judge", "Answered", guard="reply_has_no_calls", meaning="plain assistant message"),
         Edge("Proposing", "judge", "ToolLimit", guard="tool_budget_spent", meaning="no tool attempts left"),
@@ -345,6 +353,13 @@ RUN_MACHINE = MachineSpec(
             meaning="passed or redacted; next call of the same reply",
         ),
         Edge("ScreeningResult", "screened", "Ready", meaning="passed or redacted"),
+        Edge(
+            "OutputInvalid",
+            "observe",
+            "Ready",
+            consumes="output_retries",
+            meaning="what failed appended; the model answers again",
+        ),
         Edge(
             "AwaitingApproval",
             "approve",

@@ -132,6 +132,7 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import Model, ModelReply, not_a_message
+from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
 from agent_fsm.engine._state import Judgement, ProviderFault, RunResult, RunState, state_problem
 from agent_fsm.engine._steps import Perform, Steps, call_of, model_call
 from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, measure, shown_to_model
@@ -188,6 +189,9 @@ class RunContext:
         "offer",
         "offered",
         "outbox",
+        "output",
+        "output_failed",
+        "output_value",
         "perform",
         "relay",
         "run_id",
@@ -258,14 +262,18 @@ class RunContext:
         self.sent = None if state.prompt is None else sent_messages(state.messages, state.prompt)
         self.usage: Usage | None = None
         self.offered: frozenset[str] | None = None
+        # Typed output (Agent(output=...)); judged afresh with every answer, never saved:
+        # whether the latest answer failed it, and the JSON value it gave when it passed.
+        self.output: OutputSpec | None = None
+        self.output_failed = False
+        self.output_value: Any = None
 
     def equip(self, agent: Agent) -> None:
-        """
-        Take the agent's screens, compaction and tool offer (rules, ``tools_for``); what the run did is read afresh.
-        """
+        """Take the agent's screens, output, compaction and tool offer; what the run did is read afresh."""
         self.agent = agent
         self.screen_input, self.screen_result = agent.screen_input, agent.screen_result
         self.compact, self.compact_at = agent.compact, agent.compact_at
+        self.output = agent.output_spec
         if agent.tool_rules or agent.tools_for is not None:
             self.offer, self.usage = agent, Usage.of(self.state)
 
@@ -467,6 +475,11 @@ def compaction_due(run: RunContext) -> bool:
 def provider_failed(run: RunContext) -> bool:
     """The last model call raised an ``OSError``."""
     return run.state.fault is not None
+
+
+def output_retry_left(run: RunContext) -> bool:
+    """The answer is not valid typed output and ``Limits.output_retries`` still allows sending it back."""
+    return run.output_failed and run.state.output_rejections < run.limits.output_retries
 
 
 def answer_refused(run: RunContext) -> bool:
@@ -689,6 +702,10 @@ def judge_proposal(run: RunContext) -> Steps[None]:
         return
     if not state.pending:
         reason = _not_an_answer(run)
+        run.output_failed = False
+        if reason is None and run.output is not None:
+            run.output_value, reason = run.output.read(assistant_text(state.messages[-1]) or "", run.limits)
+            run.output_failed = reason is not None
         if reason is None and run.answer_check is not None:
             reason = yield from _check_answer(run)
         if reason is not None:
@@ -803,8 +820,26 @@ def close_pending(run: RunContext) -> None:
 
 
 def record_answer(run: RunContext) -> None:
-    """Keep the answer text of the final assistant message."""
-    run.state.answer = assistant_text(run.state.messages[-1]) or ""
+    """Keep the answer text of the final assistant message (and, once accepted, its typed output)."""
+    state = run.state
+    state.answer = assistant_text(state.messages[-1]) or ""
+    if run.output is not None:
+        if state.machine_state == "Answered":
+            state.output = run.output_value
+        elif run.output_failed and state.code is None:
+            state.code = OUTPUT_INVALID  # the retries ran out; the reason names what failed last
+
+
+def return_invalid_output(run: RunContext) -> None:
+    """Send what failed back to the model, as an invalid observation it reads like a tool's, and count it."""
+    state = run.state
+    judgement = state.judgement
+    assert judgement is not None, "output_retry_left holds only with the answer judged invalid"
+    state.output_rejections += 1
+    run.output_failed = False
+    state.judgement = None
+    content = {"ok": False, "kind": "invalid", "content": judgement.reason}
+    run.append({"role": "user", "content": json.dumps(content, ensure_ascii=False)})
 
 
 MACHINE = compile_machine(
@@ -817,6 +852,7 @@ MACHINE = compile_machine(
             compaction_due,
             prompt_over_budget,
             provider_failed,
+            output_retry_left,
             answer_refused,
             reply_has_no_calls,
             tool_budget_spent,
@@ -832,6 +868,7 @@ MACHINE = compile_machine(
             execute_call,
             record_rejection,
             record_answer,
+            return_invalid_output,
             close_pending,
             task_unscreened,
             task_refused,
@@ -927,10 +964,13 @@ class _awaited_verdict:  # used as the function it stands in for
             close()
 
 
-def _result(state: RunState, limits: Limits, endings: EndingRule | None = None) -> RunResult:
+def _result(
+    state: RunState, limits: Limits, endings: EndingRule | None = None, output: OutputSpec | None = None
+) -> RunResult:
     stop = RUN_MACHINE.stop_of(state.machine_state)
     assert stop is not None, "the driver returned from a working state"
     code = code_for(endings, stop, state)
+    typed = output is not None and stop is Stop.ANSWERED and state.output is not None
     if stop is not Stop.AWAITING_APPROVAL and code != stop.value:
         state.code = code  # kept in the state, so a saved run still says how it ended
     return RunResult(
@@ -940,7 +980,24 @@ def _result(state: RunState, limits: Limits, endings: EndingRule | None = None) 
         blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL else None,
         reason=_reason(stop, state, limits),
         code=code,
+        output=_built(output, state) if typed else None,  # type: ignore[arg-type]
     )
+
+
+def _built(output: OutputSpec, state: RunState) -> Any:
+    """
+    The caller's value of the state's output, held to the contract again: a state loaded from elsewhere is data.
+
+    Raises:
+        StateError: the saved output does not fit the agent's output contract (edited, or another agent's).
+    """
+    problems = output.errors(state.output)
+    if not problems:
+        try:
+            return output.build(state.output)
+        except Exception as exc:
+            problems = [f"{type(exc).__name__}: {exc}"]
+    raise StateError(f"the state's output does not fit {output.name}: {'; '.join(problems)[:500]}", state=state)
 
 
 def start_state(
@@ -1013,7 +1070,7 @@ def _rest(context: RunContext, endings: EndingRule | None) -> RunResult:
     if context.agent is not None and state.machine_state == "AwaitingApproval":
         # A pause names the agent that paused it, so whoever decides it can tell a different agent apart.
         state.agent, state.agent_digest = context.agent.name, context.agent.digest
-    result = _result(state, context.limits, endings)
+    result = _result(state, context.limits, endings, context.output)
     if context.checkpointer is not None:
         mark_pause(context.state)
         context.checkpointer.save(context.run_id, context.state)

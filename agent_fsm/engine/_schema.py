@@ -53,25 +53,55 @@ whichever checker decided.
 
 ``jsonschema`` (and its ``referencing`` stack) is imported on first use, by a
 rich schema or a failed call: a run whose tools are all compiled never loads it.
+
+[output]
+Typed output: what a final answer must be, as one JSON Schema, and how the answer becomes a value.
+
+``output=`` names the contract: a JSON Schema (a dict), a dataclass, an
+attrs class, a ``TypedDict``, or a pydantic model (recognised by its
+``model_json_schema``/``model_validate`` methods, so pydantic is never
+imported here). :func:`output_spec` turns it into an :class:`OutputSpec`
+once: the schema (checked by the same hostile-schema rules as a tool's:
+meta-schema, ``$ref`` only inside, linear-time patterns) and the function
+that builds the value from validated JSON.
+
+A final answer is then held to it as a tool call's arguments are held to
+theirs: the text must parse as strict JSON (no ``NaN``), within
+``Limits.max_argument_chars`` characters and ``Limits.max_argument_depth``
+levels, and validate. :meth:`OutputSpec.read` never raises on model text:
+it answers the value or a reason written for the model to fix its answer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import enum
 import functools
 import ipaddress
 import json
 import re
+import types
+import typing
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+import attrs
+
+from agent_fsm.engine._errors import OutputDefinitionError
+from agent_fsm.engine._json import DEPTH_CEILING, argument_problem
 
 if TYPE_CHECKING:
     import jsonschema
 
+    from agent_fsm.engine._limits import Limits
+
 __all__ = [
+    "OUTPUT_INVALID",
     "Checker",
+    "OutputSpec",
     "FORMAT_CHECKS",
     "PatternError",
     "checked_formats",
@@ -79,6 +109,7 @@ __all__ = [
     "compile_pattern",
     "format_error",
     "make_validator",
+    "output_spec",
     "schema_problem",
     "translate",
 ]
@@ -673,3 +704,321 @@ def compile_checker(schema: Any) -> Checker | None:
     every = tuple(checks)
 
     return lambda v: all(check(v) for check in every)
+
+
+# --- output ---
+
+OUTPUT_INVALID = "output_invalid"
+"""The code of a run whose final answers kept failing the output contract until ``Limits.output_retries`` ran out."""
+
+Build = Callable[[Any], Any]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# Strict JSON: Python's json would read NaN and Infinity, which no schema bound can hold.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without one surrounding Markdown code fence (```json ... ```), as models often wrap JSON."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) >= 6:
+        inner = stripped[3:-3]
+        first, newline, rest = inner.partition("\n")
+        if newline and (not first.strip() or first.strip().isidentifier()):  # ```json on a line of its own
+            inner = rest
+        return inner.strip()
+    return stripped
+
+
+@attrs.frozen(eq=False)
+class OutputSpec:
+    """
+    The final answer's contract: a JSON Schema, its name, and how validated JSON becomes the caller's value.
+
+    ``kind`` says what ``output=`` was (``schema``, ``dataclass``, ``attrs``,
+    ``typeddict`` or ``pydantic``); ``strict`` whether the schema meets
+    OpenAI's strict structured-output rules (every object closed, every
+    property required), so an adapter may ask for strict decoding.
+    """
+
+    schema: dict[str, Any]
+    name: str
+    kind: str
+    _build: Build = attrs.field(repr=False, alias="_build")
+    _checker: Any = attrs.field(init=False, repr=False, alias="_checker")
+    _validator: Any = attrs.field(init=False, repr=False, default=None, alias="_validator")
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_checker", compile_checker(self.schema))
+
+    @property
+    def strict(self) -> bool:
+        """Whether every object in the schema is closed and requires all its properties (OpenAI's strict mode)."""
+        return _strict(self.schema)
+
+    @property
+    def instruction(self) -> str:
+        """What the system prompt says of the answer, so a model asked without native structured output knows."""
+        return (
+            "Your final answer must be only a JSON value, with no other text, that validates against this"
+            f" JSON Schema ({self.name}): {json.dumps(self.schema, separators=(',', ':'))}"
+        )
+
+    def errors(self, value: Any) -> list[str]:
+        """Every way ``value`` (plain JSON data) breaks the schema, as readable lines (empty when valid)."""
+        if self._checker is not None and self._checker(value):
+            return []
+        validator = self._validator
+        if validator is None:
+            validator = make_validator(self.schema)
+            object.__setattr__(self, "_validator", validator)
+        try:
+            found = sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
+        except RecursionError:
+            return ["the answer nests too deeply to check against this schema"]
+        lines = []
+        for error in found:
+            where = "/".join(str(p) for p in error.path)
+            line = f"{where}: {error.message}" if where else error.message
+            lines.append(line if len(line) <= 500 else f"{line[:500]}...")
+        return lines
+
+    def read(self, text: str, limits: Limits) -> tuple[Any, str | None]:
+        """
+        ``(value, None)`` when ``text`` is valid output, else ``(None, what failed)``, never raising.
+
+        ``value`` is the parsed JSON (what a saved state keeps); :meth:`build` makes the caller's value of it.
+        """
+        body = _unfenced(text)
+        prefix = "the answer is not valid output" if self.kind == "schema" else f"the answer is not a valid {self.name}"
+        if len(body) > limits.max_argument_chars:
+            return None, f"{prefix}: {len(body):,} characters of JSON (at most {limits.max_argument_chars:,})"
+        try:
+            value = _DECODER.decode(body)
+        except RecursionError:
+            return None, f"{prefix}: the JSON nests too deeply to read"
+        except ValueError as exc:
+            shown = body if len(body) <= 200 else f"{body[:200]}... ({len(body):,} characters)"
+            return None, f"{prefix}: it is not JSON ({exc}): {shown!r}"
+        problem = argument_problem(value, max_depth=limits.max_argument_depth)
+        if problem is not None:
+            return None, f"{prefix}: {problem.replace('arguments nest', 'the JSON nests')}"
+        problems = self.errors(value)
+        if problems:
+            return None, f"{prefix}: " + "; ".join(problems)
+        try:
+            self._build(value)
+        except Exception as exc:  # the class's own checks (a validator, a pydantic model) refused it
+            return None, f"{prefix}: {type(exc).__name__}: {str(exc)[:500]}"
+        return value, None
+
+    def build(self, value: Any) -> Any:
+        """The caller's value of validated JSON ``value``: a dict for a schema, an instance for a class."""
+        return self._build(value)
+
+
+def _strict(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "object" or "properties" in node:
+                properties = node.get("properties", {})
+                if node.get("additionalProperties") is not False or set(node.get("required", ())) != set(properties):
+                    return False
+            stack.extend(node.values())
+    return True
+
+
+# --- from a type to a schema and a builder ---
+
+_SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _typed(tp: Any, seen: tuple[Any, ...]) -> tuple[dict[str, Any], Build]:
+    """The JSON Schema of type ``tp`` and the builder of its value; ``seen`` holds the classes being converted."""
+    if tp is Any or tp is object:
+        return {}, _same
+    if tp in _SCALARS:
+        schema: dict[str, Any] = {"type": _SCALARS[tp]}
+        return schema, (float if tp is float else _same)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _typed(args[0], seen)
+    if origin is typing.Literal:
+        if not all(a is None or type(a) in (str, int, bool) for a in args):
+            raise OutputDefinitionError(f"Literal{list(args)!r}: only str, int, bool and None literals are JSON")
+        return {"enum": list(args)}, _same
+    if origin in (typing.Union, types.UnionType):
+        return _union(args, seen)
+    if origin in (list, Sequence, tuple) or tp in (list, tuple):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            raise OutputDefinitionError(f"{tp!r}: a tuple is read as tuple[T, ...] (fixed-length tuples are not)")
+        item_schema, item_build = _typed(args[0], seen) if args else ({}, _same)
+        wrap: Build = tuple if origin is tuple else list
+        return {"type": "array", "items": item_schema}, lambda v: wrap(item_build(x) for x in v)
+    if origin in (dict, Mapping) or tp is dict:
+        if args and args[0] is not str:
+            raise OutputDefinitionError(f"{tp!r}: JSON object keys are strings, so a mapping must be dict[str, ...]")
+        value_schema, value_build = _typed(args[1], seen) if args else ({}, _same)
+        return {"type": "object", "additionalProperties": value_schema}, lambda v: {
+            k: value_build(x) for k, x in v.items()
+        }
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        values = [m.value for m in tp]
+        if not all(v is None or type(v) in (str, int, float, bool) for v in values):
+            raise OutputDefinitionError(f"enum {tp.__name__}: only members with JSON scalar values have a JSON form")
+        return {"enum": values, "title": tp.__name__}, tp
+    if isinstance(tp, type) and (dataclasses.is_dataclass(tp) or attrs.has(tp) or typing.is_typeddict(tp)):
+        return _record(tp, seen)
+    if isinstance(tp, type) and _is_pydantic(tp):
+        raise OutputDefinitionError(
+            f"{tp.__name__} is a pydantic model inside another type; use a pydantic model only as output= itself"
+        )
+    raise OutputDefinitionError(
+        f"{tp!r} has no JSON form agent_fsm can check (use str, int, float, bool, None, list, dict[str, ...],"
+        " Literal, an Enum, a dataclass, an attrs class or a TypedDict)"
+    )
+
+
+def _union(args: tuple[Any, ...], seen: tuple[Any, ...]) -> tuple[dict[str, Any], Build]:
+    branches = [_typed(a, seen) for a in args]
+    schemas = [s for s, _ in branches]
+    builders = [b for _, b in branches]
+    if all(b is _same for b in builders):
+        return {"anyOf": schemas}, _same
+    checks = [make_validator(s).is_valid for s in schemas]
+
+    def build(value: Any) -> Any:
+        for check, make in zip(checks, builders, strict=True):
+            if check(value):
+                return make(value)
+        return value  # unreachable for validated data: some branch accepted it
+
+    return {"anyOf": schemas}, build
+
+
+def _record(cls: type, seen: tuple[Any, ...]) -> tuple[dict[str, Any], Build]:
+    """A dataclass, attrs class or TypedDict as a closed JSON object, and the builder of an instance."""
+    if cls in seen:
+        raise OutputDefinitionError(
+            f"{cls.__name__} refers to itself; a recursive type has no finite JSON Schema here (write the schema)"
+        )
+    seen = (*seen, cls)
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception as exc:
+        raise OutputDefinitionError(f"the annotations of {cls.__name__} cannot be resolved: {exc}") from exc
+    fields: list[tuple[str, str, bool]] = []  # JSON name, attribute hint name, required
+    if typing.is_typeddict(cls):
+        required_keys = getattr(cls, "__required_keys__", frozenset(hints))
+        fields = [(name, name, name in required_keys) for name in hints]
+    elif dataclasses.is_dataclass(cls):
+        for f in dataclasses.fields(cls):
+            if f.init:
+                missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                fields.append((f.name, f.name, missing))
+    else:
+        for a in attrs.fields(cls):
+            if a.init:
+                fields.append((a.alias or a.name, a.name, a.default is attrs.NOTHING))
+    properties: dict[str, Any] = {}
+    builders: dict[str, Build] = {}
+    for key, hint_name, _required in fields:
+        if hint_name not in hints:
+            raise OutputDefinitionError(f"{cls.__name__}.{hint_name} has no type annotation")
+        properties[key], builders[key] = _typed(hints[hint_name], seen)
+    schema = {
+        "type": "object",
+        "title": cls.__name__,
+        "properties": properties,
+        "required": [key for key, _, required in fields if required],
+        "additionalProperties": False,
+    }
+    typed_dict = typing.is_typeddict(cls)
+
+    def build(value: Any) -> Any:
+        made = {k: builders[k](v) for k, v in value.items()}
+        return made if typed_dict else cls(**made)
+
+    return schema, build
+
+
+def _is_pydantic(cls: type) -> bool:
+    return callable(getattr(cls, "model_json_schema", None)) and callable(getattr(cls, "model_validate", None))
+
+
+def _checked(schema: Any, what: str) -> dict[str, Any]:
+    """``schema`` if the hostile-schema rules accept it as an answer's contract; else a typed refusal."""
+    if not isinstance(schema, Mapping):
+        raise OutputDefinitionError(f"{what}: a JSON Schema is a mapping, got {type(schema).__name__}")
+    try:
+        plain = json.loads(json.dumps(schema, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise OutputDefinitionError(f"{what}: the schema is not plain JSON data ({exc})") from None
+    problem = argument_problem(plain, max_depth=DEPTH_CEILING)
+    if problem is None:
+        problem = schema_problem(plain)
+    if problem is not None:
+        raise OutputDefinitionError(f"{what}: invalid JSON Schema for the answer: {problem}")
+    return plain  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=256)
+def _of_schema(schema: str) -> OutputSpec:
+    plain = _checked(json.loads(schema), "output schema")
+    title = plain.get("title")
+    name = title if isinstance(title, str) and title.isidentifier() else "final_result"
+    return OutputSpec(plain, name, "schema", lambda v: v)
+
+
+@functools.lru_cache(maxsize=256)
+def _of_type(cls: type) -> OutputSpec:
+    if _is_pydantic(cls):
+        try:
+            schema = cls.model_json_schema()  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise OutputDefinitionError(f"{cls.__name__}.model_json_schema() failed: {exc}") from exc
+        return OutputSpec(_checked(schema, cls.__name__), cls.__name__, "pydantic", cls.model_validate)  # type: ignore[attr-defined]
+    if not (dataclasses.is_dataclass(cls) or attrs.has(cls) or typing.is_typeddict(cls)):
+        raise OutputDefinitionError(
+            f"output= takes a JSON Schema (dict), a dataclass, an attrs class, a TypedDict or a pydantic model;"
+            f" got the class {cls.__name__}"
+        )
+    schema, build = _record(cls, ())
+    kind = "typeddict" if typing.is_typeddict(cls) else "dataclass" if dataclasses.is_dataclass(cls) else "attrs"
+    return OutputSpec(_checked(schema, cls.__name__), cls.__name__, kind, build)
+
+
+def output_spec(output: Any) -> OutputSpec:
+    """
+    ``output=`` as an :class:`OutputSpec`, converted and checked once per distinct schema or class.
+
+    Raises:
+        OutputDefinitionError: the schema breaks the hostile-schema rules, or the class has no JSON form.
+    """
+    if isinstance(output, OutputSpec):
+        return output
+    if isinstance(output, Mapping):
+        try:
+            text = json.dumps(output, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise OutputDefinitionError(f"output schema: not plain JSON data ({exc})") from None
+        return _of_schema(text)
+    if isinstance(output, type):
+        return _of_type(output)
+    raise OutputDefinitionError(
+        f"output= takes a JSON Schema (dict), a dataclass, an attrs class, a TypedDict or a pydantic model;"
+        f" got {output!r} (a {type(output).__name__})"
+    )

@@ -43,6 +43,7 @@ from agent_fsm.engine._context import (
     write_prompt,
 )
 from agent_fsm.engine._endings import CODE_PATTERN
+from agent_fsm.engine._json import DEPTH_CEILING, argument_problem
 from agent_fsm.engine._limits import Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import Observation
@@ -219,6 +220,10 @@ class RunState:
     # stand-ins (agent_fsm.engine._context); None: the prompt is the transcript. And each compaction made.
     prompt: list[PromptEntry] | None = None
     compactions: list[Compaction] = attrs.field(factory=list)
+    # Typed output (Agent(output=...)): the accepted answer as validated JSON (set only in Answered),
+    # and how many invalid answers went back to the model (at most Limits.output_retries).
+    output: Any = None
+    output_rejections: int = 0
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -262,6 +267,8 @@ class RunResult:
     ``blocked_on`` is the call awaiting a human when ``stop`` is
     ``awaiting_approval``, else ``None``. ``reason`` says in words why the
     run stopped (the last denial, the refused answer, the provider's error).
+    ``output`` is the typed answer when the agent has ``output=`` and the
+    run was answered: a dict for a JSON Schema, an instance for a class.
     """
 
     stop: Stop
@@ -271,6 +278,7 @@ class RunResult:
     reason: str | None = None  # why it stopped, in words (None for a plain answer)
     # The world's ending (see agent_fsm.Ending): always set, the stop's own value when the world declared none.
     code: str = attrs.field(default=attrs.Factory(lambda self: self.stop.value, takes_self=True))
+    output: Any = None
 
 
 # --- consistency ---
@@ -349,6 +357,10 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     paused = state.machine_state == "AwaitingApproval"
     if paused and (state.pause is None or not state.pending):
         return "pause", "a run awaiting approval must hold its pause and the blocked call"
+    if state.output is not None and state.machine_state != "Answered":
+        return "output", f"typed output is recorded but the run is in {state.machine_state!r}"
+    if type(state.output_rejections) is not int or state.output_rejections < 0:
+        return "output_rejections", f"expected a whole number >= 0, got {state.output_rejections!r}"
     if not paused and state.pause is not None:
         return "pause", f"a pause is recorded but the run is in {state.machine_state!r}"
     if state.pause is not None and state.pause.fingerprint != call_fingerprint(state.pending[0]):
@@ -416,7 +428,9 @@ fast reader each derive from this list, and a field added to the state
 without a rule in the strict reader fails at import, not at the first save.
 """
 
-ADDED_FIELDS = frozenset({"elapsed", "agent", "agent_digest", "screens", "prompt", "compactions"})
+ADDED_FIELDS = frozenset(
+    {"elapsed", "agent", "agent_digest", "screens", "prompt", "compactions", "output", "output_rejections"}
+)
 """Fields added to format 2 after it was first written: a state saved before them loads with their defaults."""
 
 
@@ -707,6 +721,13 @@ def _screens(value: Any, path: str) -> list[ScreenRecord]:
     return found
 
 
+def _json_value(value: Any, path: str) -> Any:  # typed output: plain JSON data, nested no deeper than a state may
+    problem = argument_problem(value, max_depth=DEPTH_CEILING)
+    if problem is not None:
+        raise BadField(path, problem)
+    return value
+
+
 def _observations(value: Any, path: str) -> list[Observation]:
     return [_observation(o, f"{path}.{i}") for i, o in enumerate(_list(value, path))]
 
@@ -756,6 +777,8 @@ _RULES: dict[str, Reader] = {
     "screens": _screens,
     "prompt": lambda value, path: _relayed(read_prompt, value, path),
     "compactions": lambda value, path: _relayed(read_compactions, value, path),
+    "output": _json_value,
+    "output_rejections": _int,
 }
 if set(_RULES) != set(SAVED_FIELDS):  # a field without a rule, or a rule for a field that is gone
     raise RuntimeError(f"the strict reader's rules do not cover the saved fields: {set(_RULES) ^ set(SAVED_FIELDS)}")
@@ -894,6 +917,11 @@ def _state(data: dict[str, Any]) -> RunState | None:
             return None
     else:
         compactions = []
+    output, output_rejections = data.get("output"), data.get("output_rejections", 0)
+    if type(output_rejections) is not int or output_rejections < 0:
+        return None
+    if output is not None and argument_problem(output, max_depth=DEPTH_CEILING) is not None:
+        return None
     log, denials, recent = data["prompt_token_log"], data["denials"], data["recent_rejections"]
     if type(log) is not list or type(recent) is not list or len(recent) > 2 or type(denials) is not dict:
         return None
@@ -1037,6 +1065,8 @@ def _state(data: dict[str, Any]) -> RunState | None:
     state.screens = screens
     state.prompt = prompt
     state.compactions = compactions
+    state.output = output
+    state.output_rejections = output_rejections
     return state
 
 
@@ -1217,7 +1247,10 @@ def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> st
 
 def _quick_reader_covers_the_state() -> bool:
     """Whether the fast reader sets every saved field: a field it forgot would leave a slot empty or wrong."""
-    sample = RunState(turns=1, code="checked", agent="a", agent_digest="d", elapsed=0.5, finish="stop", prompt=[])
+    sample = RunState(
+        turns=1, code="checked", agent="a", agent_digest="d", elapsed=0.5, finish="stop", prompt=[],
+        output={"a": [1]}, output_rejections=1,
+    )  # fmt: skip
     sample.screens.append(ScreenRecord("input", None, "pass"))
     data = json.loads(dump_state(sample, None))
     try:

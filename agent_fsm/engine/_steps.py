@@ -93,7 +93,17 @@ def _refuse(value: Any, what: str, function: Any) -> NotSynchronous:
 
 
 def chat_kwargs(run: RunContext, on_delta: Any) -> dict[str, Any]:
-    return {"on_delta": on_delta} if on_delta is not None and getattr(run.model, "streams", False) else {}
+    """
+    The keywords a model's ``chat`` is given besides the transcript and the tools.
+
+    ``on_delta`` for a model that ``streams``; ``output`` (the run's
+    :class:`~agent_fsm.engine._schema.OutputSpec`) for a model that
+    ``takes_output``, so it can ask its provider for structured output natively.
+    """
+    extra = {"on_delta": on_delta} if on_delta is not None and getattr(run.model, "streams", False) else {}
+    if run.output is not None and getattr(run.model, "takes_output", False):
+        extra["output"] = run.output
+    return extra
 
 
 def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:

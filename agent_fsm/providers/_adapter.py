@@ -65,6 +65,9 @@ class HttpModel:
         max_response_bytes: a larger reply body is refused as ``bad_response``.
         stream: ask for a streamed reply and report its text as it arrives (``on_delta``); the reply
             returned is the same as without streaming.
+        native_output: when a run has typed output (``output=``), ask the provider for it natively
+            (OpenAI's ``response_format`` JSON schema, Anthropic's forced final tool, Ollama's
+            ``format``); ``False`` leaves the engine to parse the answer text as told in the system prompt.
         transport: an httpx transport (e.g. ``httpx.MockTransport``) for the client the adapter creates.
         client: an ``httpx.Client`` to use instead (the caller closes it).
         async_transport: an httpx async transport for the ``httpx.AsyncClient`` that ``achat`` creates.
@@ -101,6 +104,7 @@ class HttpModel:
         max_requests: int | None = 100,
         max_response_bytes: int = 8_000_000,
         stream: bool = False,
+        native_output: bool = True,
         transport: httpx.BaseTransport | None = None,
         client: httpx.Client | None = None,
         async_transport: httpx.AsyncBaseTransport | None = None,
@@ -126,8 +130,12 @@ class HttpModel:
             raise ProviderConfigError(f"seed must be an integer, got {seed!r}")
         if not isinstance(stream, bool):
             raise ProviderConfigError(f"stream must be True or False, got {stream!r}")
-        # Read by the run driver: it passes on_delta only to an adapter that streams.
+        # Read by the run driver: it passes on_delta only to an adapter that streams,
+        # and a run's typed output (output=) only to one that takes it natively.
         self.streams = stream
+        if not isinstance(native_output, bool):
+            raise ProviderConfigError(f"native_output must be True or False, got {native_output!r}")
+        self.takes_output = native_output
         self.tool_choice = tool_choice
         self.parallel_tool_calls = parallel_tool_calls
         self.seed = seed
@@ -197,9 +205,15 @@ class HttpModel:
         key = self._http.api_key
         return {"authorization": f"Bearer {key}"} if key else {}
 
-    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The provider's request for this transcript and these tool declarations."""
+    def request_body(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], output: Any = None
+    ) -> dict[str, Any]:
+        """The provider's request for this transcript and these tool declarations (and typed ``output``, natively)."""
         raise NotImplementedError("an adapter must implement request_body")
+
+    def typed_reply(self, reply: ModelReply, output: Any, tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:
+        """The reply to a request (with ``tools``) that asked for typed ``output`` natively, as an answer reads."""
+        return reply
 
     def read_reply(self, data: Any, status: int = 200) -> ModelReply:
         """
@@ -238,18 +252,22 @@ class HttpModel:
         tools: Sequence[Mapping[str, Any]] = (),
         *,
         on_delta: TextListener | None = None,
+        output: Any = None,
     ) -> ModelReply:
         """
         Send the transcript and the tool declarations; return the assistant's reply.
 
         ``on_delta`` hears each text fragment of a streamed reply as it arrives
         (only when the adapter streams); the reply returned is the whole one.
+        ``output`` (an :class:`agent_fsm.OutputSpec`, given by the engine when
+        ``native_output`` is on) asks the provider for an answer of that schema.
 
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        status, data = self._post(self.request_body(messages, tools), on_delta)
-        return self._reply_to(messages, data, status)
+        status, data = self._post(self.request_body(messages, tools, output), on_delta)
+        reply = self._reply_to(messages, data, status)
+        return reply if output is None else self.typed_reply(reply, output, tools)
 
     async def achat(
         self,
@@ -257,6 +275,7 @@ class HttpModel:
         tools: Sequence[Mapping[str, Any]] = (),
         *,
         on_delta: TextListener | None = None,
+        output: Any = None,
     ) -> ModelReply:
         """
         :meth:`chat` on ``httpx.AsyncClient``: the same request, reply, retries and failures.
@@ -266,8 +285,9 @@ class HttpModel:
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        status, data = await self._apost(self.request_body(messages, tools), on_delta)
-        return self._reply_to(messages, data, status)
+        status, data = await self._apost(self.request_body(messages, tools, output), on_delta)
+        reply = self._reply_to(messages, data, status)
+        return reply if output is None else self.typed_reply(reply, output, tools)
 
     def _post(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
         stream = self.stream_assembler if self.streams else None
@@ -353,6 +373,11 @@ def prompt_tokens(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return None
+
+
+def output_name(output: Any) -> str:
+    """The wire name of typed ``output``: its schema's name when the APIs accept it, else ``final_result``."""
+    return output.name if TOOL_NAME.match(output.name) else "final_result"
 
 
 def cached_tokens(value: Any) -> int:

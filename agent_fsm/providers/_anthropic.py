@@ -39,6 +39,12 @@ __all__ = ["AnthropicMessages", "from_anthropic_message", "to_anthropic_messages
 
 ANTHROPIC_VERSION = "2023-06-01"
 
+FINAL_TOOL = "final_result"
+"""The name of the final answer's tool (typed output)."""
+
+FINAL_TOOL_DESCRIPTION = "The final response which ends this conversation"
+"""How the final answer's tool (typed output) is described to the model."""
+
 CONTENT_KEY = "anthropic_content"
 """The assistant message field that keeps a reply's blocks to be sent back verbatim."""
 
@@ -248,8 +254,18 @@ class AnthropicMessages(HttpModel):
         key = self._http.api_key
         return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
 
-    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """System text apart, the rest as alternating messages, tools with ``input_schema``."""
+    def request_body(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], output: Any = None
+    ) -> dict[str, Any]:
+        """
+        System text apart, the rest as alternating messages, tools with ``input_schema``.
+
+        Typed ``output`` whose schema is an object becomes one more tool, the
+        final answer's, and a call is required (``tool_choice`` ``any``, or that
+        tool when there is no other): the reply's call of it is the answer
+        (see :meth:`typed_reply`). When a tool of the run has that name already,
+        the answer is asked for as text instead.
+        """
         check_tool_names(self, tools)
         system, converted = to_anthropic_messages(messages)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": converted}
@@ -260,7 +276,48 @@ class AnthropicMessages(HttpModel):
             choice = self._tool_choice()
             if choice is not None:
                 body["tool_choice"] = choice
+        name = FINAL_TOOL
+        if (
+            output is not None
+            and output.schema.get("type") == "object"
+            and all(t.get("name") != name for t in body.get("tools", ()))
+        ):
+            final = {"name": name, "description": FINAL_TOOL_DESCRIPTION, "input_schema": output.schema}
+            body["tools"] = [*body.get("tools", ()), final]
+            choice = {"type": "any"} if tools else {"type": "tool", "name": name}
+            if self.parallel_tool_calls is False:
+                choice["disable_parallel_tool_use"] = True
+            body["tool_choice"] = choice
         return self._with_options(body)
+
+    def typed_reply(self, reply: ModelReply, output: Any, tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:
+        """
+        A call of the final answer's tool as the answer: its input, as JSON text.
+
+        Called alongside other tools, it is left out and the other calls go
+        ahead (the model answers again once it has their results).
+        """
+        name = FINAL_TOOL
+        if any((t.get("function") or {}).get("name") == name for t in tools):
+            return reply  # a tool of the run holds the name: the answer was asked for as text
+        message = dict(reply.message)
+        calls = message.get("tool_calls") or []
+        final = [c for c in calls if isinstance(c, Mapping) and c.get("function", {}).get("name") == name]
+        if not final:
+            return reply
+        rest = [c for c in calls if c not in final]
+        blocks = message.get(CONTENT_KEY)
+        if isinstance(blocks, list):  # sent back as it came, less the final call (it gets no tool_result)
+            message[CONTENT_KEY] = [b for b in blocks if not (b.get("type") == "tool_use" and b.get("name") == name)]
+        if rest:
+            message["tool_calls"] = rest
+            return ModelReply(message, prompt_tokens=reply.prompt_tokens, finish=reply.finish)
+        text = final[0]["function"].get("arguments")
+        message.pop("tool_calls", None)
+        message["content"] = text if isinstance(text, str) else json.dumps(text)
+        if isinstance(blocks, list):
+            message[CONTENT_KEY].append({"type": "text", "text": message["content"]})
+        return ModelReply(message, prompt_tokens=reply.prompt_tokens, finish="stop")
 
     def _tool_choice(self) -> dict[str, Any] | None:
         """``tool_choice`` and ``parallel_tool_calls`` in the API's one ``tool_choice`` object."""

@@ -82,8 +82,14 @@ class OllamaChat(HttpModel):
         parts = urlsplit("http://" + url)
         return f"http://{url}" if parts.port is not None else f"http://{parts.netloc}:11434{parts.path}"
 
-    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Messages with object arguments and ``tool_name``; ``stream`` as set; temperature inside ``options``."""
+    def request_body(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], output: Any = None
+    ) -> dict[str, Any]:
+        """
+        Messages with object arguments and ``tool_name``; ``stream`` as set; temperature inside ``options``.
+
+        Typed ``output`` is asked for as Ollama's ``format`` (the JSON Schema itself).
+        """
         check_tool_names(self, tools)
         body: dict[str, Any] = {"model": self.model, "messages": _to_ollama_messages(messages), "stream": self.streams}
         if tools:
@@ -95,6 +101,8 @@ class OllamaChat(HttpModel):
             options["seed"] = self.seed
         if options:
             body["options"] = options
+        if output is not None:
+            body["format"] = output.schema
         body.update(self.extra_body)
         return body
 

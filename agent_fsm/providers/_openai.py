@@ -32,7 +32,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_fsm.engine import ModelReply
-from agent_fsm.providers._adapter import HttpModel, check_tool_names, object_of, prompt_tokens, wire_tool_name
+from agent_fsm.providers._adapter import (
+    HttpModel,
+    check_tool_names,
+    object_of,
+    output_name,
+    prompt_tokens,
+    wire_tool_name,
+)
 from agent_fsm.providers._http import ProviderConfigError
 from agent_fsm.providers._openai_stream import OpenAIStream
 
@@ -159,9 +166,14 @@ class OpenAIChat(HttpModel):
         super().__init__(**options)
         self.system_role = system_role
 
-    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def request_body(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], output: Any = None
+    ) -> dict[str, Any]:
         """
         The transcript in the API's fields, plus the declarations (omitted when empty: some servers reject ``[]``).
+
+        Typed ``output`` whose schema is an object is asked for as ``response_format``
+        ``{"type": "json_schema", ...}``, ``strict`` when the schema meets the strict rules.
 
         Raises:
             ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses.
@@ -183,6 +195,11 @@ class OpenAIChat(HttpModel):
                 body["parallel_tool_calls"] = self.parallel_tool_calls
         if self.seed is not None:
             body["seed"] = self.seed
+        if output is not None and output.schema.get("type") == "object":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": output_name(output), "schema": output.schema, "strict": output.strict},
+            }
         return self._with_options(body)
 
     def stream_fields(self) -> dict[str, Any]:
