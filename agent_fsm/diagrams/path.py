@@ -313,6 +313,7 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
     turns = turns_of(state)
     # No progress is detected at a denial: the last one judged, if the run stopped there.
     last_judged = next((o for o in reversed(state.observations) if not marked(o, NOT_RUN)), None)
+    retries = state.output_rejections  # answers sent back as invalid typed output, as the state counts them
     for turn in turns:
         if machine.state(where).is_resting:
             raise TraceError(f"the record goes on after the run stopped in {where!r}")
@@ -322,6 +323,9 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
             continue
         if not turn.calls:
             if turn is not turns[-1]:  # an answer sent back as invalid typed output; the model answered again
+                if retries == 0:
+                    raise TraceError("the record goes on after the run stopped in 'Answered'")
+                retries -= 1
                 go("judge", "OutputInvalid")
                 go("observe", "Ready")
                 continue

@@ -163,13 +163,13 @@ class Agent:
         if self.tools_for is not None and not callable(self.tools_for):
             raise _refused("tools_for", "callable or None", self.tools_for)
         check_offer(self.tool_rules, self.tools)
+        if self.output is not None:
+            output_spec(self.output)  # a hostile schema or a type with no JSON form is refused here, once
 
     @property
     def ending_tools(self) -> frozenset[str]:
         """The tools whose result ends the run (``ends_run`` rules)."""
         return frozenset(r.tool for r in self.tool_rules if r.kind == "ends_run")
-        if self.output is not None:
-            output_spec(self.output)  # a hostile schema or a type with no JSON form is refused here, once
 
     @property
     def output_spec(self) -> OutputSpec | None:
@@ -479,6 +479,10 @@ class AgentParts(TypedDict, total=False):
     screen_input: InputScreen | None
     screen_result: ResultScreen | None
     output: Any
+    compact: Compactor | Summarize | None
+    compact_at: int | None
+    tools_for: ToolsFor | None
+    tool_rules: tuple[ToolRule, ...]
 
 
 class ContinueOptions(AgentParts, total=False):
