@@ -42,5 +42,6 @@ def test_every_stop_value_is_its_name_in_lowercase():
         "awaiting_approval",
         "provider_error",
         "time_limit",
+        "cost_limit",
     }
     assert all(s.value == s.name.lower() for s in Stop)

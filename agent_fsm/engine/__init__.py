@@ -18,6 +18,7 @@ each, layered so that each imports only those above it in this list::
     _models       what the engine needs of a model, and the scripted stand-in
     _state        the run's state and result; its saved form (one field list: writer, strict and fast readers)
     _events       run events as plain data
+    _spending     what a run spends: each call charged, the worst case checked before it, tool caps
     _gates        gates and verdicts
     _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
     _invariants   what every run must satisfy
@@ -56,6 +57,7 @@ from agent_fsm.engine._endings import CODE_PATTERN, Ending, EndingRule
 from agent_fsm.engine._errors import (
     AgentFSMError,
     AlreadyDecided,
+    ApprovalNeeded,
     DecisionRefused,
     DefinitionError,
     GateError,
@@ -72,7 +74,9 @@ from agent_fsm.engine._errors import (
     ToolError,
 )
 from agent_fsm.engine._events import (
+    Charged,
     Ended,
+    FellBack,
     Judged,
     ModelReplied,
     ModelRequested,
@@ -88,7 +92,7 @@ from agent_fsm.engine._events import (
 from agent_fsm.engine._gates import Gate, Verdict, allow_all, as_verdict, ask_for_effects, deny_effects
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
-from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._limits import Limits, Price, Prices, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
     Observation,
@@ -102,7 +106,7 @@ from agent_fsm.engine._messages import (
     tool_call_message,
     tool_message,
 )
-from agent_fsm.engine._models import DEFAULT_LAST_WORD, Model, ModelReply, ScriptedModel
+from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
 from agent_fsm.engine._policy import (
     DECISION_ERRORS,
     DecisionPolicy,
@@ -146,6 +150,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AlreadyDecided",
+    "ApprovalNeeded",
+    "Charged",
+    "FALLBACK_KINDS",
+    "FallbackModel",
+    "FellBack",
+    "Price",
+    "Prices",
+    "Usage",
     "DecisionRefused",
     "DEPTH_CEILING",
     "nesting_exceeds",

@@ -22,7 +22,7 @@ from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate
-from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
 from agent_fsm.engine._run import (
@@ -80,7 +80,9 @@ class Agent:
     (``None``: :data:`DEFAULT_SYSTEM_PROMPT`, ``""``: none); ``answer_check``
     may refuse a final answer; ``estimator`` measures prompts; ``endings``
     names the world's code for the engine's stops; ``name`` identifies the
-    agent (a saved run, a Temporal worker and the store's records name it).
+    agent (a saved run, a Temporal worker and the store's records name it);
+    ``prices`` (a :class:`~agent_fsm.Prices` table) prices each model call,
+    so a run reports its cost and ``Limits(max_cost=...)`` can bound it.
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -100,6 +102,7 @@ class Agent:
     estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True)
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
     name: str | None = attrs.field(default=None, kw_only=True)
+    prices: Prices | None = attrs.field(default=None, kw_only=True)
     _digest: str | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
     # The checks, written out in one place: an agent is built for every call of the
@@ -122,6 +125,8 @@ class Agent:
         name = self.name
         if name is not None and (type(name) is not str or not name):
             raise _refused("name", "a non-empty str or None", name)
+        if self.prices is not None and not isinstance(self.prices, Prices):
+            raise _refused("prices", "a Prices or None", self.prices)
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -393,6 +398,7 @@ class AgentParts(TypedDict, total=False):
     answer_check: AnswerCheck | None
     estimator: TokenEstimator
     endings: EndingRule | None
+    prices: Prices | None
 
 
 class ContinueOptions(AgentParts, total=False):
