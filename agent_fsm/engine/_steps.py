@@ -93,7 +93,13 @@ def _refuse(value: Any, what: str, function: Any) -> NotSynchronous:
 
 
 def chat_kwargs(run: RunContext, on_delta: Any) -> dict[str, Any]:
-    return {"on_delta": on_delta} if on_delta is not None and getattr(run.model, "streams", False) else {}
+    """The keywords a model's chat takes besides the transcript: a text listener, the output cap."""
+    model = run.model
+    kwargs = {"on_delta": on_delta} if on_delta is not None and getattr(model, "streams", False) else {}
+    cap = run.limits.max_output_tokens
+    if cap is not None and getattr(model, "takes_output_cap", False):
+        kwargs["max_output_tokens"] = cap  # what the worst case of a cost budget counts on
+    return kwargs
 
 
 def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:

@@ -227,6 +227,18 @@ class HttpModel:
         body.update(self.extra_body)
         return body
 
+    # Read by the run driver: it passes Limits.max_output_tokens only to a model that takes it.
+    takes_output_cap = True
+    output_cap_field = "max_tokens"  # where the request body caps the reply's tokens
+
+    def _capped(self, body: dict[str, Any], cap: int | None) -> dict[str, Any]:
+        """``body`` with its output capped at ``cap`` (``None``: as it is); a lower cap already there stands."""
+        if cap is not None:
+            field = "max_completion_tokens" if "max_completion_tokens" in body else self.output_cap_field
+            given = body.get(field)
+            body[field] = min(given, cap) if isinstance(given, int) and given > 0 else cap
+        return body
+
     def _bad(self, what: str, status: int) -> Exception:
         return self._http.bad_response(what, status)
 
@@ -238,17 +250,20 @@ class HttpModel:
         tools: Sequence[Mapping[str, Any]] = (),
         *,
         on_delta: TextListener | None = None,
+        max_output_tokens: int | None = None,
     ) -> ModelReply:
         """
         Send the transcript and the tool declarations; return the assistant's reply.
 
         ``on_delta`` hears each text fragment of a streamed reply as it arrives
         (only when the adapter streams); the reply returned is the whole one.
+        ``max_output_tokens`` caps the reply (the run's ``Limits.max_output_tokens``,
+        which its cost budget counts on); a lower cap of the adapter's own stands.
 
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        status, data = self._post(self.request_body(messages, tools), on_delta)
+        status, data = self._post(self._capped(self.request_body(messages, tools), max_output_tokens), on_delta)
         return self._reply_to(messages, data, status)
 
     async def achat(
@@ -257,6 +272,7 @@ class HttpModel:
         tools: Sequence[Mapping[str, Any]] = (),
         *,
         on_delta: TextListener | None = None,
+        max_output_tokens: int | None = None,
     ) -> ModelReply:
         """
         :meth:`chat` on ``httpx.AsyncClient``: the same request, reply, retries and failures.
@@ -266,7 +282,8 @@ class HttpModel:
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        status, data = await self._apost(self.request_body(messages, tools), on_delta)
+        body = self._capped(self.request_body(messages, tools), max_output_tokens)
+        status, data = await self._apost(body, on_delta)
         return self._reply_to(messages, data, status)
 
     def _post(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
@@ -353,6 +370,17 @@ def prompt_tokens(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return None
+
+
+def usage_count(value: Any) -> int | None:
+    """A reported usage figure (tokens out, tokens from a cache), or ``None`` when missing or not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def model_of(reply: Mapping[str, Any]) -> str | None:
+    """The model the provider says answered (it prices the call), or ``None``."""
+    name = reply.get("model")
+    return name if isinstance(name, str) and name else None
 
 
 def cached_tokens(value: Any) -> int:
