@@ -76,13 +76,18 @@ from agent_fsm.testing._schema import (
 from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import (
     MESSAGE_KINDS,
+    FailingModel,
     TableGate,
     answer_messages,
     assistant_messages,
+    capped_tools,
+    fallback_models,
     gates,
     invalid_arguments,
     limits,
+    prices,
     register_type_strategies,
+    reported_replies,
     scripted_models,
     scripts,
     thoughts,
@@ -96,7 +101,12 @@ from agent_fsm.testing._watchdog import watchdog_calls
 __all__ = [
     # Strategies
     "MESSAGE_KINDS",
+    "FailingModel",
     "TableGate",
+    "capped_tools",
+    "fallback_models",
+    "prices",
+    "reported_replies",
     "answer_messages",
     "constants_of",
     "contract_cases",
