@@ -29,6 +29,7 @@ DOCS = ROOT / "docs"
 GUIDES = [
     ("Security", "security.md"),
     ("Hostile input", "hostile-input.md"),
+    ("Budgets, fallback and approval from a tool", "budgets.md"),
     ("Diagrams", "diagrams.md"),
     ("Specs", "specs.md"),
     ("Async runs and events", "async.md"),
@@ -50,7 +51,13 @@ REFERENCE = [
     (
         "Running",
         "running.md",
-        ["agent_fsm.engine._agent", "agent_fsm.engine._limits", "agent_fsm.engine._endings", "agent_fsm.engine._state"],
+        [
+            "agent_fsm.engine._agent",
+            "agent_fsm.engine._limits",
+            "agent_fsm.engine._spending",
+            "agent_fsm.engine._endings",
+            "agent_fsm.engine._state",
+        ],
     ),
     ("Async runs and events", "async.md", ["agent_fsm.engine._async", "agent_fsm.engine._steps"]),
     (
