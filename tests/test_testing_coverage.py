@@ -138,7 +138,7 @@ def test_the_plugin_prints_each_checks_coverage(pytester: pytest.Pytester) -> No
     )
     shown = pytester.runpytest("-p", "agent_fsm.testing.plugin", "--agent-fsm-coverage", "-q")
     shown.assert_outcomes(passed=1)
-    shown.stdout.fnmatch_lines(["*agent_fsm coverage*", "*test_desk.py::test_reaches*", "*edges taken: 21 of 21*"])
+    shown.stdout.fnmatch_lines(["*agent_fsm coverage*", "*test_desk.py::test_reaches*", "*edges taken: 24 of 24*"])
     quiet = pytester.runpytest("-p", "agent_fsm.testing.plugin", "-q")
     assert "agent_fsm coverage" not in quiet.stdout.str()
     assert collected_reports() == []  # the plugin switched collecting off again

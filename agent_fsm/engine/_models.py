@@ -153,7 +153,7 @@ def model_name(model: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-FALLBACK_KINDS = frozenset({"timeout", "transport", "http", "bad_response"})
+FALLBACK_KINDS = frozenset({"timeout", "transport", "http", "bad_response", "truncated", "disconnected"})
 """The provider failures a :class:`FallbackModel` answers by asking the next model, unless told otherwise."""
 
 
@@ -162,8 +162,9 @@ class FallbackModel:
     A chain of models: when one fails with a listed kind of provider failure, the next is asked.
 
     ``on`` names the failure kinds (``ProviderFailure.kind``: ``timeout``,
-    ``transport``, ``http``, ``bad_response``, ``request_limit``; a bare
-    ``TimeoutError`` is ``timeout``, any other ``OSError`` ``transport``).
+    ``transport``, ``http``, ``bad_response``, ``truncated``, ``disconnected``,
+    ``request_limit``; a bare ``TimeoutError`` is ``timeout``, any other
+    ``OSError`` ``transport``); by default every kind but ``request_limit``.
     Under the engine each attempt is a model call of its own, charged to
     the budgets (a turn, the time, the worst-case cost) and visible as the
     edge ``Proposing --judge[can_fall_back]--> Proposing``; the run ends

@@ -21,6 +21,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
@@ -28,11 +29,15 @@ import attrs
 from agent_fsm import (
     RUN_MACHINE,
     Edge,
+    FallbackModel,
     Limits,
     MachineSpec,
     OutcomeUnknown,
+    Price,
+    Prices,
     ProviderFailure,
     RunResult,
+    ScriptedModel,
     Stop,
     ToolError,
     Verdict,
@@ -128,10 +133,12 @@ class Route:
     path: tuple[str, ...] = ()
     setup: str = ""
     failure: Literal["permanent", "unknown"] = "permanent"
+    backup: bool = False  # the replies' model is the primary of a FallbackModel whose backup answers
 
-    def model(self) -> RouteModel:
-        """A fresh model playing the replies."""
-        return RouteModel(self.replies)
+    def model(self) -> RouteModel | FallbackModel:
+        """A fresh model playing the replies (with a backup that answers, when the route has one)."""
+        played = RouteModel(self.replies)
+        return FallbackModel(played, ScriptedModel([])) if self.backup else played
 
     def run(self, tools_factory: Callable[[], Any], task: str = DEFAULT_TASK) -> RunResult:
         """Run the route again in a fresh world, deciding each pause as recorded (then rejecting)."""
@@ -155,12 +162,15 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     model = route.model()
     check = _refuse_answers if route.refuse_answers else None
     gate = route.gate if coverage is None else coverage.counting(route.gate)
-    result = run(task, model, tools, gate=gate, limits=route.limits, answer_check=check)
+    result = run(task, model, tools, gate=gate, limits=route.limits, answer_check=check, prices=_PRICES)
     decisions = list(route.decisions)
     while result.stop is Stop.AWAITING_APPROVAL:
         approve = decisions.pop(0) if decisions else False
-        result = resume(result.state, model, tools, approve=approve, gate=gate, limits=route.limits)
+        result = resume(result.state, model, tools, approve=approve, gate=gate, limits=route.limits, prices=_PRICES)
     return result
+
+
+_PRICES = Prices(default=Price(Decimal(1), Decimal(1)))  # every model's tokens cost something: a budget can bind
 
 
 def _table(kind: Literal["allow", "ask", "deny"]) -> Gate:
@@ -217,7 +227,7 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
     return replies
 
 
-_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate]
+_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate, bool]
 
 
 def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
@@ -238,6 +248,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
             "permanent",
         ),
         ("an answer check refusing every answer", base, True, None, "permanent"),
+        ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
     if first is not None:
@@ -245,7 +256,9 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         if tools[first].effectful:  # only an effect can leave its outcome unknown
             changes.append((f"{first} with its outcome unknown", base, False, first, "unknown"))
     for (label, limits, refuse, failing, failure), (gate_label, gate) in itertools.product(changes, gates):
-        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate)
+        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate, False)
+    for gate_label, gate in gates:  # the provider down, and a backup model that answers
+        yield (", ".join(x for x in (gate_label, "a backup model") if x), base, False, None, "permanent", gate, True)
 
 
 def routes(
@@ -281,9 +294,11 @@ def routes(
     for length in range(1, max_replies + 1):
         for words in itertools.product(alphabet, repeat=length):
             replies = tuple(reply for _, reply in words)
-            for label, limits, refuse, failing, failure, chosen in setups:
+            for label, limits, refuse, failing, failure, chosen, backup in setups:
                 for decisions in ((), (True,), (False,)):
-                    route = Route(replies, limits, chosen, decisions, refuse, failing, setup=label, failure=failure)
+                    route = Route(
+                        replies, limits, chosen, decisions, refuse, failing, setup=label, failure=failure, backup=backup
+                    )
                     world = world_of(tools_factory())
                     if gate_factory is not None:
                         route = attrs.evolve(route, gate=gate_factory(GateContext(world.tools, world.effects)))
