@@ -15,7 +15,7 @@ from attrs import validators as v
 
 from agent_fsm.engine._json import DEPTH_CEILING
 
-__all__ = ["DEFAULT_LIMITS", "NO_USAGE", "Limits", "Price", "Prices", "Stop", "Usage"]
+__all__ = ["DEFAULT_LIMITS", "Limits", "Price", "Prices", "Stop", "Usage"]
 
 
 # --- limits ---
@@ -187,7 +187,8 @@ class Prices:
         return found if found is not None else self.default
 
 
-@attrs.frozen
+# Mutable, updated in place as each call is charged: a new record per model call would cost every run.
+@attrs.define
 class Usage:
     """
     What a run spent: tokens in (``cached_tokens`` of them served from a cache), tokens out, and money.
@@ -206,6 +207,3 @@ class Usage:
         """Tokens in and out."""
         return self.input_tokens + self.output_tokens
 
-
-NO_USAGE = Usage()
-"""A run that has spent nothing yet: one shared frozen value."""

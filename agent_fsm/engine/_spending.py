@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._errors import RunError
-from agent_fsm.engine._limits import Price, Usage
+from agent_fsm.engine._limits import Price
 from agent_fsm.engine._models import ModelReply, model_name
 from agent_fsm.engine._tools import ToolCall
 
@@ -82,6 +82,9 @@ def fall_back(run: RunContext) -> None:
         run.post(events.FellBack(run.run_id, time.time(), state.turns, attempt, fault.kind, fault.message))
 
 
+_ZERO = Decimal(0)
+
+
 def _count(value: Any) -> bool:
     """A usage figure a provider reported: a whole number >= 0 (anything else is not taken)."""
     return type(value) is int and value >= 0
@@ -109,11 +112,13 @@ def charge(run: RunContext, reply: ModelReply | None, estimate: int, measured: i
     if cap is not None and output > cap and not reported:
         output = cap
     price = price_of(run, name)
-    cost = Decimal(0) if price is None else price.cost(given, output, cached)
-    was = state.usage
-    state.usage = Usage(
-        was.input_tokens + given, was.output_tokens + output, was.cached_tokens + cached, was.cost + cost
-    )
+    usage = state.usage
+    usage.input_tokens += given
+    usage.output_tokens += output
+    usage.cached_tokens += cached
+    cost = _ZERO if price is None else price.cost(given, output, cached)
+    if price is not None:
+        usage.cost += cost
     state.model_attempt = 0
     if run.outbox is not None:
         spent, total = format(cost, "f"), format(state.usage.cost, "f")

@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.engine._endings import CODE_PATTERN
-from agent_fsm.engine._limits import NO_USAGE, Limits, Stop, Usage
+from agent_fsm.engine._limits import Limits, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import Observation
 from agent_fsm.engine._tools import ToolCall, call_fingerprint
@@ -189,7 +189,7 @@ class RunState:
     # What the run spent (tokens in and out, money under a price table), how many
     # calls each tool with a max_calls cap executed, and which model of a
     # FallbackModel's chain the current turn is on (0: the primary).
-    usage: Usage = NO_USAGE
+    usage: Usage = attrs.field(factory=Usage)
     tool_uses: dict[str, int] = attrs.field(factory=dict)
     model_attempt: int = 0
 
@@ -851,13 +851,17 @@ def _state(data: dict[str, Any]) -> RunState | None:
         return None
     if (agent is not None and type(agent) is not str) or (digest is not None and type(digest) is not str):
         return None
-    usage, uses, attempt = data.get("usage", NO_USAGE), data.get("tool_uses", _NO_USES), data.get("model_attempt", 0)
+    usage, uses, attempt = data.get("usage"), data.get("tool_uses", _NO_USES), data.get("model_attempt", 0)
     if type(attempt) is not int or attempt < 0 or type(uses) is not dict:
         return None
     for n in uses.values():
         if type(n) is not int or n < 1:
             return None
-    if usage is not NO_USAGE:
+    if usage is None:
+        if "usage" in data:
+            return None  # null is not a usage: the strict reader words it
+        usage = Usage()
+    else:
         try:
             usage = _usage(usage, "usage")
         except BadField:
