@@ -430,8 +430,11 @@ def run_call(
     """
     spec = tools[call.name]
     # The key costs a digest of the call: made only for a handler that asks for its context.
-    key = idempotency_key(run_id, state, call) if spec.takes_context else ""
-    context = ToolContext(run_id, call.call_id, key, approved) if spec.takes_context else None
+    context = (
+        ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call), approved)
+        if spec.takes_context
+        else None
+    )
     retries = spec.retries if spec.idempotent else 0
     attempt = 0
     while True:

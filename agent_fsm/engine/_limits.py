@@ -206,4 +206,3 @@ class Usage:
     def tokens(self) -> int:
         """Tokens in and out."""
         return self.input_tokens + self.output_tokens
-
