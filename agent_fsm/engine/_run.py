@@ -507,7 +507,15 @@ def _ask_model(run: RunContext) -> Steps[None]:
         text = assistant_text(message)
         tokens = state.prompt_token_log[-1]
         run.post(events.ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
-    charge(run, reported, estimate, measured)  # after the reply is announced: the Charged event follows it
+    agent, limits = run.agent, run.limits
+    if reported is None and run.outbox is None and limits.max_cost is None and (agent is None or agent.prices is None):
+        usage = state.usage  # nothing reported, priced or heard: the estimates counted in place
+        usage.input_tokens += estimate
+        cap = limits.max_output_tokens
+        usage.output_tokens += measured if cap is None or measured <= cap else cap
+        state.model_attempt = 0  # a reply: the next turn starts from a chain's primary
+    else:
+        charge(run, reported, estimate, measured)  # after the reply is announced: the Charged event follows it
 
 
 def _unask(state: RunState) -> None:
