@@ -254,10 +254,11 @@ RUN_MACHINE = MachineSpec(
         Edge("Proposing", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
         Edge("Proposing", "judge", "Answered", guard="reply_has_no_calls", meaning="plain assistant message"),
         Edge("Proposing", "judge", "ToolLimit", guard="tool_budget_spent", meaning="no tool attempts left"),
+        # An allowed call, the common case, is tried first: the judgements below exclude one another.
+        Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
+        Edge("Proposing", "judge", "AwaitingApproval", guard="approval_needed", meaning="gate asks a human"),
         Edge("Proposing", "judge", "Denied", guard="tool_cap_reached", meaning="the tool's max_calls are spent"),
         Edge("Proposing", "judge", "Denied", guard="call_rejected", meaning="invalid, unknown or denied"),
-        Edge("Proposing", "judge", "AwaitingApproval", guard="approval_needed", meaning="gate asks a human"),
-        Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
         Edge(
             "Executing",
             "observe",

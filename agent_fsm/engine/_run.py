@@ -621,7 +621,8 @@ def judge_proposal(run: RunContext) -> Steps[None]:
             run.post(events.Proposed(run.run_id, time.time(), call.call_id, call.name, call.arguments))
         # A reply cut off at the token limit may end inside a call's arguments
         # that still happen to parse and pass the schema: none of its calls run.
-        capped = cap_refusal(run, call)
+        spec = run.tools.get(call.name)
+        capped = None if spec is None or spec.max_calls is None else cap_refusal(run, call)
         if state.finish == "length":
             judgement = _cut_off(call)
         elif capped is not None:
