@@ -156,8 +156,9 @@ class Price:
         return total / _MILLION
 
     def worst_case(self, prompt_tokens: int, output_cap: int) -> Decimal:
-        """The most a call may cost: the whole prompt uncached and the whole output cap spent."""
-        return (prompt_tokens * self.input + output_cap * self.output) / _MILLION
+        """The most a call may cost: the whole prompt at the dearer input price, the whole output cap spent."""
+        dearer = self.input if self.cached_input is None else max(self.input, self.cached_input)
+        return (prompt_tokens * dearer + output_cap * self.output) / _MILLION
 
 
 def _price_table(value: Mapping[str, Price]) -> dict[str, Price]:

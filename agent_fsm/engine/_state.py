@@ -857,15 +857,10 @@ def _state(data: dict[str, Any]) -> RunState | None:
     for n in uses.values():
         if type(n) is not int or n < 1:
             return None
-    if usage is None:
-        if "usage" in data:
-            return None  # null is not a usage: the strict reader words it
-        usage = Usage()
-    else:
-        try:
-            usage = _usage(usage, "usage")
-        except BadField:
-            return None
+    try:  # absent: a state saved before usage was kept; null or anything else odd: the strict reader words it
+        usage = Usage() if usage is None and "usage" not in data else _usage(usage, "usage")
+    except BadField:
+        return None
     log, denials, recent = data["prompt_token_log"], data["denials"], data["recent_rejections"]
     if type(log) is not list or type(recent) is not list or len(recent) > 2 or type(denials) is not dict:
         return None
