@@ -91,7 +91,13 @@ REFERENCE = [
     (
         "Running",
         "running.md",
-        ["agent_fsm.engine._agent", "agent_fsm.engine._limits", "agent_fsm.engine._endings", "agent_fsm.engine._state"],
+        [
+            "agent_fsm.engine._agent",
+            "agent_fsm.engine._limits",
+            "agent_fsm.engine._spending",
+            "agent_fsm.engine._endings",
+            "agent_fsm.engine._state",
+        ],
     ),
     ("Async runs and events", "async.md", ["agent_fsm.engine._async", "agent_fsm.engine._steps"]),
     (

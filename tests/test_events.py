@@ -54,16 +54,19 @@ def test_stream_tells_the_run_as_it_went() -> None:
     assert kinds == [
         ("ModelRequested", None),
         ("ModelReplied", None),
+        ("Charged", None),
         ("Proposed", None),
         ("Judged", "denied"),
         ("Observed", "denied"),
         ("ModelRequested", None),
         ("ModelReplied", None),
+        ("Charged", None),
         ("Proposed", None),
         ("Judged", "allow"),
         ("Observed", "result"),
         ("ModelRequested", None),
         ("ModelReplied", None),
+        ("Charged", None),
         ("Ended", None),
     ]
     first = next(e for e in events if isinstance(e, StateEntered))

@@ -45,5 +45,6 @@ def test_every_stop_value_is_its_name_in_lowercase():
         "refused",
         "intercepted",
         "tool_ended",
+        "cost_limit",
     }
     assert all(s.value == s.name.lower() for s in Stop)

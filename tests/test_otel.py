@@ -77,6 +77,9 @@ def test_an_answered_run_is_one_invoke_agent_span_with_chat_and_tool_children(ex
         "agent_fsm.code": "answered",
         "agent_fsm.turns": 2,
         "gen_ai.usage.input_tokens": sum(result.state.prompt_token_log),
+        "gen_ai.usage.output_tokens": result.usage.output_tokens,
+        "agent_fsm.usage.cached_tokens": 0,
+        "agent_fsm.cost": "0",
     }
     assert agent.status.status_code is StatusCode.UNSET
     chats = named["chat gpt-test"]
@@ -289,3 +292,33 @@ def test_the_global_tracer_provider_and_an_unknown_model_give_plain_names(export
     named = _by_name(exporter.get_finished_spans())
     assert sorted(named) == ["chat", "invoke_agent agent_fsm"]
     assert "gen_ai.request.model" not in (named["chat"][0].attributes or {})
+
+
+def test_chat_spans_carry_the_tokens_and_cost_of_their_call_and_the_run_span_the_totals(exporter, sink) -> None:
+    """A priced run: each chat span says what its call used and cost; the run span sums them."""
+    from decimal import Decimal
+
+    from agent_fsm import Agent, ModelReply, Price, Prices
+
+    class Reporting:
+        model = "gpt-test"
+
+        def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
+            done = any(m.get("role") == "tool" for m in messages)
+            reply = answer_message("paid") if done else pay_call(10)
+            return ModelReply(reply, prompt_tokens=None, output_tokens=7 if done else 11, cached_tokens=None)
+
+    tools, _ = make_payments()
+    prices = Prices({"gpt-test": Price(Decimal("1"), Decimal("3"))})
+    result = Agent(Reporting(), tools, gate=pay_gate, prices=prices).run("pay", run_id="r9", on_event=sink)
+    named = _by_name(exporter.get_finished_spans())
+    chats = named["chat gpt-test"]
+    assert [c.attributes["gen_ai.usage.output_tokens"] for c in chats] == [11, 7]  # type: ignore[index]
+    costs = [Decimal(c.attributes["agent_fsm.cost"]) for c in chats]  # type: ignore[index, arg-type]
+    assert sum(costs) == result.usage.cost > 0
+    assert all(c.attributes["gen_ai.response.model"] == "gpt-test" for c in chats)  # type: ignore[index]
+    (agent,) = named["invoke_agent payer"]
+    assert agent.attributes is not None
+    assert agent.attributes["gen_ai.usage.output_tokens"] == 18
+    assert Decimal(str(agent.attributes["agent_fsm.cost"])) == result.usage.cost
+    _assert_nested_in_time(exporter.get_finished_spans(), agent)

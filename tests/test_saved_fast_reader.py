@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from agent_fsm import RunState, ScriptedModel, answer_message, run, tool_call_message
+from agent_fsm import Limits, Price, Prices, RunState, ScriptedModel, answer_message, run, tool_call_message
 from agent_fsm.engine import ToolCall, call_fingerprint
 from agent_fsm.engine import _state as consistency
 from agent_fsm.engine import _state as state_fast_reader
@@ -45,7 +46,17 @@ def _texts() -> list[str]:
         run(TASK, over_reach, desk.tools, gate=refund_gate).state,
         run("Pay ACME.", Unreachable(), tools).state,
         run("Pay ACME.", ScriptedModel(SCRIPT), tools, gate=pay_gate).state,
+        # a priced run under a money budget, with a capped tool: usage, tool counts and decimal text saved
+        run(
+            "Pay ACME.",
+            ScriptedModel([pay_call(10), pay_call(20, "c2"), answer_message("Paid.")]),
+            {name: attrs.evolve(spec, max_calls=1) for name, spec in tools.items()},
+            gate=pay_gate,
+            limits=Limits(max_output_tokens=50, max_cost=Decimal("0.5")),
+            prices=Prices(default=Price(Decimal("0.15"), Decimal("0.6"))),
+        ).state,
     ]
+    assert any(s.usage.cost > 0 for s in states) and any(s.tool_uses for s in states)
     assert {s.fault is not None for s in states} == {True, False}
     assert any(s.denials for s in states) and any(s.recent_rejections for s in states)
     return [s.to_json() for s in states]

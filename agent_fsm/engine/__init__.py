@@ -20,6 +20,7 @@ each, layered so that each imports only those above it in this list::
     _context      what a model call is shown: the prompt apart from the transcript (compacted), the tools offered
     _state        the run's state and result; its saved form (one field list: writer, strict and fast readers)
     _events       run events as plain data
+    _spending     what a run spends: each call charged, the worst case checked before it, tool caps
     _gates        gates and screens: the judges the engine consults, and their verdicts
     _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
     _invariants   what every run must satisfy
@@ -80,6 +81,7 @@ from agent_fsm.engine._endings import CODE_PATTERN, Ending, EndingRule
 from agent_fsm.engine._errors import (
     AgentFSMError,
     AlreadyDecided,
+    ApprovalNeeded,
     DecisionRefused,
     DefinitionError,
     GateError,
@@ -98,8 +100,10 @@ from agent_fsm.engine._errors import (
     ToolError,
 )
 from agent_fsm.engine._events import (
+    Charged,
     Compacted,
     Ended,
+    FellBack,
     Judged,
     ModelReplied,
     ModelRequested,
@@ -130,7 +134,7 @@ from agent_fsm.engine._gates import (
 )
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
-from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._limits import Limits, Price, Prices, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
     Observation,
@@ -144,7 +148,7 @@ from agent_fsm.engine._messages import (
     tool_call_message,
     tool_message,
 )
-from agent_fsm.engine._models import DEFAULT_LAST_WORD, Model, ModelReply, ScriptedModel
+from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
 from agent_fsm.engine._policy import (
     DECISION_ERRORS,
     DecisionPolicy,
@@ -210,6 +214,14 @@ __all__ = [
     "ToolsFor",
     "ToolsOffered",
     "AlreadyDecided",
+    "ApprovalNeeded",
+    "Charged",
+    "FALLBACK_KINDS",
+    "FallbackModel",
+    "FellBack",
+    "Price",
+    "Prices",
+    "Usage",
     "DecisionRefused",
     "DEPTH_CEILING",
     "nesting_exceeds",

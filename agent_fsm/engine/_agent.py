@@ -26,7 +26,7 @@ from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._errors import ToolDefinitionError
 from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
-from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
 from agent_fsm.engine._run import (
@@ -102,7 +102,9 @@ class Agent:
     model call offers (see docs/context.md);
     ``output`` makes the final answer typed: a JSON Schema, a dataclass, an
     attrs class, a ``TypedDict`` or a pydantic model; the answer must be
-    JSON that validates, and ``RunResult.output`` holds the value (see docs/output.md).
+    JSON that validates, and ``RunResult.output`` holds the value (see docs/output.md);
+    ``prices`` (a :class:`~agent_fsm.Prices` table) prices each model call,
+    so a run reports its cost and ``Limits(max_cost=...)`` can bound it.
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -129,6 +131,7 @@ class Agent:
     tools_for: ToolsFor | None = attrs.field(default=None, kw_only=True)
     tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=_rules)
     output: Any = attrs.field(default=None, kw_only=True)
+    prices: Prices | None = attrs.field(default=None, kw_only=True)
     # The digest, and the registry's version it was computed at (see Agent.digest).
     _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
@@ -165,6 +168,8 @@ class Agent:
         check_offer(self.tool_rules, self.tools)
         if self.output is not None:
             output_spec(self.output)  # a hostile schema or a type with no JSON form is refused here, once
+        if self.prices is not None and not isinstance(self.prices, Prices):
+            raise _refused("prices", "a Prices or None", self.prices)
 
     @property
     def ending_tools(self) -> frozenset[str]:
@@ -483,6 +488,7 @@ class AgentParts(TypedDict, total=False):
     compact_at: int | None
     tools_for: ToolsFor | None
     tool_rules: tuple[ToolRule, ...]
+    prices: Prices | None
 
 
 class ContinueOptions(AgentParts, total=False):

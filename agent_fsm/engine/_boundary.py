@@ -64,7 +64,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from agent_fsm.engine._errors import GateError, HandlerError, NotSynchronous, OutcomeUnknown, ToolError
+from agent_fsm.engine._errors import ApprovalNeeded, GateError, HandlerError, NotSynchronous, OutcomeUnknown, ToolError
 from agent_fsm.engine._gates import Gate, as_verdict
 from agent_fsm.engine._json import storable
 from agent_fsm.engine._limits import Limits
@@ -226,11 +226,14 @@ class ToolContext:
     (a retry, a recovery after a crash, an approved "outcome unknown"), and
     differs for any other call: pass it downstream (an ``Idempotency-Key``
     header, a unique column) and the effect happens at most once.
+    ``approved`` is true when a person approved this very call (after the
+    gate asked, or after the handler raised :class:`agent_fsm.ApprovalNeeded`).
     """
 
     run_id: str
     call_id: str
     idempotency_key: str
+    approved: bool = False
 
     def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """
@@ -404,8 +407,8 @@ def execution(
     request = handler_call(handler, arguments, spec.blocking)
     try:
         result = perform(request) if perform is not None else (yield request)
-    except NotSynchronous:
-        raise  # an async handler under the sync driver: nothing ran
+    except (NotSynchronous, ApprovalNeeded):
+        raise  # an async handler under the sync driver (nothing ran), or a tool asking for a person first
     except EXPECTED_TOOL_ERRORS as exc:
         if spec.effectful and isinstance(exc, _MAY_HAVE_HAPPENED):
             why = f"{call.name} ({call.call_id}) raised {type(exc).__name__}: {_error_content(exc)}"
@@ -443,7 +446,10 @@ def attempting(call: ToolCall, tools: Registry, gate: Gate) -> Steps[Observation
     check_registry(tools)
     judgement = yield from judging(call, tools, gate)
     if judgement.kind == "allow":
-        return (yield from execution(call, tools))
+        try:
+            return (yield from execution(call, tools))
+        except ApprovalNeeded as exc:  # no pause to offer here either
+            judgement = Judgement("ask", exc.reason)
     kind: Literal["invalid", "denied"] = "invalid" if judgement.kind == "invalid" else "denied"
     reason = judgement.reason if judgement.kind != "ask" else f"needs a human's approval: {judgement.reason}"
     return Observation(call.call_id, False, kind, reason)
@@ -470,7 +476,13 @@ def commit_observation(checkpointer: Checkpointer | None, run_id: str, state: Ru
 
 
 def run_call(
-    call: ToolCall, tools: Registry, state: RunState, run_id: str, limits: Limits, perform: Perform | None = None
+    call: ToolCall,
+    tools: Registry,
+    state: RunState,
+    run_id: str,
+    limits: Limits,
+    perform: Perform | None = None,
+    approved: bool = False,
 ) -> Steps[Observation]:
     """
     Run the head call (counting each attempt in ``state.tool_attempts``) and return its observation.
@@ -480,14 +492,19 @@ def run_call(
     outcome it could not know, with a doubling back-off, while
     ``limits.max_tool_calls`` admits another attempt: every failure spends
     the budget like any attempt. ``perform`` performs the requests in place
-    (see :func:`agent_fsm.engine.steps.perform_now`).
+    (see :func:`agent_fsm.engine.steps.perform_now`). ``approved``: a person approved this call.
 
     Raises:
         OutcomeUnknown: the effectful call's last attempt may or may not have taken effect.
+        ApprovalNeeded: the handler asks a person before its effect (never retried).
     """
     spec = tools[call.name]
     # The key costs a digest of the call: made only for a handler that asks for its context.
-    context = ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call)) if spec.takes_context else None
+    context = (
+        ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call), approved)
+        if spec.takes_context
+        else None
+    )
     retries = spec.retries if spec.idempotent else 0
     attempt = 0
     while True:

@@ -24,6 +24,7 @@ definition. The tree::
         - StateError (also ValueError)        -- a run state that disagrees with its own transcript
       + ProviderFailure (also OSError)        -- a model provider could not deliver a reply
     * ToolError                               -- raised *by handlers* for an expected failure
+    * ApprovalNeeded                          -- raised *by handlers* before an effect a person must approve
 
 
 [failures]
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentFSMError",
+    "ApprovalNeeded",
     "AlreadyDecided",
     "DecisionRefused",
     "DefinitionError",
@@ -137,6 +139,24 @@ class OutcomeUnknown(ToolError):
 
     .. versionadded:: 0.2
     """
+
+
+class ApprovalNeeded(Exception):
+    """Raise from a tool handler, before its effect, when a person must approve this call first.
+
+    The run pauses on the call exactly as if the gate had asked (``awaiting_approval``,
+    with ``reason``); on approval the handler runs again and its
+    ``context.approved`` is true, so it goes ahead; on rejection the model
+    reads that a person refused. It is no :class:`ToolError`: nothing failed,
+    and it is never retried. Raise it only before the effect: what ran
+    before it will run again.
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 # --- failures ---

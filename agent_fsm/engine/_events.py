@@ -24,7 +24,9 @@ from agent_fsm.engine._state import RunResult, RunState
 __all__ = [
     "EVENT_TYPES",
     "Compacted",
+    "Charged",
     "Ended",
+    "FellBack",
     "Judged",
     "ModelReplied",
     "ModelRequested",
@@ -89,6 +91,35 @@ class ModelReplied(RunEvent):
     finish: str | None
     calls: int
     text: str | None
+
+
+@attrs.frozen
+class Charged(RunEvent):
+    """
+    Model call ``turn`` was charged: the tokens it took in (``cached_tokens`` of them from a cache) and
+    gave out, the provider's figures where it reported them, else estimates; its ``cost`` and the run's
+    ``total`` so far as decimal text (``"0"`` without prices), and the ``model`` it was priced as.
+    """
+
+    type: ClassVar[str] = "charged"
+    turn: int
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost: str
+    total: str
+
+
+@attrs.frozen
+class FellBack(RunEvent):
+    """Model ``attempt`` of a FallbackModel's chain failed with a listed ``kind``: the next one is asked."""
+
+    type: ClassVar[str] = "fell_back"
+    turn: int
+    attempt: int
+    kind: str
+    message: str
 
 
 @attrs.frozen
@@ -233,6 +264,8 @@ _EVENT_CLASSES = (
     Paused,
     Compacted,
     ToolsOffered,
+    Charged,
+    FellBack,
 )
 EVENT_TYPES: dict[str, type[RunEvent]] = {cls.type: cls for cls in (*_EVENT_CLASSES, Ended)}
 """Every event class by its ``type`` name, as :func:`event_to_json` writes it."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -13,7 +15,7 @@ from attrs import validators as v
 
 from agent_fsm.engine._json import DEPTH_CEILING
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "Stop"]
+__all__ = ["DEFAULT_LIMITS", "Limits", "Price", "Prices", "Stop", "Usage"]
 
 
 # --- limits ---
@@ -42,6 +44,7 @@ class Stop(str, enum.Enum):
     REFUSED = "refused"  # the input screen refused the task; no model call was made
     INTERCEPTED = "intercepted"  # a result screen stopped the run before the model read an observation
     TOOL_ENDED = "tool_ended"  # a tool declared to end the run (ends_run) returned a result
+    COST_LIMIT = "cost_limit"  # the next model call's worst-case cost would take the run past max_cost
 
     def __str__(self) -> str:
         return self.value
@@ -59,6 +62,25 @@ _non_negative = [_whole_number, v.ge(0)]
 def _seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
         raise ValueError(f"'{attribute.name}' must be a number of seconds > 0 (got {value!r}).")
+
+
+def _money(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # A float is a rounding error waiting to happen in a budget: money is a Decimal.
+    if value is None:
+        return
+    if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+        raise TypeError(
+            f"'{attribute.name}' must be a finite Decimal >= 0, e.g. Decimal(\"0.50\") (got {value!r} that is a"
+            f" {type(value).__name__})."
+        )
+
+
+def _cost_needs_cap(instance: Limits, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and instance.max_output_tokens is None:
+        raise ValueError(
+            "'max_cost' needs 'max_output_tokens': without an output cap a model call's worst-case cost is"
+            " unbounded, so the budget could only be noticed after it was spent"
+        )
 
 
 @attrs.frozen
@@ -87,6 +109,12 @@ class Limits:
     ``output_retries`` is how many times a final answer that is not valid
     typed output (``output=``) goes back to the model as ``invalid`` before
     the run ends ``answer_rejected`` with the code ``output_invalid``.
+    ``max_output_tokens`` caps the reply of each model call (adapters that
+    take a cap are told it); ``max_cost`` is a money budget in the currency
+    of the agent's :class:`Prices`: before each model call the worst case
+    (the prompt estimate at the input price plus ``max_output_tokens`` at the
+    output price) is checked against what is left, and a call that could
+    pass the budget is not made: the run ends ``cost_limit``.
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
@@ -101,7 +129,88 @@ class Limits:
     oscillation: int = attrs.field(default=4, validator=[_whole_number, v.ge(3)])
     max_seconds: float | None = attrs.field(default=None, validator=v.optional(_seconds))
     output_retries: int = attrs.field(default=2, validator=_non_negative)
+    max_output_tokens: int | None = attrs.field(default=None, validator=v.optional([_whole_number, v.ge(1)]))
+    max_cost: Decimal | None = attrs.field(default=None, validator=[_money, _cost_needs_cap])
 
 
 DEFAULT_LIMITS = Limits()
 """The budgets of a run given none: one shared frozen value."""
+
+
+# --- cost ---
+
+_MILLION = Decimal(1_000_000)
+
+
+@attrs.frozen
+class Price:
+    """
+    What one model's tokens cost, per million: input, output, and cached input (``None``: the input price).
+
+    Raises:
+        TypeError: a price is not a finite Decimal >= 0.
+    """
+
+    input: Decimal = attrs.field(validator=_money)
+    output: Decimal = attrs.field(validator=_money)
+    cached_input: Decimal | None = attrs.field(default=None, validator=_money)
+
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> Decimal:
+        """The cost of one call: ``cached_tokens`` of the ``input_tokens`` at the cached price, the rest at full."""
+        cached = min(cached_tokens, input_tokens)
+        cached_price = self.input if self.cached_input is None else self.cached_input
+        total = (input_tokens - cached) * self.input + cached * cached_price + output_tokens * self.output
+        return total / _MILLION
+
+    def worst_case(self, prompt_tokens: int, output_cap: int) -> Decimal:
+        """The most a call may cost: the whole prompt at the dearer input price, the whole output cap spent."""
+        dearer = self.input if self.cached_input is None else max(self.input, self.cached_input)
+        return (prompt_tokens * dearer + output_cap * self.output) / _MILLION
+
+
+def _price_table(value: Mapping[str, Price]) -> dict[str, Price]:
+    table = dict(value)
+    for name, price in table.items():
+        if not isinstance(name, str) or not isinstance(price, Price):
+            raise TypeError(f"Prices maps model names to Price values; got {name!r}: {price!r}")
+    return table
+
+
+@attrs.frozen
+class Prices:
+    """
+    A price table the user supplies: :class:`Price` by model name, and a ``default`` for any other model.
+
+    A call is priced by the model name its reply reports (``ModelReply.model``),
+    else the ``model`` attribute of the model asked; a model with no price and
+    no default cannot be priced, which is a set-up mistake and fails loudly.
+    """
+
+    models: Mapping[str, Price] = attrs.field(factory=dict, converter=_price_table, hash=False)
+    default: Price | None = attrs.field(default=None, validator=v.optional(v.instance_of(Price)))
+
+    def of(self, model: str | None) -> Price | None:
+        """The price of ``model`` (its own, else the default; ``None``: it has none)."""
+        found = self.models.get(model) if model is not None else None
+        return found if found is not None else self.default
+
+
+# Mutable, updated in place as each call is charged: a new record per model call would cost every run.
+@attrs.define
+class Usage:
+    """
+    What a run spent: tokens in (``cached_tokens`` of them served from a cache), tokens out, and money.
+
+    Tokens are the provider's figures when it reports them, else the
+    engine's estimates; ``cost`` is zero unless the agent has :class:`Prices`.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in and out."""
+        return self.input_tokens + self.output_tokens

@@ -5,14 +5,14 @@ What the engine needs of a model, and the deterministic stand-in that speaks its
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from agent_fsm.engine._messages import answer_message
 
-__all__ = ["Model", "ModelReply", "ScriptedModel", "not_a_message"]
+__all__ = ["FALLBACK_KINDS", "FallbackModel", "Model", "ModelReply", "ScriptedModel", "model_name", "not_a_message"]
 
 
 # --- models ---
@@ -34,11 +34,20 @@ class ModelReply:
     engine never executes a call from a ``"length"`` reply and does not
     accept a ``"length"``, ``"refusal"`` or ``"content_filter"`` reply as an
     answer (see :class:`agent_fsm.Limits` ``accept_truncated``).
+
+    ``output_tokens`` (the reply's length) and ``cached_tokens`` (how many of
+    the prompt's tokens the provider served from its cache) are the usage
+    figures a run's cost is computed from; ``model`` names the model that
+    answered, which picks its price. ``None``: not reported (the engine
+    estimates, or prices by the model asked).
     """
 
     message: Mapping[str, Any]
     prompt_tokens: int | None = None
     finish: str | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    model: str | None = None
 
 
 @runtime_checkable
@@ -136,3 +145,64 @@ class ScriptedModel:
         if used < len(self.turns):
             return self.turns[used]
         return answer_message(DEFAULT_LAST_WORD)
+
+
+def model_name(model: Any) -> str | None:
+    """The name a model goes by for its price: its ``model`` attribute when that is a string (as adapters have)."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else None
+
+
+FALLBACK_KINDS = frozenset({"timeout", "transport", "http", "bad_response", "truncated", "disconnected"})
+"""The provider failures a :class:`FallbackModel` answers by asking the next model, unless told otherwise."""
+
+
+class FallbackModel:
+    """
+    A chain of models: when one fails with a listed kind of provider failure, the next is asked.
+
+    ``on`` names the failure kinds (``ProviderFailure.kind``: ``timeout``,
+    ``transport``, ``http``, ``bad_response``, ``truncated``, ``disconnected``,
+    ``request_limit``; a bare ``TimeoutError`` is ``timeout``, any other
+    ``OSError`` ``transport``); by default every kind but ``request_limit``.
+    Under the engine each attempt is a model call of its own, charged to
+    the budgets (a turn, the time, the worst-case cost) and visible as the
+    edge ``Proposing --judge[can_fall_back]--> Proposing``; the run ends
+    ``provider_error`` only when every model failed or the budgets admit no
+    further attempt. Called directly, :meth:`chat` tries the chain in order.
+
+    Raises:
+        TypeError: fewer than two models, a model without ``chat``/``achat``, or ``on`` not a set of names.
+    """
+
+    def __init__(self, primary: Model, *backups: Model, on: Iterable[str] = FALLBACK_KINDS) -> None:
+        models = (primary, *backups)
+        if len(models) < 2:
+            raise TypeError("a FallbackModel needs a primary model and at least one backup")
+        for model in models:
+            if not callable(getattr(model, "chat", None)) and not callable(getattr(model, "achat", None)):
+                raise TypeError(f"every model of a FallbackModel needs chat() or achat(); got {model!r}")
+        kinds = frozenset(on) if not isinstance(on, str) else None
+        if not kinds or not all(isinstance(kind, str) for kind in kinds):
+            raise TypeError(f"'on' must name failure kinds, e.g. {{'timeout', 'http'}} (got {on!r})")
+        self.models: tuple[Model, ...] = models
+        self.on: frozenset[str] = kinds
+
+    def __repr__(self) -> str:
+        listed = ", ".join(map(repr, self.models))
+        return f"FallbackModel({listed}, on={sorted(self.on)!r})"
+
+    def handles(self, error: OSError) -> bool:
+        """Whether ``error`` is a failure of a listed kind (the next model is then asked)."""
+        kind = getattr(error, "kind", "timeout" if isinstance(error, TimeoutError) else "transport")
+        return kind in self.on
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
+        """The first reply of the chain, outside a run (the engine asks the models one by one itself)."""
+        for model in self.models[:-1]:
+            try:
+                return model.chat(messages, tools)
+            except OSError as exc:
+                if not self.handles(exc):
+                    raise
+        return self.models[-1].chat(messages, tools)

@@ -107,7 +107,7 @@ from agent_fsm.engine._boundary import (
 )
 from agent_fsm.engine._context import Usage, choose_offer, compact_state, refusal, sent_messages, threshold
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
-from agent_fsm.engine._errors import NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
+from agent_fsm.engine._errors import ApprovalNeeded, NotPaused, NotSynchronous, OutcomeUnknown, RunError, StateError
 from agent_fsm.engine._gates import (
     Gate,
     InputScreen,
@@ -131,8 +131,9 @@ from agent_fsm.engine._messages import (
     normalise_reply,
     tool_message,
 )
-from agent_fsm.engine._models import Model, ModelReply, not_a_message
+from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_message
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
+from agent_fsm.engine._spending import cap_refusal, charge, fall_back, may_fall_back, over_budget
 from agent_fsm.engine._state import Judgement, ProviderFault, RunResult, RunState, state_problem
 from agent_fsm.engine._steps import Perform, Steps, call_of, model_call
 from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, measure, shown_to_model
@@ -173,6 +174,7 @@ class RunContext:
     __slots__ = (
         "agent",
         "answer_check",
+        "approved",
         "authorized",
         "call_ids",
         "checkpointer",
@@ -183,6 +185,7 @@ class RunContext:
         "declarations",
         "entered",
         "estimator",
+        "fallback",
         "gate",
         "limits",
         "model",
@@ -227,7 +230,9 @@ class RunContext:
         # The screens the run's text goes through (None: none; see agent_fsm.engine._screens).
         self.screen_input: InputScreen | None = None
         self.screen_result: ResultScreen | None = None
-        self.model = model
+        # A FallbackModel is asked one model at a time: ``model`` is the one asked next.
+        self.fallback = model if isinstance(model, FallbackModel) else None
+        self.model = model if self.fallback is None else self.fallback.models[0]
         self.tools = tools
         # A registry that follows a changing list (an MCP server's) has a version (read: brought up to date).
         self.tools_version = getattr(tools, "version", None)
@@ -244,6 +249,7 @@ class RunContext:
         # The call this process just judged allowed (or a human approved); never
         # saved, so authority to run a handler cannot come from a saved state.
         self.authorized: ToolCall | None = None
+        self.approved = False  # the authorized call was approved by a person (its handler's context says so)
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
         # Hears a tool's progress during its call, set by a driver able to deliver it then (else: the outbox).
@@ -472,6 +478,16 @@ def compaction_due(run: RunContext) -> bool:
     return run.compact is not None and run.next_prompt_tokens() > threshold(run.limits, run.compact_at)
 
 
+def cost_over_budget(run: RunContext) -> bool:
+    """The next model call's worst case (the prompt estimate in, ``max_output_tokens`` out) would pass ``max_cost``."""
+    return run.limits.max_cost is not None and over_budget(run, run.model)
+
+
+def can_fall_back(run: RunContext) -> bool:
+    """The call failed with a kind its FallbackModel lists, another model is left, and the budgets admit it."""
+    return run.fallback is not None and may_fall_back(run)
+
+
 def provider_failed(run: RunContext) -> bool:
     """The last model call raised an ``OSError``."""
     return run.state.fault is not None
@@ -496,6 +512,12 @@ def tool_budget_spent(run: RunContext) -> bool:
     """``max_tool_calls`` handler attempts were made."""
     limit = run.limits.max_tool_calls
     return limit is not None and run.state.tool_attempts >= limit
+
+
+def tool_cap_reached(run: RunContext) -> bool:
+    """The head proposal was refused because its tool already ran ``max_calls`` times in this run."""
+    judgement = run.state.judgement
+    return judgement is not None and judgement.kind == "denied" and cap_refusal(run, run.state.pending[0]) is not None
 
 
 def call_rejected(run: RunContext) -> bool:
@@ -565,6 +587,8 @@ def _offer_tools(run: RunContext) -> None:
 
 def _ask_model(run: RunContext) -> Steps[None]:
     state = run.state
+    if run.fallback is not None:  # the model of the chain this attempt is for (a saved count is clamped)
+        run.model = run.fallback.models[min(state.model_attempt, len(run.fallback.models) - 1)]
     estimate = run.next_prompt_tokens()
     state.prompt_token_log.append(estimate)
     state.turns += 1
@@ -592,8 +616,10 @@ def _ask_model(run: RunContext) -> Steps[None]:
         _unask(state)
         raise
     state.finish = None
+    reported: ModelReply | None = None
     if type(reply) is not dict:  # a plain dict is the common reply: no other checks for it
         if isinstance(reply, ModelReply):
+            reported = reply
             counted = reply.prompt_tokens
             if counted is not None and _plausible_count(counted, estimate):
                 # The provider counted this prompt: adopt its figure and carry the
@@ -605,12 +631,23 @@ def _ask_model(run: RunContext) -> Steps[None]:
         if not isinstance(reply, Mapping):
             raise RunError(not_a_message(reply), state=state)
     message, calls = normalise_reply(reply, state.turns, run.call_ids)
+    before = state.message_tokens
     run.append(message)
     state.pending = calls
+    measured = state.message_tokens - before
     if run.outbox is not None:
         text = assistant_text(message)
         tokens = state.prompt_token_log[-1]
         run.post(events.ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
+    agent, limits = run.agent, run.limits
+    if reported is None and run.outbox is None and limits.max_cost is None and (agent is None or agent.prices is None):
+        usage = state.usage  # nothing reported, priced or heard: the estimates counted in place
+        usage.input_tokens += estimate
+        cap = limits.max_output_tokens
+        usage.output_tokens += measured if cap is None or measured <= cap else cap
+        state.model_attempt = 0  # a reply: the next turn starts from a chain's primary
+    else:
+        charge(run, reported, estimate, measured)  # after the reply is announced: the Charged event follows it
 
 
 def _unask(state: RunState) -> None:
@@ -663,8 +700,11 @@ def _cut_off(call: ToolCall) -> Judgement:
 
 
 def take_proposal(run: RunContext) -> Steps[None]:
-    """Take the next proposal (asking the model when the reply is used up) and judge it."""
-    if not run.state.pending:
+    """Take the next proposal (asking the model when the reply is used up, the next of a chain after a failure)."""
+    state = run.state
+    if state.fault is not None:  # entered again by can_fall_back: the next model of the chain is asked
+        fall_back(run)
+    if not state.pending:
         yield from _ask_model(run)
     yield from judge_proposal(run)
 
@@ -717,10 +757,14 @@ def judge_proposal(run: RunContext) -> Steps[None]:
             run.post(events.Proposed(run.run_id, time.time(), call.call_id, call.name, call.arguments))
         # A reply cut off at the token limit may end inside a call's arguments
         # that still happen to parse and pass the schema: none of its calls run.
+        spec = run.tools.get(call.name)
+        capped = None if spec is None or spec.max_calls is None else cap_refusal(run, call)
         if state.finish == "length":
             judgement = _cut_off(call)
         elif run.offer is not None and (refused := _not_offered(run, call)) is not None:
             judgement = Judgement("invalid", refused)
+        elif capped is not None:
+            judgement = Judgement("denied", capped)
         else:
             judgement = yield from judging(
                 call, run.tools, run.gate, state=state, limits=run.limits, perform=run.perform
@@ -773,21 +817,28 @@ def execute_call(run: RunContext) -> Steps[None]:
             state=state,
         )
     run.authorized = None
+    approved, run.approved = run.approved, False
     checkpointer = run.checkpointer
     # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
     intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
     token = enter_call(call.call_id)
     heard = hear_progress(run.progress_sink(call)) if run.outbox is not None else None
     try:
-        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform)
+        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform, approved)
     except OutcomeUnknown as exc:
         # The effect may have happened: nothing is recorded as done or not done; a person decides.
         _ask_about_unknown(run, call, f"{exc}", "")
+        return
+    except ApprovalNeeded as exc:
+        # The tool asks before its effect: the run pauses on the call as if the gate had asked.
+        _pause_on(run, call, exc.reason or f"{call.name} asks for a person's approval")
         return
     finally:
         if heard is not None:
             unhear_progress(heard)
         leave_call(token)
+    if run.tools[call.name].max_calls is not None:
+        state.tool_uses[call.name] = state.tool_uses.get(call.name, 0) + 1
     _observe(run, observation)
     if intent is not None:
         commit_observation(checkpointer, run.run_id, state, intent)
@@ -851,11 +902,14 @@ MACHINE = compile_machine(
             turn_budget_spent,
             compaction_due,
             prompt_over_budget,
+            cost_over_budget,
+            can_fall_back,
             provider_failed,
             output_retry_left,
             answer_refused,
             reply_has_no_calls,
             tool_budget_spent,
+            tool_cap_reached,
             call_rejected,
             approval_needed,
             call_allowed,
@@ -918,6 +972,9 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop is Stop.TOOL_ENDED:  # the ending result, not the calls of its reply answered after it
         last = next((o.content for o in reversed(state.observations) if o.kind == "result"), last)
         return f"the tool that ends the run returned: {last if isinstance(last, str) else json.dumps(last)}"
+    if stop is Stop.COST_LIMIT:
+        spent = format(state.usage.cost, "f")
+        return f"{spent} of the {limits.max_cost} cost budget spent; the next model call's worst case would pass it"
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
@@ -1231,6 +1288,7 @@ def _approve(context: RunContext, covers: str, arguments: Mapping[str, Any] | No
     state.judgement = yield from approved_judging(call, context.tools, context.gate, covers, state=state)
     if state.judgement.kind == "allow":
         context.authorized = call
+        context.approved = True
 
 
 # --- recovery ---
@@ -1254,12 +1312,19 @@ def _ask_about_unknown(run: RunContext, call: ToolCall, what: str, reason: str) 
     """Open a pause asking a person about a call whose effect may have happened (the same key runs it again)."""
     state = run.state
     key = idempotency_key(run.run_id, state, call)
-    state.judgement = Judgement(
-        "ask",
+    _pause_on(
+        run,
+        call,
         f"{OUTCOME_UNKNOWN}: {what}; check whether it took effect (idempotency key {key}), then approve to run it"
         f" again under that key or reject to record it as not run{reason}",
     )
-    state.pause = open_pause(state, call, state.judgement.reason)  # what a person's approval will cover
+
+
+def _pause_on(run: RunContext, call: ToolCall, reason: str) -> None:
+    """Open a pause asking a person about ``call`` (from inside the effect boundary) and announce it."""
+    state = run.state
+    state.judgement = Judgement("ask", reason)
+    state.pause = open_pause(state, call, reason)  # what a person's approval will cover
     state.pause_id = state.pause.pause_id  # derived from the run, not drawn at random: the same on every replay
     if run.outbox is not None:
         run.post(
@@ -1277,6 +1342,7 @@ def settle_intent(context: RunContext, intent: Intent) -> None:
     if spec is not None and spec.idempotent:
         if came_from == "AwaitingApproval":
             context.authorized = call  # the store recorded a person's approval of this very call
+            context.approved = True
             MACHINE.fire(context, "approve")  # run it again, same key
             return
         # The saved judgement is data, not authority: the gate is asked again before anything runs.

@@ -29,6 +29,7 @@ import os
 import re
 import types
 from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -44,7 +45,7 @@ from agent_fsm.engine._context import (
 )
 from agent_fsm.engine._endings import CODE_PATTERN
 from agent_fsm.engine._json import DEPTH_CEILING, argument_problem
-from agent_fsm.engine._limits import Limits, Stop
+from agent_fsm.engine._limits import Limits, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import Observation
 from agent_fsm.engine._tools import ToolCall, call_fingerprint
@@ -224,6 +225,12 @@ class RunState:
     # and how many invalid answers went back to the model (at most Limits.output_retries).
     output: Any = None
     output_rejections: int = 0
+    # What the run spent (tokens in and out, money under a price table), how many
+    # calls each tool with a max_calls cap executed, and which model of a
+    # FallbackModel's chain the current turn is on (0: the primary).
+    usage: Usage = attrs.field(factory=Usage)
+    tool_uses: dict[str, int] = attrs.field(factory=dict)
+    model_attempt: int = 0
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -279,6 +286,11 @@ class RunResult:
     # The world's ending (see agent_fsm.Ending): always set, the stop's own value when the world declared none.
     code: str = attrs.field(default=attrs.Factory(lambda self: self.stop.value, takes_self=True))
     output: Any = None
+
+    @property
+    def usage(self) -> Usage:
+        """What the run spent: ``.tokens`` in and out, and ``.cost`` under the agent's prices."""
+        return self.state.usage
 
 
 # --- consistency ---
@@ -429,7 +441,19 @@ without a rule in the strict reader fails at import, not at the first save.
 """
 
 ADDED_FIELDS = frozenset(
-    {"elapsed", "agent", "agent_digest", "screens", "prompt", "compactions", "output", "output_rejections"}
+    {
+        "elapsed",
+        "agent",
+        "agent_digest",
+        "screens",
+        "prompt",
+        "compactions",
+        "output",
+        "output_rejections",
+        "usage",
+        "tool_uses",
+        "model_attempt",
+    }
 )
 """Fields added to format 2 after it was first written: a state saved before them loads with their defaults."""
 
@@ -533,6 +557,7 @@ _LIMITS_SHAPE = _shape(_LIMITS)
 _JUDGEMENT_SHAPE = _shape(("kind", "reason"))
 _FAULT_SHAPE = _shape(("type", "kind", "message", "status"))
 _PAUSE_SHAPE = _shape(("pause_id", "fingerprint", "reason"))
+_USAGE_SHAPE = _shape(_names(Usage))
 
 
 Reader = Callable[[Any, str], Any]
@@ -634,6 +659,8 @@ def read_limits(value: Any, path: str) -> Limits | None:
             pass
     # Fields added to Limits later are optional here, so older saved states still load.
     data = _object(value, path, _LIMITS_SHAPE, _LIMITS_SHAPE[1])
+    if data.get("max_cost") is not None:  # money is saved as decimal text, never a float
+        data = {**data, "max_cost": _decimal(data["max_cost"], f"{path}.max_cost")}
     try:
         limits = Limits(**data)
     except (TypeError, ValueError) as exc:
@@ -645,6 +672,26 @@ def read_limits(value: Any, path: str) -> Limits | None:
 
 
 _LIMITS_SEEN: dict[tuple[Any, ...], Limits] = {}
+
+
+_DECIMAL = re.compile(r"[0-9]{1,30}(\.[0-9]{1,80})?")
+
+
+def _decimal(value: Any, path: str) -> Decimal:
+    """An amount of money as saved: decimal text (digits, one optional point), never a float that rounds."""
+    if type(value) is not str or _DECIMAL.fullmatch(value) is None:
+        raise _expect(path, 'an amount as decimal text such as "0.0125"', value)
+    return Decimal(value)
+
+
+def _usage(value: Any, path: str) -> Usage:
+    data = _object(value, path, _USAGE_SHAPE)
+    return Usage(
+        _int(data["input_tokens"], f"{path}.input_tokens"),
+        _int(data["output_tokens"], f"{path}.output_tokens"),
+        _int(data["cached_tokens"], f"{path}.cached_tokens"),
+        _decimal(data["cost"], f"{path}.cost"),
+    )
 
 
 def _pause(value: Any, path: str) -> Pause | None:
@@ -779,6 +826,9 @@ _RULES: dict[str, Reader] = {
     "compactions": lambda value, path: _relayed(read_compactions, value, path),
     "output": _json_value,
     "output_rejections": _int,
+    "usage": _usage,
+    "tool_uses": _denials,  # counts by tool name, each >= 1
+    "model_attempt": _int,
 }
 if set(_RULES) != set(SAVED_FIELDS):  # a field without a rule, or a rule for a field that is gone
     raise RuntimeError(f"the strict reader's rules do not cover the saved fields: {set(_RULES) ^ set(SAVED_FIELDS)}")
@@ -872,7 +922,7 @@ def quick_state(data: dict[str, Any]) -> RunState | None:
     # The right number of fields and, below, every field found: no field missing, none unknown.
     if not ENABLED:
         return None
-    if size != len(_QUICK_TOP) and size + sum(name not in data for name in ADDED_FIELDS) != len(_QUICK_TOP):
+    if size + sum(name not in data for name in ADDED_FIELDS) != len(_QUICK_TOP):
         return None
     try:
         return _state(data)
@@ -921,6 +971,16 @@ def _state(data: dict[str, Any]) -> RunState | None:
     if type(output_rejections) is not int or output_rejections < 0:
         return None
     if output is not None and argument_problem(output, max_depth=DEPTH_CEILING) is not None:
+        return None
+    usage, uses, attempt = data.get("usage"), data.get("tool_uses", _NO_USES), data.get("model_attempt", 0)
+    if type(attempt) is not int or attempt < 0 or type(uses) is not dict:
+        return None
+    for n in uses.values():
+        if type(n) is not int or n < 1:
+            return None
+    try:  # absent: a state saved before usage was kept; null or anything else odd: the strict reader words it
+        usage = Usage() if usage is None and "usage" not in data else _usage(usage, "usage")
+    except BadField:
         return None
     log, denials, recent = data["prompt_token_log"], data["denials"], data["recent_rejections"]
     if type(log) is not list or type(recent) is not list or len(recent) > 2 or type(denials) is not dict:
@@ -1067,7 +1127,13 @@ def _state(data: dict[str, Any]) -> RunState | None:
     state.compactions = compactions
     state.output = output
     state.output_rejections = output_rejections
+    state.usage = usage
+    state.tool_uses = uses if uses is not _NO_USES else {}
+    state.model_attempt = attempt
     return state
+
+
+_NO_USES: dict[str, int] = {}
 
 
 def _quick_fault(data: Any) -> ProviderFault | None:  # rare (a run that ended provider_error): built the ordinary way
@@ -1109,7 +1175,15 @@ _observation_data = _writer(Observation)
 _call_data = _writer(ToolCall)
 _judgement_data = _writer(Judgement)
 _fault_data = _writer(ProviderFault)
-_limits_data = _writer(Limits)
+_limits_fields, _usage_fields = _writer(Limits), _writer(Usage)
+
+
+def _with_amount(data: dict[str, Any], name: str) -> dict[str, Any]:
+    if data[name] is not None:  # money as fixed-point text: never a float, never "1E-7" (which the reader refuses)
+        data[name] = format(data[name], "f")
+    return data
+
+
 _pause_data = _writer(Pause)
 _screen_data = _writer(ScreenRecord)
 
@@ -1119,11 +1193,12 @@ _RECORD_WRITERS: dict[str, Callable[[Any], Any]] = {
     "pending": lambda items: [_call_data(c) for c in items],
     "judgement": lambda j: None if j is None else _judgement_data(j),
     "fault": lambda f: None if f is None else _fault_data(f),
-    "limits": lambda limits: None if limits is None else _limits_data(limits),
+    "limits": lambda limits: None if limits is None else _with_amount(_limits_fields(limits), "max_cost"),
     "pause": lambda p: None if p is None else _pause_data(p),
     "screens": lambda items: [_screen_data(r) for r in items],
     "prompt": write_prompt,
     "compactions": write_compactions,
+    "usage": lambda usage: _with_amount(_usage_fields(usage), "cost"),
 }
 _WRITTEN_KEYS = ("format", *SAVED_FIELDS)
 _saved_values = operator.attrgetter(*SAVED_FIELDS)
@@ -1252,6 +1327,7 @@ def _quick_reader_covers_the_state() -> bool:
         output={"a": [1]}, output_rejections=1,
     )  # fmt: skip
     sample.screens.append(ScreenRecord("input", None, "pass"))
+    sample.usage, sample.tool_uses, sample.model_attempt = Usage(3, 2, 1, Decimal("0.5")), {"t": 1}, 1
     data = json.loads(dump_state(sample, None))
     try:
         return quick_state(data) == sample

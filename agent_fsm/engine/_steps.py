@@ -98,11 +98,16 @@ def chat_kwargs(run: RunContext, on_delta: Any) -> dict[str, Any]:
 
     ``on_delta`` for a model that ``streams``; ``output`` (the run's
     :class:`~agent_fsm.engine._schema.OutputSpec`) for a model that
-    ``takes_output``, so it can ask its provider for structured output natively.
+    ``takes_output``, so it can ask its provider for structured output natively;
+    the output cap for a model that ``takes_output_cap`` (what a cost budget's worst case counts on).
     """
-    extra = {"on_delta": on_delta} if on_delta is not None and getattr(run.model, "streams", False) else {}
-    if run.output is not None and getattr(run.model, "takes_output", False):
+    model = run.model
+    extra = {"on_delta": on_delta} if on_delta is not None and getattr(model, "streams", False) else {}
+    if run.output is not None and getattr(model, "takes_output", False):
         extra["output"] = run.output
+    cap = run.limits.max_output_tokens
+    if cap is not None and getattr(model, "takes_output_cap", False):
+        extra["max_output_tokens"] = cap
     return extra
 
 

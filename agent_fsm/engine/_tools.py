@@ -186,6 +186,11 @@ def _check_retries(spec: Any, retries: Any) -> None:
         )
 
 
+def _check_max_calls(value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ToolDefinitionError(f"max_calls must be a whole number >= 0 or None, got {value!r}")
+
+
 @attrs.frozen
 class ToolSpec:
     """
@@ -205,6 +210,9 @@ class ToolSpec:
     The handler may be ``async def`` (the async driver awaits it; the sync
     driver refuses it). ``blocking=True`` marks a plain handler that waits
     on I/O: the async driver runs it in a worker thread so other runs go on.
+    ``max_calls`` caps how many calls of this tool a run executes: a call
+    past it is refused (``denied``, with a reason the model reads) and counted
+    like any refusal, so a model that keeps asking ends ``no_progress``.
 
     Raises:
         ToolDefinitionError: the schema is not usable, or a valid call would not fit the handler.
@@ -223,6 +231,7 @@ class ToolSpec:
     retries: int = attrs.field(default=0, validator=lambda spec, _, value: _check_retries(spec, value))
     backoff: float = 0.1
     blocking: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    max_calls: int | None = attrs.field(default=None, validator=lambda _, __, value: _check_max_calls(value))
     # The schema compiled once into a predicate (None: jsonschema decides), and the names
     # the handler is given (None: all of them).
     _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")
@@ -495,7 +504,8 @@ def contract_digest(tools: Registry) -> str:
     parts = []
     for name, spec in sorted(_entries(tools)):
         shown = spec._shown if spec._shown is not None else repr((spec.description, spec.json_schema))
-        parts.append(f"{name}\x00{shown}\x00{spec.effectful:d}{spec.idempotent:d}")
+        cap = "" if spec.max_calls is None else f"\x00max_calls={spec.max_calls}"  # a cap is a rule of the contract
+        parts.append(f"{name}\x00{shown}\x00{spec.effectful:d}{spec.idempotent:d}{cap}")
     return hashlib.sha256("\x01".join(parts).encode()).hexdigest()
 
 

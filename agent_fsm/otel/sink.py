@@ -23,6 +23,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from agent_fsm.engine import (
+    Charged,
     Ended,
     Judged,
     ModelReplied,
@@ -63,6 +64,9 @@ class _Run:
     failed_at: float | None = None  # when the run moved on from an unanswered model call
     executing_at: float | None = None  # when the head call entered Executing
     input_tokens: int = 0  # prompt tokens of the model calls this span saw
+    # The chat span of the latest reply, ended when its Charged event (tokens out, cost) or anything else arrives.
+    chat: Span | None = None
+    chat_end: float = 0.0
 
 
 class OtelSink:
@@ -125,6 +129,8 @@ class OtelSink:
         if run is None:
             return
         now = time.time()
+        if run.chat is not None:
+            self._end_chat(run)
         self._close_chat(run, now, type(error).__name__)
         run.span.record_exception(error, timestamp=_ns(now))
         run.span.set_attribute("error.type", type(error).__qualname__)
@@ -163,6 +169,11 @@ class OtelSink:
         return self._tracer.start_span(name, context=context, kind=kind, attributes=attributes, start_time=_ns(start))
 
     def _take(self, run: _Run, event: RunEvent) -> None:
+        if run.chat is not None:
+            if isinstance(event, Charged):
+                self._charged(run, event)
+                return
+            self._end_chat(run)
         if isinstance(event, StateEntered):
             if run.request is not None and run.failed_at is None:
                 run.failed_at = event.at  # the run moved on from a model call that never replied
@@ -220,10 +231,26 @@ class OtelSink:
         if reply.finish is not None:
             attributes["gen_ai.response.finish_reasons"] = [reply.finish]
         attributes["agent_fsm.proposed_calls"] = reply.calls
-        span = self._child(run, self._chat_name(), SpanKind.CLIENT, start, attributes)
-        span.end(end_time=_ns(reply.at))
+        run.chat, run.chat_end = self._child(run, self._chat_name(), SpanKind.CLIENT, start, attributes), reply.at
         run.request = run.failed_at = None
         run.input_tokens += reply.prompt_tokens
+
+    def _charged(self, run: _Run, charged: Charged) -> None:
+        """What the call used, by the provider's figures where it reported them, and what it cost."""
+        span = run.chat
+        assert span is not None
+        span.set_attribute("gen_ai.usage.input_tokens", charged.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", charged.output_tokens)
+        span.set_attribute("agent_fsm.usage.cached_tokens", charged.cached_tokens)
+        span.set_attribute("agent_fsm.cost", charged.cost)
+        if charged.model is not None:
+            span.set_attribute("gen_ai.response.model", charged.model)
+        self._end_chat(run)
+
+    def _end_chat(self, run: _Run) -> None:
+        assert run.chat is not None
+        run.chat.end(end_time=_ns(run.chat_end))
+        run.chat = None
 
     def _close_chat(self, run: _Run, at: float, error_type: str) -> None:
         """A model call that never replied: its span ends in error when the run moved on (or ends)."""
@@ -263,6 +290,10 @@ class OtelSink:
         span.set_attribute("agent_fsm.code", result.code)
         span.set_attribute("agent_fsm.turns", state.turns)
         span.set_attribute("gen_ai.usage.input_tokens", run.input_tokens)
+        usage = state.usage  # the run's own totals: the provider's figures where reported, and the cost
+        span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        span.set_attribute("agent_fsm.usage.cached_tokens", usage.cached_tokens)
+        span.set_attribute("agent_fsm.cost", format(usage.cost, "f"))
         if result.reason:
             span.set_attribute("agent_fsm.reason", result.reason)
         if result.stop is Stop.AWAITING_APPROVAL and state.pause is not None:

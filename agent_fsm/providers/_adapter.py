@@ -241,6 +241,18 @@ class HttpModel:
         body.update(self.extra_body)
         return body
 
+    # Read by the run driver: it passes Limits.max_output_tokens only to a model that takes it.
+    takes_output_cap = True
+    output_cap_field = "max_tokens"  # where the request body caps the reply's tokens
+
+    def _capped(self, body: dict[str, Any], cap: int | None) -> dict[str, Any]:
+        """``body`` with its output capped at ``cap`` (``None``: as it is); a lower cap already there stands."""
+        if cap is not None:
+            field = "max_completion_tokens" if "max_completion_tokens" in body else self.output_cap_field
+            given = body.get(field)
+            body[field] = min(given, cap) if isinstance(given, int) and given > 0 else cap
+        return body
+
     def _bad(self, what: str, status: int) -> Exception:
         return self._http.bad_response(what, status)
 
@@ -253,6 +265,7 @@ class HttpModel:
         *,
         on_delta: TextListener | None = None,
         output: Any = None,
+        max_output_tokens: int | None = None,
     ) -> ModelReply:
         """
         Send the transcript and the tool declarations; return the assistant's reply.
@@ -261,11 +274,13 @@ class HttpModel:
         (only when the adapter streams); the reply returned is the whole one.
         ``output`` (an :class:`agent_fsm.OutputSpec`, given by the engine when
         ``native_output`` is on) asks the provider for an answer of that schema.
+        ``max_output_tokens`` caps the reply (the run's ``Limits.max_output_tokens``,
+        which its cost budget counts on); a lower cap of the adapter's own stands.
 
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        status, data = self._post(self.request_body(messages, tools, output), on_delta)
+        status, data = self._post(self._capped(self.request_body(messages, tools, output), max_output_tokens), on_delta)
         reply = self._reply_to(messages, data, status)
         return reply if output is None else self.typed_reply(reply, output, tools)
 
@@ -276,6 +291,7 @@ class HttpModel:
         *,
         on_delta: TextListener | None = None,
         output: Any = None,
+        max_output_tokens: int | None = None,
     ) -> ModelReply:
         """
         :meth:`chat` on ``httpx.AsyncClient``: the same request, reply, retries and failures.
@@ -285,7 +301,8 @@ class HttpModel:
         Raises:
             ProviderFailure: the reply could not be obtained or read (the run ends ``provider_error``).
         """
-        status, data = await self._apost(self.request_body(messages, tools, output), on_delta)
+        body = self._capped(self.request_body(messages, tools, output), max_output_tokens)
+        status, data = await self._apost(body, on_delta)
         reply = self._reply_to(messages, data, status)
         return reply if output is None else self.typed_reply(reply, output, tools)
 
@@ -378,6 +395,17 @@ def prompt_tokens(value: Any) -> int | None:
 def output_name(output: Any) -> str:
     """The wire name of typed ``output``: its schema's name when the APIs accept it, else ``final_result``."""
     return output.name if TOOL_NAME.match(output.name) else "final_result"
+
+
+def usage_count(value: Any) -> int | None:
+    """A reported usage figure (tokens out, tokens from a cache), or ``None`` when missing or not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def model_of(reply: Mapping[str, Any]) -> str | None:
+    """The model the provider says answered (it prices the call), or ``None``."""
+    name = reply.get("model")
+    return name if isinstance(name, str) and name else None
 
 
 def cached_tokens(value: Any) -> int:

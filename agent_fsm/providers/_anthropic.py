@@ -28,8 +28,10 @@ from agent_fsm.providers._adapter import (
     arguments_object,
     cached_tokens,
     check_tool_names,
+    model_of,
     object_of,
     prompt_tokens,
+    usage_count,
     wire_tool_name,
 )
 from agent_fsm.providers._anthropic_stream import AnthropicStream
@@ -372,4 +374,11 @@ class AnthropicMessages(HttpModel):
             + cached_tokens(usage.get("cache_creation_input_tokens"))
             + cached_tokens(usage.get("cache_read_input_tokens"))
         )
-        return ModelReply(message, prompt_tokens=prompt_tokens(counted), finish=finish)
+        return ModelReply(
+            message,
+            prompt_tokens=prompt_tokens(counted),
+            finish=finish,
+            output_tokens=usage_count(usage.get("output_tokens")),
+            cached_tokens=usage_count(usage.get("cache_read_input_tokens")),
+            model=model_of(reply),
+        )

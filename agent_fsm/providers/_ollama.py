@@ -17,7 +17,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agent_fsm.engine import ModelReply, assistant_text
-from agent_fsm.providers._adapter import HttpModel, arguments_object, check_tool_names, object_of, prompt_tokens
+from agent_fsm.providers._adapter import (
+    HttpModel,
+    arguments_object,
+    check_tool_names,
+    model_of,
+    object_of,
+    prompt_tokens,
+    usage_count,
+)
 from agent_fsm.providers._http import ProviderConfigError
 from agent_fsm.providers._sse import JsonLines, StreamBroken, fragments_of, read_to_end
 
@@ -130,7 +138,21 @@ class OllamaChat(HttpModel):
             out["thinking"] = message["thinking"]
         # With a warm cache Ollama counts only the prompt tokens it evaluated anew;
         # the engine ignores a count that implausibly small.
-        return ModelReply(out, prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")), finish=finish)
+        return ModelReply(
+            out,
+            prompt_tokens=prompt_tokens(reply.get("prompt_eval_count")),
+            finish=finish,
+            output_tokens=usage_count(reply.get("eval_count")),
+            model=model_of(reply),
+        )
+
+    def _capped(self, body: dict[str, Any], cap: int | None) -> dict[str, Any]:
+        """Ollama caps the reply with ``options.num_predict``."""
+        if cap is not None:
+            options = body.setdefault("options", {})
+            given = options.get("num_predict")
+            options["num_predict"] = min(given, cap) if isinstance(given, int) and given > 0 else cap
+        return body
 
     def stream_assembler(self) -> OllamaStream:
         """An NDJSON assembler (``done: false`` parts, then the ``done: true`` summary)."""

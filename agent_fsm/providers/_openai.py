@@ -35,9 +35,11 @@ from agent_fsm.engine import ModelReply
 from agent_fsm.providers._adapter import (
     HttpModel,
     check_tool_names,
+    model_of,
     object_of,
     output_name,
     prompt_tokens,
+    usage_count,
     wire_tool_name,
 )
 from agent_fsm.providers._http import ProviderConfigError
@@ -244,7 +246,15 @@ class OpenAIChat(HttpModel):
         if out["content"] is None and not calls and finish not in ("refusal", "content_filter", "length"):
             raise self._bad(f"the message has neither content nor tool_calls (finish_reason={reason!r})", status)
         usage = object_of(reply.get("usage")) or {}
-        return ModelReply(out, prompt_tokens=prompt_tokens(usage.get("prompt_tokens")), finish=finish)
+        cached = (object_of(usage.get("prompt_tokens_details")) or {}).get("cached_tokens")
+        return ModelReply(
+            out,
+            prompt_tokens=prompt_tokens(usage.get("prompt_tokens")),
+            finish=finish,
+            output_tokens=usage_count(usage.get("completion_tokens")),
+            cached_tokens=usage_count(cached),
+            model=model_of(reply),
+        )
 
     def _failed_call(self, reply: Mapping[str, Any], turn: int) -> ModelReply:
         """A ``tool_use_failed`` error as the call the model tried to make, arguments as it wrote them."""

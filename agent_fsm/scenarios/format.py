@@ -12,12 +12,13 @@ import json
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, cast
 
 import attrs
 
-from agent_fsm.engine import AgentFSMError, Limits, Stop
+from agent_fsm.engine import AgentFSMError, Limits, Price, Prices, Stop
 
 __all__ = [
     "MCPUse",
@@ -43,6 +44,8 @@ _TOP_KEYS = {
     "resume",
     "expect",
     "mcp",
+    "prices",
+    "tool_caps",
 }
 _EXPECT_KEYS = {
     "stop",
@@ -56,6 +59,7 @@ _EXPECT_KEYS = {
     "reason_contains",
     "checks",
     "invariants",
+    "cost",
 }
 BUILTIN_GATES = ("allow_all", "deny_effects", "ask_for_effects")
 REFERENCE = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*)$")
@@ -133,6 +137,8 @@ class Scenario:
     limits: Limits = Limits()
     resumes: tuple[Resume, ...] = ()
     mcp: tuple[MCPUse, ...] = ()
+    prices: Prices | None = None  # [prices]: the price table the run is charged by
+    tool_caps: Mapping[str, int] = attrs.field(factory=dict, hash=False)  # [tool_caps]: max_calls by tool name
 
 
 # --- loading -------------------------------------------------------------------
@@ -233,9 +239,47 @@ def _model(reader: _Reader, value: Any) -> ModelSpec:
     )
 
 
+def _amount(reader: _Reader, value: Any, key: str) -> Decimal:
+    """Money in a spec: decimal text such as "0.25" (TOML has no decimal type, and a float rounds)."""
+    text = reader.typed(value, key, str, 'an amount as decimal text, e.g. "0.25"')
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        raise reader.fail(key, f"{text!r} is not a decimal amount") from None
+
+
+def _prices(reader: _Reader, value: Any) -> Prices | None:
+    if value is None:
+        return None
+    table = reader.table(value, "prices", ("default", "models"))
+
+    def price(item: Any, key: str) -> Price:
+        entry = reader.table(item, key, ("input", "output", "cached_input"))
+        amounts = {name: _amount(reader, entry[name], f"{key}.{name}") for name in entry}
+        try:
+            return Price(**amounts)
+        except TypeError as exc:
+            raise reader.fail(key, f"not a price: {exc}") from exc
+
+    models = reader.table(table.get("models", {}), "prices.models")
+    return Prices(
+        {name: price(item, f"prices.models.{name}") for name, item in models.items()},
+        price(table["default"], "prices.default") if "default" in table else None,
+    )
+
+
+def _tool_caps(reader: _Reader, value: Any) -> dict[str, int]:
+    caps = reader.table(value, "tool_caps")
+    for name, cap in caps.items():
+        reader.typed(cap, f"tool_caps.{name}", int, "a whole number of calls")
+    return dict(caps)
+
+
 def _limits(reader: _Reader, value: Any) -> Limits:
     fields = [f.name for f in attrs.fields(Limits)]
     table = reader.table(value, "limits", fields)
+    if "max_cost" in table:
+        table = {**table, "max_cost": _amount(reader, table["max_cost"], "limits.max_cost")}
     try:
         return Limits(**table)
     except (TypeError, ValueError) as exc:
@@ -383,6 +427,8 @@ def scenario_from_data(data: Mapping[str, Any], path: str | Path = "<spec>") -> 
         resumes=tuple(decisions),
         expect=_expect(reader, data["expect"]),
         mcp=tuple(servers),
+        prices=_prices(reader, data.get("prices")),
+        tool_caps=_tool_caps(reader, data.get("tool_caps", {})),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -208,12 +209,23 @@ def build_agent(scenario: Scenario, environment: Environment, *, model: Model | 
         SpecFormatError: the spec's gate or ``model.name`` is not one of ``environment``'s.
     """
     gate = _gate(scenario, environment)
-    return environment.agent(
+    agent = environment.agent(
         model if model is not None else build_model(scenario, environment),
         gate=gate,
         limits=scenario.limits,
         system_prompt=scenario.system_prompt,
     )
+    if scenario.prices is not None:
+        agent = agent.replace(prices=scenario.prices)
+    if scenario.tool_caps:
+        unknown = sorted(set(scenario.tool_caps) - set(agent.tools))
+        if unknown:
+            raise SpecFormatError(scenario.path, "tool_caps", f"{unknown} are not tools of this environment")
+        tools = dict(agent.tools)
+        for name, cap in scenario.tool_caps.items():
+            tools[name] = attrs.evolve(tools[name], max_calls=cap)
+        agent = agent.replace(tools=tools)
+    return agent
 
 
 def _gate(scenario: Scenario, environment: Environment) -> Gate | None:
@@ -251,6 +263,9 @@ def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, u
     for key, actual_count in counters.items():
         if key in expect:
             found.append(Expectation(key, expect[key], actual_count, actual_count == expect[key]))
+    if "cost" in expect:
+        spent = format(result.usage.cost, "f")
+        found.append(Expectation("cost", expect["cost"], spent, Decimal(spent) == Decimal(expect["cost"])))
     if "observation_kinds" in expect:
         kinds = [o.kind for o in state.observations]
         found.append(

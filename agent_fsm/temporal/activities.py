@@ -73,7 +73,7 @@ async def model(agent: str, messages: list[dict[str, Any]], tools: list[dict[str
 
 
 @activity.defn(name=TOOL_ACTIVITY)
-async def tool(agent: str, call: dict[str, Any], context: dict[str, str] | None) -> dict[str, Any]:
+async def tool(agent: str, call: dict[str, Any], context: dict[str, Any] | None) -> dict[str, Any]:
     """
     Run one validated, allowed call's real handler and return its observation as data.
 

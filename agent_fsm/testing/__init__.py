@@ -80,14 +80,19 @@ from agent_fsm.testing._screening import INJECTION_ACTION, check_screen, injecti
 from agent_fsm.testing._settings import default_settings
 from agent_fsm.testing._strategies import (
     MESSAGE_KINDS,
+    FailingModel,
     TableGate,
     answer_messages,
     assistant_messages,
+    capped_tools,
     compactors,
+    fallback_models,
     gates,
     invalid_arguments,
     limits,
+    prices,
     register_type_strategies,
+    reported_replies,
     scripted_models,
     scripts,
     thoughts,
@@ -102,7 +107,12 @@ from agent_fsm.testing._watchdog import watchdog_calls
 __all__ = [
     # Strategies
     "MESSAGE_KINDS",
+    "FailingModel",
     "TableGate",
+    "capped_tools",
+    "fallback_models",
+    "prices",
+    "reported_replies",
     "answer_messages",
     "compactors",
     "tool_rule_sets",

@@ -24,6 +24,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
@@ -32,11 +33,15 @@ from agent_fsm import (
     RUN_MACHINE,
     Edge,
     Ending,
+    FallbackModel,
     Limits,
     MachineSpec,
     OutcomeUnknown,
+    Price,
+    Prices,
     ProviderFailure,
     RunResult,
+    ScriptedModel,
     Stop,
     ToolError,
     Verdict,
@@ -179,10 +184,12 @@ class Route:
     screening: Screening = "none"
     # The agent's other parts the setup chose: compact=, compact_at=, tool_rules= (none by default).
     options: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    backup: bool = False  # the replies' model is the primary of a FallbackModel whose backup answers
 
-    def model(self) -> RouteModel:
-        """A fresh model playing the replies."""
-        return RouteModel(self.replies)
+    def model(self) -> RouteModel | FallbackModel:
+        """A fresh model playing the replies (with a backup that answers, when the route has one)."""
+        played = RouteModel(self.replies)
+        return FallbackModel(played, ScriptedModel([])) if self.backup else played
 
     def run(self, tools_factory: Callable[[], Any], task: str = DEFAULT_TASK) -> RunResult:
         """Run the route again in a fresh world, deciding each pause as recorded (then rejecting)."""
@@ -211,6 +218,8 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits}
     changes.update(_SCREENS[route.screening])
     changes.update(route.options)
+    if base.prices is None:  # every model's tokens cost something: a money budget can bind
+        changes["prices"] = _PRICES
     if check is not None:
         changes["answer_check"] = check
     agent = base.replace(**changes)
@@ -220,6 +229,9 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
         approve = decisions.pop(0) if decisions else False
         result = agent.resume(result.state, approve=approve)
     return result
+
+
+_PRICES = Prices(default=Price(Decimal(1), Decimal(1)))  # every model's tokens cost something: a budget can bind
 
 
 def _table(kind: Literal["allow", "ask", "deny"]) -> Gate:
@@ -276,7 +288,7 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
     return replies
 
 
-_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate, Screening, Mapping[str, Any]]
+_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate, Screening, Mapping[str, Any], bool]
 
 
 def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
@@ -297,6 +309,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
             "permanent",
         ),
         ("an answer check refusing every answer", base, True, None, "permanent"),
+        ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
     if first is not None:
@@ -313,16 +326,21 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
     if first is not None:
         agent_changes.append((f"{first} ends the run", base, {"tool_rules": (ends_run(first),)}))
     for (label, limits, refuse, failing, failure), (gate_label, gate) in itertools.product(changes, gates):
-        yield (", ".join(x for x in (gate_label, label) if x), limits, refuse, failing, failure, gate, "none", {})
+        named = ", ".join(x for x in (gate_label, label) if x)
+        yield (named, limits, refuse, failing, failure, gate, "none", {}, False)
     screened: list[tuple[str, Screening]] = [
         ("screens passing everything", "pass"),
         ("an input screen refusing every task", "refuse"),
         ("a result screen stopping at every result", "stop"),
     ]
     for (label, screening), (gate_label, gate) in itertools.product(screened, gates):
-        yield (f"{gate_label}, {label}", base, False, None, "permanent", gate, screening, {})
+        yield (f"{gate_label}, {label}", base, False, None, "permanent", gate, screening, {}, False)
     for (label, limits, options), (gate_label, gate) in itertools.product(agent_changes, gates):
-        yield (", ".join(x for x in (gate_label, label) if x), limits, False, None, "permanent", gate, "none", options)
+        named = ", ".join(x for x in (gate_label, label) if x)
+        yield (named, limits, False, None, "permanent", gate, "none", options, False)
+    for gate_label, gate in gates:  # the provider down, and a backup model that answers
+        label = ", ".join(x for x in (gate_label, "a backup model") if x)
+        yield (label, base, False, None, "permanent", gate, "none", {}, True)
 
 
 def routes(
@@ -358,7 +376,7 @@ def routes(
     for length in range(1, max_replies + 1):
         for words in itertools.product(alphabet, repeat=length):
             replies = tuple(reply for _, reply in words)
-            for label, limits, refuse, failing, failure, chosen, screening, options in setups:
+            for label, limits, refuse, failing, failure, chosen, screening, options, backup in setups:
                 for decisions in ((), (True,), (False,)):
                     route = Route(
                         replies,
@@ -371,6 +389,7 @@ def routes(
                         failure=failure,
                         screening=screening,
                         options=options,
+                        backup=backup,
                     )
                     world = world_of(tools_factory())
                     if gate_factory is not None:

@@ -9,15 +9,21 @@ by the engine's validator and invalid ones are refused by it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
 from hypothesis import strategies as st
 
 from agent_fsm.engine import (
+    FallbackModel,
     Limits,
     Model,
+    ModelReply,
+    Price,
+    Prices,
+    ProviderFailure,
     Registry,
     ScriptedModel,
     ToolCall,
@@ -38,12 +44,17 @@ from agent_fsm.testing._schema import schema_values, schema_violations
 __all__ = [
     "MESSAGE_KINDS",
     "TableGate",
+    "FailingModel",
     "answer_messages",
     "assistant_messages",
     "compactors",
+    "capped_tools",
+    "fallback_models",
     "gates",
     "invalid_arguments",
     "limits",
+    "prices",
+    "reported_replies",
     "scripted_models",
     "scripts",
     "thoughts",
@@ -284,15 +295,84 @@ def limits(
     max_prompt_tokens: tuple[int, int] = (0, 3000),
     repeated_denials: tuple[int, int] = (1, 3),
     max_tool_calls: tuple[int, int] | None = (0, 6),
+    max_cost: tuple[Decimal, Decimal] | None = None,
+    max_output_tokens: tuple[int, int] = (1, 500),
 ) -> st.SearchStrategy[Limits]:
-    """:class:`agent_fsm.Limits` with each budget drawn from an inclusive range (``max_tool_calls`` may be None)."""
+    """
+    :class:`agent_fsm.Limits` with each budget drawn from an inclusive range (``max_tool_calls`` may be None).
+
+    With ``max_cost`` (a range of amounts) the limits carry a money budget and
+    the output cap it needs, drawn from ``max_output_tokens``.
+    """
     tool_budget = st.none() if max_tool_calls is None else st.none() | st.integers(*max_tool_calls)
+    money = st.none() if max_cost is None else st.decimals(*max_cost, places=6)
     return st.builds(
         Limits,
         max_turns=st.integers(*max_turns),
         max_prompt_tokens=st.integers(*max_prompt_tokens),
         repeated_denials=st.integers(*repeated_denials),
         max_tool_calls=tool_budget,
+        max_cost=money,
+        max_output_tokens=st.none() if max_cost is None else st.integers(*max_output_tokens),
+    )
+
+
+_AMOUNTS = st.decimals(min_value=Decimal(0), max_value=Decimal(100), places=2)
+
+
+def prices(models: Sequence[str] = ()) -> st.SearchStrategy[Prices]:
+    """Price tables: a :class:`agent_fsm.Price` per name in ``models`` and a default for any other model."""
+    price = st.builds(Price, input=_AMOUNTS, output=_AMOUNTS, cached_input=st.none() | _AMOUNTS)
+    return st.builds(Prices, st.fixed_dictionaries({name: price for name in models}), price)
+
+
+def reported_replies(
+    messages: st.SearchStrategy[dict[str, Any]], *, max_prompt_tokens: int = 4000, max_output_tokens: int = 500
+) -> st.SearchStrategy[ModelReply]:
+    """
+    Replies as a provider reports them: a message from ``messages`` and random usage figures, any of them missing.
+
+    The output is at most ``max_output_tokens`` (a provider honours the cap
+    it is given); the cached tokens at most the prompt.
+    """
+    return _reported(messages, max_prompt_tokens, max_output_tokens)
+
+
+@st.composite
+def _reported(draw: st.DrawFn, messages: st.SearchStrategy[dict[str, Any]], prompt_cap: int, cap: int) -> ModelReply:
+    prompt = draw(st.none() | st.integers(1, max(prompt_cap, 1)))
+    cached = None if prompt is None else draw(st.none() | st.integers(0, prompt))
+    return ModelReply(draw(messages), prompt, None, draw(st.none() | st.integers(0, cap)), cached)
+
+
+class FailingModel:
+    """A model the provider cannot serve: every call raises :class:`agent_fsm.ProviderFailure` of ``kind``."""
+
+    def __init__(self, kind: str = "http") -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"FailingModel({self.kind!r})"
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
+        raise ProviderFailure(f"the provider failed ({self.kind})", kind=self.kind)
+
+
+_KINDS = ("timeout", "transport", "http", "bad_response", "request_limit")
+
+
+def fallback_models(tools: Registry, *, max_failing: int = 2) -> st.SearchStrategy[FallbackModel]:
+    """:class:`agent_fsm.FallbackModel` chains: up to ``max_failing`` failing models, then a scripted one."""
+    failing = st.lists(st.sampled_from(_KINDS).map(FailingModel), min_size=1, max_size=max(max_failing, 1))
+    kinds = st.sets(st.sampled_from(_KINDS), min_size=1)
+    return st.builds(lambda chain, last, on: FallbackModel(*chain, last, on=on), failing, scripted_models(tools), kinds)
+
+
+def capped_tools(tools: Registry, *, max_calls: tuple[int, int] = (0, 3)) -> st.SearchStrategy[dict[str, Any]]:
+    """``tools`` with a random ``max_calls`` cap (or none) on each tool."""
+    cap = st.none() | st.integers(*max_calls)
+    return st.fixed_dictionaries({name: cap for name in tools}).map(
+        lambda caps: {name: attrs.evolve(spec, max_calls=caps[name]) for name, spec in tools.items()}
     )
 
 

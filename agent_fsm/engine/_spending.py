@@ -1,0 +1,137 @@
+"""
+What a run spends and may spend: each model call charged from its usage figures, the worst case checked before it,
+the next model of a fallback chain admitted, each capped tool's calls counted against its cap.
+
+Rationale: a money budget noticed after the call that broke it is no budget.
+So the guard before a model call (``cost_over_budget``, and ``can_fall_back``
+before the next model of a chain) prices the worst case: the whole prompt
+estimate at the input price and the whole output cap (``max_output_tokens``)
+at the output price. After the call the provider's own figures are charged
+(the estimates when it reports none), and the difference stays unspent.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from agent_fsm.engine import _events as events
+from agent_fsm.engine._errors import RunError
+from agent_fsm.engine._limits import Price
+from agent_fsm.engine._models import ModelReply, model_name
+from agent_fsm.engine._tools import ToolCall
+
+if TYPE_CHECKING:
+    from agent_fsm.engine._run import RunContext
+
+__all__ = ["cap_refusal", "charge", "fall_back", "may_fall_back", "over_budget", "price_of"]
+
+
+# --- spending ---
+
+
+def price_of(run: RunContext, name: str | None) -> Price | None:
+    """
+    The price of the model called ``name`` under the agent's prices (``None``: no prices, nothing is charged).
+
+    Raises:
+        RunError: a cost budget without prices, or a model the prices do not name (a set-up mistake: loud).
+    """
+    prices = run.agent.prices if run.agent is not None else None
+    if prices is None:
+        if run.limits.max_cost is None:
+            return None
+        raise RunError("Limits(max_cost=...) needs prices: give the agent prices=Prices(...)", state=run.state)
+    price = prices.of(name)
+    if price is None:
+        raise RunError(
+            f"no price for the model {name!r}: add it to Prices(models=...) or give a default", state=run.state
+        )
+    return price
+
+
+def over_budget(run: RunContext, model: Any) -> bool:
+    """Whether the next call to ``model`` could take the run past ``max_cost``: prompt estimate in, output cap out."""
+    limit, cap = run.limits.max_cost, run.limits.max_output_tokens
+    price = price_of(run, model_name(model))
+    assert limit is not None and cap is not None and price is not None, "Limits requires max_output_tokens"
+    return run.state.usage.cost + price.worst_case(run.next_prompt_tokens(), cap) > limit
+
+
+def may_fall_back(run: RunContext) -> bool:
+    """The call failed with a kind the FallbackModel lists, a model is left, and turns, time and cost admit it."""
+    state, chain, limits = run.state, run.fallback, run.limits
+    fault = state.fault
+    if fault is None or chain is None or fault.kind not in chain.on or state.model_attempt + 1 >= len(chain.models):
+        return False
+    if state.turns >= limits.max_turns or (limits.max_seconds is not None and run.elapsed() >= limits.max_seconds):
+        return False
+    return limits.max_cost is None or not over_budget(run, chain.models[state.model_attempt + 1])
+
+
+def fall_back(run: RunContext) -> None:
+    """Set the run on to the next model of its chain after a listed failure (the fault is kept in the event)."""
+    state = run.state
+    fault = state.fault
+    assert fault is not None and run.fallback is not None, "entered by can_fall_back only"
+    state.fault = None
+    state.model_attempt += 1
+    if run.outbox is not None:
+        attempt = state.model_attempt - 1
+        run.post(events.FellBack(run.run_id, time.time(), state.turns, attempt, fault.kind, fault.message))
+
+
+_ZERO = Decimal(0)
+
+
+def _count(value: Any) -> bool:
+    """A usage figure a provider reported: a whole number >= 0 (anything else is not taken)."""
+    return type(value) is int and value >= 0
+
+
+def charge(run: RunContext, reply: ModelReply | None, estimate: int, measured: int) -> None:
+    """
+    Add the call just made to the run's usage: the provider's figures where reported, else the estimates.
+
+    An unreported output is the reply's ``measured`` size, at most the output
+    cap (a capped model cannot have written more).
+    """
+    state = run.state
+    name = model_name(run.model)
+    given, output, cached, reported = estimate, measured, 0, False
+    if reply is not None:
+        name = reply.model if isinstance(reply.model, str) else name
+        given = reply.prompt_tokens if _count(reply.prompt_tokens) else estimate  # type: ignore[assignment]
+        reported = _count(reply.output_tokens)
+        if reported:
+            output = reply.output_tokens  # type: ignore[assignment]
+        if _count(reply.cached_tokens):
+            cached = min(reply.cached_tokens, given)  # type: ignore[type-var,assignment]
+    cap = run.limits.max_output_tokens
+    if cap is not None and output > cap and not reported:
+        output = cap
+    price = price_of(run, name)
+    usage = state.usage
+    usage.input_tokens += given
+    usage.output_tokens += output
+    usage.cached_tokens += cached
+    cost = _ZERO if price is None else price.cost(given, output, cached)
+    if price is not None:
+        usage.cost += cost
+    state.model_attempt = 0
+    if run.outbox is not None:
+        spent, total = format(cost, "f"), format(state.usage.cost, "f")
+        run.post(events.Charged(run.run_id, time.time(), state.turns, name, given, output, cached, spent, total))
+
+
+def cap_refusal(run: RunContext, call: ToolCall) -> str | None:
+    """Why ``call`` is refused under its tool's ``max_calls`` (``None``: the tool has no cap, or calls left)."""
+    spec = run.tools.get(call.name)
+    cap = spec.max_calls if spec is not None else None
+    if cap is None or run.state.tool_uses.get(call.name, 0) < cap:
+        return None
+    return (
+        f"not run: {call.name} may be called at most {cap} time(s) in a run and it was; use what it returned,"
+        " another tool, or answer"
+    )
