@@ -114,7 +114,16 @@ REFERENCE = [
     ),
     ("Models and policies", "models.md", ["agent_fsm.engine._models", "agent_fsm.engine._policy"]),
     ("Context and tool offer", "context-api.md", ["agent_fsm.engine._context"]),
-    ("Machines", "machines.md", ["agent_fsm.engine._machine", "agent_fsm.engine._run", "agent_fsm.engine._analysis"]),
+    (
+        "Machines",
+        "machines.md",
+        [
+            "agent_fsm.engine._machine",
+            "agent_fsm.engine._run",
+            "agent_fsm.engine._launch",
+            "agent_fsm.engine._analysis",
+        ],
+    ),
     ("Verification", "verification.md", ["agent_fsm.engine._invariants"]),
     ("Errors", "errors.md", ["agent_fsm.engine._errors"]),
     ("Diagrams", "diagrams.md", ["agent_fsm.diagrams"]),

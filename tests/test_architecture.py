@@ -48,12 +48,14 @@ KERNEL_THIRD_PARTY = {
 KERNEL_LAYERS = [
     "_errors", "_json", "_schema", "_limits", "_endings", "_tools", "_steps", "_machine", "_messages", "_models",
     "_context", "_state", "_events", "_spending", "_gates", "_boundary", "_invariants", "_analysis", "_run",
-    "_async", "_agent",
+    "_launch", "_async", "_agent",
     "_policy",
 ]  # fmt: skip
 
 # A module holds one concept whole: long is fine, a second concept is not (the cap only catches a drift).
-MAX_LINES = 1200
+# 1,400: the run's state and its saved form (one field list, its writer, strict and fast readers) are one
+# concept, and each field a feature adds to the state is read and written there.
+MAX_LINES = 1400
 
 
 def _is_module(name: str) -> bool:
@@ -160,7 +162,7 @@ def test_the_kernel_is_layered() -> None:
 
 def test_the_kernel_is_at_most_twenty_modules() -> None:
     """The kernel was cut by concept, not by length: a newcomer reads about twenty files, not forty."""
-    assert len(list((PACKAGE / "engine").glob("_*.py"))) - 1 <= 22  # about twenty: a concept gets its module
+    assert len(list((PACKAGE / "engine").glob("_*.py"))) - 1 <= 23  # about twenty: a concept gets its module
 
 
 def test_every_area_has_a_layer() -> None:

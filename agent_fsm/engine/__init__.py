@@ -25,7 +25,8 @@ each, layered so that each imports only those above it in this list::
     _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
     _invariants   what every run must satisfy
     _analysis     the static checker: termination proved from the table
-    _run          THE LOOP: the guards and effects, a run launched, driven, rested, recovered
+    _run          THE LOOP: the run in flight, the machine's guards and effects
+    _launch       the seam: a run set going, rested, decided once, recovered after a crash
     _async        the async way of waiting (the only module that imports asyncio, loaded on first use)
     _agent        the Agent value and the module-level functions that delegate to it
     _policy       a narrow decide(task, observations) interface adapted onto a model
@@ -134,6 +135,7 @@ from agent_fsm.engine._gates import (
 )
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
+from agent_fsm.engine._launch import DEFAULT_SYSTEM_PROMPT, continue_run, settle_intent, start_state
 from agent_fsm.engine._limits import Limits, Price, Prices, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
@@ -157,14 +159,7 @@ from agent_fsm.engine._policy import (
     observations_of,
     string_fields,
 )
-from agent_fsm.engine._run import (
-    DEFAULT_SYSTEM_PROMPT,
-    AnswerCheck,
-    RunContext,
-    continue_run,
-    settle_intent,
-    start_state,
-)
+from agent_fsm.engine._run import AnswerCheck, RunContext
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
     Judgement,

@@ -26,18 +26,18 @@ from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._errors import ToolDefinitionError
 from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
-from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
-from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
-from agent_fsm.engine._models import Model
-from agent_fsm.engine._run import (
+from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
-    AnswerCheck,
     Launch,
     continuing,
     deciding,
     start_state,
     starting,
 )
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
+from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
+from agent_fsm.engine._models import Model
+from agent_fsm.engine._run import AnswerCheck
 from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_fsm.engine._events import RunEvent
-from agent_fsm.engine._run import Launch, interrupted
+from agent_fsm.engine._launch import Launch, interrupted
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import CALL, MODEL, SLEEP, Request, Steps, chat_kwargs, is_awaitable
 

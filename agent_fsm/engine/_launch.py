@@ -1,0 +1,520 @@
+"""
+The seam: a run set going, brought to rest, decided once, recovered after a crash.
+
+:mod:`~agent_fsm.engine._run` is the loop (the run in flight, the machine's
+guards and effects); this module is where a run meets what lies outside
+it: a driver starts it (:func:`starting`) or continues a saved one
+(:func:`continuing`), the result and its reason are made as it rests
+(:func:`_rest`), a person's decision is applied once (:func:`deciding`),
+and a run a crash interrupted is settled from its committed intent
+(:func:`continue_run`). The sync and async drivers share all of it, so
+both end, pause and recover a run the same way.
+
+[launch]
+How a run is set going and how it comes to rest, shared by the sync and async drivers.
+
+Each public driver function checks its arguments at once, then builds a
+:class:`RunContext` and the run's steps here; the sync driver performs the
+steps with plain calls, the async driver awaits them. The result, the
+reason in words and the commit to a store are made here too, so both
+drivers end a run the same way.
+
+
+[recovery]
+Continuing a run from its last checkpoint after the process that ran it died.
+
+A checkpoint taken at an intent holds the run in ``Executing`` with the
+call at the head of ``pending`` and no observation of it: the handler may
+have run, in part or fully, or not at all. Nobody can know, so the rule is:
+the step into ``Executing`` is rolled back to the state it was taken from
+(``Proposing``, or ``AwaitingApproval`` for an approved call), and then
+
+* an **idempotent** tool the gate still allows is run again, under the same
+  idempotency key (the key depends only on the run and the call);
+* any other call pauses in ``AwaitingApproval`` with the reason "outcome
+  unknown": a person checks the world and approves (it runs again, same
+  key) or rejects (it is recorded as not run).
+
+A call is never silently executed twice.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agent_fsm.engine import _events as events
+from agent_fsm.engine._boundary import (
+    Checkpointer,
+    Intent,
+    Seen,
+    approved_judging,
+    judge,
+    mark_pause,
+)
+from agent_fsm.engine._endings import Ending, EndingRule, code_for
+from agent_fsm.engine._errors import NotPaused, RunError, StateError
+from agent_fsm.engine._gates import (
+    screen_observation,
+    screen_task,
+)
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
+from agent_fsm.engine._machine import RUN_MACHINE
+from agent_fsm.engine._messages import (
+    TokenEstimator,
+    estimate_tokens,
+)
+from agent_fsm.engine._run import (
+    MACHINE,
+    AnswerCheck,
+    RunContext,
+    ask_about_unknown,
+    judge_proposal,
+    no_progress_reason,
+)
+from agent_fsm.engine._schema import OutputSpec
+from agent_fsm.engine._state import Judgement, RunResult, RunState, state_problem
+from agent_fsm.engine._steps import Steps
+from agent_fsm.engine._tools import ToolCall, call_fingerprint, measure
+
+if TYPE_CHECKING:
+    from agent_fsm.engine._agent import Agent
+
+# --- launch ---
+
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You act only through the tools you are given. Each tool result comes back as JSON with "
+    "ok, kind and content. A call that comes back invalid or denied is information: read the "
+    "reason and change your proposal, or answer in plain text."
+)
+"""The system prompt a run starts with when ``system_prompt`` is not given: how tool results read."""
+
+Launch = tuple[RunContext, Steps[RunResult]]
+
+
+def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
+    if stop is Stop.ANSWERED:
+        return None
+    if stop in (Stop.ANSWER_REJECTED, Stop.AWAITING_APPROVAL):
+        return state.judgement.reason if state.judgement is not None else None
+    if stop is Stop.PROVIDER_ERROR:
+        return state.fault.message if state.fault is not None else None
+    if stop is Stop.TIME_LIMIT:
+        cut = " (the model call in flight was cut off)" if state.fault is not None else ""
+        return f"{state.elapsed:.3f} s of the {limits.max_seconds} s time budget spent{cut}"
+    # A state handed in may claim an ending its record does not show: say so, never raise.
+    last = state.observations[-1].content if state.observations else "(no observation recorded)"
+    if stop is Stop.NO_PROGRESS:
+        return no_progress_reason(state, limits, last)
+    if stop is Stop.STEP_LIMIT:
+        return f"{state.turns} of {limits.max_turns} model calls made"
+    if stop is Stop.TOKEN_LIMIT:
+        return f"the next prompt would exceed {limits.max_prompt_tokens} tokens"
+    if stop in (Stop.REFUSED, Stop.INTERCEPTED):
+        screened = state.screens[-1] if state.screens else None
+        return (screened.reason or screened.code) if screened is not None else None
+    if stop is Stop.TOOL_ENDED:  # the ending result, not the calls of its reply answered after it
+        last = next((o.content for o in reversed(state.observations) if o.kind == "result"), last)
+        return f"the tool that ends the run returned: {last if isinstance(last, str) else json.dumps(last)}"
+    if stop is Stop.COST_LIMIT:
+        spent = format(state.usage.cost, "f")
+        return f"{spent} of the {limits.max_cost} cost budget spent; the next model call's worst case would pass it"
+    if stop is Stop.HANDOFF:
+        return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
+    return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
+
+
+def _declared(check: AnswerCheck | None) -> Any:
+    """The answer check as the machine calls it: an :class:`Ending` it returns is recorded as the run's code."""
+    if check is None:
+        return None
+
+    def answer_check(text: str, state: RunState) -> Any:
+        verdict = check(text, state)
+        if hasattr(verdict, "__await__"):
+            return _awaited_verdict(verdict, state)
+        return _verdict(verdict, state)
+
+    answer_check.__qualname__ = getattr(check, "__qualname__", repr(check))  # named as the user wrote it
+    return answer_check
+
+
+def _verdict(verdict: Any, state: RunState) -> Any:
+    if not isinstance(verdict, Ending):
+        return verdict
+    state.code = verdict.code
+    return None if verdict.accept else verdict.reason or verdict.code
+
+
+class _awaited_verdict:  # used as the function it stands in for
+    """An async check's verdict, read when awaited; closing it closes the check's own coroutine (never started)."""
+
+    def __init__(self, pending: Any, state: RunState) -> None:
+        self.pending = pending
+        self.state = state
+
+    def __await__(self) -> Any:
+        return self._settle().__await__()
+
+    async def _settle(self) -> Any:
+        return _verdict(await self.pending, self.state)
+
+    def close(self) -> None:
+        close = getattr(self.pending, "close", None)
+        if callable(close):
+            close()
+
+
+def _result(
+    state: RunState, limits: Limits, endings: EndingRule | None = None, output: OutputSpec | None = None
+) -> RunResult:
+    stop = RUN_MACHINE.stop_of(state.machine_state)
+    assert stop is not None, "the driver returned from a working state"
+    code = code_for(endings, stop, state)
+    typed = output is not None and stop is Stop.ANSWERED and state.output is not None
+    if stop is not Stop.AWAITING_APPROVAL and code != stop.value:
+        state.code = code  # kept in the state, so a saved run still says how it ended
+    return RunResult(
+        stop=stop,
+        answer=state.answer if stop is Stop.ANSWERED else None,
+        state=state,
+        blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL else None,
+        reason=_reason(stop, state, limits),
+        code=code,
+        output=_built(output, state) if typed else None,  # type: ignore[arg-type]
+    )
+
+
+def _built(output: OutputSpec, state: RunState) -> Any:
+    """
+    The caller's value of the state's output, held to the contract again: a state loaded from elsewhere is data.
+
+    Raises:
+        StateError: the saved output does not fit the agent's output contract (edited, or another agent's).
+    """
+    problems = output.errors(state.output)
+    if not problems:
+        try:
+            return output.build(state.output)
+        except Exception as exc:
+            problems = [f"{type(exc).__name__}: {exc}"]
+    raise StateError(f"the state's output does not fit {output.name}: {'; '.join(problems)[:500]}", state=state)
+
+
+def start_state(
+    task: str,
+    *,
+    system_prompt: str | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+    estimator: TokenEstimator = estimate_tokens,
+    run_id: str | None = None,
+) -> RunState:
+    """
+    A fresh state in ``Ready``: the system prompt (``""`` for none), any earlier
+    ``history`` of a conversation, then the task as the newest user message.
+
+    The system prompt is added only when ``history`` has none of its own.
+    ``run_id`` names the run (pause ids and idempotency keys derive from it);
+    by default it is random.
+    """
+    state = RunState() if run_id is None else RunState(run_id=run_id)
+    prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    opening: list[dict[str, Any]] = []
+    if prompt and not any(m.get("role") == "system" for m in history):
+        opening.append({"role": "system", "content": prompt})
+    for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
+        try:
+            tokens = estimate_tokens(message) if estimator is estimate_tokens else measure(estimator, message)
+        except RunError as exc:
+            exc.state = state
+            raise
+        state.messages.append(message)
+        state.message_tokens += tokens
+    state.opening = len(state.messages)
+    return state
+
+
+def _required_id(run_id: str | None) -> str:
+    if not isinstance(run_id, str) or not run_id:
+        raise TypeError(f"a run kept in a store needs a run_id to be found by (a non-empty str, got {run_id!r})")
+    return run_id
+
+
+def _stored_id(store: Checkpointer | None, run_id: str | None) -> str | None:
+    return _required_id(run_id) if store is not None else run_id
+
+
+def _trusted_limits(state: RunState, limits: Limits | None) -> Limits:
+    """The limits to run under: those passed, else those saved with the run, else the defaults."""
+    if limits is not None:
+        if not isinstance(limits, Limits):
+            raise TypeError(f"'limits' must be a Limits (got {limits!r} that is a {type(limits).__name__}).")
+        return limits
+    saved = state.limits
+    if saved is not None and not isinstance(saved, Limits):
+        raise StateError(f"the state's limits are not a Limits: {saved!r}", state=state)
+    return saved if saved is not None else DEFAULT_LIMITS
+
+
+def _check(state: RunState) -> None:
+    if not isinstance(state, RunState):
+        raise TypeError(f"'state' must be a RunState (got {type(state).__name__})")
+    problem = state_problem(state)
+    if problem is not None:
+        raise StateError(f"the run state is inconsistent at {problem[0]}: {problem[1]}", state=state)
+
+
+def _rest(context: RunContext, endings: EndingRule | None) -> RunResult:
+    """The run rests (paused or ended): its result, committed (a pause under its own id) and announced."""
+    context.settle_clock()
+    state = context.state
+    if context.agent is not None and state.machine_state == "AwaitingApproval":
+        # A pause names the agent that paused it, so whoever decides it can tell a different agent apart.
+        state.agent, state.agent_digest = context.agent.name, context.agent.digest
+    result = _result(state, context.limits, endings, context.output)
+    if context.checkpointer is not None:
+        mark_pause(context.state)
+        context.checkpointer.save(context.run_id, context.state)
+    if context.outbox is not None:
+        context.post(events.Ended(context.run_id, time.time(), result))
+    return result
+
+
+def interrupted(context: RunContext) -> None:
+    """The run was cancelled where it stands (consistent by construction): keep its time, and commit it if stored."""
+    context.settle_clock()
+    if context.checkpointer is not None:
+        context.checkpointer.save(context.run_id, context.state)
+
+
+def starting(
+    agent: Agent, state: RunState, *, store: Checkpointer | None, run_id: str | None, listening: bool
+) -> Launch:
+    """A new run's ``state`` (see :meth:`agent_fsm.Agent.start`), begun in ``store``: its context and steps."""
+    if store is not None:
+        state.agent_digest = agent.digest  # a stored run is a record: it names its contracts from the start
+        store.begin(_required_id(run_id), state)
+    return continuing(agent, state, store=store, run_id=run_id, listening=listening, fresh=True)
+
+
+def continuing(
+    agent: Agent,
+    state: RunState,
+    *,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+    fresh: bool = False,
+) -> Launch:
+    """
+    ``state`` driven on from where it is by ``agent`` (see :meth:`agent_fsm.Agent.advance`).
+
+    A ``fresh`` state, built just now by :func:`start_state`, is consistent by construction and not checked again.
+    """
+    if not fresh:
+        _check(state)
+    context = _context(agent, state, _trusted_limits(state, agent.limits), store, run_id, listening)
+    return context, _advancing(context, agent.endings)
+
+
+def _context(
+    agent: Agent, state: RunState, limits: Limits, store: Checkpointer | None, run_id: str | None, listening: bool
+) -> RunContext:
+    """The run in flight: the answer check as the machine calls it, the run id a store requires."""
+    check = _declared(agent.answer_check)
+    stored_id = _stored_id(store, run_id)
+    context = RunContext(
+        state, agent.model, agent.tools, agent.gate, limits, agent.estimator, check, store, stored_id, listening
+    )
+    context.equip(agent)
+    return context
+
+
+def _advancing(context: RunContext, endings: EndingRule | None) -> Steps[RunResult]:
+    state = context.state
+    if RUN_MACHINE.state(state.machine_state).kind == "working":
+        state.limits = context.limits
+        if state.machine_state == "Compacting":  # stopped inside a compaction: it is made again from Ready
+            state.path.pop()
+            state.machine_state = "Ready"
+        if state.machine_state == "Proposing":
+            yield from judge_proposal(context)
+        elif state.machine_state in _SCREENING:  # a run resting mid-screen (a screen raised): screened again
+            yield from _SCREENING[state.machine_state](context)
+        yield from MACHINE.steps(context)
+    return _rest(context, endings)
+
+
+_SCREENING = {"ScreeningInput": screen_task, "ScreeningResult": screen_observation}
+
+
+def deciding(
+    agent: Agent,
+    state: RunState,
+    approve: bool,
+    reason: str,
+    arguments: Mapping[str, Any] | None,
+    seen: Seen | None,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+) -> Launch:
+    """A human's decision on a paused ``state``, judged by ``agent`` (see :meth:`agent_fsm.Agent.resume`)."""
+    if not isinstance(approve, bool):
+        raise TypeError(f"'approve' must be a bool (got {approve!r} that is a {type(approve).__name__}).")
+    if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
+        raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
+    _still_paused(state)
+    _check(state)
+    chosen = _trusted_limits(state, agent.limits)
+    work = copy.deepcopy(state)
+    work.pause = None
+    work.pause_id = None  # this pause is being decided; a later one gets its own id
+    work.limits = chosen
+    context = _context(agent, work, chosen, store, run_id, listening)
+    return context, _decided(context, state, approve, reason, arguments, seen, agent.endings)
+
+
+def _still_paused(state: RunState) -> None:
+    if state.machine_state != "AwaitingApproval":
+        raise NotPaused(
+            f"only a run awaiting approval can be resumed; this one is in {state.machine_state!r}", state=state
+        )
+    if state.consumed:
+        raise NotPaused("this paused state was resumed already; a pause is decided once", state=state)
+
+
+def _decided(
+    context: RunContext,
+    state: RunState,
+    approve: bool,
+    reason: str,
+    arguments: Mapping[str, Any] | None,
+    seen: Seen | None,
+    endings: EndingRule | None,
+) -> Steps[RunResult]:
+    pause = state.pause
+    assert pause is not None, "state_problem checks that a paused state holds its pause"
+    work = context.state
+    if approve:
+        yield from _approve(context, pause.fingerprint, arguments)  # may consult the gate; runs nothing yet
+    else:
+        work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
+    # Decided from here on: nothing ran before this point, so a failure above
+    # leaves the pause open. Checked again after the gate was awaited: another
+    # decision may have taken the pause meanwhile.
+    _still_paused(state)
+    if seen is not None and seen(pause.pause_id):
+        raise NotPaused(f"pause {pause.pause_id!r} was decided already; a pause is decided once", state=state)
+    state.consumed = True
+    # An approval judged afresh to be refused (invalid now, denied, not the
+    # call approved, no tool attempts left) leaves the pause as a rejection.
+    allowed = approve and work.judgement is not None and work.judgement.kind == "allow"
+    yield from MACHINE.steps(context, "approve" if allowed else "reject")
+    return _rest(context, endings)
+
+
+def _approve(context: RunContext, covers: str, arguments: Mapping[str, Any] | None) -> Steps[None]:
+    """Judge the blocked call afresh under a human's approval of the call ``covers`` names."""
+    state = context.state
+    call = state.pending[0]
+    if arguments is not None:
+        edited = dict(arguments)
+        call = ToolCall(call.call_id, call.name, edited, json.dumps(edited, default=repr))
+        state.pending[0] = call
+        covers = call_fingerprint(call)  # the reviewer wrote this call: their approval is of it
+    context.authorized = None
+    state.judgement = None
+    limit = context.limits.max_tool_calls
+    if limit is not None and state.tool_attempts >= limit:
+        state.judgement = Judgement("denied", f"not run: the tool budget is spent ({state.tool_attempts} of {limit})")
+        return
+    state.judgement = yield from approved_judging(call, context.tools, context.gate, covers, state=state)
+    if state.judgement.kind == "allow":
+        context.authorized = call
+        context.approved = True
+
+
+# --- recovery ---
+
+
+def _roll_back(state: RunState, intent: Intent) -> None:
+    call = state.pending[0] if state.pending else None
+    if state.machine_state != "Executing" or call is None or call_fingerprint(call) != intent.fingerprint:
+        raise RunError(
+            f"the checkpoint does not match its intent: expected the call {intent.call_id!r} ({intent.tool})"
+            f" at the head of pending in 'Executing', found {state.machine_state!r} with"
+            f" {call.call_id if call else 'nothing'!r} pending",
+            state=state,
+        )
+    # execute_call commits the intent as its first act, so entering Executing is all there is to undo.
+    state.path.pop()
+    state.machine_state = state.path[-1]
+
+
+def settle_intent(context: RunContext, intent: Intent) -> None:
+    state = context.state
+    _roll_back(state, intent)
+    call = state.pending[0]
+    spec = context.tools.get(call.name)
+    came_from = state.machine_state
+    reason = ""
+    if spec is not None and spec.idempotent:
+        if came_from == "AwaitingApproval":
+            context.authorized = call  # the store recorded a person's approval of this very call
+            context.approved = True
+            MACHINE.fire(context, "approve")  # run it again, same key
+            return
+        # The saved judgement is data, not authority: the gate is asked again before anything runs.
+        judgement = judge(call, context.tools, context.gate, state=state)
+        if judgement.kind == "allow":
+            state.judgement = judgement
+            context.authorized = call
+            MACHINE.fire(context, "judge")
+            return
+        reason = f"; the gate now answers {judgement.kind}: {judgement.reason}"
+    what = f"{call.name} ({call.call_id}) was interrupted after its intent was recorded and before its result was"
+    ask_about_unknown(context, call, what, reason)
+    if came_from == "Proposing":
+        MACHINE.fire(context, "judge")  # the judge edge to AwaitingApproval: the gate's own way to a person
+
+
+def continue_run(
+    agent: Agent, state: RunState, *, store: Checkpointer, run_id: str, intent: Intent | None
+) -> RunResult:
+    """
+    Continue a stored run (``state``, modified in place) by ``agent`` from its last checkpoint until it rests.
+
+    ``intent`` is the effect the checkpoint says was in flight (``None``:
+    none was); it is settled as the section says before the run goes on.
+    A run already resting is committed as it is and returned.
+
+    Raises:
+        RunError: the checkpoint and its intent disagree (a store written by something else).
+    """
+    chosen = _trusted_limits(state, agent.limits)  # the run's own limits unless the agent sets its own
+    context = RunContext(
+        state,
+        agent.model,
+        agent.tools,
+        agent.gate,
+        chosen,
+        agent.estimator,
+        _declared(agent.answer_check),
+        store,
+        run_id,
+    )
+    context.equip(agent)
+    if intent is not None:
+        settle_intent(context, intent)
+    elif state.machine_state == "AwaitingApproval":
+        # Stored as paused but claimed as running: a decision was taken and its process died before the
+        # run moved on. The decision did not take effect; the pause opens again, under a new id.
+        state.pause_id = None
+    if not RUN_MACHINE.state(state.machine_state).is_resting:
+        MACHINE.advance(context)
+    return _rest(context, agent.endings)
