@@ -9,14 +9,61 @@ Never edit a released migration: append a new one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agent_fsm.store.errors import SchemaError
 from agent_fsm.store.protocol import Transaction
+from agent_fsm.store.transcript import PARTS, append_rows, split_saved
 
-__all__ = ["MIGRATIONS", "VERSION_TABLE", "migrate", "migrated"]
+__all__ = ["MIGRATIONS", "VERSION_TABLE", "Step", "migrate", "migrated"]
 
 VERSION_TABLE = "agent_fsm_schema"
 
-MIGRATIONS: list[tuple[str, ...]] = [
+Step = str | Callable[[Transaction], None]
+"""A migration's step: a statement, or a function converting rows in the migration's transaction."""
+
+
+def _transcript_rows(tx: Transaction) -> None:
+    """
+    Store each run's messages and observations once, as rows, and every state (the run's, each checkpoint's) without.
+
+    A checkpoint whose lists are not the first of its run's final ones (or
+    a state that cannot be read) is left whole, as it was.
+    """
+    for run_id, text in tx.rows("SELECT run_id, state FROM agent_fsm_runs WHERE messages IS NULL"):
+        split = split_saved(text)
+        if split is None:
+            continue
+        lists = (split.messages, split.observations)
+        for part, items in zip(PARTS, lists, strict=True):
+            for start in range(0, len(items), 100):  # a bounded statement per hundred rows
+                chunk = items[start : start + 100]
+                tx.run(
+                    append_rows(len(chunk)),
+                    [value for seq, item in enumerate(chunk, start) for value in (run_id, part, seq, item)],
+                )
+        tx.run(
+            "UPDATE agent_fsm_runs SET state = ?, messages = ?, observations = ? WHERE run_id = ?",
+            (split.text, len(split.messages), len(split.observations), run_id),
+        )
+        for point, saved in tx.rows(
+            "SELECT point, state FROM agent_fsm_checkpoints WHERE run_id = ? AND messages IS NULL", (run_id,)
+        ):
+            kept = split_saved(saved)
+            mine = (kept.messages, kept.observations) if kept is not None else None
+            if (
+                kept is not None
+                and mine is not None
+                and all(part == items[: len(part)] for part, items in zip(mine, lists, strict=True))
+            ):
+                tx.run(
+                    "UPDATE agent_fsm_checkpoints SET state = ?, messages = ?, observations = ?"
+                    " WHERE run_id = ? AND point = ?",
+                    (kept.text, len(kept.messages), len(kept.observations), run_id, point),
+                )
+
+
+MIGRATIONS: list[tuple[Step, ...]] = [
     # 1: runs and the decisions taken on their pauses.
     (
         """CREATE TABLE agent_fsm_runs (
@@ -78,8 +125,24 @@ MIGRATIONS: list[tuple[str, ...]] = [
             forked_at DOUBLE PRECISION NOT NULL
         )""",
     ),
+    # 4: messages and observations as append-only rows, each written once; states refer to their first rows.
+    (
+        # One table for both parts, so that a commit's rows are one statement appended to one table.
+        """CREATE TABLE agent_fsm_records (
+            run_id TEXT NOT NULL,
+            part TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            item TEXT NOT NULL,
+            PRIMARY KEY (run_id, part, seq)
+        )""",
+        "ALTER TABLE agent_fsm_runs ADD COLUMN messages INTEGER",
+        "ALTER TABLE agent_fsm_runs ADD COLUMN observations INTEGER",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN messages INTEGER",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN observations INTEGER",
+        _transcript_rows,
+    ),
 ]
-"""Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
+"""Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: its steps run in order, in one transaction."""
 
 
 def migrated(tx: Transaction) -> int:
@@ -94,7 +157,7 @@ def migrated(tx: Transaction) -> int:
     return version
 
 
-def migrate(tx: Transaction, migrations: list[tuple[str, ...]]) -> int:
+def migrate(tx: Transaction, migrations: list[tuple[Step, ...]]) -> int:
     """
     Apply the ``migrations`` the database in ``tx`` lacks; the version it is then at.
 
@@ -109,7 +172,10 @@ def migrate(tx: Transaction, migrations: list[tuple[str, ...]]) -> int:
         )
     for statements in migrations[current:]:
         for statement in statements:
-            tx.run(statement)
+            if isinstance(statement, str):
+                tx.run(statement)
+            else:
+                statement(tx)
     if current == 0:
         tx.run(f"DELETE FROM {VERSION_TABLE}")
         tx.run(f"INSERT INTO {VERSION_TABLE} (version) VALUES (?)", (len(migrations),))

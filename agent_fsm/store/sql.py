@@ -17,6 +17,7 @@ an older copy, resumed after its pause was decided, is refused before any effect
 from __future__ import annotations
 
 import json
+import operator
 import os
 import time
 import uuid
@@ -29,6 +30,7 @@ import attrs
 from agent_fsm.engine import Intent, RunState
 from agent_fsm.store.errors import (
     AlreadyDecided,
+    DamagedRun,
     RunExists,
     RunNotFound,
     StoreError,
@@ -64,6 +66,7 @@ from agent_fsm.store.rows import (
     text_column,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
+from agent_fsm.store.transcript import PARTS, ROWS, Parts, append_rows, parts, whole
 
 __all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
@@ -75,6 +78,44 @@ class _Held:
     version: int
     # None right after a decision or a claim: the next state committed continues the run.
     state: weakref.ref[RunState] | None
+    # The messages and observations stored as the run's rows, when that state object wrote them: its
+    # next commit writes only what follows them, once they are shown to be still its first ones.
+    written: tuple[list[Any], list[Any]] | None = None
+
+
+_Counts = tuple[int, int] | tuple[None, None]
+
+
+def _what(state: RunState, start: tuple[int, int] | None) -> tuple[str, _Counts, Parts | None]:
+    """
+    What a commit writes of ``state`` whose first messages and observations (``start``) are rows already.
+
+    The state's text without them, their counts and the rows to add; or,
+    when ``start`` is ``None`` (the rows are not the state's), the whole
+    state's text, no counts and no rows: the run is then kept whole.
+    """
+    found = parts(state, *start) if start is not None else None
+    if found is None:
+        return state.to_json(), (None, None), None
+    return found.text, (len(state.messages), len(state.observations)), found
+
+
+def _append(tx: Transaction, run_id: str, start: tuple[int, int], found: Parts | None) -> None:
+    """Write the rows ``found`` adds after the first ``start`` of each part, in one statement."""
+    if found is None:
+        return
+    values = [
+        value
+        for part, items, first in zip(PARTS, (found.messages, found.observations), start, strict=True)
+        for seq, item in enumerate(items, first)
+        for value in (run_id, part, seq, item)
+    ]
+    if values:
+        tx.run(append_rows(len(values) // 4), values)
+
+
+def _written(state: RunState, counts: _Counts) -> tuple[list[Any], list[Any]] | None:
+    return None if counts[0] is None else (list(state.messages), list(state.observations))
 
 
 class SqlStore:
@@ -158,21 +199,67 @@ class SqlStore:
         belongs(run_id, state)
         status, stop = status_of(state)
         now = time.time()
-        text = state.to_json()
+        text, counts, found = _what(state, (0, 0))
         try:
             with self._transaction() as tx:
                 tx.run(
-                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, owner, created_at,"
-                    " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                    (run_id, status, stop, state.machine_state, text, self.owner, now, now),
+                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
+                    " owner, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    (run_id, status, stop, state.machine_state, text, *counts, self.owner, now, now),
                 )
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, now, run_id))
+                _append(tx, run_id, (0, 0), found)
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, now, run_id))
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
             exc.state = exc.state or state
             raise
-        self._held[run_id] = _Held(1, weakref.ref(state))
+        self._held[run_id] = _Held(1, weakref.ref(state), _written(state, counts))
+
+    def _stored(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
+        """The :data:`STORED` row of ``run_id`` (none if no such run) with its transcript rows put back."""
+        rows = tx.rows(STORED, (run_id,))
+        if not rows:
+            return rows
+        row = rows[0]
+        return [(*row[:11], self._whole(tx, run_id, row[11], row[13], row[14]), row[12])]
+
+    @staticmethod
+    def _whole(tx: Transaction, run_id: str, text: Any, messages: Any, observations: Any) -> Any:
+        """A stored state column's text with the run's rows it counts put back."""
+        counts = (messages, observations)
+        rows = tuple(
+            tx.rows(ROWS, (run_id, part, count)) if type(count) is int else []
+            for part, count in zip(PARTS, counts, strict=True)
+        )
+        return whole(run_id, text, counts, (rows[0], rows[1]))
+
+    def _start(self, tx: Transaction, run_id: str, state: RunState, held: _Held | None) -> tuple[int, int] | None:
+        """
+        How many of ``state``'s messages and observations are stored as the run's rows already; ``None`` if not these.
+
+        ``None``: the stored run is whole (no rows), or the rows are not
+        ``state``'s first ones (a message was replaced since): the commit
+        then writes the state whole, as a run's row was before rows existed.
+        """
+        lists: tuple[list[Any], list[Any]] = (state.messages, state.observations)
+        if held is not None and held.written is not None:  # the state object committed last wrote the rows
+            same = all(
+                len(items) >= len(seen) and all(map(operator.is_, items, seen))
+                for items, seen in zip(lists, held.written, strict=True)
+            )
+            return (len(held.written[0]), len(held.written[1])) if same else None
+        found = tx.rows("SELECT messages, observations FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
+        counts = found[0] if found else (None, None)
+        if not all(type(count) is int and len(items) >= count for count, items in zip(counts, lists, strict=True)):
+            return None
+        mine = parts(state)
+        if mine is None:
+            return None
+        for part, count, items in zip(PARTS, counts, (mine.messages, mine.observations), strict=True):
+            if [row[1] for row in tx.rows(ROWS, (run_id, part, count))] != items[:count]:
+                return None
+        return counts[0], counts[1]
 
     def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
         """
@@ -189,41 +276,45 @@ class SqlStore:
         held = self._held.get(run_id)
         bound = held is not None and (held.state is None or held.state() is state)
         try:
-            version = self._commit(run_id, state, intent, held if bound else None)
+            version, written = self._commit(run_id, state, intent, held if bound else None)
         except StoreError as exc:
             self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
             exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
         if status == "running":
-            self._held[run_id] = _Held(version + 1, weakref.ref(state))
+            self._held[run_id] = _Held(version + 1, weakref.ref(state), written)
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
 
-    def _commit(self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None) -> int:
-        """The compare-and-set of :meth:`save`; the version it wrote over."""
+    def _commit(
+        self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None
+    ) -> tuple[int, tuple[list[Any], list[Any]] | None]:
+        """The compare-and-set of :meth:`save`; the version it wrote over and the messages now stored as rows."""
         status, stop = status_of(state)
         paused = status == "paused" and bool(state.pending)
         now = time.time()
         previous = self._open.get(run_id)
-        text = state.to_json()
-        # An effect-free commit is two writes (the row, the checkpoint kept); one with an intent is two as well.
+        # An effect-free commit writes the row, the new messages and the checkpoint kept; one with an intent
+        # writes the row, the new messages and the intent. No message is written twice.
         with self._transaction() as tx:
             # A state object this store committed (or the first after a decision or a claim) continues
             # at the version held; any other must be shown to continue the stored state itself.
             version = (
-                held.version
-                if held is not None
-                else continuable(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
+                held.version if held is not None else continuable(run_id, self._checked(tx, run_id), self.owner, state)
             )
+            start = self._start(tx, run_id, state, held)
+            text, counts, found = _what(state, start)
             changed = tx.run(
-                "UPDATE agent_fsm_runs SET status = ?, stop = ?, machine_state = ?, state = ?, pause_id = ?,"
-                " reason = ?, blocked = ?, intent = ?, updated_at = ?, version = version + 1"
+                "UPDATE agent_fsm_runs SET status = ?, stop = ?, machine_state = ?, state = ?, messages = ?,"
+                " observations = ?, pause_id = ?, reason = ?, blocked = ?, intent = ?, updated_at = ?,"
+                " version = version + 1"
                 " WHERE run_id = ? AND owner = ? AND version = ?",
                 (
                     status,
                     stop,
                     state.machine_state,
                     text,
+                    *counts,
                     state.pause_id if paused else None,
                     text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                     call_json(state.pending[0]) if paused else None,
@@ -236,6 +327,7 @@ class SqlStore:
             )
             if not changed:
                 raise refusal(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
+            _append(tx, run_id, start or (0, 0), found)
             if previous is not None:
                 last = state.observations[-1] if state.observations else None
                 outcome = last.kind if last is not None and last.call_id == previous.call_id else "interrupted"
@@ -245,7 +337,7 @@ class SqlStore:
                     (now, outcome, run_id, previous.idempotency_key),
                 )
             if intent is None:  # no effect in flight: a point the run (or a fork of it) can go on from
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, now, run_id))
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, now, run_id))
             else:
                 tx.run(
                     "INSERT INTO agent_fsm_effects (run_id, idempotency_key, tool, call_id, fingerprint, intent_at)"
@@ -261,7 +353,12 @@ class SqlStore:
         self._open.pop(run_id, None)
         if intent is not None:
             self._open[run_id] = intent
-        return version
+        return version, _written(state, counts)
+
+    def _checked(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
+        """The :data:`CHECKED` row of ``run_id`` with its transcript rows put back."""
+        rows = tx.rows(CHECKED, (run_id,))
+        return [(*row[:4], self._whole(tx, run_id, row[4], row[5], row[6])) for row in rows]
 
     # --- reading ---------------------------------------------------------------------
 
@@ -276,7 +373,7 @@ class SqlStore:
         if not holdable(run_id):  # never stored: begin refuses it
             raise RunNotFound(f"no run is stored under {run_id!r}")
         with self._transaction(write=False) as tx:
-            rows = tx.rows(STORED, (run_id,))
+            rows = self._stored(tx, run_id)
         if not rows:
             raise RunNotFound(f"no run is stored under {run_id!r}")
         return stored_of(rows[0])
@@ -333,12 +430,19 @@ class SqlStore:
         if type(point) is not int or point < 0:
             raise ValueError(f"a checkpoint is numbered 0, 1, 2 ... (got {point!r})")
         found = (
-            tx.rows("SELECT state FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?", (run_id, point))
+            tx.rows(
+                "SELECT state, messages, observations FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?",
+                (run_id, point),
+            )
             if holdable(run_id)
             else []
         )
         if found:
-            return checkpoint_state(run_id, point, found[0][0])
+            try:
+                text = self._whole(tx, run_id, *found[0])
+            except DamagedRun as exc:
+                raise DamagedRun(f"checkpoint {point} of run {run_id!r} cannot be read: {exc}") from exc
+            return checkpoint_state(run_id, point, text)
         kept = tx.rows(CHECKPOINTS, (run_id,)) if holdable(run_id) else []
         if kept:
             raise RunNotFound(f"run {run_id!r} has no checkpoint {point} (it has {len(kept)}: 0 to {len(kept) - 1})")
@@ -391,16 +495,18 @@ class SqlStore:
                         " fork an earlier checkpoint"
                     )
                 paused = status == "paused"
-                text = state.to_json()
+                text, counts, found = _what(state, (0, 0))
                 tx.run(
-                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, pause_id, reason, blocked,"
-                    " owner, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
+                    " pause_id, reason, blocked, owner, created_at, updated_at, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         new_run_id,
                         status,
                         stop,
                         state.machine_state,
                         text,
+                        *counts,
                         state.pause_id if paused else None,
                         text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                         call_json(state.pending[0]) if paused else None,
@@ -409,12 +515,13 @@ class SqlStore:
                         now,
                     ),
                 )
-                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, now, new_run_id))
+                _append(tx, new_run_id, (0, 0), found)
+                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, *counts, now, new_run_id))
                 tx.run(
                     "INSERT INTO agent_fsm_forks (run_id, parent, point, forked_at) VALUES (?, ?, ?, ?)",
                     (new_run_id, run_id, at, now),
                 )
-                rows = tx.rows(STORED, (new_run_id,))
+                rows = self._stored(tx, new_run_id)
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {new_run_id!r}; give the fork its own id") from exc
@@ -470,7 +577,7 @@ class SqlStore:
                             now,
                         ),
                     )
-                    rows = tx.rows(STORED, (run_id,))
+                    rows = self._stored(tx, run_id)
                     # Checked before the decision commits: a row whose parts disagree decides nothing.
                     decided = stored_of(rows[0])
                     agrees(decided, pause_id, rows[0][6])
@@ -513,7 +620,7 @@ class SqlStore:
                     (self.owner, time.time(), run_id, version),
                 ):
                     continue
-                rows = tx.rows(STORED, (run_id,))
+                rows = self._stored(tx, run_id)
             stored = stored_of(rows[0])
             self._held[run_id] = _Held(stored.summary.version, None)
             if stored.intent is not None:
