@@ -304,13 +304,16 @@ class SqlStore:
             )
             start = self._start(tx, run_id, state, held)
             text, counts, found = _what(state, start)
+            # A run held here is stored running at the version held: while it stays running, its status is
+            # not written again (a status written is an index entry rewritten, a page more per commit).
+            still = held is not None and status == "running"
             changed = tx.run(
-                "UPDATE agent_fsm_runs SET status = ?, stop = ?, machine_state = ?, state = ?, messages = ?,"
-                " observations = ?, pause_id = ?, reason = ?, blocked = ?, intent = ?, updated_at = ?,"
-                " version = version + 1"
+                ("UPDATE agent_fsm_runs SET " if still else "UPDATE agent_fsm_runs SET status = ?, ")
+                + "stop = ?, machine_state = ?, state = ?, messages = ?, observations = ?, pause_id = ?, reason = ?,"
+                " blocked = ?, intent = ?, updated_at = ?, version = version + 1"
                 " WHERE run_id = ? AND owner = ? AND version = ?",
                 (
-                    status,
+                    *(() if still else (status,)),
                     stop,
                     state.machine_state,
                     text,
