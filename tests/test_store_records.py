@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ import agent_fsm.store.sql as sql_module
 from agent_fsm import Agent, Limits, RunState
 from agent_fsm.store import DamagedRun, PostgresStore, RunStore, SqliteStore, fork
 from agent_fsm.store.schema import MIGRATIONS
+from agent_fsm.store.transcript import parts
 from tests.ledger_world import LedgerModel, ledger_agent, ledger_tools, pay_gate, task_for
 
 Opener = Callable[[], RunStore]
@@ -30,15 +30,13 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
 
 
 class _Counting:
-    """A transaction that counts the record rows and the bytes of text its write statements are given."""
+    """A transaction that counts the bytes of text its write statements are given."""
 
     def __init__(self, tx: Any) -> None:
-        self.tx, self.records, self.bytes = tx, 0, 0
+        self.tx, self.bytes = tx, 0
 
     def run(self, sql: str, params: Any = ()) -> int:
         self.bytes += sum(len(p) for p in params if isinstance(p, str))
-        if sql.startswith("INSERT INTO agent_fsm_records"):
-            self.records += len(params) // 4
         changed: int = self.tx.run(sql, params)
         return changed
 
@@ -47,9 +45,9 @@ class _Counting:
         return found
 
 
-def _counted(store: RunStore) -> list[tuple[int, int]]:
-    """From now on, ``(record rows, bytes)`` written by each write transaction of ``store``."""
-    written: list[tuple[int, int]] = []
+def _counted(store: RunStore) -> list[int]:
+    """From now on, the bytes of text written by each write transaction of ``store``."""
+    written: list[int] = []
     opened = store._transaction  # type: ignore[attr-defined]
 
     @contextmanager
@@ -58,7 +56,7 @@ def _counted(store: RunStore) -> list[tuple[int, int]]:
             counted = _Counting(tx)
             yield counted
         if write:
-            written.append((counted.records, counted.bytes))
+            written.append(counted.bytes)
 
     store._transaction = counting  # type: ignore[attr-defined]
     return written
@@ -70,7 +68,7 @@ def _long_agent(ledger: Path, invoices: int) -> Agent:
 
 
 def test_a_commit_writes_only_what_it_adds(opener: Opener, tmp_path: Path) -> None:
-    """In a long run each message and observation is written once; a late commit writes about what an early one does."""
+    """In a long run each message and observation is kept once; a late commit writes about what an early one does."""
     store = opener()
     written = _counted(store)
     invoices = 12
@@ -81,22 +79,25 @@ def test_a_commit_writes_only_what_it_adds(opener: Opener, tmp_path: Path) -> No
     state = result.state
     commits = len(written)
     assert commits > 4 * invoices  # an intent and an observation per effect, the beginning, the ending
-    # Each message and observation is one row, written once, by the commit that added it.
-    assert sum(rows for rows, _ in written) == len(state.messages) + len(state.observations)
-    # At most: a lookup's call, its result and observation, then the payment's call, before its intent.
-    assert max(rows for rows, _ in written) <= 4
+    # Each message and observation is in exactly one checkpoint's piece, in order.
+    whole = parts(state)
+    assert whole is not None
+    with store._transaction(write=False) as tx:  # type: ignore[attr-defined]
+        pieces = tx.rows(
+            "SELECT new_messages, new_observations FROM agent_fsm_checkpoints WHERE run_id = 'long' ORDER BY point"
+        )
+    assert ", ".join(p[0] for p in pieces if p[0]) == ", ".join(whole.messages)
+    assert ", ".join(p[1] for p in pieces if p[1]) == ", ".join(whole.observations)
     # Bytes: the transcript grows by hundreds of bytes a call; what a commit writes grows by its path only.
-    transcript = sum(len(json.dumps(m)) for m in state.messages) + sum(len(o.call_id) + 60 for o in state.observations)
-    calls = len(state.observations)
-    early = sum(b for _, b in written[5:15]) / 10
-    late = sum(b for _, b in written[-11:-1]) / 10
-    growth_per_call = (late - early) / (calls * (commits - 16) / commits)
-    assert growth_per_call < 0.25 * transcript / calls, (early, late, growth_per_call, transcript / calls)
+    transcript = (len(", ".join(whole.messages)) + len(", ".join(whole.observations))) / len(state.observations)
+    early, late = sum(written[5:15]) / 10, sum(written[-11:-1]) / 10
+    growth_per_call = (late - early) / (len(state.observations) * (commits - 16) / commits)
+    assert growth_per_call < 0.25 * transcript, (early, late, growth_per_call, transcript)
     assert opener().load("long").state == state  # and it reads back whole
 
 
 def test_a_replaced_message_keeps_the_run_whole_from_there_on(opener: Opener, tmp_path: Path) -> None:
-    """A commit whose earlier messages are no longer the stored rows writes its state whole; reading still agrees."""
+    """A state whose earlier messages are not the stored ones is committed whole; one that continues them is not."""
     store = opener()
     paused = ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
     assert paused.stop.value == "awaiting_approval"
@@ -104,35 +105,36 @@ def test_a_replaced_message_keeps_the_run_whole_from_there_on(opener: Opener, tm
     changed = RunState.from_json(state.to_json())
     changed.messages[1] = {**changed.messages[1], "content": changed.messages[1]["content"] + " (edited)"}
     with store._transaction() as tx:  # type: ignore[attr-defined]
-        assert store._start(tx, "r", changed, None) is None  # type: ignore[attr-defined]
-        assert store._start(tx, "r", state, None) == (len(state.messages), len(state.observations))  # type: ignore[attr-defined]
+        assert store._since(tx, "r", changed, None) is None  # type: ignore[attr-defined]
+        assert store._since(tx, "r", state, None) == (len(state.messages), len(state.observations))  # type: ignore[attr-defined]
 
 
-def test_the_migration_stores_older_runs_as_rows(
-    opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A database at migration 3 (whole states) is converted: states lose their lists to rows and read back equal."""
+def test_the_migration_keeps_older_runs_once(opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database at migration 3 (whole states) is converted; each state reads back equal; what cannot be, is left."""
     source = SqliteStore(tmp_path / "source.db")
-    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=source, run_id="parent")
-    final = source.load("parent").state
-    kept = [source.checkpoint("parent", c.point) for c in source.checkpoints("parent")]
-    odd = RunState.from_json(kept[1].to_json())  # a checkpoint whose messages are not the run's first ones
+    for run_id in ("clean", "odd"):
+        ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=source, run_id=run_id)
+    final = {run_id: source.load(run_id).state for run_id in ("clean", "odd")}
+    kept = {run_id: [source.checkpoint(run_id, c.point) for c in source.checkpoints(run_id)] for run_id in final}
+    odd = RunState.from_json(kept["odd"][1].to_json())  # a checkpoint whose messages are not the run's first ones
     odd.messages[1] = {**odd.messages[1], "content": "another task"}
+    kept["odd"][1] = odd
     monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:3])
     old = opener()
     assert old.schema_version() == 3  # type: ignore[attr-defined]
     with old._transaction() as tx:  # type: ignore[attr-defined]  # the rows as the version-3 store wrote them
-        tx.run(
-            "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, pause_id, owner, created_at,"
-            " updated_at, version) VALUES ('parent', 'paused', 'awaiting_approval', ?, ?, ?, 'old', 1.0, 1.0, 5)",
-            (final.machine_state, final.to_json(), final.pause_id),
-        )
-        for point, state in enumerate([kept[0], odd, *kept[2:]]):
+        for run_id, state in final.items():
             tx.run(
-                "INSERT INTO agent_fsm_checkpoints (run_id, point, machine_state, stop, state, saved_at)"
-                " VALUES ('parent', ?, ?, ?, ?, 1.0)",
-                (point, state.machine_state, None, state.to_json()),
+                "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, pause_id, owner, created_at,"
+                " updated_at, version) VALUES (?, 'paused', 'awaiting_approval', ?, ?, ?, 'old', 1.0, 1.0, 5)",
+                (run_id, state.machine_state, state.to_json(), state.pause_id),
             )
+            for point, at in enumerate(kept[run_id]):
+                tx.run(
+                    "INSERT INTO agent_fsm_checkpoints (run_id, point, machine_state, stop, state, saved_at)"
+                    " VALUES (?, ?, ?, NULL, ?, 1.0)",
+                    (run_id, point, at.machine_state, at.to_json()),
+                )
         tx.run(
             "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, owner, created_at, updated_at,"
             " version) VALUES ('broken', 'ended', 'answered', 'Answered', '{not json', 'old', 1.0, 1.0, 1)"
@@ -140,21 +142,18 @@ def test_the_migration_stores_older_runs_as_rows(
     monkeypatch.undo()
     store = opener()
     assert store.schema_version() == len(MIGRATIONS) == 4  # type: ignore[attr-defined]
-    assert store.load("parent").state == final
-    assert [store.checkpoint("parent", n) for n in range(len(kept))] == [kept[0], odd, *kept[2:]]
+    for run_id in final:
+        assert store.load(run_id).state == final[run_id]
+        assert [store.checkpoint(run_id, n) for n in range(len(kept[run_id]))] == kept[run_id]
     with store._transaction(write=False) as tx:  # type: ignore[attr-defined]
-        rows = tx.rows("SELECT count(*) FROM agent_fsm_records WHERE run_id = 'parent'")[0][0]
-        counts = tx.rows("SELECT point, messages FROM agent_fsm_checkpoints ORDER BY point")
-        stored = tx.rows("SELECT state, messages FROM agent_fsm_runs WHERE run_id = 'parent'")[0]
-    assert rows == len(final.messages) + len(final.observations)  # each once
-    assert stored[1] == len(final.messages) and '"messages": [], "observations": []' in stored[0]
-    assert counts == [
-        (0, len(kept[0].messages)),
-        (1, None),
-        *((n, len(s.messages)) for n, s in enumerate(kept) if n > 1),
-    ]
+        rows = dict(tx.rows("SELECT run_id, state FROM agent_fsm_runs"))
+        counts = tx.rows("SELECT run_id, messages FROM agent_fsm_checkpoints ORDER BY run_id, point")
+    assert '"messages": [], "observations": []' in rows["clean"]  # converted: the lists are kept once
+    assert [c for r, c in counts if r == "clean"] == [len(s.messages) for s in kept["clean"]]
+    assert rows["odd"] == final["odd"].to_json() and {c for r, c in counts if r == "odd"} == {None}  # left whole
     with pytest.raises(DamagedRun):  # what could not be read is left as it was, refused as before
         store.load("broken")
-    # The converted run goes on: decided, and forked from a converted checkpoint.
-    forked = fork(store, "parent", at=2, new_run_id="child")
-    assert forked.state.messages == kept[2].messages
+    # A converted run goes on: forked from a converted checkpoint, and the fork commits as any run.
+    forked = fork(store, "clean", at=2, new_run_id="child")
+    assert forked.state.messages == kept["clean"][2].messages
+    assert store.checkpoint("child", 0).messages == kept["clean"][2].messages

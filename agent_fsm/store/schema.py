@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from agent_fsm.store.errors import SchemaError
 from agent_fsm.store.protocol import Transaction
-from agent_fsm.store.transcript import PARTS, append_rows, split_saved
+from agent_fsm.store.transcript import split_saved
 
 __all__ = ["MIGRATIONS", "VERSION_TABLE", "Step", "migrate", "migrated"]
 
@@ -23,44 +23,40 @@ Step = str | Callable[[Transaction], None]
 """A migration's step: a statement, or a function converting rows in the migration's transaction."""
 
 
-def _transcript_rows(tx: Transaction) -> None:
+def _written_once(tx: Transaction) -> None:
     """
-    Store each run's messages and observations once, as rows, and every state (the run's, each checkpoint's) without.
+    Keep each run's lists once: every state without them, each checkpoint with the items added since the one before.
 
-    A checkpoint whose lists are not the first of its run's final ones (or
-    a state that cannot be read) is left whole, as it was.
+    A run whose checkpoints are not each an extension of the one before (or
+    holding a state that cannot be read) is left whole, as it was.
     """
     for run_id, text in tx.rows("SELECT run_id, state FROM agent_fsm_runs WHERE messages IS NULL"):
-        split = split_saved(text)
-        if split is None:
+        final = split_saved(text)
+        kept = tx.rows("SELECT point, state FROM agent_fsm_checkpoints WHERE run_id = ? ORDER BY point", (run_id,))
+        states = [split_saved(saved) for _, saved in kept]
+        if final is None or any(state is None for state in states):
             continue
-        lists = (split.messages, split.observations)
-        for part, items in zip(PARTS, lists, strict=True):
-            for start in range(0, len(items), 100):  # a bounded statement per hundred rows
-                chunk = items[start : start + 100]
+        chain = [state for state in states if state is not None] + [final]
+        before: tuple[list[str], list[str]] = ([], [])
+        pieces = []
+        for state in chain:
+            lists = (state.messages, state.observations)
+            if any(items[: len(prior)] != prior for items, prior in zip(lists, before, strict=True)):
+                break
+            pieces.append(tuple(", ".join(items[len(prior) :]) for items, prior in zip(lists, before, strict=True)))
+            before = lists
+        else:
+            for (point, _), state, piece in zip(kept, chain, pieces, strict=False):
                 tx.run(
-                    append_rows(len(chunk)),
-                    [value for seq, item in enumerate(chunk, start) for value in (run_id, part, seq, item)],
+                    "UPDATE agent_fsm_checkpoints SET state = ?, messages = ?, observations = ?, new_messages = ?,"
+                    " new_observations = ? WHERE run_id = ? AND point = ?",
+                    (state.text, len(state.messages), len(state.observations), *piece, run_id, point),
                 )
-        tx.run(
-            "UPDATE agent_fsm_runs SET state = ?, messages = ?, observations = ? WHERE run_id = ?",
-            (split.text, len(split.messages), len(split.observations), run_id),
-        )
-        for point, saved in tx.rows(
-            "SELECT point, state FROM agent_fsm_checkpoints WHERE run_id = ? AND messages IS NULL", (run_id,)
-        ):
-            kept = split_saved(saved)
-            mine = (kept.messages, kept.observations) if kept is not None else None
-            if (
-                kept is not None
-                and mine is not None
-                and all(part == items[: len(part)] for part, items in zip(mine, lists, strict=True))
-            ):
-                tx.run(
-                    "UPDATE agent_fsm_checkpoints SET state = ?, messages = ?, observations = ?"
-                    " WHERE run_id = ? AND point = ?",
-                    (kept.text, len(kept.messages), len(kept.observations), run_id, point),
-                )
+            tx.run(
+                "UPDATE agent_fsm_runs SET state = ?, messages = ?, observations = ?, new_messages = ?,"
+                " new_observations = ? WHERE run_id = ?",
+                (final.text, len(final.messages), len(final.observations), *pieces[-1], run_id),
+            )
 
 
 MIGRATIONS: list[tuple[Step, ...]] = [
@@ -125,21 +121,17 @@ MIGRATIONS: list[tuple[Step, ...]] = [
             forked_at DOUBLE PRECISION NOT NULL
         )""",
     ),
-    # 4: messages and observations as append-only rows, each written once; states refer to their first rows.
+    # 4: each message and observation written once (see agent_fsm.store.transcript), stored runs converted.
     (
-        # One table for both parts, so that a commit's rows are one statement appended to one table.
-        """CREATE TABLE agent_fsm_records (
-            run_id TEXT NOT NULL,
-            part TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            item TEXT NOT NULL,
-            PRIMARY KEY (run_id, part, seq)
-        )""",
         "ALTER TABLE agent_fsm_runs ADD COLUMN messages INTEGER",
         "ALTER TABLE agent_fsm_runs ADD COLUMN observations INTEGER",
+        "ALTER TABLE agent_fsm_runs ADD COLUMN new_messages TEXT",
+        "ALTER TABLE agent_fsm_runs ADD COLUMN new_observations TEXT",
         "ALTER TABLE agent_fsm_checkpoints ADD COLUMN messages INTEGER",
         "ALTER TABLE agent_fsm_checkpoints ADD COLUMN observations INTEGER",
-        _transcript_rows,
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN new_messages TEXT",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN new_observations TEXT",
+        _written_once,
     ),
 ]
 """Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: its steps run in order, in one transaction."""

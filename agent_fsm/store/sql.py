@@ -66,7 +66,7 @@ from agent_fsm.store.rows import (
     text_column,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
-from agent_fsm.store.transcript import PARTS, ROWS, Parts, append_rows, parts, whole
+from agent_fsm.store.transcript import parts, whole
 
 __all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
@@ -78,40 +78,33 @@ class _Held:
     version: int
     # None right after a decision or a claim: the next state committed continues the run.
     state: weakref.ref[RunState] | None
-    # The messages and observations stored as the run's rows, when that state object wrote them: its
-    # next commit writes only what follows them, once they are shown to be still its first ones.
+    # The messages and observations stored when that state object was last committed, and how many of
+    # each the run's latest checkpoint holds: its next commit writes what follows those (see .transcript).
     written: tuple[list[Any], list[Any]] | None = None
+    kept: tuple[int, int] = (0, 0)
 
 
 _Counts = tuple[int, int] | tuple[None, None]
+_Pieces = tuple[str, str] | tuple[None, None]
 
 
-def _what(state: RunState, start: tuple[int, int] | None) -> tuple[str, _Counts, Parts | None]:
+def _what(state: RunState, since: tuple[int, int] | None) -> tuple[str, _Counts, _Pieces]:
     """
-    What a commit writes of ``state`` whose first messages and observations (``start``) are rows already.
+    What a commit writes of ``state`` whose latest checkpoint holds its first ``since`` messages and observations.
 
-    The state's text without them, their counts and the rows to add; or,
-    when ``start`` is ``None`` (the rows are not the state's), the whole
-    state's text, no counts and no rows: the run is then kept whole.
+    The state's text without its lists, their counts, and the items added
+    since that checkpoint; or, when ``since`` is ``None`` (what is stored is
+    not the start of ``state``'s lists), the whole state's text and no counts:
+    the run is then kept whole.
     """
-    found = parts(state, *start) if start is not None else None
+    found = parts(state, *since) if since is not None else None
     if found is None:
-        return state.to_json(), (None, None), None
-    return found.text, (len(state.messages), len(state.observations)), found
-
-
-def _append(tx: Transaction, run_id: str, start: tuple[int, int], found: Parts | None) -> None:
-    """Write the rows ``found`` adds after the first ``start`` of each part, in one statement."""
-    if found is None:
-        return
-    values = [
-        value
-        for part, items, first in zip(PARTS, (found.messages, found.observations), start, strict=True)
-        for seq, item in enumerate(items, first)
-        for value in (run_id, part, seq, item)
-    ]
-    if values:
-        tx.run(append_rows(len(values) // 4), values)
+        return state.to_json(), (None, None), (None, None)
+    return (
+        found.text,
+        (len(state.messages), len(state.observations)),
+        (", ".join(found.messages), ", ".join(found.observations)),
+    )
 
 
 def _written(state: RunState, counts: _Counts) -> tuple[list[Any], list[Any]] | None:
@@ -199,67 +192,84 @@ class SqlStore:
         belongs(run_id, state)
         status, stop = status_of(state)
         now = time.time()
-        text, counts, found = _what(state, (0, 0))
+        text, counts, pieces = _what(state, (0, 0))
+        rest = ("", "") if counts[0] is not None else (None, None)  # nothing added since checkpoint 0
         try:
             with self._transaction() as tx:
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
-                    " owner, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                    (run_id, status, stop, state.machine_state, text, *counts, self.owner, now, now),
+                    " new_messages, new_observations, owner, created_at, updated_at, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    (run_id, status, stop, state.machine_state, text, *counts, *rest, self.owner, now, now),
                 )
-                _append(tx, run_id, (0, 0), found)
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, now, run_id))
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, *pieces, now, run_id))
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
             exc.state = exc.state or state
             raise
-        self._held[run_id] = _Held(1, weakref.ref(state), _written(state, counts))
+        self._held[run_id] = _Held(1, weakref.ref(state), _written(state, counts), (counts[0] or 0, counts[1] or 0))
 
     def _stored(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
-        """The :data:`STORED` row of ``run_id`` (none if no such run) with its transcript rows put back."""
+        """The :data:`STORED` row of ``run_id`` (none if no such run) with its lists put back."""
         rows = tx.rows(STORED, (run_id,))
         if not rows:
             return rows
         row = rows[0]
-        return [(*row[:11], self._whole(tx, run_id, row[11], row[13], row[14]), row[12])]
+        return [(*row[:11], self._whole(tx, run_id, row[11], row[13], row[15:17]), row[12])]
 
     @staticmethod
-    def _whole(tx: Transaction, run_id: str, text: Any, messages: Any, observations: Any) -> Any:
-        """A stored state column's text with the run's rows it counts put back."""
-        counts = (messages, observations)
-        rows = tuple(
-            tx.rows(ROWS, (run_id, part, count)) if type(count) is int else []
-            for part, count in zip(PARTS, counts, strict=True)
-        )
-        return whole(run_id, text, counts, (rows[0], rows[1]))
-
-    def _start(self, tx: Transaction, run_id: str, state: RunState, held: _Held | None) -> tuple[int, int] | None:
+    def _whole(tx: Transaction, run_id: str, text: Any, count: Any, rest: Any = None, point: int | None = None) -> Any:
         """
-        How many of ``state``'s messages and observations are stored as the run's rows already; ``None`` if not these.
+        A stored state's text with its lists put back: the run's (``rest``: its row's piece) or checkpoint ``point``'s.
 
-        ``None``: the stored run is whole (no rows), or the rows are not
-        ``state``'s first ones (a message was replaced since): the commit
-        then writes the state whole, as a run's row was before rows existed.
+        Raises:
+            DamagedRun: a piece is missing or not text (written by something other than this store).
+        """
+        if count is None:  # kept whole
+            return text
+        below = "" if point is None else " AND point <= ?"
+        pieces = tx.rows(
+            f"SELECT new_messages, new_observations FROM agent_fsm_checkpoints WHERE run_id = ?{below} ORDER BY point",
+            (run_id,) if point is None else (run_id, point),
+        )
+        try:
+            return whole(text, [*pieces, rest] if rest is not None else pieces)
+        except DamagedRun as exc:
+            raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: {exc}") from exc
+
+    def _since(self, tx: Transaction, run_id: str, state: RunState, held: _Held | None) -> tuple[int, int] | None:
+        """
+        How many messages and observations the run's latest checkpoint holds, if ``state`` starts with what is stored.
+
+        ``None``: the stored run is whole, or what is stored is not the start
+        of ``state``'s lists (a message was replaced since): the commit then
+        writes the state whole, as a run's row was before migration 4.
         """
         lists: tuple[list[Any], list[Any]] = (state.messages, state.observations)
-        if held is not None and held.written is not None:  # the state object committed last wrote the rows
+        if held is not None and held.written is not None:  # the state object committed last: the same objects
             same = all(
                 len(items) >= len(seen) and all(map(operator.is_, items, seen))
                 for items, seen in zip(lists, held.written, strict=True)
             )
-            return (len(held.written[0]), len(held.written[1])) if same else None
-        found = tx.rows("SELECT messages, observations FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
-        counts = found[0] if found else (None, None)
-        if not all(type(count) is int and len(items) >= count for count, items in zip(counts, lists, strict=True)):
+            return held.kept if same else None
+        found = self._checked(tx, run_id)
+        if not found or type(found[0][5]) is not int:
             return None
-        mine = parts(state)
-        if mine is None:
+        try:
+            stored = RunState.from_json(found[0][4])
+        except (ValueError, RecursionError):
             return None
-        for part, count, items in zip(PARTS, counts, (mine.messages, mine.observations), strict=True):
-            if [row[1] for row in tx.rows(ROWS, (run_id, part, count))] != items[:count]:
-                return None
-        return counts[0], counts[1]
+        if state.messages[: len(stored.messages)] != stored.messages:
+            return None
+        if state.observations[: len(stored.observations)] != stored.observations:
+            return None
+        kept = tx.rows(
+            "SELECT messages, observations FROM agent_fsm_checkpoints WHERE run_id = ? ORDER BY point DESC LIMIT 1",
+            (run_id,),
+        )
+        counts = kept[0] if kept else (0, 0)
+        return (counts[0], counts[1]) if type(counts[0]) is int and type(counts[1]) is int else None
 
     def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
         """
@@ -276,19 +286,19 @@ class SqlStore:
         held = self._held.get(run_id)
         bound = held is not None and (held.state is None or held.state() is state)
         try:
-            version, written = self._commit(run_id, state, intent, held if bound else None)
+            version, written, kept = self._commit(run_id, state, intent, held if bound else None)
         except StoreError as exc:
             self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
             exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
         if status == "running":
-            self._held[run_id] = _Held(version + 1, weakref.ref(state), written)
+            self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept)
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
 
     def _commit(
         self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None
-    ) -> tuple[int, tuple[list[Any], list[Any]] | None]:
+    ) -> tuple[int, tuple[list[Any], list[Any]] | None, tuple[int, int]]:
         """The compare-and-set of :meth:`save`; the version it wrote over and the messages now stored as rows."""
         status, stop = status_of(state)
         paused = status == "paused" and bool(state.pending)
@@ -302,15 +312,19 @@ class SqlStore:
             version = (
                 held.version if held is not None else continuable(run_id, self._checked(tx, run_id), self.owner, state)
             )
-            start = self._start(tx, run_id, state, held)
-            text, counts, found = _what(state, start)
+            since = self._since(tx, run_id, state, held)
+            text, counts, pieces = _what(state, since)
+            # A checkpoint's row keeps what was added since the one before; the run's row, while an effect
+            # is in flight, what was added since its latest checkpoint (see .transcript).
+            rest: _Pieces = pieces if intent is not None or counts[0] is None else ("", "")
             # A run held here is stored running at the version held: while it stays running, its status is
             # not written again (a status written is an index entry rewritten, a page more per commit).
             still = held is not None and status == "running"
             changed = tx.run(
                 ("UPDATE agent_fsm_runs SET " if still else "UPDATE agent_fsm_runs SET status = ?, ")
-                + "stop = ?, machine_state = ?, state = ?, messages = ?, observations = ?, pause_id = ?, reason = ?,"
-                " blocked = ?, intent = ?, updated_at = ?, version = version + 1"
+                + "stop = ?, machine_state = ?, state = ?, messages = ?, observations = ?, new_messages = ?,"
+                " new_observations = ?, pause_id = ?, reason = ?, blocked = ?, intent = ?, updated_at = ?,"
+                " version = version + 1"
                 " WHERE run_id = ? AND owner = ? AND version = ?",
                 (
                     *(() if still else (status,)),
@@ -318,6 +332,7 @@ class SqlStore:
                     state.machine_state,
                     text,
                     *counts,
+                    *rest,
                     state.pause_id if paused else None,
                     text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                     call_json(state.pending[0]) if paused else None,
@@ -330,7 +345,6 @@ class SqlStore:
             )
             if not changed:
                 raise refusal(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
-            _append(tx, run_id, start or (0, 0), found)
             if previous is not None:
                 last = state.observations[-1] if state.observations else None
                 outcome = last.kind if last is not None and last.call_id == previous.call_id else "interrupted"
@@ -340,7 +354,7 @@ class SqlStore:
                     (now, outcome, run_id, previous.idempotency_key),
                 )
             if intent is None:  # no effect in flight: a point the run (or a fork of it) can go on from
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, now, run_id))
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, *pieces, now, run_id))
             else:
                 tx.run(
                     "INSERT INTO agent_fsm_effects (run_id, idempotency_key, tool, call_id, fingerprint, intent_at)"
@@ -356,12 +370,13 @@ class SqlStore:
         self._open.pop(run_id, None)
         if intent is not None:
             self._open[run_id] = intent
-        return version, _written(state, counts)
+        kept = (counts[0], counts[1]) if intent is None and counts[0] is not None else since
+        return version, _written(state, counts), kept or (0, 0)
 
     def _checked(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
         """The :data:`CHECKED` row of ``run_id`` with its transcript rows put back."""
         rows = tx.rows(CHECKED, (run_id,))
-        return [(*row[:4], self._whole(tx, run_id, row[4], row[5], row[6])) for row in rows]
+        return [(*row[:4], self._whole(tx, run_id, row[4], row[5], row[7:9]), *row[5:]) for row in rows]
 
     # --- reading ---------------------------------------------------------------------
 
@@ -434,7 +449,7 @@ class SqlStore:
             raise ValueError(f"a checkpoint is numbered 0, 1, 2 ... (got {point!r})")
         found = (
             tx.rows(
-                "SELECT state, messages, observations FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?",
+                "SELECT state, messages FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?",
                 (run_id, point),
             )
             if holdable(run_id)
@@ -442,7 +457,7 @@ class SqlStore:
         )
         if found:
             try:
-                text = self._whole(tx, run_id, *found[0])
+                text = self._whole(tx, run_id, found[0][0], found[0][1], point=point)
             except DamagedRun as exc:
                 raise DamagedRun(f"checkpoint {point} of run {run_id!r} cannot be read: {exc}") from exc
             return checkpoint_state(run_id, point, text)
@@ -498,11 +513,11 @@ class SqlStore:
                         " fork an earlier checkpoint"
                     )
                 paused = status == "paused"
-                text, counts, found = _what(state, (0, 0))
+                text, counts, pieces = _what(state, (0, 0))
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
-                    " pause_id, reason, blocked, owner, created_at, updated_at, version)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    " new_messages, new_observations, pause_id, reason, blocked, owner, created_at, updated_at,"
+                    " version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         new_run_id,
                         status,
@@ -510,6 +525,7 @@ class SqlStore:
                         state.machine_state,
                         text,
                         *counts,
+                        *(("", "") if counts[0] is not None else (None, None)),
                         state.pause_id if paused else None,
                         text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                         call_json(state.pending[0]) if paused else None,
@@ -518,8 +534,7 @@ class SqlStore:
                         now,
                     ),
                 )
-                _append(tx, new_run_id, (0, 0), found)
-                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, *counts, now, new_run_id))
+                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, *counts, *pieces, now, new_run_id))
                 tx.run(
                     "INSERT INTO agent_fsm_forks (run_id, parent, point, forked_at) VALUES (?, ?, ?, ?)",
                     (new_run_id, run_id, at, now),
