@@ -66,7 +66,7 @@ from agent_fsm.store.rows import (
     text_column,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
-from agent_fsm.store.transcript import parts, whole
+from agent_fsm.store.transcript import added, whole
 
 __all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
@@ -97,14 +97,11 @@ def _what(state: RunState, since: tuple[int, int] | None) -> tuple[str, _Counts,
     not the start of ``state``'s lists), the whole state's text and no counts:
     the run is then kept whole.
     """
-    found = parts(state, *since) if since is not None else None
+    found = added(state, *since) if since is not None else None
     if found is None:
         return state.to_json(), (None, None), (None, None)
-    return (
-        found.text,
-        (len(state.messages), len(state.observations)),
-        (", ".join(found.messages), ", ".join(found.observations)),
-    )
+    text, messages, observations = found
+    return text, (len(state.messages), len(state.observations)), (messages, observations)
 
 
 def _written(state: RunState, counts: _Counts) -> tuple[list[Any], list[Any]] | None:

@@ -28,7 +28,7 @@ import attrs
 from agent_fsm.engine import RunState
 from agent_fsm.store.errors import DamagedRun
 
-__all__ = ["Parts", "parts", "split_saved", "whole"]
+__all__ = ["Parts", "added", "parts", "split_saved", "whole"]
 
 _ENCODER = json.JSONEncoder(allow_nan=False)  # the saved state's own encoding: strict JSON, ASCII escapes
 _DECODER = json.JSONDecoder()
@@ -36,6 +36,7 @@ _DECODER = json.JSONDecoder()
 _HEAD = re.compile(r'\{"format": [0-9]+, "messages": ')
 _BETWEEN = ', "observations": '
 _BARE = re.compile(r'\{"format": [0-9]+, "messages": \[\], "observations": \[\]')
+_OBSERVATIONS = re.compile(r'\{"format": [0-9]+, "messages": \[\], "observations": ')
 
 
 @attrs.frozen
@@ -70,7 +71,7 @@ def _split(text: str) -> Parts | None:
 
 def parts(state: RunState, messages: int = 0, observations: int = 0) -> Parts | None:
     """
-    ``state`` as a commit writes it when its first ``messages`` and ``observations`` are stored already.
+    ``state`` cut as :func:`split_saved` cuts a saved state, its first ``messages`` and ``observations`` left out.
 
     ``None`` where the saved format does not lay the lists out where they can be put back.
 
@@ -81,6 +82,35 @@ def parts(state: RunState, messages: int = 0, observations: int = 0) -> Parts | 
     added.messages = state.messages[messages:]
     added.observations = state.observations[observations:]
     return _split(added.to_json())
+
+
+def added(state: RunState, messages: int, observations: int) -> tuple[str, str, str] | None:
+    """
+    What a commit writes of ``state`` whose first ``messages`` and ``observations`` are stored already.
+
+    Its text without the lists, and the pieces added to each (their items'
+    JSON, comma-joined), cut from one :meth:`RunState.to_json` of the state
+    without its messages (written apart, once) and with only its new
+    observations. ``None`` where the saved format lays the lists out otherwise.
+
+    Raises:
+        ValueError: the state holds something strict JSON cannot (as :meth:`RunState.to_json`).
+    """
+    bare = copy.copy(state)
+    bare.messages = []
+    bare.observations = state.observations[observations:]
+    text = bare.to_json()
+    head = _OBSERVATIONS.match(text)
+    if head is None:
+        return None
+    try:
+        found, end = _DECODER.raw_decode(text, head.end())
+        new = _ENCODER.encode(state.messages[messages:])
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
+    if not isinstance(found, list):
+        return None
+    return f"{text[: head.end()]}[]{text[end:]}", new[1:-1], text[head.end() + 1 : end - 1]
 
 
 def whole(text: Any, pieces: Sequence[Sequence[Any]]) -> Any:
