@@ -157,3 +157,23 @@ def test_the_migration_keeps_older_runs_once(opener: Opener, tmp_path: Path, mon
     forked = fork(store, "clean", at=2, new_run_id="child")
     assert forked.state.messages == kept["clean"][2].messages
     assert store.checkpoint("child", 0).messages == kept["clean"][2].messages
+
+
+def test_a_missing_piece_is_refused_clearly(opener: Opener, tmp_path: Path) -> None:
+    """A checkpoint's piece removed by something else: the run and the later checkpoints are DamagedRun, not a crash."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("UPDATE agent_fsm_checkpoints SET new_messages = NULL WHERE run_id = 'r' AND point = 1")
+        tx.run("UPDATE agent_fsm_checkpoints SET new_observations = '{' WHERE run_id = 'r' AND point = 2")
+    reader = opener()
+    assert reader.checkpoint("r", 0).machine_state == "Ready"  # before the damage: read as it was
+    with pytest.raises(DamagedRun, match="not text"):
+        reader.checkpoint("r", 1)
+    with pytest.raises(DamagedRun):
+        reader.load("r")
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("UPDATE agent_fsm_checkpoints SET new_messages = '' WHERE run_id = 'r' AND point = 1")
+    with pytest.raises(DamagedRun, match="checkpoint 1"):  # a piece left out: the strict reader refuses the state
+        reader.checkpoint("r", 1)
+    assert [summary.run_id for summary in reader.runs()] == ["r"]  # the list still reads
