@@ -12,7 +12,13 @@ moment it was submitted, with all the others, to its result; at most 50
 start requests are in flight at a time), and, measured one run at a time, the cost of a turn on Temporal
 against an in-process ``arun`` of the same script.
 
-    python bench/temporal_scale.py [--runs 1000] [--workers 1 2 4] [--sequential 20]
+The same batch and the same lone runs also go through a bare workflow
+(``bench/temporal_bare.py``: the same model and tool activities, no engine)
+on one worker process of its own: agent_fsm's per-run overhead over it, and
+the bare batch's runs/s, the dev server's throughput ceiling on this machine
+for this workload (one worker process; the server shares the machine's cores).
+
+    python bench/temporal_scale.py [--runs 1000] [--workers 1 2 4] [--sequential 20] [--no-bare]
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' world, worker and server helpers
 
@@ -40,11 +47,15 @@ TURNS = 3
 STARTING = 50
 
 
-def _workers(address: str, queue: str, count: int) -> list[subprocess.Popen[str]]:
+_BARE_WORKER = "import sys; sys.path[:0] = ['bench', '.']; import temporal_bare; temporal_bare.serve(*sys.argv[1:])"
+
+
+def _workers(address: str, queue: str, count: int, *, bare: bool = False) -> list[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = ["-c", _BARE_WORKER] if bare else ["-m", "tests.temporal_worker"]
     started = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.temporal_worker", address, queue],
+            [sys.executable, *command, address, queue],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -58,10 +69,17 @@ def _workers(address: str, queue: str, count: int) -> list[subprocess.Popen[str]
     return started
 
 
-async def _batch(address: str, queue: str, runs: int) -> tuple[float, list[float]]:
-    from temporalio.client import Client
-
+async def _start(client: Any, queue: str, run_id: str, bare: bool) -> Any:
+    """Start one run of the ``bench`` script: agent_fsm's workflow, or the bare one."""
     from agent_fsm.temporal import start_run
+
+    if bare:
+        return await client.start_workflow("bench.Bare", args=["bench", TASK], id=run_id, task_queue=queue)
+    return await start_run(client, agent="bench", task=TASK, run_id=run_id, task_queue=queue)
+
+
+async def _batch(address: str, queue: str, runs: int, bare: bool = False) -> tuple[float, list[float]]:
+    from temporalio.client import Client
 
     client = await Client.connect(address)
     tag = uuid.uuid4().hex[:8]
@@ -72,9 +90,9 @@ async def _batch(address: str, queue: str, runs: int) -> tuple[float, list[float
     async def one(index: int) -> float:
         begun = time.perf_counter()
         async with starting:
-            handle = await start_run(client, agent="bench", task=TASK, run_id=f"bench-{tag}-{index}", task_queue=queue)
+            handle = await _start(client, queue, f"bench-{tag}-{index}", bare)
         result = await handle.result()
-        assert result.stop.value == "answered", result.reason
+        assert bare or result.stop.value == "answered", result.reason
         return time.perf_counter() - begun
 
     begun = time.perf_counter()
@@ -82,19 +100,15 @@ async def _batch(address: str, queue: str, runs: int) -> tuple[float, list[float
     return time.perf_counter() - begun, sorted(latencies)
 
 
-async def _sequential(address: str, queue: str, runs: int) -> float:
+async def _sequential(address: str, queue: str, runs: int, bare: bool = False) -> float:
     """Median seconds per run, one run at a time (no queueing): the latency a lone run sees."""
     from temporalio.client import Client
-
-    from agent_fsm.temporal import start_run
 
     client = await Client.connect(address)
     times = []
     for index in range(runs):
         begun = time.perf_counter()
-        handle = await start_run(
-            client, agent="bench", task=TASK, run_id=f"seq-{uuid.uuid4().hex}-{index}", task_queue=queue
-        )
+        handle = await _start(client, queue, f"seq-{uuid.uuid4().hex}-{index}", bare)
         await handle.result()
         times.append(time.perf_counter() - begun)
     return statistics.median(times)
@@ -121,6 +135,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--sequential", type=int, default=20, help="runs timed one at a time for the per-turn cost")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare workflow")
     options = parser.parse_args()
     cli = find_cli()
     if cli is None:
@@ -128,6 +143,16 @@ def main() -> None:
     server = TemporalServer(cli).start()
     rows = []
     try:
+        if not options.no_bare:  # first, so that it does not run on a server holding more history
+            queue = f"bare-{uuid.uuid4().hex[:6]}"
+            processes = _workers(server.address, queue, 1, bare=True)
+            try:
+                bare = asyncio.run(_batch(server.address, queue, options.runs, bare=True))
+                bare_lone = asyncio.run(_sequential(server.address, queue, options.sequential, bare=True))
+            finally:
+                for process in processes:
+                    process.terminate()
+                    process.wait(timeout=30)
         for count in options.workers:
             queue = f"scale-{count}-{uuid.uuid4().hex[:6]}"
             processes = _workers(server.address, queue, count)
@@ -153,12 +178,29 @@ def main() -> None:
             f"| {count} | {wall:.1f} s | {options.runs / wall:.0f} | {_percentile(latencies, 0.5) * 1000:.0f} ms |"
             f" {_percentile(latencies, 0.99) * 1000:.0f} ms |"
         )
+    if not options.no_bare:
+        wall, latencies = bare
+        print(
+            f"| 1, bare workflow | {wall:.1f} s | {options.runs / wall:.0f} |"
+            f" {_percentile(latencies, 0.5) * 1000:.0f} ms | {_percentile(latencies, 0.99) * 1000:.0f} ms |"
+        )
     lone = next(r[3] for r in rows if r[3] is not None) if any(r[3] is not None for r in rows) else None
     if lone is not None:
         print(
             f"\none run at a time: {lone * 1000:.1f} ms a run on Temporal, {local * 1e6:.0f} µs in-process (arun);"
             f" {(lone - local) / TURNS * 1000:.1f} ms of overhead per turn (one model and at most one tool activity)"
         )
+    if lone is not None and not options.no_bare:
+        one = next(r for r in rows if r[0] == 1) if any(r[0] == 1 for r in rows) else None
+        print(
+            f"bare workflow, same activities: {bare_lone * 1000:.1f} ms a run; agent_fsm's per run"
+            f" {lone / bare_lone:.2f}x it ({(lone - bare_lone) * 1000:+.1f} ms a run; target at most 1.3x)"
+        )
+        if one is not None:
+            print(
+                f"throughput, {options.runs} runs at once on one worker process: agent_fsm {options.runs / one[1]:.1f}"
+                f" runs/s, bare {options.runs / bare[0]:.1f} runs/s (the dev server's ceiling here for this workload)"
+            )
 
 
 if __name__ == "__main__":

@@ -58,8 +58,11 @@ SUMMARY = "run_id, status, stop, machine_state, pause_id, reason, blocked, owner
 # What a column cannot hold as such: NUL (PostgreSQL text refuses it) and surrogates (UTF-8 cannot encode them).
 _UNHOLDABLE = re.compile("[\x00\ud800-\udfff]")
 
-STORED = f"SELECT {SUMMARY}, state, intent FROM agent_fsm_runs WHERE run_id = ?"
-"""One run, as :func:`stored_of` reads it."""
+STORED = (
+    f"SELECT {SUMMARY}, state, intent, messages, observations, new_messages, new_observations"
+    " FROM agent_fsm_runs WHERE run_id = ?"
+)
+"""One run, as :func:`stored_of` reads it once its transcript is put back (see :mod:`.transcript`)."""
 
 DECISIONS = (
     "SELECT run_id, pause_id, decision, reviewer, reason, arguments, at FROM agent_fsm_decisions WHERE run_id = ?"
@@ -73,10 +76,14 @@ EFFECTS = (
 """A run's effect records, oldest first, as :func:`effect_of` reads each."""
 
 KEEP = (
-    "INSERT INTO agent_fsm_checkpoints (run_id, point, machine_state, stop, state, saved_at)"
-    " SELECT ?, COALESCE(MAX(point) + 1, 0), ?, ?, ?, ? FROM agent_fsm_checkpoints WHERE run_id = ?"
+    "INSERT INTO agent_fsm_checkpoints (run_id, point, machine_state, stop, state, messages, observations,"
+    " new_messages, new_observations, saved_at)"
+    " SELECT ?, COALESCE(MAX(point) + 1, 0), ?, ?, ?, ?, ?, ?, ?, ? FROM agent_fsm_checkpoints WHERE run_id = ?"
 )
-"""Keep a state as the run's next checkpoint (``run_id, machine_state, stop, state, saved_at, run_id``).
+"""Keep a state as the run's next checkpoint.
+
+Parameters: ``run_id, machine_state, stop, state, messages, observations, new_messages,
+new_observations, saved_at, run_id`` (see :mod:`.transcript`).
 
 Numbered inside the commit's own transaction, after the compare-and-set on
 the run's row: commits of one run are serialised, so the numbers are too.
@@ -90,7 +97,10 @@ CHECKPOINTS = (
 FORKS = "SELECT run_id, parent, point, forked_at FROM agent_fsm_forks"
 """Fork records, as :func:`fork_of` reads each (add a ``WHERE``)."""
 
-CHECKED = "SELECT owner, status, version, intent, state FROM agent_fsm_runs WHERE run_id = ?"
+CHECKED = (
+    "SELECT owner, status, version, intent, state, messages, observations, new_messages, new_observations"
+    " FROM agent_fsm_runs WHERE run_id = ?"
+)
 """What a commit that was refused, or that continues a run from a new state object, is checked against."""
 
 
@@ -296,7 +306,7 @@ def continuable(run_id: str, rows: Sequence[Sequence[Any]], owner: str, state: R
     """
     if not rows or rows[0][0] != owner:
         raise refusal(run_id, rows, owner, state)
-    _, status, version, intent, text = rows[0]
+    _, status, version, intent, text = rows[0][:5]
     try:
         stored = RunState.from_json(text)
     except (ValueError, RecursionError) as exc:

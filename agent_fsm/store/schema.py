@@ -9,14 +9,57 @@ Never edit a released migration: append a new one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agent_fsm.store.errors import SchemaError
 from agent_fsm.store.protocol import Transaction
+from agent_fsm.store.transcript import split_saved
 
-__all__ = ["MIGRATIONS", "VERSION_TABLE", "migrate", "migrated"]
+__all__ = ["MIGRATIONS", "VERSION_TABLE", "Step", "migrate", "migrated"]
 
 VERSION_TABLE = "agent_fsm_schema"
 
-MIGRATIONS: list[tuple[str, ...]] = [
+Step = str | Callable[[Transaction], None]
+"""A migration's step: a statement, or a function converting rows in the migration's transaction."""
+
+
+def _written_once(tx: Transaction) -> None:
+    """
+    Keep each run's lists once: every state without them, each checkpoint with the items added since the one before.
+
+    A run whose checkpoints are not each an extension of the one before (or
+    holding a state that cannot be read) is left whole, as it was.
+    """
+    for run_id, text in tx.rows("SELECT run_id, state FROM agent_fsm_runs WHERE messages IS NULL"):
+        final = split_saved(text)
+        kept = tx.rows("SELECT point, state FROM agent_fsm_checkpoints WHERE run_id = ? ORDER BY point", (run_id,))
+        states = [split_saved(saved) for _, saved in kept]
+        if final is None or any(state is None for state in states):
+            continue
+        chain = [state for state in states if state is not None] + [final]
+        before: tuple[list[str], list[str]] = ([], [])
+        pieces = []
+        for state in chain:
+            lists = (state.messages, state.observations)
+            if any(items[: len(prior)] != prior for items, prior in zip(lists, before, strict=True)):
+                break
+            pieces.append(tuple(", ".join(items[len(prior) :]) for items, prior in zip(lists, before, strict=True)))
+            before = lists
+        else:
+            for (point, _), state, piece in zip(kept, chain, pieces, strict=False):
+                tx.run(
+                    "UPDATE agent_fsm_checkpoints SET state = ?, messages = ?, observations = ?, new_messages = ?,"
+                    " new_observations = ? WHERE run_id = ? AND point = ?",
+                    (state.text, len(state.messages), len(state.observations), *piece, run_id, point),
+                )
+            tx.run(
+                "UPDATE agent_fsm_runs SET state = ?, messages = ?, observations = ?, new_messages = ?,"
+                " new_observations = ? WHERE run_id = ?",
+                (final.text, len(final.messages), len(final.observations), *pieces[-1], run_id),
+            )
+
+
+MIGRATIONS: list[tuple[Step, ...]] = [
     # 1: runs and the decisions taken on their pauses.
     (
         """CREATE TABLE agent_fsm_runs (
@@ -78,8 +121,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
             forked_at DOUBLE PRECISION NOT NULL
         )""",
     ),
+    # 4: each message and observation written once (see agent_fsm.store.transcript), stored runs converted.
+    (
+        "ALTER TABLE agent_fsm_runs ADD COLUMN messages INTEGER",
+        "ALTER TABLE agent_fsm_runs ADD COLUMN observations INTEGER",
+        "ALTER TABLE agent_fsm_runs ADD COLUMN new_messages TEXT",
+        "ALTER TABLE agent_fsm_runs ADD COLUMN new_observations TEXT",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN messages INTEGER",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN observations INTEGER",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN new_messages TEXT",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN new_observations TEXT",
+        _written_once,
+    ),
 ]
-"""Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
+"""Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: its steps run in order, in one transaction."""
 
 
 def migrated(tx: Transaction) -> int:
@@ -94,7 +149,7 @@ def migrated(tx: Transaction) -> int:
     return version
 
 
-def migrate(tx: Transaction, migrations: list[tuple[str, ...]]) -> int:
+def migrate(tx: Transaction, migrations: list[tuple[Step, ...]]) -> int:
     """
     Apply the ``migrations`` the database in ``tx`` lacks; the version it is then at.
 
@@ -109,7 +164,10 @@ def migrate(tx: Transaction, migrations: list[tuple[str, ...]]) -> int:
         )
     for statements in migrations[current:]:
         for statement in statements:
-            tx.run(statement)
+            if isinstance(statement, str):
+                tx.run(statement)
+            else:
+                statement(tx)
     if current == 0:
         tx.run(f"DELETE FROM {VERSION_TABLE}")
         tx.run(f"INSERT INTO {VERSION_TABLE} (version) VALUES (?)", (len(migrations),))

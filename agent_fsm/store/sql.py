@@ -17,6 +17,7 @@ an older copy, resumed after its pause was decided, is refused before any effect
 from __future__ import annotations
 
 import json
+import operator
 import os
 import time
 import uuid
@@ -29,6 +30,7 @@ import attrs
 from agent_fsm.engine import Intent, RunState
 from agent_fsm.store.errors import (
     AlreadyDecided,
+    DamagedRun,
     RunExists,
     RunNotFound,
     StoreError,
@@ -64,6 +66,7 @@ from agent_fsm.store.rows import (
     text_column,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
+from agent_fsm.store.transcript import added, whole
 
 __all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
@@ -75,6 +78,34 @@ class _Held:
     version: int
     # None right after a decision or a claim: the next state committed continues the run.
     state: weakref.ref[RunState] | None
+    # The messages and observations stored when that state object was last committed, and how many of
+    # each the run's latest checkpoint holds: its next commit writes what follows those (see .transcript).
+    written: tuple[list[Any], list[Any]] | None = None
+    kept: tuple[int, int] = (0, 0)
+
+
+_Counts = tuple[int, int] | tuple[None, None]
+_Pieces = tuple[str, str] | tuple[None, None]
+
+
+def _what(state: RunState, since: tuple[int, int] | None) -> tuple[str, _Counts, _Pieces]:
+    """
+    What a commit writes of ``state`` whose latest checkpoint holds its first ``since`` messages and observations.
+
+    The state's text without its lists, their counts, and the items added
+    since that checkpoint; or, when ``since`` is ``None`` (what is stored is
+    not the start of ``state``'s lists), the whole state's text and no counts:
+    the run is then kept whole.
+    """
+    found = added(state, *since) if since is not None else None
+    if found is None:
+        return state.to_json(), (None, None), (None, None)
+    text, messages, observations = found
+    return text, (len(state.messages), len(state.observations)), (messages, observations)
+
+
+def _written(state: RunState, counts: _Counts) -> tuple[list[Any], list[Any]] | None:
+    return None if counts[0] is None else (list(state.messages), list(state.observations))
 
 
 class SqlStore:
@@ -158,21 +189,84 @@ class SqlStore:
         belongs(run_id, state)
         status, stop = status_of(state)
         now = time.time()
-        text = state.to_json()
+        text, counts, pieces = _what(state, (0, 0))
+        rest = ("", "") if counts[0] is not None else (None, None)  # nothing added since checkpoint 0
         try:
             with self._transaction() as tx:
                 tx.run(
-                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, owner, created_at,"
-                    " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                    (run_id, status, stop, state.machine_state, text, self.owner, now, now),
+                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
+                    " new_messages, new_observations, owner, created_at, updated_at, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    (run_id, status, stop, state.machine_state, text, *counts, *rest, self.owner, now, now),
                 )
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, now, run_id))
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, *pieces, now, run_id))
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
             exc.state = exc.state or state
             raise
-        self._held[run_id] = _Held(1, weakref.ref(state))
+        self._held[run_id] = _Held(1, weakref.ref(state), _written(state, counts), (counts[0] or 0, counts[1] or 0))
+
+    def _stored(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
+        """The :data:`STORED` row of ``run_id`` (none if no such run) with its lists put back."""
+        rows = tx.rows(STORED, (run_id,))
+        if not rows:
+            return rows
+        row = rows[0]
+        return [(*row[:11], self._whole(tx, run_id, row[11], row[13], row[15:17]), row[12])]
+
+    @staticmethod
+    def _whole(tx: Transaction, run_id: str, text: Any, count: Any, rest: Any = None, point: int | None = None) -> Any:
+        """
+        A stored state's text with its lists put back: the run's (``rest``: its row's piece) or checkpoint ``point``'s.
+
+        Raises:
+            DamagedRun: a piece is missing or not text (written by something other than this store).
+        """
+        if count is None:  # kept whole
+            return text
+        below = "" if point is None else " AND point <= ?"
+        pieces = tx.rows(
+            f"SELECT new_messages, new_observations FROM agent_fsm_checkpoints WHERE run_id = ?{below} ORDER BY point",
+            (run_id,) if point is None else (run_id, point),
+        )
+        try:
+            return whole(text, [*pieces, rest] if rest is not None else pieces)
+        except DamagedRun as exc:
+            raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: {exc}") from exc
+
+    def _since(self, tx: Transaction, run_id: str, state: RunState, held: _Held | None) -> tuple[int, int] | None:
+        """
+        How many messages and observations the run's latest checkpoint holds, if ``state`` starts with what is stored.
+
+        ``None``: the stored run is whole, or what is stored is not the start
+        of ``state``'s lists (a message was replaced since): the commit then
+        writes the state whole, as a run's row was before migration 4.
+        """
+        lists: tuple[list[Any], list[Any]] = (state.messages, state.observations)
+        if held is not None and held.written is not None:  # the state object committed last: the same objects
+            same = all(
+                len(items) >= len(seen) and all(map(operator.is_, items, seen))
+                for items, seen in zip(lists, held.written, strict=True)
+            )
+            return held.kept if same else None
+        found = self._checked(tx, run_id)
+        if not found or type(found[0][5]) is not int:
+            return None
+        try:
+            stored = RunState.from_json(found[0][4])
+        except (ValueError, RecursionError):
+            return None
+        if state.messages[: len(stored.messages)] != stored.messages:
+            return None
+        if state.observations[: len(stored.observations)] != stored.observations:
+            return None
+        kept = tx.rows(
+            "SELECT messages, observations FROM agent_fsm_checkpoints WHERE run_id = ? ORDER BY point DESC LIMIT 1",
+            (run_id,),
+        )
+        counts = kept[0] if kept else (0, 0)
+        return (counts[0], counts[1]) if type(counts[0]) is int and type(counts[1]) is int else None
 
     def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
         """
@@ -189,41 +283,53 @@ class SqlStore:
         held = self._held.get(run_id)
         bound = held is not None and (held.state is None or held.state() is state)
         try:
-            version = self._commit(run_id, state, intent, held if bound else None)
+            version, written, kept = self._commit(run_id, state, intent, held if bound else None)
         except StoreError as exc:
             self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
             exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
         if status == "running":
-            self._held[run_id] = _Held(version + 1, weakref.ref(state))
+            self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept)
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
 
-    def _commit(self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None) -> int:
-        """The compare-and-set of :meth:`save`; the version it wrote over."""
+    def _commit(
+        self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None
+    ) -> tuple[int, tuple[list[Any], list[Any]] | None, tuple[int, int]]:
+        """The compare-and-set of :meth:`save`; the version it wrote over and the messages now stored as rows."""
         status, stop = status_of(state)
         paused = status == "paused" and bool(state.pending)
         now = time.time()
         previous = self._open.get(run_id)
-        text = state.to_json()
-        # An effect-free commit is two writes (the row, the checkpoint kept); one with an intent is two as well.
+        # An effect-free commit writes the row, the new messages and the checkpoint kept; one with an intent
+        # writes the row, the new messages and the intent. No message is written twice.
         with self._transaction() as tx:
             # A state object this store committed (or the first after a decision or a claim) continues
             # at the version held; any other must be shown to continue the stored state itself.
             version = (
-                held.version
-                if held is not None
-                else continuable(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
+                held.version if held is not None else continuable(run_id, self._checked(tx, run_id), self.owner, state)
             )
+            since = self._since(tx, run_id, state, held)
+            text, counts, pieces = _what(state, since)
+            # A checkpoint's row keeps what was added since the one before; the run's row, while an effect
+            # is in flight, what was added since its latest checkpoint (see .transcript).
+            rest: _Pieces = pieces if intent is not None or counts[0] is None else ("", "")
+            # A run held here is stored running at the version held: while it stays running, its status is
+            # not written again (a status written is an index entry rewritten, a page more per commit).
+            still = held is not None and status == "running"
             changed = tx.run(
-                "UPDATE agent_fsm_runs SET status = ?, stop = ?, machine_state = ?, state = ?, pause_id = ?,"
-                " reason = ?, blocked = ?, intent = ?, updated_at = ?, version = version + 1"
+                ("UPDATE agent_fsm_runs SET " if still else "UPDATE agent_fsm_runs SET status = ?, ")
+                + "stop = ?, machine_state = ?, state = ?, messages = ?, observations = ?, new_messages = ?,"
+                " new_observations = ?, pause_id = ?, reason = ?, blocked = ?, intent = ?, updated_at = ?,"
+                " version = version + 1"
                 " WHERE run_id = ? AND owner = ? AND version = ?",
                 (
-                    status,
+                    *(() if still else (status,)),
                     stop,
                     state.machine_state,
                     text,
+                    *counts,
+                    *rest,
                     state.pause_id if paused else None,
                     text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                     call_json(state.pending[0]) if paused else None,
@@ -245,7 +351,7 @@ class SqlStore:
                     (now, outcome, run_id, previous.idempotency_key),
                 )
             if intent is None:  # no effect in flight: a point the run (or a fork of it) can go on from
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, now, run_id))
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, *pieces, now, run_id))
             else:
                 tx.run(
                     "INSERT INTO agent_fsm_effects (run_id, idempotency_key, tool, call_id, fingerprint, intent_at)"
@@ -261,7 +367,13 @@ class SqlStore:
         self._open.pop(run_id, None)
         if intent is not None:
             self._open[run_id] = intent
-        return version
+        kept = (counts[0], counts[1]) if intent is None and counts[0] is not None else since
+        return version, _written(state, counts), kept or (0, 0)
+
+    def _checked(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
+        """The :data:`CHECKED` row of ``run_id`` with its transcript rows put back."""
+        rows = tx.rows(CHECKED, (run_id,))
+        return [(*row[:4], self._whole(tx, run_id, row[4], row[5], row[7:9]), *row[5:]) for row in rows]
 
     # --- reading ---------------------------------------------------------------------
 
@@ -276,7 +388,7 @@ class SqlStore:
         if not holdable(run_id):  # never stored: begin refuses it
             raise RunNotFound(f"no run is stored under {run_id!r}")
         with self._transaction(write=False) as tx:
-            rows = tx.rows(STORED, (run_id,))
+            rows = self._stored(tx, run_id)
         if not rows:
             raise RunNotFound(f"no run is stored under {run_id!r}")
         return stored_of(rows[0])
@@ -333,12 +445,19 @@ class SqlStore:
         if type(point) is not int or point < 0:
             raise ValueError(f"a checkpoint is numbered 0, 1, 2 ... (got {point!r})")
         found = (
-            tx.rows("SELECT state FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?", (run_id, point))
+            tx.rows(
+                "SELECT state, messages FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?",
+                (run_id, point),
+            )
             if holdable(run_id)
             else []
         )
         if found:
-            return checkpoint_state(run_id, point, found[0][0])
+            try:
+                text = self._whole(tx, run_id, found[0][0], found[0][1], point=point)
+            except DamagedRun as exc:
+                raise DamagedRun(f"checkpoint {point} of run {run_id!r} cannot be read: {exc}") from exc
+            return checkpoint_state(run_id, point, text)
         kept = tx.rows(CHECKPOINTS, (run_id,)) if holdable(run_id) else []
         if kept:
             raise RunNotFound(f"run {run_id!r} has no checkpoint {point} (it has {len(kept)}: 0 to {len(kept) - 1})")
@@ -391,16 +510,19 @@ class SqlStore:
                         " fork an earlier checkpoint"
                     )
                 paused = status == "paused"
-                text = state.to_json()
+                text, counts, pieces = _what(state, (0, 0))
                 tx.run(
-                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, pause_id, reason, blocked,"
-                    " owner, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
+                    " new_messages, new_observations, pause_id, reason, blocked, owner, created_at, updated_at,"
+                    " version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         new_run_id,
                         status,
                         stop,
                         state.machine_state,
                         text,
+                        *counts,
+                        *(("", "") if counts[0] is not None else (None, None)),
                         state.pause_id if paused else None,
                         text_column(state.judgement.reason) if paused and state.judgement is not None else None,
                         call_json(state.pending[0]) if paused else None,
@@ -409,12 +531,12 @@ class SqlStore:
                         now,
                     ),
                 )
-                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, now, new_run_id))
+                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, *counts, *pieces, now, new_run_id))
                 tx.run(
                     "INSERT INTO agent_fsm_forks (run_id, parent, point, forked_at) VALUES (?, ?, ?, ?)",
                     (new_run_id, run_id, at, now),
                 )
-                rows = tx.rows(STORED, (new_run_id,))
+                rows = self._stored(tx, new_run_id)
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {new_run_id!r}; give the fork its own id") from exc
@@ -470,7 +592,7 @@ class SqlStore:
                             now,
                         ),
                     )
-                    rows = tx.rows(STORED, (run_id,))
+                    rows = self._stored(tx, run_id)
                     # Checked before the decision commits: a row whose parts disagree decides nothing.
                     decided = stored_of(rows[0])
                     agrees(decided, pause_id, rows[0][6])
@@ -513,7 +635,7 @@ class SqlStore:
                     (self.owner, time.time(), run_id, version),
                 ):
                     continue
-                rows = tx.rows(STORED, (run_id,))
+                rows = self._stored(tx, run_id)
             stored = stored_of(rows[0])
             self._held[run_id] = _Held(stored.summary.version, None)
             if stored.intent is not None:

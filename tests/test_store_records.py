@@ -1,0 +1,179 @@
+"""The stored transcript as append-only rows: what a commit writes, and the migration that converts older runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agent_fsm.store.sql as sql_module
+from agent_fsm import Agent, Limits, RunState
+from agent_fsm.store import DamagedRun, PostgresStore, RunStore, SqliteStore, fork
+from agent_fsm.store.schema import MIGRATIONS
+from agent_fsm.store.transcript import parts
+from tests.ledger_world import LedgerModel, ledger_agent, ledger_tools, pay_gate, task_for
+
+Opener = Callable[[], RunStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens a new store object (a new connection and owner, as another process would) on one database."""
+    if request.param == "sqlite":
+        path = tmp_path / "runs.db"
+        return lambda: SqliteStore(path)
+    dsn = request.getfixturevalue("postgres_dsn")
+    return lambda: PostgresStore(dsn)
+
+
+class _Counting:
+    """A transaction that counts the bytes of text its write statements are given."""
+
+    def __init__(self, tx: Any) -> None:
+        self.tx, self.bytes = tx, 0
+
+    def run(self, sql: str, params: Any = ()) -> int:
+        self.bytes += sum(len(p) for p in params if isinstance(p, str))
+        changed: int = self.tx.run(sql, params)
+        return changed
+
+    def rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        found: list[tuple[Any, ...]] = self.tx.rows(sql, params)
+        return found
+
+
+def _counted(store: RunStore) -> list[int]:
+    """From now on, the bytes of text written by each write transaction of ``store``."""
+    written: list[int] = []
+    opened = store._transaction  # type: ignore[attr-defined]
+
+    @contextmanager
+    def counting(*, write: bool = True, single: bool = False) -> Iterator[Any]:
+        with opened(write=write, single=single) as tx:
+            counted = _Counting(tx)
+            yield counted
+        if write:
+            written.append(counted.bytes)
+
+    store._transaction = counting  # type: ignore[attr-defined]
+    return written
+
+
+def _long_agent(ledger: Path, invoices: int) -> Agent:
+    limits = Limits(max_turns=4 * invoices, max_prompt_tokens=10**7)
+    return Agent(LedgerModel(), ledger_tools(ledger), gate=pay_gate, limits=limits)
+
+
+def test_a_commit_writes_only_what_it_adds(opener: Opener, tmp_path: Path) -> None:
+    """In a long run each message and observation is kept once; a late commit writes about what an early one does."""
+    store = opener()
+    written = _counted(store)
+    invoices = 12
+    result = _long_agent(tmp_path / "ledger", invoices).run(
+        task_for([f"I-{n}" for n in range(invoices)]), store=store, run_id="long"
+    )
+    assert result.stop.value == "answered"
+    state = result.state
+    commits = len(written)
+    assert commits > 4 * invoices  # an intent and an observation per effect, the beginning, the ending
+    # Each message and observation is in exactly one checkpoint's piece, in order.
+    whole = parts(state)
+    assert whole is not None
+    with store._transaction(write=False) as tx:  # type: ignore[attr-defined]
+        pieces = tx.rows(
+            "SELECT new_messages, new_observations FROM agent_fsm_checkpoints WHERE run_id = 'long' ORDER BY point"
+        )
+    assert ", ".join(p[0] for p in pieces if p[0]) == ", ".join(whole.messages)
+    assert ", ".join(p[1] for p in pieces if p[1]) == ", ".join(whole.observations)
+    # Bytes: the transcript grows by hundreds of bytes a call; what a commit writes grows by its path only.
+    transcript = (len(", ".join(whole.messages)) + len(", ".join(whole.observations))) / len(state.observations)
+    early, late = sum(written[5:15]) / 10, sum(written[-11:-1]) / 10
+    growth_per_call = (late - early) / (len(state.observations) * (commits - 16) / commits)
+    assert growth_per_call < 0.25 * transcript, (early, late, growth_per_call, transcript)
+    assert opener().load("long").state == state  # and it reads back whole
+
+
+def test_a_replaced_message_keeps_the_run_whole_from_there_on(opener: Opener, tmp_path: Path) -> None:
+    """A state whose earlier messages are not the stored ones is committed whole; one that continues them is not."""
+    store = opener()
+    paused = ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    assert paused.stop.value == "awaiting_approval"
+    state = paused.state
+    changed = RunState.from_json(state.to_json())
+    changed.messages[1] = {**changed.messages[1], "content": changed.messages[1]["content"] + " (edited)"}
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        assert store._since(tx, "r", changed, None) is None  # type: ignore[attr-defined]
+        assert store._since(tx, "r", state, None) == (len(state.messages), len(state.observations))  # type: ignore[attr-defined]
+
+
+def test_the_migration_keeps_older_runs_once(opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database at migration 3 (whole states) is converted; each state reads back equal; what cannot be, is left."""
+    source = SqliteStore(tmp_path / "source.db")
+    for run_id in ("clean", "odd"):
+        ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=source, run_id=run_id)
+    final = {run_id: source.load(run_id).state for run_id in ("clean", "odd")}
+    kept = {run_id: [source.checkpoint(run_id, c.point) for c in source.checkpoints(run_id)] for run_id in final}
+    odd = RunState.from_json(kept["odd"][1].to_json())  # a checkpoint whose messages are not the run's first ones
+    odd.messages[1] = {**odd.messages[1], "content": "another task"}
+    kept["odd"][1] = odd
+    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:3])
+    old = opener()
+    assert old.schema_version() == 3  # type: ignore[attr-defined]
+    with old._transaction() as tx:  # type: ignore[attr-defined]  # the rows as the version-3 store wrote them
+        for run_id, state in final.items():
+            tx.run(
+                "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, pause_id, owner, created_at,"
+                " updated_at, version) VALUES (?, 'paused', 'awaiting_approval', ?, ?, ?, 'old', 1.0, 1.0, 5)",
+                (run_id, state.machine_state, state.to_json(), state.pause_id),
+            )
+            for point, at in enumerate(kept[run_id]):
+                tx.run(
+                    "INSERT INTO agent_fsm_checkpoints (run_id, point, machine_state, stop, state, saved_at)"
+                    " VALUES (?, ?, ?, NULL, ?, 1.0)",
+                    (run_id, point, at.machine_state, at.to_json()),
+                )
+        tx.run(
+            "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, owner, created_at, updated_at,"
+            " version) VALUES ('broken', 'ended', 'answered', 'Answered', '{not json', 'old', 1.0, 1.0, 1)"
+        )
+    monkeypatch.undo()
+    store = opener()
+    assert store.schema_version() == len(MIGRATIONS) == 4  # type: ignore[attr-defined]
+    for run_id in final:
+        assert store.load(run_id).state == final[run_id]
+        assert [store.checkpoint(run_id, n) for n in range(len(kept[run_id]))] == kept[run_id]
+    with store._transaction(write=False) as tx:  # type: ignore[attr-defined]
+        rows = dict(tx.rows("SELECT run_id, state FROM agent_fsm_runs"))
+        counts = tx.rows("SELECT run_id, messages FROM agent_fsm_checkpoints ORDER BY run_id, point")
+    assert '"messages": [], "observations": []' in rows["clean"]  # converted: the lists are kept once
+    assert [c for r, c in counts if r == "clean"] == [len(s.messages) for s in kept["clean"]]
+    assert rows["odd"] == final["odd"].to_json() and {c for r, c in counts if r == "odd"} == {None}  # left whole
+    with pytest.raises(DamagedRun):  # what could not be read is left as it was, refused as before
+        store.load("broken")
+    # A converted run goes on: forked from a converted checkpoint, and the fork commits as any run.
+    forked = fork(store, "clean", at=2, new_run_id="child")
+    assert forked.state.messages == kept["clean"][2].messages
+    assert store.checkpoint("child", 0).messages == kept["clean"][2].messages
+
+
+def test_a_missing_piece_is_refused_clearly(opener: Opener, tmp_path: Path) -> None:
+    """A checkpoint's piece removed by something else: the run and the later checkpoints are DamagedRun, not a crash."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("UPDATE agent_fsm_checkpoints SET new_messages = NULL WHERE run_id = 'r' AND point = 1")
+        tx.run("UPDATE agent_fsm_checkpoints SET new_observations = '{' WHERE run_id = 'r' AND point = 2")
+    reader = opener()
+    assert reader.checkpoint("r", 0).machine_state == "Ready"  # before the damage: read as it was
+    with pytest.raises(DamagedRun, match="not text"):
+        reader.checkpoint("r", 1)
+    with pytest.raises(DamagedRun):
+        reader.load("r")
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("UPDATE agent_fsm_checkpoints SET new_messages = '' WHERE run_id = 'r' AND point = 1")
+    with pytest.raises(DamagedRun, match="checkpoint 1"):  # a piece left out: the strict reader refuses the state
+        reader.checkpoint("r", 1)
+    assert [summary.run_id for summary in reader.runs()] == ["r"]  # the list still reads
