@@ -438,10 +438,30 @@ class CompiledMachine:
             queued=False,
         )
         self._rows = self._read_rows()
-        self._auto: dict[str, tuple[_Row, ...] | None] = {}
-        for s in spec.states:
-            event = spec.auto_event(s.name)
-            self._auto[s.name] = None if event is None else self._rows[(s.name, event)]
+        self._auto = self._auto_rows(self._rows)
+        self._without: dict[frozenset[str], tuple[Any, Any]] = {frozenset(): (self._rows, self._auto)}
+
+    def _auto_rows(self, rows: dict[tuple[str, str], tuple[_Row, ...]]) -> dict[str, tuple[_Row, ...] | None]:
+        auto: dict[str, tuple[_Row, ...] | None] = {}
+        for s in self.spec.states:
+            event = self.spec.auto_event(s.name)
+            auto[s.name] = None if event is None else rows[(s.name, event)]
+        return auto
+
+    def without(self, guards: frozenset[str]) -> tuple[Any, Any]:
+        """
+        The dispatch table with the edges guarded by ``guards`` left out, built once per set.
+
+        For a run whose configuration makes those guards false for good (no
+        compaction, no screen, no money budget...): leaving their edges out
+        changes no move the run can make, only the predicates tried on the way.
+        A run offers it as ``run.table``; the declaration is untouched.
+        """
+        found = self._without.get(guards)
+        if found is None:
+            rows = {key: tuple(r for r in row if r[4] not in guards) for key, row in self._rows.items()}
+            found = self._without[guards] = (rows, self._auto_rows(rows))
+        return found
 
     def _read_rows(self) -> dict[tuple[str, str], tuple[_Row, ...]]:
         """The dispatch table, read off the ``transitions`` machine's events, in table order."""
@@ -482,14 +502,15 @@ class CompiledMachine:
         definition) or the state cannot take ``event``.
         """
         source: str = run.machine_state
+        table = getattr(run, "table", None)
+        by_event, auto = (self._rows, self._auto) if table is None else table
         if event is None:
-            rows = self._auto[source]
+            rows = auto[source]
         else:
-            rows = self._rows.get((source, event))
+            rows = by_event.get((source, event))
             if rows is None:
                 raise self._refuse(run, event)
         entered = getattr(run, "entered", None)
-        auto = self._auto
         while rows is not None:
             for row in rows:
                 guard = row[0]

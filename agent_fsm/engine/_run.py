@@ -164,6 +164,7 @@ class RunContext:
         "screen_result",
         "sent",
         "state",
+        "table",
         "tools",
         "tools_version",
         "usage",
@@ -230,6 +231,8 @@ class RunContext:
         self.sent = None if state.prompt is None else sent_messages(state.messages, state.prompt)
         self.usage: Usage | None = None
         self.offered: frozenset[str] | None = None
+        # The dispatch table without the edges this run's configuration rules out (None: the whole table).
+        self.table: Any = None
         # Typed output (Agent(output=...)); judged afresh with every answer, never saved:
         # whether the latest answer failed it, and the JSON value it gave when it passed.
         self.output: OutputSpec | None = None
@@ -244,6 +247,29 @@ class RunContext:
         self.output = agent.output_spec
         if agent.tool_rules or agent.tools_for is not None:
             self.offer, self.usage = agent, Usage.of(self.state)
+        self.table = MACHINE.without(self._never())
+
+    def _never(self) -> frozenset[str]:
+        """The guards this run's configuration makes false for its whole length: their edges are not tried."""
+        never = []
+        if self.compact is None:
+            never.append("compaction_due")
+        if self.limits.max_cost is None:
+            never.append("cost_over_budget")
+        if self.fallback is None:
+            never.append("can_fall_back")
+        if self.output is None:  # output_failed is only ever set against an output contract
+            never.append("output_retry_left")
+        if self.usage is None:  # no tool rules: no tool ends the run
+            never.append("ended_by_tool")
+        if self.screen_input is None:
+            never.append("task_unscreened")
+        if self.screen_result is None:
+            never.append("result_unscreened")
+        tools = self.tools
+        if not hasattr(tools, "version") and all(spec.max_calls is None for spec in tools.values()):
+            never.append("tool_cap_reached")  # a list that may change could bring a capped tool
+        return frozenset(never)
 
     @property
     def machine_state(self) -> str:

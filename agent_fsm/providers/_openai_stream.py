@@ -142,6 +142,7 @@ class OpenAIStream:
         self._accept_error = accept_error
         self._choices: dict[int, dict[str, Any]] = {}
         self._usage: Any = None
+        self._model: Any = None  # the answering model, as each chunk names it (it prices the call)
         self._done = False
         self._error: tuple[int, Any] | None = None
 
@@ -167,7 +168,10 @@ class OpenAIStream:
                     {k: v for k, v in c.items() if k != "index"} if isinstance(c, dict) else c for c in calls
                 ]
             choices.append({"index": index, "message": message, "finish_reason": choice.get("finish_reason")})
-        return 200, {"object": "chat.completion", "choices": choices, "usage": self._usage}
+        whole = {"object": "chat.completion", "choices": choices, "usage": self._usage}
+        if self._model is not None:
+            whole["model"] = self._model
+        return 200, whole
 
     def _read(self, events: list[tuple[str, str]], fragments: list[str]) -> None:
         for name, data in events:
@@ -184,6 +188,8 @@ class OpenAIStream:
                 raise StreamBroken(f"a streamed chunk is not a JSON object: {data[:120]!r}")
             if chunk.get("usage") is not None:
                 self._usage = chunk["usage"]
+            if self._model is None and chunk.get("model") is not None:
+                self._model = chunk["model"]
             choices = chunk.get("choices")
             for choice in choices if isinstance(choices, list) else []:
                 fragment = self._add(choice)

@@ -322,6 +322,12 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         ("compacting, its summarizer down", base, _compacting(down=True)),
         ("compacting, max_prompt_tokens=1", attrs.evolve(base, max_prompt_tokens=1), _compacting()),
         ("compacting, max_seconds=1e-9", attrs.evolve(base, max_seconds=1e-9), _compacting()),
+        (
+            "compacting, max_cost=0",
+            attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)),
+            _compacting(),
+        ),
+        ("a typed output (a JSON object)", base, {"output": {"type": "object"}}),
     ]
     if first is not None:
         agent_changes.append((f"{first} ends the run", base, {"tool_rules": (ends_run(first),)}))

@@ -103,8 +103,11 @@ def _openai_chunks(body: dict[str, Any], cuts: list[int]) -> Iterator[dict[str, 
     choice = body["choices"][0]
     message = choice["message"]
 
+    named = {"model": body["model"]} if "model" in body else {}  # as the wire does: each chunk names the model
+
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        return {"object": "chat.completion.chunk", **named, "choices": choices}
 
     yield chunk({"role": "assistant"})
     for key in ("content", "refusal", "reasoning_content", "reasoning"):
@@ -127,7 +130,7 @@ def _openai_chunks(body: dict[str, Any], cuts: list[int]) -> Iterator[dict[str, 
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
     yield chunk({}, choice.get("finish_reason"))
     if body.get("usage") is not None:
-        yield {"object": "chat.completion.chunk", "choices": [], "usage": body["usage"]}
+        yield {"object": "chat.completion.chunk", **named, "choices": [], "usage": body["usage"]}
 
 
 def _anthropic_events(body: dict[str, Any], cuts: list[int]) -> Iterator[dict[str, Any]]:

@@ -18,6 +18,7 @@ import asyncio
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -219,7 +220,7 @@ def _without_call_index(reply: ModelReply) -> ModelReply:
     if not isinstance(calls, list):
         return reply
     stripped = [{k: v for k, v in c.items() if k != "index"} for c in calls]
-    return ModelReply({**reply.message, "tool_calls": stripped}, reply.prompt_tokens, reply.finish)
+    return attrs.evolve(reply, message={**reply.message, "tool_calls": stripped})
 
 
 def _read(model: Any, raw: bytes, sizes: list[int]) -> tuple[ModelReply, list[str]]:
