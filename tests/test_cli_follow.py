@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from agent_fsm import RunEvent, ScriptedModel, StateEntered, ToolSpec, answer_message, run, tool_call_message
+from agent_fsm import RunEvent, ScriptedModel, StateEntered, TextDelta, ToolSpec, answer_message, run, tool_call_message
 from agent_fsm.cli import app
 from agent_fsm.cli.follow import Follower, event_line
 from tests.test_events import Streaming
@@ -145,3 +145,16 @@ def test_every_event_type_has_a_line() -> None:
     assert kinds >= {"StateEntered", "ModelRequested", "ModelReplied", "Proposed", "Judged", "Observed", "Paused"}
     assert all(event_line(e) for e in events)
     assert isinstance(events[0], StateEntered)
+
+
+def test_every_event_class_has_a_branch() -> None:
+    """Each event class the engine can post is given its own line (a new event needs one here)."""
+    import inspect
+
+    from agent_fsm.cli import follow
+    from agent_fsm.engine._events import EVENT_TYPES
+
+    source = inspect.getsource(follow.event_line)
+    missing = [cls.__name__ for cls in EVENT_TYPES.values() if cls is not TextDelta]
+    missing = [name for name in missing if f"isinstance(event, {name})" not in source]
+    assert missing == []

@@ -16,7 +16,10 @@ from typing import Any
 
 from agent_fsm.cli._text import clean
 from agent_fsm.engine import (
+    Charged,
+    Compacted,
     Ended,
+    FellBack,
     Judged,
     ModelReplied,
     ModelRequested,
@@ -24,8 +27,11 @@ from agent_fsm.engine import (
     Paused,
     Proposed,
     RunEvent,
+    Screened,
     StateEntered,
     TextDelta,
+    ToolProgress,
+    ToolsOffered,
 )
 
 __all__ = ["Follower", "event_line"]
@@ -73,6 +79,26 @@ def event_line(event: RunEvent, *, streamed: bool = False) -> str | None:
         return f"{_label('observe')} {event.kind} {_short(event.content)}  [{_safe(event.call_id)}]"
     if isinstance(event, Paused):
         return f"{_label('paused')} {event.pause_id}: {_safe(event.name)} waits for a human: {_short(event.reason)}"
+    if isinstance(event, Charged):
+        model = f" by {_safe(event.model)}" if event.model else ""
+        tokens = f"{event.input_tokens} in ({event.cached_tokens} cached), {event.output_tokens} out"
+        return f"{_label('spent')} call {event.turn}{model}: {tokens}; cost {event.cost}, run total {event.total}"
+    if isinstance(event, FellBack):
+        return f"{_label('model')} call {event.turn} failed ({event.kind}): {_short(event.message)}; next model"
+    if isinstance(event, Compacted):
+        shrunk = f"{event.tokens_before} -> {event.tokens_after} tokens"
+        return f"{_label('compact')} {event.strategy}: {shrunk} ({event.elided} elided, {event.dropped} dropped)"
+    if isinstance(event, ToolsOffered):
+        return f"{_label('offer')} call {event.turn} offers {', '.join(_safe(n) for n in event.names) or 'no tool'}"
+    if isinstance(event, Screened):
+        where = "the task" if event.call_id is None else f"[{_safe(event.call_id)}]"
+        code = f" {_safe(event.code)}" if event.code else ""
+        reason = f": {_short(event.reason)}" if event.reason else ""
+        return f"{_label('screen')} {event.action}{code} on {where}{reason}"
+    if isinstance(event, ToolProgress):
+        total = f"/{event.total:g}" if event.total is not None else ""
+        message = f": {_short(event.message)}" if event.message else ""
+        return f"{_label('working')} {_safe(event.name)} {event.progress:g}{total}{message}  [{_safe(event.call_id)}]"
     if isinstance(event, Ended):
         result = event.result
         code = f" [{result.code}]" if result.code != result.stop.value else ""
