@@ -48,7 +48,7 @@ KERNEL_THIRD_PARTY = {
 KERNEL_LAYERS = [
     "_errors", "_json", "_schema", "_limits", "_endings", "_tools", "_steps", "_machine", "_messages", "_models",
     "_context", "_state", "_events", "_spending", "_gates", "_boundary", "_invariants", "_analysis", "_run",
-    "_launch", "_async", "_agent",
+    "_launch", "_nesting", "_async", "_agent",
     "_policy",
 ]  # fmt: skip
 
@@ -162,7 +162,7 @@ def test_the_kernel_is_layered() -> None:
 
 def test_the_kernel_is_at_most_twenty_modules() -> None:
     """The kernel was cut by concept, not by length: a newcomer reads about twenty files, not forty."""
-    assert len(list((PACKAGE / "engine").glob("_*.py"))) - 1 <= 23  # about twenty: a concept gets its module
+    assert len(list((PACKAGE / "engine").glob("_*.py"))) - 1 <= 24  # about twenty: a concept gets its module
 
 
 def test_every_area_has_a_layer() -> None:

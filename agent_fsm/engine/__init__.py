@@ -27,6 +27,7 @@ each, layered so that each imports only those above it in this list::
     _analysis     the static checker: termination proved from the table
     _run          THE LOOP: the run in flight, the machine's guards and effects
     _launch       the seam: a run set going, rested, decided once, recovered after a crash
+    _nesting      agents inside agents: an agent as a tool, a handoff; bounded budgets, nested pauses
     _async        the async way of waiting (the only module that imports asyncio, loaded on first use)
     _agent        the Agent value and the module-level functions that delegate to it
     _policy       a narrow decide(task, observations) interface adapted onto a model
@@ -144,6 +145,7 @@ from agent_fsm.engine._messages import (
     answer_message,
     assistant_text,
     estimate_tokens,
+    format_transcript,
     normalise_reply,
     parse_tool_calls,
     to_json_data,
@@ -151,6 +153,14 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
+from agent_fsm.engine._nesting import (
+    Composition,
+    ConversationFilter,
+    Nested,
+    bounded_limits,
+    check_composition,
+    conversation,
+)
 from agent_fsm.engine._policy import (
     DECISION_ERRORS,
     DecisionPolicy,
@@ -168,12 +178,13 @@ from agent_fsm.engine._state import (
     RunResult,
     RunState,
     ScreenRecord,
+    blocked_call,
     format_result,
-    format_transcript,
 )
 from agent_fsm.engine._steps import Steps, call_of, is_awaitable
 from agent_fsm.engine._tools import (
     Registry,
+    Subrun,
     ToolCall,
     ToolSpec,
     call_fingerprint,
@@ -356,6 +367,14 @@ __all__ = [
     "validate_call",
     "Verdict",
     "Violation",
+    "Composition",
+    "ConversationFilter",
+    "Nested",
+    "Subrun",
+    "blocked_call",
+    "bounded_limits",
+    "check_composition",
+    "conversation",
 ]
 
 _ASYNC = frozenset({"RunCancelled", "adrive"})

@@ -37,11 +37,12 @@ from agent_fsm.engine._launch import (
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
+from agent_fsm.engine._nesting import ConversationFilter, nested_tool
 from agent_fsm.engine._run import AnswerCheck
 from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
-from agent_fsm.engine._tools import Registry, check_registry, contract_digest
+from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
 
 __all__ = [
     "Agent",
@@ -206,6 +207,46 @@ class Agent:
             cached = (version, digest)
             object.__setattr__(self, "_digest", cached)
         return cached[1]
+
+    def as_tool(
+        self,
+        description: str | None = None,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        effectful: bool | None = None,
+    ) -> ToolSpec:
+        """
+        This agent as a tool of another: a call runs a whole run of this agent, nested in the caller's run.
+
+        The call's ``task`` argument is the nested run's task (with ``schema``,
+        the call's arguments, as JSON text, are). Its answer (or typed output)
+        is the call's ``result``; any other ending is an ``error`` naming the
+        stop, code and reason. The nested run spends the caller's budgets as
+        well as its own, the tighter binding; its gate judges its own calls;
+        when it pauses, the caller pauses with it (see docs/nesting.md).
+        ``effectful`` defaults to whether any of this agent's tools is, so the
+        caller's gate must allow the delegation as it would such a tool.
+        """
+        return nested_tool(self, description, schema, effectful)
+
+    def handoff(
+        self,
+        description: str | None = None,
+        *,
+        passes: ConversationFilter | None = None,
+        effectful: bool | None = None,
+    ) -> ToolSpec:
+        """
+        A tool that hands the conversation over to this agent: the caller's part ends, this agent answers.
+
+        ``passes`` filters what this agent is given (default
+        :func:`agent_fsm.conversation`: the users' messages and the
+        assistant's text, ending with the last user message, which it answers).
+        The run that called it ends ``handed_over`` when this agent's part
+        ends, with its answer and its code (``RunResult.code``); the run's
+        ``children`` keep this agent's whole run, and its path who held it.
+        """
+        return nested_tool(self, description, None, effectful, hands_over=True, passes=passes)
 
     def start(self, task: str, *, history: Sequence[Mapping[str, Any]] = (), run_id: str | None = None) -> RunState:
         """

@@ -246,12 +246,19 @@ class ToolContext:
 
 @attrs.frozen
 class Intent:
-    """An effectful call about to cross the boundary, committed before its handler runs."""
+    """
+    An effectful call about to cross the boundary, committed before its handler runs.
+
+    ``path`` is empty for a call of the run itself; for a call of a run nested
+    in it (an agent run as a tool), the ids of the calls that ran each nested
+    run, outermost first, joined by ``/``.
+    """
 
     call_id: str
     tool: str
     fingerprint: str
     idempotency_key: str
+    path: str = ""
 
 
 class Checkpointer(Protocol):

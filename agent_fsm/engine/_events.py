@@ -19,7 +19,7 @@ import attrs
 
 from agent_fsm.engine._context import Compaction
 from agent_fsm.engine._limits import Stop
-from agent_fsm.engine._state import RunResult, RunState
+from agent_fsm.engine._state import RunResult, RunState, blocked_call
 
 __all__ = [
     "EVENT_TYPES",
@@ -312,11 +312,13 @@ def _result(data: Any) -> RunResult:
         raise ValueError(f"an 'ended' event's result must hold stop, code, answer, reason and state: {data!r:.200}")
     state = RunState.from_json(json.dumps(data["state"]))
     stop = Stop(data["stop"])
+    blocked, path = blocked_call(state) if stop is Stop.AWAITING_APPROVAL and state.pending else (None, ())
     return RunResult(
         stop=stop,
         answer=data["answer"],
         state=state,
-        blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL and state.pending else None,
+        blocked_on=blocked,
         reason=data["reason"],
         code=data["code"],
+        blocked_path=path,
     )

@@ -46,6 +46,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._boundary import (
     Checkpointer,
@@ -53,7 +55,9 @@ from agent_fsm.engine._boundary import (
     Seen,
     approved_judging,
     judge,
+    judging,
     mark_pause,
+    open_pause,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import NotPaused, RunError, StateError
@@ -76,8 +80,8 @@ from agent_fsm.engine._run import (
     no_progress_reason,
 )
 from agent_fsm.engine._schema import OutputSpec
-from agent_fsm.engine._state import Judgement, RunResult, RunState, state_problem
-from agent_fsm.engine._steps import Steps
+from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, state_problem
+from agent_fsm.engine._steps import Steps, drive
 from agent_fsm.engine._tools import ToolCall, call_fingerprint, measure
 
 if TYPE_CHECKING:
@@ -123,9 +127,21 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop is Stop.COST_LIMIT:
         spent = format(state.usage.cost, "f")
         return f"{spent} of the {limits.max_cost} cost budget spent; the next model call's worst case would pass it"
+    if stop is Stop.HANDED_OVER:
+        return _handed_reason(state)
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
+
+
+def _handed_reason(state: RunState) -> str:
+    """Who the run was handed to and how that agent's part ended (the last nested run is the handoff's)."""
+    if not state.children:
+        return "handed over (no record of the agent it was handed to)"
+    child = state.children[next(reversed(state.children))]
+    stop = RUN_MACHINE.stop_of(child.machine_state)
+    ended = stop.value if stop is not None else child.machine_state
+    return f"handed over to {child.agent or 'another agent'}, which ended {child.code or ended}"
 
 
 def _declared(check: AnswerCheck | None) -> Any:
@@ -178,15 +194,22 @@ def _result(
     typed = output is not None and stop is Stop.ANSWERED and state.output is not None
     if stop is not Stop.AWAITING_APPROVAL and code != stop.value:
         state.code = code  # kept in the state, so a saved run still says how it ended
+    blocked, path = blocked_call(state) if stop is Stop.AWAITING_APPROVAL else (None, ())
     return RunResult(
         stop=stop,
-        answer=state.answer if stop is Stop.ANSWERED else None,
+        answer=state.answer if stop is Stop.ANSWERED or stop is Stop.HANDED_OVER else None,
         state=state,
-        blocked_on=state.pending[0] if stop is Stop.AWAITING_APPROVAL else None,
+        blocked_on=blocked,
         reason=_reason(stop, state, limits),
         code=code,
         output=_built(output, state) if typed else None,  # type: ignore[arg-type]
+        blocked_path=path,
     )
+
+
+def result_of(agent: Agent, state: RunState) -> RunResult:
+    """The result of a run resting in ``state`` (ended or paused), as ``agent`` reports it."""
+    return _result(state, _trusted_limits(state, agent.limits), agent.endings, agent.output_spec)
 
 
 def _built(output: OutputSpec, state: RunState) -> Any:
@@ -400,7 +423,13 @@ def _decided(
     pause = state.pause
     assert pause is not None, "state_problem checks that a paused state holds its pause"
     work = context.state
-    if approve:
+    nested = nested_pause(work)
+    if nested:
+        # The pause is inside the agent the blocked call runs: this agent's gate judges that call afresh
+        # (nobody edits it), and the decision itself goes down to the run that paused, judged there.
+        yield from _approve_delegation(context, pause.fingerprint)
+        context.decision = (approve, reason, arguments)
+    elif approve:
         yield from _approve(context, pause.fingerprint, arguments)  # may consult the gate; runs nothing yet
     else:
         work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
@@ -413,9 +442,25 @@ def _decided(
     state.consumed = True
     # An approval judged afresh to be refused (invalid now, denied, not the
     # call approved, no tool attempts left) leaves the pause as a rejection.
-    allowed = approve and work.judgement is not None and work.judgement.kind == "allow"
+    allowed = (approve or nested) and work.judgement is not None and work.judgement.kind == "allow"
     yield from MACHINE.steps(context, "approve" if allowed else "reject")
     return _rest(context, endings)
+
+
+def nested_pause(state: RunState) -> bool:
+    """Whether the call ``state`` is blocked on runs a nested run that is itself paused."""
+    child = state.children.get(state.pending[0].call_id) if state.children and state.pending else None
+    return child is not None and child.machine_state == "AwaitingApproval"
+
+
+def _approve_delegation(context: RunContext, covers: str) -> Steps[None]:
+    """Judge the call that runs a paused nested run afresh: its attempt was counted when the nested run began."""
+    state = context.state
+    call = state.pending[0]
+    context.authorized = None
+    state.judgement = yield from approved_judging(call, context.tools, context.gate, covers, state=state)
+    if state.judgement.kind == "allow":
+        context.authorized = call
 
 
 def _approve(context: RunContext, covers: str, arguments: Mapping[str, Any] | None) -> Steps[None]:
@@ -496,25 +541,72 @@ def continue_run(
     Raises:
         RunError: the checkpoint and its intent disagree (a store written by something else).
     """
+    return drive(recovering(agent, state, store=store, run_id=run_id, intent=intent)[1])
+
+
+def recovering(
+    agent: Agent, state: RunState, *, store: Checkpointer | None, run_id: str | None, intent: Intent | None
+) -> Launch:
+    """:func:`continue_run` as a context and its steps: also how a nested run a crash interrupted goes on."""
     chosen = _trusted_limits(state, agent.limits)  # the run's own limits unless the agent sets its own
-    context = RunContext(
-        state,
-        agent.model,
-        agent.tools,
-        agent.gate,
-        chosen,
-        agent.estimator,
-        _declared(agent.answer_check),
-        store,
-        run_id,
-    )
-    context.equip(agent)
-    if intent is not None:
+    context = _context(agent, state, chosen, store, run_id, False)
+    return context, _recovered(context, intent, agent.endings)
+
+
+def _recovered(context: RunContext, intent: Intent | None, endings: EndingRule | None) -> Steps[RunResult]:
+    state = context.state
+    if _nested_in_flight(state):  # interrupted inside a run nested in the head call (or just after it)
+        yield from _settle_nested(context, intent)
+    elif intent is not None:
         settle_intent(context, intent)
     elif state.machine_state == "AwaitingApproval":
         # Stored as paused but claimed as running: a decision was taken and its process died before the
         # run moved on. The decision did not take effect; the pause opens again, under a new id.
         state.pause_id = None
     if not RUN_MACHINE.state(state.machine_state).is_resting:
-        MACHINE.advance(context)
-    return _rest(context, agent.endings)
+        yield from MACHINE.steps(context)
+    return _rest(context, endings)
+
+
+def _nested_in_flight(state: RunState) -> bool:
+    return (
+        state.machine_state == "Executing"
+        and bool(state.pending)
+        and bool(state.children)
+        and state.pending[0].call_id in state.children
+    )
+
+
+def _settle_nested(context: RunContext, intent: Intent | None) -> Steps[None]:
+    """
+    Go on with the nested run under the head call: the call that runs it is judged afresh, then the run resumes.
+
+    The nested run settles its own effect in flight (``intent``, a level
+    down) by the rules above, with its own gate: nothing runs on the
+    strength of the checkpoint alone.
+    """
+    state = context.state
+    call = state.pending[0]
+    if intent is not None:
+        head, _, below = intent.path.partition("/")
+        if head != call.call_id:
+            raise RunError(
+                f"the checkpoint's intent {intent.call_id!r} lies under call {head!r}, but the run is in"
+                f" {call.call_id!r}",
+                state=state,
+            )
+        context.recovering = attrs.evolve(intent, path=below)
+    state.path.pop()  # Executing is entered again, by its own edge, once the call is judged
+    state.machine_state = state.path[-1]
+    if state.machine_state == "AwaitingApproval":  # the store recorded a person's approval of this very call
+        context.authorized = call
+        context.approved = True
+        yield from MACHINE.steps(context, "approve", onward=False)
+        return
+    state.judgement = yield from judging(call, context.tools, context.gate, state=state, limits=context.limits)
+    if state.judgement.kind == "allow":
+        context.authorized = call
+    elif state.judgement.kind == "ask":
+        state.pause = open_pause(state, call, state.judgement.reason)
+        state.pause_id = state.pause.pause_id
+    yield from MACHINE.steps(context, "judge", onward=False)

@@ -45,6 +45,7 @@ class Stop(str, enum.Enum):
     INTERCEPTED = "intercepted"  # a result screen stopped the run before the model read an observation
     TOOL_ENDED = "tool_ended"  # a tool declared to end the run (ends_run) returned a result
     COST_LIMIT = "cost_limit"  # the next model call's worst-case cost would take the run past max_cost
+    HANDED_OVER = "handed_over"  # the agent handed the conversation to another agent, whose ending ended it
 
     def __str__(self) -> str:
         return self.value

@@ -280,6 +280,13 @@ RUN_MACHINE = MachineSpec(
             on_enter=("close_pending",),
             stop="tool_ended",
         ),
+        StateSpec(
+            "HandedOver",
+            "absorbing",
+            "The agent handed the conversation to another, whose ending is the run's.",
+            on_enter=("close_pending", "record_handover"),
+            stop="handed_over",
+        ),
     ),
     edges=(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
@@ -332,6 +339,7 @@ RUN_MACHINE = MachineSpec(
             guard="approval_needed",
             meaning="the effect may have happened, or the tool asks first",
         ),
+        Edge("Executing", "observe", "HandedOver", guard="handed_over", meaning="the agent it handed over to ended"),
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
         Edge("Executing", "observe", "ToolEnded", guard="ended_by_tool", meaning="a tool that ends the run returned"),
         Edge("Executing", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"),

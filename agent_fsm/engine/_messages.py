@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -33,6 +33,7 @@ __all__ = [
     "answer_message",
     "assistant_text",
     "estimate_tokens",
+    "format_transcript",
     "normalise_reply",
     "parse_tool_calls",
     "to_json_data",
@@ -300,3 +301,25 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
 def parse_tool_calls(message: Mapping[str, Any]) -> list[ToolCall]:
     """The proposals in an assistant message (empty for a plain answer). Never raises."""
     return normalise_reply(message, 0)[1]
+
+
+# --- transcript ---
+
+_LABELS = {"system": "system", "user": "user", "assistant": "model", "tool": "tool"}
+
+
+def format_transcript(messages: Iterable[Mapping[str, Any]]) -> str:
+    """The transcript as aligned lines: ``role | text`` and ``model | -> tool {arguments}``."""
+    lines = []
+    for message in messages:
+        label = f"{_LABELS.get(message.get('role', ''), str(message.get('role')))[:6]:6} |"
+        content = message.get("content")
+        if message.get("role") == "assistant":
+            if content:
+                lines.append(f"{label} {content}")
+            for item in message.get("tool_calls") or ():
+                function = item.get("function", {})
+                lines.append(f"{label} -> {function.get('name')} {function.get('arguments')}  [{item.get('id')}]")
+        else:
+            lines.append(f"{label} {content if isinstance(content, str) else json.dumps(content)}")
+    return "\n".join(lines)

@@ -102,7 +102,7 @@ from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
 from agent_fsm.engine._spending import cap_refusal, charge, fall_back, may_fall_back, over_budget
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import Perform, Steps, call_of, model_call
-from agent_fsm.engine._tools import Registry, ToolCall, measure, shown_to_model
+from agent_fsm.engine._tools import Registry, Subrun, ToolCall, measure, shown_to_model
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -143,12 +143,14 @@ class RunContext:
         "clock_start",
         "compact",
         "compact_at",
+        "decision",
         "declaration_tokens",
         "declarations",
         "entered",
         "estimator",
         "fallback",
         "gate",
+        "handed",
         "limits",
         "model",
         "offer",
@@ -158,6 +160,7 @@ class RunContext:
         "output_failed",
         "output_value",
         "perform",
+        "recovering",
         "relay",
         "run_id",
         "screen_input",
@@ -238,6 +241,13 @@ class RunContext:
         self.output: OutputSpec | None = None
         self.output_failed = False
         self.output_value: Any = None
+        # Nesting (agent_fsm.engine._nesting), never saved: a person's decision on a pause inside the call
+        # this run executes next (approve, reason, arguments), passed down to the child it paused;
+        # the effect a crash left in flight inside that child (the store's intent, a level down);
+        # and the call whose handoff just ended, which ends this run.
+        self.decision: tuple[bool, str, Mapping[str, Any] | None] | None = None
+        self.recovering: Any = None
+        self.handed: str | None = None
 
     def equip(self, agent: Agent) -> None:
         """Take the agent's screens, output, compaction and tool offer; what the run did is read afresh."""
@@ -267,8 +277,11 @@ class RunContext:
         if self.screen_result is None:
             never.append("result_unscreened")
         tools = self.tools
-        if not hasattr(tools, "version") and all(spec.max_calls is None for spec in tools.values()):
-            never.append("tool_cap_reached")  # a list that may change could bring a capped tool
+        if not hasattr(tools, "version"):  # a list that may change could bring a capped tool, or a handoff
+            if all(spec.max_calls is None for spec in tools.values()):
+                never.append("tool_cap_reached")
+            if not any(getattr(spec.handler, "hands_over", False) for spec in tools.values()):
+                never.append("handed_over")
         return frozenset(never)
 
     @property
@@ -535,6 +548,11 @@ def failed_permanently(run: RunContext) -> bool:
 def ended_by_tool(run: RunContext) -> bool:
     """The call just executed was to a tool that ends the run, and it returned a result."""
     return run.usage is not None and run.usage.last_ok and run.usage.last in run.offer.ending_tools
+
+
+def handed_over(run: RunContext) -> bool:
+    """The call just executed handed the conversation to another agent, and that agent's part has ended."""
+    return run.handed is not None
 
 
 def calls_pending(run: RunContext) -> bool:
@@ -806,6 +824,13 @@ def execute_call(run: RunContext) -> Steps[None]:
         )
     run.authorized = None
     approved, run.approved = run.approved, False
+    handler = run.tools[call.name].handler
+    if isinstance(handler, Subrun):  # another agent's run: its own effects cross their own boundaries
+        observation = yield from handler.steps(run, call)
+        if observation is not None:  # None: the child paused, and this run with it (see pause_on)
+            _record_use(run, call)
+            _observe(run, observation)
+        return
     checkpointer = run.checkpointer
     # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
     intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
@@ -825,11 +850,16 @@ def execute_call(run: RunContext) -> Steps[None]:
         if heard is not None:
             unhear_progress(heard)
         leave_call(token)
-    if run.tools[call.name].max_calls is not None:
-        state.tool_uses[call.name] = state.tool_uses.get(call.name, 0) + 1
+    _record_use(run, call)
     _observe(run, observation)
     if intent is not None:
         commit_observation(checkpointer, run.run_id, state, intent)
+
+
+def _record_use(run: RunContext, call: ToolCall) -> None:
+    if run.tools[call.name].max_calls is not None:
+        uses = run.state.tool_uses
+        uses[call.name] = uses.get(call.name, 0) + 1
 
 
 def record_rejection(run: RunContext) -> None:
@@ -869,6 +899,16 @@ def record_answer(run: RunContext) -> None:
             state.code = OUTPUT_INVALID  # the retries ran out; the reason names what failed last
 
 
+def record_handover(run: RunContext) -> None:
+    """The run ends as the agent it handed over to ended: its answer, if it gave one, and its code."""
+    state = run.state
+    assert run.handed is not None, "handed_over holds only with the handoff's call named"
+    child = state.children[run.handed]
+    stop = RUN_MACHINE.stop_of(child.machine_state)
+    state.answer = child.answer if child.machine_state == "Answered" else None
+    state.code = child.code or (stop.value if stop is not None else None)
+
+
 def return_invalid_output(run: RunContext) -> None:
     """Send what failed back to the model, as an invalid observation it reads like a tool's, and count it."""
     state = run.state
@@ -902,6 +942,7 @@ MACHINE = compile_machine(
             approval_needed,
             call_allowed,
             calls_pending,
+            handed_over,
             failed_permanently,
             ended_by_tool,
             denial_repeated,
@@ -910,6 +951,7 @@ MACHINE = compile_machine(
             execute_call,
             record_rejection,
             record_answer,
+            record_handover,
             return_invalid_output,
             close_pending,
             task_unscreened,

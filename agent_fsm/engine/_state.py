@@ -28,7 +28,7 @@ import operator
 import os
 import re
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -47,7 +47,7 @@ from agent_fsm.engine._endings import CODE_PATTERN
 from agent_fsm.engine._json import DEPTH_CEILING, argument_problem
 from agent_fsm.engine._limits import Limits, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE
-from agent_fsm.engine._messages import Observation
+from agent_fsm.engine._messages import Observation, format_transcript
 from agent_fsm.engine._tools import ToolCall, call_fingerprint
 
 __all__ = [
@@ -58,11 +58,11 @@ __all__ = [
     "ProviderFault",
     "RunResult",
     "RunState",
+    "blocked_call",
     "STATES",
     "ScreenRecord",
     "dump_state",
     "format_result",
-    "format_transcript",
     "json_kind",
     "load_state",
     "quick_state",
@@ -231,6 +231,9 @@ class RunState:
     usage: Usage = attrs.field(factory=Usage)
     tool_uses: dict[str, int] = attrs.field(factory=dict)
     model_attempt: int = 0
+    # The runs of other agents this run nested (an agent as a tool, a handoff), by the call that ran each:
+    # whole states of their own, saved within this one. The one under the head pending call may be in flight.
+    children: dict[str, RunState] = attrs.field(factory=dict)
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -272,7 +275,8 @@ class RunResult:
     How a run ended (typed), its answer if it gave one, and every detail of its state.
 
     ``blocked_on`` is the call awaiting a human when ``stop`` is
-    ``awaiting_approval``, else ``None``. ``reason`` says in words why the
+    ``awaiting_approval``, else ``None``: the innermost one when the run
+    paused inside an agent it runs as a tool (``blocked_path`` leads to it). ``reason`` says in words why the
     run stopped (the last denial, the refused answer, the provider's error).
     ``output`` is the typed answer when the agent has ``output=`` and the
     run was answered: a dict for a JSON Schema, an instance for a class.
@@ -286,11 +290,26 @@ class RunResult:
     # The world's ending (see agent_fsm.Ending): always set, the stop's own value when the world declared none.
     code: str = attrs.field(default=attrs.Factory(lambda self: self.stop.value, takes_self=True))
     output: Any = None
+    # While paused: the ids of the calls from this run's down to ``blocked_on``, which a run nested in a
+    # tool call (an agent run as a tool) may hold; one id when the run's own call is blocked.
+    blocked_path: tuple[str, ...] = ()
 
     @property
     def usage(self) -> Usage:
         """What the run spent: ``.tokens`` in and out, and ``.cost`` under the agent's prices."""
         return self.state.usage
+
+
+def blocked_call(state: RunState) -> tuple[ToolCall, tuple[str, ...]]:
+    """The call a paused run waits on, found by following paused nested runs down, and the call ids to it."""
+    path = []
+    while True:
+        call = state.pending[0]
+        path.append(call.call_id)
+        child = state.children.get(call.call_id) if state.children else None
+        if child is None or child.machine_state != "AwaitingApproval" or not child.pending:
+            return call, tuple(path)
+        state = child
 
 
 # --- consistency ---
@@ -381,6 +400,23 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         wrong = prompt_problem(messages, state.prompt, opening)
         if wrong is not None:
             return "prompt", wrong
+    if state.children:
+        return _children_problem(state)
+    return None
+
+
+def _children_problem(state: RunState) -> tuple[str, str] | None:
+    """A nested run must be named for this run and the call that ran it, and agree with itself."""
+    if type(state.children) is not dict:
+        return "children", f"expected nested runs by call id, got {state.children!r}"
+    for key, child in state.children.items():
+        if not isinstance(child, RunState):
+            return f"children.{key}", f"expected a RunState, got {child!r}"
+        if child.run_id != f"{state.run_id}/{key}":
+            return f"children.{key}.run_id", f"expected {state.run_id}/{key!s}, got {child.run_id!r}"
+        problem = state_problem(child)
+        if problem is not None:
+            return f"children.{key}.{problem[0]}", problem[1]
     return None
 
 
@@ -453,6 +489,7 @@ ADDED_FIELDS = frozenset(
         "usage",
         "tool_uses",
         "model_attempt",
+        "children",
     }
 )
 """Fields added to format 2 after it was first written: a state saved before them loads with their defaults."""
@@ -791,6 +828,30 @@ def _relayed(reader: Callable[[Any, str], Any], value: Any, path: str) -> Any:
         raise BadField(*exc.args) from None
 
 
+NESTING_CEILING = 8
+"""How deep saved runs may nest in one another (an agent in an agent in ...): deeper is refused as malformed."""
+
+
+def _children(value: Any, path: str) -> dict[str, RunState]:
+    if type(value) is not dict:
+        raise _expect(path, "an object of nested runs by call id", value)
+    if value and path.split(".").count("children") > NESTING_CEILING:
+        raise BadField(path, f"runs nest deeper than {NESTING_CEILING} levels")
+    children = {}
+    for key, data in value.items():
+        where = f"{path}.{key}"
+        if type(data) is not dict or data.get("format") != FORMAT or type(data.get("format")) is not int:
+            raise _expect(where, f"a saved run state of format {FORMAT}", data)
+        child = quick_state(data)
+        if child is None:
+            try:
+                child = read_state(data)
+            except BadField as bad:
+                raise BadField(f"{where}.{bad.path}", bad.detail) from None
+        children[key] = child
+    return children
+
+
 # One rule per saved field. A state is read in SAVED_FIELDS' order, so the first
 # problem found is the first in the document.
 _RULES: dict[str, Reader] = {
@@ -829,6 +890,7 @@ _RULES: dict[str, Reader] = {
     "usage": _usage,
     "tool_uses": _denials,  # counts by tool name, each >= 1
     "model_attempt": _int,
+    "children": lambda value, path: _children(value, path),
 }
 if set(_RULES) != set(SAVED_FIELDS):  # a field without a rule, or a rule for a field that is gone
     raise RuntimeError(f"the strict reader's rules do not cover the saved fields: {set(_RULES) ^ set(SAVED_FIELDS)}")
@@ -1130,10 +1192,20 @@ def _state(data: dict[str, Any]) -> RunState | None:
     state.usage = usage
     state.tool_uses = uses if uses is not _NO_USES else {}
     state.model_attempt = attempt
+    children = data.get("children", _NO_CHILDREN)
+    if children:  # a run that nested others: each read as a whole state (this reader or the strict one)
+        try:
+            children = _children(children, "children")
+        except BadField:
+            return None
+    elif type(children) is not dict:
+        return None
+    state.children = children if children is not _NO_CHILDREN else {}
     return state
 
 
 _NO_USES: dict[str, int] = {}
+_NO_CHILDREN: dict[str, Any] = {}
 
 
 def _quick_fault(data: Any) -> ProviderFault | None:  # rare (a run that ended provider_error): built the ordinary way
@@ -1199,6 +1271,7 @@ _RECORD_WRITERS: dict[str, Callable[[Any], Any]] = {
     "prompt": write_prompt,
     "compactions": write_compactions,
     "usage": lambda usage: _with_amount(_usage_fields(usage), "cost"),
+    "children": lambda children: {key: _state_data(child) for key, child in children.items()},
 }
 _WRITTEN_KEYS = ("format", *SAVED_FIELDS)
 _saved_values = operator.attrgetter(*SAVED_FIELDS)
@@ -1279,25 +1352,6 @@ def load_state(text: Any, key: bytes | None) -> RunState:
 
 # --- transcript ---
 
-_LABELS = {"system": "system", "user": "user", "assistant": "model", "tool": "tool"}
-
-
-def format_transcript(messages: Iterable[Mapping[str, Any]]) -> str:
-    """The transcript as aligned lines: ``role | text`` and ``model | -> tool {arguments}``."""
-    lines = []
-    for message in messages:
-        label = f"{_LABELS.get(message.get('role', ''), str(message.get('role')))[:6]:6} |"
-        content = message.get("content")
-        if message.get("role") == "assistant":
-            if content:
-                lines.append(f"{label} {content}")
-            for item in message.get("tool_calls") or ():
-                function = item.get("function", {})
-                lines.append(f"{label} -> {function.get('name')} {function.get('arguments')}  [{item.get('id')}]")
-        else:
-            lines.append(f"{label} {content if isinstance(content, str) else json.dumps(content)}")
-    return "\n".join(lines)
-
 
 def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> str:
     """Transcript, typed ending, counters and (when given) the effect log."""
@@ -1328,6 +1382,7 @@ def _quick_reader_covers_the_state() -> bool:
     )  # fmt: skip
     sample.screens.append(ScreenRecord("input", None, "pass"))
     sample.usage, sample.tool_uses, sample.model_attempt = Usage(3, 2, 1, Decimal("0.5")), {"t": 1}, 1
+    sample.children["c"] = RunState(run_id=f"{sample.run_id}/c", answer="nested")
     data = json.loads(dump_state(sample, None))
     try:
         return quick_state(data) == sample

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine._errors import RunError, ToolDefinitionError
+from agent_fsm.engine._errors import RunError, ToolDefinitionError, ToolError
 from agent_fsm.engine._json import argument_problem
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
 from agent_fsm.engine._schema import compile_checker, make_validator, schema_problem
@@ -41,6 +41,7 @@ __all__ = [
     "contract_digest",
     "call_fingerprint",
     "Registry",
+    "Subrun",
     "TOOL_NAME",
     "ToolCall",
     "ToolSpec",
@@ -293,6 +294,26 @@ class ToolSpec:
 
 Registry = Mapping[str, ToolSpec]
 """A registry maps tool names to contracts. No other name is ever resolved."""
+
+
+class Subrun:
+    """
+    A handler that is a whole run of another agent: the run drives it as steps of its own.
+
+    The run machine does not call it: it asks :meth:`steps` for the call's
+    observation (see :mod:`agent_fsm.engine._nesting`), so the child's model
+    calls, gates and handlers are requests of the parent's driver, its budgets
+    are bounded by the parent's, and its pause is the parent's pause. Called
+    as a plain function (outside a run) it refuses, as an ``error``: there is
+    no run for it to nest in.
+    """
+
+    def __call__(self, **arguments: Any) -> Any:
+        raise ToolError(f"{self!r} runs an agent inside a run; it cannot be called on its own")
+
+    def steps(self, run: Any, call: ToolCall) -> Any:
+        """The call's observation as driver steps (``None``: the child paused, and the parent with it)."""
+        raise NotImplementedError
 
 
 @attrs.frozen

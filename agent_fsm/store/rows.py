@@ -231,12 +231,15 @@ def float_or_none(value: Any) -> float | None:
 
 
 def intent_data(intent: Intent) -> dict[str, str]:
-    return {
+    data = {
         "call_id": intent.call_id,
         "tool": intent.tool,
         "fingerprint": intent.fingerprint,
         "idempotency_key": intent.idempotency_key,
     }
+    if intent.path:  # a call of a nested run: which calls lead down to it
+        data["path"] = intent.path
+    return data
 
 
 def belongs(run_id: str, state: RunState) -> None:
