@@ -284,7 +284,7 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
         child = _begin(nested, agent, run, call, child_id)
         state.children[call.call_id] = child
         launch = continuing(agent, child, store=store, run_id=child_id, listening=listening, fresh=True)
-    elif child.machine_state == "AwaitingApproval" and not child.consumed:
+    elif child.machine_state == "AwaitingApproval":
         if decision is None:  # nobody decided here: the pause stands, and this run waits on it again
             pause_on(run, call, _paused_reason(nested, result_of(agent, child)))
             return None

@@ -407,9 +407,15 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
 
 def _children_problem(state: RunState) -> tuple[str, str] | None:
     """A nested run must be named for this run and the call that ran it, and agree with itself."""
-    if type(state.children) is not dict:
-        return "children", f"expected nested runs by call id, got {state.children!r}"
+    proposed = {
+        c.get("id") if isinstance(c, dict) else None
+        for m in state.messages
+        if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list)
+        for c in m["tool_calls"]
+    }
     for key, child in state.children.items():
+        if key not in proposed:  # a run is nested only by a call the model made in this run
+            return f"children.{key}", "no call of that id was proposed in this run"
         if not isinstance(child, RunState):
             return f"children.{key}", f"expected a RunState, got {child!r}"
         if child.run_id != f"{state.run_id}/{key}":
