@@ -37,6 +37,7 @@ ends ``handed_over`` with the child's answer and code once the child ends.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -123,6 +124,20 @@ class Nested(Subrun):
     def steps(self, run: Any, call: ToolCall) -> Steps[Observation | None]:
         """Start, resume or go on with the child run under ``call``; its ending as the call's observation."""
         return _nested_steps(self, run, call)
+
+    def contracts(self) -> str:
+        """The nested agent's digest (its tools and rules, and those of the agents it nests in turn)."""
+        digesting = _DIGESTING.__dict__.setdefault("agents", set())
+        if id(self.agent) in digesting:  # an agent that nests itself: named, not digested forever
+            return f"{self.hands_over:d}(recursive {self.agent.name})"
+        digesting.add(id(self.agent))
+        try:
+            return f"{self.hands_over:d}{self.agent.digest}"
+        finally:
+            digesting.discard(id(self.agent))
+
+
+_DIGESTING = threading.local()  # the agents whose digest is being computed, up this thread's stack
 
 
 def nested_tool(

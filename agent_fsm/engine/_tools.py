@@ -315,6 +315,10 @@ class Subrun:
         """The call's observation as driver steps (``None``: the child paused, and the parent with it)."""
         raise NotImplementedError
 
+    def contracts(self) -> str:
+        """A digest of the contracts of what it runs: part of the digest of the registry holding it."""
+        raise NotImplementedError
+
 
 @attrs.frozen
 class ToolCall:
@@ -526,6 +530,8 @@ def contract_digest(tools: Registry) -> str:
     for name, spec in sorted(_entries(tools)):
         shown = spec._shown if spec._shown is not None else repr((spec.description, spec.json_schema))
         cap = "" if spec.max_calls is None else f"\x00max_calls={spec.max_calls}"  # a cap is a rule of the contract
+        if isinstance(spec.handler, Subrun):  # the contracts of the agent it runs are part of this tool's
+            cap += f"\x00runs={spec.handler.contracts()}"
         parts.append(f"{name}\x00{shown}\x00{spec.effectful:d}{spec.idempotent:d}{cap}")
     return hashlib.sha256("\x01".join(parts).encode()).hexdigest()
 
