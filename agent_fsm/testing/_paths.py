@@ -51,7 +51,7 @@ from agent_fsm import (
     summarize,
     tool_call_message,
 )
-from agent_fsm.engine import Agent, Gate, Registry, ToolCall
+from agent_fsm.engine import Agent, Gate, Nested, Registry, ToolCall, ToolSpec
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import DEFAULT_TASK, GateContext, GateFactory, World, world_of
@@ -140,6 +140,8 @@ def _refuse_answers(answer: str, state: Any) -> str:
 
 Screening = Literal["none", "pass", "refuse", "stop"]
 """The kit's screens in a route: none, both passing everything, an input screen refusing, a result screen stopping."""
+Failure = Literal["permanent", "unknown", "handoff"]
+"""How the kit's failing tool fails: for good, with its outcome unknown, or by handing the run over to another agent."""
 
 
 def _pass(subject: Any, state: Any) -> None:
@@ -180,7 +182,7 @@ class Route:
     failing_tool: str | None = None
     path: tuple[str, ...] = ()
     setup: str = ""
-    failure: Literal["permanent", "unknown"] = "permanent"
+    failure: Failure = "permanent"
     screening: Screening = "none"
     # The agent's other parts the setup chose: compact=, compact_at=, tool_rules= (none by default).
     options: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
@@ -199,6 +201,10 @@ class Route:
 def _failing(tools: Registry, name: str | None, failure: str = "permanent") -> Registry:
     if name is None:
         return tools
+    if failure == "handoff":  # the tool hands the conversation over to an agent that answers
+        spec = tools[name]
+        handler = Nested(_HOLDER, hands_over=True)
+        return {**tools, name: ToolSpec(spec.description, spec.schema, handler, effectful=spec.effectful)}
 
     def fails(**arguments: Any) -> Any:
         if failure == "unknown":
@@ -231,6 +237,7 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     return result
 
 
+_HOLDER = Agent(ScriptedModel([]), {}, name="kit_holder")  # the agent a handoff hands over to: it answers
 _PRICES = Prices(default=Price(Decimal(1), Decimal(1)))  # every model's tokens cost something: a budget can bind
 
 
@@ -288,13 +295,13 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
     return replies
 
 
-_Setup = tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"], Gate, Screening, Mapping[str, Any], bool]
+_Setup = tuple[str, Limits, bool, str | None, Failure, Gate, Screening, Mapping[str, Any], bool]
 
 
 def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
     """Each gate under the plain limits, then under one changed budget or fault at a time."""
     base = Limits(max_turns=3)
-    changes: list[tuple[str, Limits, bool, str | None, Literal["permanent", "unknown"]]] = [
+    changes: list[tuple[str, Limits, bool, str | None, Failure]] = [
         ("", base, False, None, "permanent"),
         ("max_turns=1", attrs.evolve(base, max_turns=1), False, None, "permanent"),
         ("max_prompt_tokens=1", attrs.evolve(base, max_prompt_tokens=1), False, None, "permanent"),
@@ -316,6 +323,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         changes.append((f"{first} failing for good", base, False, first, "permanent"))
         if tools[first].effectful:  # only an effect can leave its outcome unknown
             changes.append((f"{first} with its outcome unknown", base, False, first, "unknown"))
+        changes.append((f"{first} handing the conversation over to another agent", base, False, first, "handoff"))
     # Agent options opening the doors of the context and the tools of each turn.
     agent_changes: list[tuple[str, Limits, Mapping[str, Any]]] = [
         ("compacting from the first turn", base, _compacting()),
