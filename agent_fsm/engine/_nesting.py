@@ -312,8 +312,15 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
         launch = recovering(agent, child, store=store, run_id=child_id, intent=intent)
     context, steps = launch
     context.outbox, context.relay, context.perform = run.outbox, run.relay, run.perform
-    result: RunResult = yield from steps
-    state.children[call.call_id] = context.state  # a decision works on a copy of the paused state
+    try:
+        result: RunResult = yield from steps
+    except BaseException as exc:
+        # Raised in the child (a bug, a cancellation): the state to hold is this run's, which keeps the child's.
+        if getattr(exc, "state", None) is context.state:
+            exc.state = state  # type: ignore[attr-defined]
+        raise
+    finally:
+        state.children[call.call_id] = context.state  # a decision works on a copy of the paused state
     if result.stop is Stop.AWAITING_APPROVAL:
         pause_on(run, call, _paused_reason(nested, result))
         return None
