@@ -80,6 +80,7 @@ from agent_fsm.engine._run import (
     no_progress_reason,
 )
 from agent_fsm.engine._schema import OutputSpec
+from agent_fsm.engine._spending import charge_nested
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, state_problem
 from agent_fsm.engine._steps import Steps, drive
 from agent_fsm.engine._tools import ToolCall, call_fingerprint, measure
@@ -443,6 +444,8 @@ def _decided(
     # An approval judged afresh to be refused (invalid now, denied, not the
     # call approved, no tool attempts left) leaves the pause as a rejection.
     allowed = (approve or nested) and work.judgement is not None and work.judgement.kind == "allow"
+    if nested and not allowed:  # the run it paused stays as it was, never to go on: what it spent is charged
+        charge_nested(work, work.children[work.pending[0].call_id])
     yield from MACHINE.steps(context, "approve" if allowed else "reject")
     return _rest(context, endings)
 

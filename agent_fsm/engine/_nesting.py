@@ -50,6 +50,7 @@ from agent_fsm.engine._launch import Launch, continuing, deciding, recovering, r
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._messages import Observation
 from agent_fsm.engine._run import RunContext, pause_on
+from agent_fsm.engine._spending import charge_nested
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import Steps
 from agent_fsm.engine._tools import Subrun, ToolCall, ToolSpec
@@ -226,18 +227,6 @@ def _bounded(agent: Agent, run: RunContext) -> Agent:
     return bounded
 
 
-def _charge(state: RunState, child: RunState) -> None:
-    """What a child spent, charged to its parent: model calls (with their prompt sizes), attempts, tokens, money."""
-    state.turns += child.turns
-    state.prompt_token_log.extend(child.prompt_token_log)
-    state.tool_attempts += child.tool_attempts
-    usage, spent = state.usage, child.usage
-    usage.input_tokens += spent.input_tokens
-    usage.output_tokens += spent.output_tokens
-    usage.cached_tokens += spent.cached_tokens
-    usage.cost += spent.cost
-
-
 # --- the child run ---
 
 
@@ -301,7 +290,7 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
         launch = continuing(agent, child, store=store, run_id=child_id, listening=listening, fresh=True)
     elif child.machine_state == "AwaitingApproval":
         if decision is None:  # nobody decided here: the pause stands, and this run waits on it again
-            pause_on(run, call, _paused_reason(nested, result_of(agent, child)))
+            pause_on(run, call, _paused_reason(nested, call, result_of(agent, child)))
             return None
         approve, reason, arguments = decision
         launch = deciding(agent, child, approve, reason, arguments, None, store, child_id, listening)
@@ -322,15 +311,15 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
     finally:
         state.children[call.call_id] = context.state  # a decision works on a copy of the paused state
     if result.stop is Stop.AWAITING_APPROVAL:
-        pause_on(run, call, _paused_reason(nested, result))
+        pause_on(run, call, _paused_reason(nested, call, result))
         return None
-    _charge(state, context.state)
+    charge_nested(state, context.state)
     return _ended(nested, run, call, result)
 
 
-def _paused_reason(nested: Nested, result: RunResult) -> str:
+def _paused_reason(nested: Nested, call: ToolCall, result: RunResult) -> str:
     blocked = result.blocked_on
-    what = f"{blocked.name} ({'/'.join(result.blocked_path)})" if blocked is not None else "a call"
+    what = f"{blocked.name} ({'/'.join((call.call_id, *result.blocked_path))})" if blocked is not None else "a call"
     return f"{nested.agent.name or 'a nested agent'} waits on {what}: {result.reason or 'a person must decide'}"
 
 

@@ -278,9 +278,13 @@ class RunContext:
             never.append("result_unscreened")
         tools = self.tools
         if not hasattr(tools, "version"):  # a list that may change could bring a capped tool, or a handoff
-            if all(spec.max_calls is None for spec in tools.values()):
+            capped = hands_over = False
+            for spec in tools.values():
+                capped = capped or spec.max_calls is not None
+                hands_over = hands_over or (isinstance(spec.handler, Subrun) and spec.handler.hands_over)
+            if not capped:
                 never.append("tool_cap_reached")
-            if not any(getattr(spec.handler, "hands_over", False) for spec in tools.values()):
+            if not hands_over:
                 never.append("handed_over")
         return frozenset(never)
 

@@ -24,8 +24,9 @@ from agent_fsm.engine._tools import ToolCall
 
 if TYPE_CHECKING:
     from agent_fsm.engine._run import RunContext
+    from agent_fsm.engine._state import RunState
 
-__all__ = ["cap_refusal", "charge", "fall_back", "may_fall_back", "over_budget", "price_of"]
+__all__ = ["cap_refusal", "charge", "charge_nested", "fall_back", "may_fall_back", "over_budget", "price_of"]
 
 
 # --- spending ---
@@ -135,3 +136,15 @@ def cap_refusal(run: RunContext, call: ToolCall) -> str | None:
         f"not run: {call.name} may be called at most {cap} time(s) in a run and it was; use what it returned,"
         " another tool, or answer"
     )
+
+
+def charge_nested(state: RunState, child: RunState) -> None:
+    """What a child spent, charged to its parent: model calls (with their prompt sizes), attempts, tokens, money."""
+    state.turns += child.turns
+    state.prompt_token_log.extend(child.prompt_token_log)
+    state.tool_attempts += child.tool_attempts
+    usage, spent = state.usage, child.usage
+    usage.input_tokens += spent.input_tokens
+    usage.output_tokens += spent.output_tokens
+    usage.cached_tokens += spent.cached_tokens
+    usage.cost += spent.cost

@@ -308,6 +308,8 @@ class Subrun:
     no run for it to nest in.
     """
 
+    hands_over = False  # the run ends as the agent it runs ends (a handoff)
+
     def __call__(self, **arguments: Any) -> Any:
         raise ToolError(f"{self!r} runs an agent inside a run; it cannot be called on its own")
 
