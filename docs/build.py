@@ -65,6 +65,7 @@ PARTS = [
             ("Async runs and events", "async.md"),
             ("Observability", "observability.md"),
             ("Workflow patterns", "patterns.md"),
+            ("Nested agents: agents as tools, handoffs", "nesting.md"),
             ("Reference systems", "reference-systems.md"),
         ],
     ),

@@ -73,3 +73,23 @@ def test_typed_ending_must_agree_with_the_machine_state():
     assert check_run(lying, effects, Limits())["typed_ending"] is False
     working = RunResult(Stop.ANSWERED, None, attrs.evolve(result.state, machine_state="Executing"))
     assert check_run(working, effects, Limits())["typed_ending"] is False
+
+
+def test_an_effect_of_a_nested_run_is_authorised_by_the_nested_call() -> None:
+    """An agent run as a tool executes its own calls: their effects are authorised by them, not by the parent's."""
+    from agent_fsm import Agent
+
+    tools, effects = make_warehouse()
+    child_script = [tool_call_message("c1", "ship", ship_args()), answer_message("shipped")]
+    shipper = Agent(ScriptedModel(child_script), tools, gate=allow_all, name="shipper")
+    top = Agent(
+        ScriptedModel([tool_call_message("t1", "shipper", {"task": "ship it"}), answer_message("done")]),
+        {"shipper": shipper.as_tool()},
+        gate=allow_all,
+        name="desk",
+    )
+    result = top.run("t")
+    assert len(effects) == 1 and result.state.children["t1"].observations[0].kind == "result"
+    assert check_run(result, effects, Limits())["effects_authorized"]
+    orphan = attrs.evolve(result, state=attrs.evolve(result.state, children={}))
+    assert not check_run(orphan, effects, Limits())["effects_authorized"]

@@ -9,13 +9,13 @@ say whether the run kept to the engine's rules.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from agent_fsm.engine._boundary import EffectMatch, matches_call
 from agent_fsm.engine._limits import Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE
-from agent_fsm.engine._state import RunResult
+from agent_fsm.engine._state import RunResult, RunState
 
 __all__ = ["check_run"]
 
@@ -37,8 +37,9 @@ def check_run(
 
     Returns:
         ``effects_authorized``: every entry of the effect log matches some call
-        that was allowed and executed (a ``result`` or ``error`` observation):
-        no effect without an allowed, executed call;
+        that was allowed and executed (a ``result`` or ``error`` observation)
+        by the run or by a run nested in it (an agent run as a tool, under its
+        own gate): no effect without an allowed, executed call;
         ``observations_correlated``: every tool message answers a call id
         proposed earlier in the transcript, and this run's observations and
         tool messages (those after ``state.opening``) agree one to one;
@@ -47,7 +48,7 @@ def check_run(
         :class:`Stop` and agrees with the machine state the run rests in.
     """
     state = result.state
-    executed = [o for o in state.observations if o.kind in ("result", "error")]
+    executed = [o for each in _runs(state) for o in each.observations if o.kind in ("result", "error")]
     proposed: set[str] = set()
     correlated = True
     tool_messages = 0
@@ -75,3 +76,10 @@ def check_run(
         and resting
         and RUN_MACHINE.stop_of(state.machine_state) is result.stop,
     }
+
+
+def _runs(state: RunState) -> Iterator[RunState]:
+    """The run and every run nested in it, however deep: each executed its own calls."""
+    yield state
+    for child in state.children.values():
+        yield from _runs(child)
