@@ -61,3 +61,15 @@ def recursive_agent() -> Agent:
     planner = Agent(ScriptedModel([answer_message("planned")]), {"helper": helper.as_tool()}, name="planner")
     helper.tools["planner"] = planner.as_tool()  # type: ignore[index]
     return planner
+
+
+def desk_agent(cents: int = 9000) -> Agent:
+    """One level more: a desk that asks triage, which asks refunds (the refund waits two levels down)."""
+    triage = triage_agent(cents)
+    script = [
+        tool_call_message("d1", "triage", {"task": "customer wants a refund for A1"}),
+        answer_message("the desk is done"),
+    ]
+    tools = {"triage": triage.as_tool()}
+    gate = lambda call: Verdict.allow()  # the agents below judge their own calls
+    return Agent(ScriptedModel(script), tools, gate=gate, name="desk", limits=Limits(max_turns=10))

@@ -189,10 +189,30 @@ def marked(observation: Observation | None, mark: str) -> bool:
     )
 
 
+def _charged(state: RunState, call_id: str) -> int:
+    """
+    The model calls a run nested in ``call_id`` charged to this one: all of its own, once it ended.
+
+    A nested run's calls are counted in its parent's ``turns`` (and its
+    prompts logged in the parent's log) when it ends, right after the parent's
+    call that ran it; a nested run still paused has charged nothing yet.
+    """
+    child = state.children.get(call_id) if state.children else None
+    if child is None or child.stop is None or child.machine_state == "AwaitingApproval":
+        return 0
+    return child.turns
+
+
 def turns_of(state: RunState) -> list[TurnRecord]:
-    """The run's model calls, each with its proposals matched to their observations in order."""
+    """
+    The run's model calls, each with its proposals matched to their observations in order.
+
+    Model calls of runs nested in its calls are numbered past, as the
+    parent counted them: the numbers are the run's own count of calls.
+    """
     observations = list(state.observations)
     taken = 0
+    nested = 0
     turns: list[TurnRecord] = []
     # Model calls that wrote a summary for a compaction have no reply in the transcript: numbered past.
     summaries = {c.turn - 1 for c in state.compactions if c.charged}
@@ -227,6 +247,9 @@ def turns_of(state: RunState) -> list[TurnRecord]:
                 )
             )
         turns.append(TurnRecord(number, _logged(state, number - 1), message, tuple(calls)))
+        charged = sum(_charged(state, call.call_id) for call in calls)
+        number += charged
+        nested += charged
     # The call that failed is a turn, unless it was a summary's (a compaction charges only a summary made).
     if state.machine_state == "ProviderError" and state.path[-2:-1] != ["Compacting"]:
         number += 1
@@ -235,8 +258,12 @@ def turns_of(state: RunState) -> list[TurnRecord]:
         turns.append(TurnRecord(number, _logged(state, number - 1), None, ()))
     if taken != len(observations):
         raise TraceError(f"{len(observations) - taken} observation(s) answer no call in the transcript")
-    if len(turns) + len(summaries) != state.turns:
-        raise TraceError(f"the transcript shows {len(turns)} model call(s) but the state counts {state.turns}")
+    if len(turns) + len(summaries) + nested != state.turns:
+        raise TraceError(
+            f"the transcript shows {len(turns)} model call(s)"
+            + (f" and its nested runs {nested}" if nested else "")
+            + f" but the state counts {state.turns}"
+        )
     return turns
 
 
