@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import attrs
 import pytest
 from typer.testing import CliRunner
 
@@ -119,3 +120,20 @@ def test_cli_draws_the_world_named(tmp_path: Path, graphviz_dot) -> None:
     assert result.exit_code == 2
     result = runner.invoke(app, ["diagram", "--world", "tests.nested_world:nothing"])
     assert result.exit_code == 1 and "cannot load the world" in result.stderr
+
+
+def test_a_nested_record_reconstructs_to_the_path_it_took() -> None:
+    """Without a saved path: a parent whose nested runs charged turns, and one that handed over, rebuild exactly."""
+    from agent_fsm import tool_call_message
+    from agent_fsm.diagrams import path_of, reconstruct_path
+    from tests.nested_world import desk_agent
+
+    paused = desk_agent().run("refund A1")
+    done = desk_agent(cents=100).run("refund A1")  # no pause: an approval leaves no mark to rebuild it from
+    billing = Agent(ScriptedModel([answer_message("fine")]), {}, name="billing")
+    front = Agent(ScriptedModel([tool_call_message("h1", "to_billing", {})]), {"to_billing": billing.handoff()})
+    handed = front.run("is my invoice ok?")
+    assert handed.state.machine_state == "HandedOver"
+    for state in (paused.state, done.state, done.state.children["d1"], handed.state):
+        unsaved = attrs.evolve(state, path=[])
+        assert reconstruct_path(unsaved).steps == path_of(state).steps, state.run_id

@@ -312,10 +312,12 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
 
     Each assistant message is one ``Ready -> Proposing`` turn; each of its
     proposals went to ``Executing`` (a ``result`` or ``error`` observation;
-    a permanent error hands off) or to ``Denied`` (``invalid`` or ``denied``),
+    a permanent error hands off; the last call, when it ran the agent the
+    run handed over to, ends it ``HandedOver``) or to ``Denied`` (``invalid`` or ``denied``),
     then on to the reply's next proposal or back to ``Ready``; calls the run
     answered "not run" when it stopped were never judged; the state the run
-    rests in closes the path.
+    rests in closes the path (through ``Executing`` when the call it waits on
+    ran an agent that paused).
     A call a human *rejected* is drawn through ``AwaitingApproval``; one a
     human *approved* cannot be told from one the gate allowed (the saved state
     keeps no mark of it) and is drawn ``Proposing -> Executing``.
@@ -364,7 +366,9 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
             more = "Proposing" if index + 1 < len(turn.calls) else "Ready"
             if call.observation.kind in ("result", "error"):
                 go("judge", "Executing")
-                go("observe", "Handoff" if call.observation.permanent else more)
+                # the run a handoff started ended, and with it the run that handed over
+                handed = final == "HandedOver" and call.observation is last_judged and call.call_id in state.children
+                go("observe", "HandedOver" if handed else "Handoff" if call.observation.permanent else more)
             else:
                 if call.rejected_by_human:
                     go("judge", "AwaitingApproval")
@@ -375,6 +379,9 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
                 go("observe", "NoProgress" if last and final == "NoProgress" else more)
             if machine.state(where).is_resting:
                 break
+    waits_nested = state.pending and state.pending[0].call_id in state.children
+    if where == "Proposing" and final == "AwaitingApproval" and waits_nested:
+        go("judge", "Executing")  # the call ran an agent, which paused: the run waits with it
     if where != final:
         closing = [e for e in machine.edges if e.source == where and e.dest == final]
         if not closing:
