@@ -91,3 +91,17 @@ def test_a_run_id_with_a_slash_but_no_parent_seen_is_a_root_span(exporter, sink)
     run("hi", ScriptedModel([answer_message("hello")]), {}, run_id="team/a1", on_event=sink)
     (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
     assert span.parent is None and "agent_fsm.parent_run_id" not in span.attributes
+
+
+def test_a_handoff_nests_the_run_that_took_over(exporter, sink) -> None:
+    """The agent handed over to is a span under the handing call's span; the parent ends handed_over."""
+    from agent_fsm import Agent, tool_call_message
+
+    billing = Agent(ScriptedModel([answer_message("fine")]), {}, name="billing")
+    front = Agent(ScriptedModel([tool_call_message("h1", "to_billing", {})]), {"to_billing": billing.handoff()})
+    assert front.run("invoice?", run_id="f", on_event=sink).stop.value == "handed_over"
+    spans = exporter.get_finished_spans()
+    (child,) = _check_tree(spans, "f")
+    assert child.name == "invoke_agent billing" and _parent(spans, child).name == "execute_tool to_billing"  # type: ignore[union-attr]
+    (top,) = [s for s in spans if s.attributes.get("agent_fsm.run_id") == "f" and s.name.startswith("invoke")]
+    assert top.attributes["agent_fsm.stop"] == "handed_over" and sink.open_runs == ()
