@@ -16,11 +16,23 @@ DOC = ROOT / "docs" / "observability.md"
 def test_code_blocks_run_as_written() -> None:
     """Logging, events, spans and a paused-then-resumed run's spans, in one namespace."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict[str, object] = {"__name__": "docs_observability"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)
     assert namespace["done"].stop.value == "answered"  # type: ignore[attr-defined]
+
+
+def test_the_nested_follow_sample_is_what_the_block_prints(capsys) -> None:
+    """The nested-runs sample (the console block) is what the block before it writes now, line for line."""
+    text = DOC.read_text()
+    nested = text.split("### Nested runs", 1)[1]
+    (block,) = re.findall(r"```python\n(.*?)```", nested, flags=re.DOTALL)
+    (shown,) = re.findall(r"```console\n(.*?)```", nested, flags=re.DOTALL)
+    exec(compile(block, str(DOC), "exec"), {"__name__": "docs_observability_nested"})
+    printed = capsys.readouterr().out
+    assert printed.strip() == shown.strip()
+    assert "state   | [t1] Ready --next_turn--> Proposing" in printed
 
 
 def test_the_follow_output_shown_is_what_the_command_prints(monkeypatch) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +15,7 @@ import typer
 
 from agent_fsm.cli._text import clean
 from agent_fsm.diagrams.catalog import machines
+from agent_fsm.diagrams.composition import composition_dot, composition_mermaid, render_composition
 from agent_fsm.diagrams.dot import DEFAULT_DIRECTION, Direction, GraphvizMissing, render, to_dot
 from agent_fsm.diagrams.folder import write_all
 from agent_fsm.diagrams.mermaid import to_mermaid
@@ -146,9 +148,18 @@ def diagram_command(
             show_default=False,
         ),
     ] = None,
+    world: Annotated[
+        str | None,
+        typer.Option(
+            "--world",
+            help="MODULE:NAME of an Agent (or a function returning one): draw it with the agents it nests "
+            "(composite states, DOT clusters).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """
-    Draw a machine from its live declaration, or the path one saved run took through it.
+    Draw a machine from its live declaration, the path one saved run took through it, or an agent's composition.
 
     agent-fsm diagram  prints the run machine as Mermaid.
 
@@ -161,6 +172,8 @@ def diagram_command(
     agent-fsm diagram -m bookings.machines:BOOKING -f png -o booking.png  draws your own MachineSpec.
 
     agent-fsm diagram --all --output diagrams/  regenerates the committed diagrams.
+
+    agent-fsm diagram --world app.agents:triage  draws an agent with the agents it nests.
 
     Exit status: 0 done, 1 failed (the message says why), 2 usage error.
     """
@@ -176,6 +189,11 @@ def diagram_command(
     if all_ and (direction is not None or size is not None):
         raise typer.BadParameter("--all draws the committed diagrams with the defaults", param_hint="--all")
     fitted = _size(size)
+    if world is not None:
+        if machine is not None or trace is not None or all_:
+            raise typer.BadParameter("--world draws an agent's composition: it takes no --machine, --trace or --all")
+        _draw_world(world, format, output, direction.value if direction is not None else None, fitted)
+        return
     if trace is not None and machine not in (None, RUN_MACHINE.name):
         raise typer.BadParameter(
             f"a saved run is a path through the {RUN_MACHINE.name!r} machine", param_hint="--machine"
@@ -200,6 +218,38 @@ def diagram_command(
         return
     if output.is_dir():
         output = output / f"{'sequence' if sequence else name}.{_SUFFIX[format]}"
+    try:
+        output.write_bytes(data)
+    except OSError as exc:
+        raise _fail(f"cannot write {output}: {exc.strerror}") from None
+
+
+def _draw_world(
+    world: str, format: Format, output: Path | None, direction: str | None, size: tuple[float, float] | None
+) -> None:
+    """The agent ``--world`` names with the agents it nests, written to ``output`` (a folder: <name>-composition)."""
+    from agent_fsm.cli.runs import load_world  # the store's modules load only when an agent is named
+
+    if format is Format.png and output is None:
+        raise typer.BadParameter("PNG is binary: give a file with --output", param_hint="--format")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.append(str(Path.cwd()))
+    agent = load_world(world)
+    layout: Direction = direction if direction is not None else DEFAULT_DIRECTION  # type: ignore[assignment]
+    try:
+        if format is Format.mermaid:
+            data = clean(composition_mermaid(agent, direction=direction), "utf-8").encode()
+        elif format is Format.dot:
+            data = clean(composition_dot(agent, direction=layout, size=size), "utf-8").encode()
+        else:
+            data = render_composition(agent, format.value, direction=layout, size=size)
+    except GraphvizMissing as exc:
+        raise _fail(str(exc)) from None
+    if output is None:
+        typer.echo(clean(data.decode()), nl=False)
+        return
+    if output.is_dir():
+        output = output / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', agent.name or 'agent')}-composition.{_SUFFIX[format]}"
     try:
         output.write_bytes(data)
     except OSError as exc:

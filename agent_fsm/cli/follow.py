@@ -5,6 +5,11 @@ Every line is ``label | what happened``, aligned like the transcript. The
 text of an event comes from outside (the model's words, a tool's result,
 a gate's reason), so control characters are shown escaped: nothing a
 model writes can move the cursor, clear the screen or forge a line.
+
+A run nested in a tool call (an agent run as a tool, a handoff) posts its
+events with its own run id, its parent's and the call's joined by ``/``:
+its lines carry the call path below the followed run, ``[d1/t1]``, indented
+two spaces a level, so each level reads apart.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from agent_fsm.engine import (
     ToolsOffered,
 )
 
-__all__ = ["Follower", "event_line"]
+__all__ = ["Follower", "event_line", "nesting_mark"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _LIMIT = 300  # characters of a result or of arguments shown; the saved trace has them whole
@@ -53,12 +58,32 @@ def _label(name: str) -> str:
     return f"{name:7} |"
 
 
-def event_line(event: RunEvent, *, streamed: bool = False) -> str | None:
+def nesting_mark(run_id: str, top: str | None) -> str:
+    """
+    What a nested run's lines start with: its call path below ``top``, indented by its depth; ``""`` for ``top``.
+
+    ``top`` is the followed run's id (``None``: nothing is marked).
+    """
+    if top is None or not run_id.startswith(top + "/"):
+        return ""
+    path = run_id[len(top) + 1 :]
+    return "  " * path.count("/") + f"[{_safe(path)}] "
+
+
+def event_line(event: RunEvent, *, streamed: bool = False, top: str | None = None) -> str | None:
     """
     The line shown for ``event`` (``None`` for a text delta, which is shown inline).
 
     ``streamed``: the reply's text was already shown as it arrived, so a reply's line leaves it out.
+    ``top``: the followed run's id; an event of a run nested in it is marked with its call path.
     """
+    mark = nesting_mark(event.run_id, top)
+    if mark:
+        line = event_line(event, streamed=streamed)
+        if line is None:
+            return None
+        label, bar, what = line.partition("| ")
+        return f"{label}{bar}{mark}{what}"
     if isinstance(event, StateEntered):
         guard = f" [{event.guard}]" if event.guard else ""
         return f"{_label('state')} {event.source} --{event.event}{guard}--> {event.state}"
@@ -118,12 +143,16 @@ class Follower:
     def __init__(self, write: Callable[[str], Any]) -> None:
         self._write = write
         self._streaming = False
+        self._top: str | None = None  # the followed run: the first run seen, or the next not nested in it
 
     def __call__(self, event: RunEvent) -> None:
         """Write ``event`` (a delta inline; anything else on a line of its own)."""
+        top = self._top
+        if top is None or (event.run_id != top and not event.run_id.startswith(top + "/")):
+            self._top = top = event.run_id
         if isinstance(event, TextDelta):
             if not self._streaming:
-                self._write(_label("text") + " ")
+                self._write(_label("text") + " " + nesting_mark(event.run_id, top))
                 self._streaming = True
             self._write(clean(_safe(event.text)))
             return
@@ -131,6 +160,6 @@ class Follower:
         if streamed:
             self._write("\n")
             self._streaming = False
-        line = event_line(event, streamed=streamed)
+        line = event_line(event, streamed=streamed, top=top)
         if line is not None:
             self._write(clean(line) + "\n")

@@ -32,7 +32,9 @@ def view_command(
 ) -> None:
     """
     Write one saved run as a self-contained HTML page: its path on the state diagram, the transcript
-    as a timeline, the budgets spent and the ending. The page needs no network and runs no script.
+    as a timeline, the budgets spent and the ending. Runs nested in its calls (agents run as tools,
+    handoffs) are shown inside the calls that ran them, the call a nested pause waits on marked.
+    The page needs no network and runs no script.
 
     Exit status: 0 written, 1 failed (the message says why), 2 usage error.
     """

@@ -13,6 +13,9 @@ with the engine. The parts, one module each:
   DOT, and SVG or PNG drawn by the real ``dot`` program;
 * :mod:`~agent_fsm.diagrams.sequence`: :func:`sequence_diagram`, one run's
   transcript as a Mermaid ``sequenceDiagram``;
+* :mod:`~agent_fsm.diagrams.composition`: an agent with the agents it nests
+  (:func:`composition_mermaid` composite states, :func:`composition_dot`
+  clusters, :func:`render_composition`), recursion drawn as an edge back;
 * :mod:`~agent_fsm.diagrams.catalog`: the shipped machines (:func:`machines`);
 * :mod:`~agent_fsm.diagrams.folder`: :func:`write_all`, which regenerates
   the committed ``diagrams/`` folder from the catalog.
@@ -23,6 +26,7 @@ edges taken, with a count on each. The ``agent-fsm diagram`` command lives in
 """
 
 from agent_fsm.diagrams.catalog import machines
+from agent_fsm.diagrams.composition import composition_dot, composition_mermaid, render_composition
 from agent_fsm.diagrams.dot import GraphvizMissing, render, to_dot
 from agent_fsm.diagrams.folder import write_all
 from agent_fsm.diagrams.labels import REGENERATE_COMMAND
@@ -43,11 +47,14 @@ __all__ = [
     "GraphvizMissing",
     "RunPath",
     "TraceError",
+    "composition_dot",
+    "composition_mermaid",
     "load_trace",
     "machines",
     "path_of",
     "reconstruct_path",
     "render",
+    "render_composition",
     "sequence_diagram",
     "to_dot",
     "to_mermaid",

@@ -189,10 +189,30 @@ def marked(observation: Observation | None, mark: str) -> bool:
     )
 
 
+def _charged(state: RunState, call_id: str) -> int:
+    """
+    The model calls a run nested in ``call_id`` charged to this one: all of its own, once it ended.
+
+    A nested run's calls are counted in its parent's ``turns`` (and its
+    prompts logged in the parent's log) when it ends, right after the parent's
+    call that ran it; a nested run still paused has charged nothing yet.
+    """
+    child = state.children.get(call_id) if state.children else None
+    if child is None or child.stop is None or child.machine_state == "AwaitingApproval":
+        return 0
+    return child.turns
+
+
 def turns_of(state: RunState) -> list[TurnRecord]:
-    """The run's model calls, each with its proposals matched to their observations in order."""
+    """
+    The run's model calls, each with its proposals matched to their observations in order.
+
+    Model calls of runs nested in its calls are numbered past, as the
+    parent counted them: the numbers are the run's own count of calls.
+    """
     observations = list(state.observations)
     taken = 0
+    nested = 0
     turns: list[TurnRecord] = []
     # Model calls that wrote a summary for a compaction have no reply in the transcript: numbered past.
     summaries = {c.turn - 1 for c in state.compactions if c.charged}
@@ -227,6 +247,9 @@ def turns_of(state: RunState) -> list[TurnRecord]:
                 )
             )
         turns.append(TurnRecord(number, _logged(state, number - 1), message, tuple(calls)))
+        charged = sum(_charged(state, call.call_id) for call in calls)
+        number += charged
+        nested += charged
     # The call that failed is a turn, unless it was a summary's (a compaction charges only a summary made).
     if state.machine_state == "ProviderError" and state.path[-2:-1] != ["Compacting"]:
         number += 1
@@ -235,8 +258,12 @@ def turns_of(state: RunState) -> list[TurnRecord]:
         turns.append(TurnRecord(number, _logged(state, number - 1), None, ()))
     if taken != len(observations):
         raise TraceError(f"{len(observations) - taken} observation(s) answer no call in the transcript")
-    if len(turns) + len(summaries) != state.turns:
-        raise TraceError(f"the transcript shows {len(turns)} model call(s) but the state counts {state.turns}")
+    if len(turns) + len(summaries) + nested != state.turns:
+        raise TraceError(
+            f"the transcript shows {len(turns)} model call(s)"
+            + (f" and its nested runs {nested}" if nested else "")
+            + f" but the state counts {state.turns}"
+        )
     return turns
 
 
@@ -285,10 +312,12 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
 
     Each assistant message is one ``Ready -> Proposing`` turn; each of its
     proposals went to ``Executing`` (a ``result`` or ``error`` observation;
-    a permanent error hands off) or to ``Denied`` (``invalid`` or ``denied``),
+    a permanent error hands off; the last call, when it ran the agent the
+    run handed over to, ends it ``HandedOver``) or to ``Denied`` (``invalid`` or ``denied``),
     then on to the reply's next proposal or back to ``Ready``; calls the run
     answered "not run" when it stopped were never judged; the state the run
-    rests in closes the path.
+    rests in closes the path (through ``Executing`` when the call it waits on
+    ran an agent that paused).
     A call a human *rejected* is drawn through ``AwaitingApproval``; one a
     human *approved* cannot be told from one the gate allowed (the saved state
     keeps no mark of it) and is drawn ``Proposing -> Executing``.
@@ -337,7 +366,9 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
             more = "Proposing" if index + 1 < len(turn.calls) else "Ready"
             if call.observation.kind in ("result", "error"):
                 go("judge", "Executing")
-                go("observe", "Handoff" if call.observation.permanent else more)
+                # the run a handoff started ended, and with it the run that handed over
+                handed = final == "HandedOver" and call.observation is last_judged and call.call_id in state.children
+                go("observe", "HandedOver" if handed else "Handoff" if call.observation.permanent else more)
             else:
                 if call.rejected_by_human:
                     go("judge", "AwaitingApproval")
@@ -348,6 +379,9 @@ def reconstruct_path(run: RunResult | RunState) -> RunPath:
                 go("observe", "NoProgress" if last and final == "NoProgress" else more)
             if machine.state(where).is_resting:
                 break
+    waits_nested = state.pending and state.pending[0].call_id in state.children
+    if where == "Proposing" and final == "AwaitingApproval" and waits_nested:
+        go("judge", "Executing")  # the call ran an agent, which paused: the run waits with it
     if where != final:
         closing = [e for e in machine.edges if e.source == where and e.dest == final]
         if not closing:

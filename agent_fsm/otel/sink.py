@@ -9,6 +9,12 @@ delivered (the sync driver delivers them at the next step), so a span lasts
 exactly as long as what it measures. Denials, invalid proposals, screens'
 verdicts (``agent_fsm.screened``) and the pause are events on the run span;
 the run's typed stop is its outcome.
+
+A run nested in a tool call (an agent run as a tool, a handoff; its run id
+is its parent's and the call's, joined by ``/``) is an ``invoke_agent``
+span of its own under the parent's ``execute_tool`` span for that call,
+which then lasts from the call's start to its observation (under the
+parent's run span when the sink saw no such call).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from agent_fsm.engine import (
     ModelRequested,
     Observed,
     Paused,
+    Proposed,
     RunEvent,
     Screened,
     StateEntered,
@@ -67,6 +74,9 @@ class _Run:
     # The chat span of the latest reply, ended when its Charged event (tokens out, cost) or anything else arrives.
     chat: Span | None = None
     chat_end: float = 0.0
+    names: dict[str, str] = attrs.Factory(dict)  # call id -> tool name, of the calls proposed
+    tools: dict[str, Span] = attrs.Factory(dict)  # call id -> its execute_tool span, opened early for a nested run
+    nested: bool = False  # a run nested in a call of a run this sink follows
 
 
 class OtelSink:
@@ -132,6 +142,7 @@ class OtelSink:
         if run.chat is not None:
             self._end_chat(run)
         self._close_chat(run, now, type(error).__name__)
+        self._close_tools(run, now)
         run.span.record_exception(error, timestamp=_ns(now))
         run.span.set_attribute("error.type", type(error).__qualname__)
         run.span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__name__))
@@ -140,12 +151,21 @@ class OtelSink:
     # --- the spans -------------------------------------------------------------
 
     def _begin(self, event: RunEvent) -> _Run:
+        """A run's span: under its parent's tool call when it is a nested run whose parent this sink follows."""
+        parent_id, _, call_id = event.run_id.rpartition("/")
+        parent = self._runs.get(parent_id) if parent_id else None
+        name = self.agent_name if parent is None else parent.names.get(call_id, self.agent_name)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": self.agent_name,
+            "gen_ai.agent.name": name,
             "gen_ai.conversation.id": event.run_id,
             "agent_fsm.run_id": event.run_id,
         }
+        context = None
+        if parent is not None:
+            attributes["agent_fsm.parent_run_id"] = parent_id
+            attributes["gen_ai.tool.call.id"] = call_id
+            context = trace.set_span_in_context(self._tool_span(parent, call_id, event.at))
         if self.provider is not None:
             attributes["gen_ai.provider.name"] = self.provider
         if self.model is not None:
@@ -156,13 +176,38 @@ class OtelSink:
         paused = self._paused.pop(event.run_id, None)
         links = [Link(paused, {"agent_fsm.link": "resumes"})] if paused is not None else []
         span = self._tracer.start_span(
-            f"invoke_agent {self.agent_name}",
+            f"invoke_agent {name}",
+            context=context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             links=links,
             start_time=_ns(event.at),
         )
-        return _Run(span)
+        return _Run(span, nested=parent is not None)
+
+    def _tool_span(self, run: _Run, call_id: str, at: float) -> Span:
+        """The open ``execute_tool`` span of ``call_id``, started when the call entered Executing."""
+        span = run.tools.get(call_id)
+        if span is None:
+            start = run.executing_at if run.executing_at is not None else at
+            span = self._start_tool(run, run.names.get(call_id, "tool"), call_id, start)
+            run.tools[call_id] = span
+        return span
+
+    def _start_tool(self, run: _Run, name: str, call_id: str, start: float) -> Span:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.type": "function",
+        }
+        return self._child(run, f"execute_tool {name}", SpanKind.INTERNAL, start, attributes)
+
+    def _close_tools(self, run: _Run, at: float) -> None:
+        """Tool spans still open when the run stops (its nested run paused it, or it raised): ended there."""
+        for span in run.tools.values():
+            span.end(end_time=_ns(at))
+        run.tools.clear()
 
     def _child(self, run: _Run, name: str, kind: SpanKind, start: float, attributes: dict[str, Any]) -> Span:
         context = trace.set_span_in_context(run.span)
@@ -183,6 +228,8 @@ class OtelSink:
             run.request, run.failed_at = event, None
         elif isinstance(event, ModelReplied):
             self._chat(run, event)
+        elif isinstance(event, Proposed):
+            run.names[event.call_id] = event.name
         elif isinstance(event, Observed):
             self._tool(run, event)
         elif isinstance(event, Judged) and event.kind in ("denied", "invalid"):
@@ -265,15 +312,14 @@ class OtelSink:
         run.request = run.failed_at = None
 
     def _tool(self, run: _Run, observed: Observed) -> None:
-        if run.executing_at is None:
-            return  # refused before the boundary: recorded on the run span by its judgement
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": observed.name,
-            "gen_ai.tool.call.id": observed.call_id,
-            "gen_ai.tool.type": "function",
-        }
-        span = self._child(run, f"execute_tool {observed.name}", SpanKind.INTERNAL, run.executing_at, attributes)
+        span = run.tools.pop(observed.call_id, None)
+        if span is None:
+            if run.executing_at is None:
+                return  # refused before the boundary: recorded on the run span by its judgement
+            span = self._start_tool(run, observed.name, observed.call_id, run.executing_at)
+        elif run.names.get(observed.call_id) != observed.name:  # opened unnamed: a resumed run saw no proposal
+            span.update_name(f"execute_tool {observed.name}")
+            span.set_attribute("gen_ai.tool.name", observed.name)
         if not observed.ok:
             span.set_attribute("error.type", "tool_error")
             span.set_status(Status(StatusCode.ERROR, str(observed.content)[:200]))
@@ -285,7 +331,11 @@ class OtelSink:
         state = result.state
         fault = state.fault
         self._close_chat(run, ended.at, fault.type if fault is not None else "_OTHER")
+        self._close_tools(run, ended.at)
         span = run.span
+        if state.agent and run.nested:
+            span.update_name(f"invoke_agent {state.agent}")  # a nested run: named for the agent that ran it
+            span.set_attribute("gen_ai.agent.name", state.agent)
         span.set_attribute("agent_fsm.stop", result.stop.value)
         span.set_attribute("agent_fsm.code", result.code)
         span.set_attribute("agent_fsm.turns", state.turns)

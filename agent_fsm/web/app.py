@@ -32,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_fsm import Agent
+from agent_fsm.engine import blocked_call
 from agent_fsm.store import DamagedRun, RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
@@ -271,6 +272,11 @@ def inbox_app(
             return unreadable(request, session, exc, run_id=run_id)
         context = await run_in_threadpool(run_context, stored.state, run_id=run_id, effects=effects, decisions=history)
         blocked = stored.summary.blocked if stored.status == "paused" else None
+        blocked_path: tuple[str, ...] = ()
+        state = stored.state
+        if blocked is not None and state.machine_state == "AwaitingApproval" and state.pending:
+            # a nested pause: the person decides the innermost call (an edit edits it), under the calls leading to it
+            blocked, blocked_path = blocked_call(state)
         notice = _NOTICES.get(request.query_params.get("decided", ""))
         return page(
             request,
@@ -278,6 +284,7 @@ def inbox_app(
             session,
             summary=stored.summary,
             blocked=blocked,
+            blocked_path=blocked_path,
             blocked_arguments=pretty_json(blocked.arguments) if blocked is not None else "",
             notice=notice,
             moving=request.query_params.get("moving") == "1",

@@ -15,10 +15,10 @@ from typing import Any
 import attrs
 
 from agent_fsm.diagrams.path import CallRecord, TurnRecord, approved_calls, turns_of
-from agent_fsm.engine import Compaction, Limits, RunState, assistant_text
+from agent_fsm.engine import Compaction, Limits, RunState, assistant_text, blocked_call
 from agent_fsm.store.records import Decision, Effect
 
-__all__ = ["CallView", "TurnView", "Timeline", "timeline_of", "ending_reason", "pretty_json"]
+__all__ = ["CallView", "NestedView", "TurnView", "Timeline", "timeline_of", "ending_reason", "pretty_json"]
 
 
 def pretty_json(value: Any) -> str:
@@ -51,6 +51,22 @@ class CallView:
     observation_kind: str | None
     observation: str | None
     edited: str | None = None  # the arguments a reviewer approved instead, when they edited the call
+    nested: NestedView | None = None  # the run of another agent this call ran (an agent as a tool, a handoff)
+    blocked: bool = False  # the call a paused run waits on, however deep it is nested
+
+
+@attrs.frozen
+class NestedView:
+    """
+    A run nested in a call: the agent that ran it, the call ids leading to it from the top run, its own timeline.
+
+    ``blocked`` says the call the whole run waits on is in this run or below it.
+    """
+
+    agent: str | None
+    calls: tuple[str, ...]
+    run: Timeline
+    blocked: bool = False
 
 
 @attrs.frozen
@@ -83,6 +99,10 @@ class Timeline:
     decisions: tuple[Decision, ...]
     problem: str | None = None  # the record could not be read as turns (shown instead of them)
     compactions: tuple[Compaction, ...] = ()  # what the prompt left out, compaction by compaction
+    agent: str | None = None  # the agent that ran it, when it was named
+    # While paused: the call ids from this run's call down to the call it waits on (more than one: a nested pause).
+    blocked_path: tuple[str, ...] = ()
+    unplaced: tuple[NestedView, ...] = ()  # nested runs whose call the transcript could not show
 
 
 def ending_reason(state: RunState) -> str | None:
@@ -135,7 +155,7 @@ def _call_view(
     call: CallRecord, state: RunState, *, first_open: bool, approved: bool, decision: Decision | None
 ) -> CallView:
     observation = None if call.closed else call.observation
-    base = {"call_id": call.call_id, "name": call.name, "arguments": pretty_json(call.arguments)}
+    base: dict[str, Any] = {"call_id": call.call_id, "name": call.name, "arguments": pretty_json(call.arguments)}
     if call.closed and call.observation is not None:
         return CallView(
             **base,
@@ -200,7 +220,23 @@ def timeline_of(
 
     A record whose transcript and observations do not agree is still shown:
     its ending and path, with ``problem`` saying what could not be read.
+    Runs nested in its calls (``state.children``) are timelines of their
+    own under the call that ran them; the call a nested pause waits on
+    (:func:`agent_fsm.engine.blocked_call`) is marked ``blocked`` at
+    whatever depth it is.
     """
+    return _timeline(state, run_id, tuple(effects), tuple(decisions), (), _blocked_path(state))
+
+
+def _timeline(
+    state: RunState,
+    run_id: str | None,
+    effects: tuple[Effect, ...],
+    decisions: tuple[Decision, ...],
+    within: tuple[str, ...],
+    blocked: tuple[str, ...],
+) -> Timeline:
+    """The timeline of ``state``, nested ``within`` those call ids, waiting on the ``blocked`` path below it."""
     problem = None
     try:
         records = turns_of(state)
@@ -221,13 +257,17 @@ def timeline_of(
                 approved=id(call) in approved,
                 decision=deciders.get(id(call)),
             )
-            calls.append(view)
+            calls.append(_placed(view, state, within, blocked))
             first_open = first_open and not unjudged
         thoughts = assistant_text(record.message) if record.message is not None else None
         turns.append(
             TurnView(record.number, record.prompt_tokens, thoughts or None, tuple(calls), record.message is None)
         )
     stop = state.stop
+    placed = {call.call_id for turn in turns for call in turn.calls}
+    unplaced = tuple(
+        _nested(state, call_id, within, blocked) for call_id in sorted(state.children or {}) if call_id not in placed
+    )
     return Timeline(
         run_id=run_id or state.run_id,
         task=_task(state),
@@ -240,8 +280,34 @@ def timeline_of(
         path=tuple(state.path),
         limits=state.limits or Limits(),
         limits_saved=state.limits is not None,
-        effects=tuple(effects),
-        decisions=tuple(decisions),
+        effects=effects,
+        decisions=decisions,
         problem=problem,
         compactions=tuple(state.compactions),
+        agent=state.agent,
+        blocked_path=blocked,
+        unplaced=unplaced,
     )
+
+
+def _blocked_path(state: RunState) -> tuple[str, ...]:
+    """The call ids down to the call a paused run waits on; empty when it does not wait."""
+    if state.machine_state != "AwaitingApproval" or not state.pending:
+        return ()
+    return blocked_call(state)[1]
+
+
+def _nested(state: RunState, call_id: str, within: tuple[str, ...], blocked: tuple[str, ...]) -> NestedView:
+    child = state.children[call_id]
+    calls = (*within, call_id)
+    below = blocked[1:] if blocked[:1] == (call_id,) else ()
+    return NestedView(child.agent, calls, _timeline(child, None, (), (), calls, below), blocked=bool(below))
+
+
+def _placed(view: CallView, state: RunState, within: tuple[str, ...], blocked: tuple[str, ...]) -> CallView:
+    """The call with the run it ran (if any) and whether the whole run waits on it."""
+    nested = _nested(state, view.call_id, within, blocked) if view.call_id in (state.children or {}) else None
+    here = blocked == (view.call_id,)
+    if nested is None and not here:
+        return view
+    return attrs.evolve(view, nested=nested, blocked=here)

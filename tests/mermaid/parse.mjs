@@ -24,7 +24,22 @@ function stateReport(db) {
   }));
   const relations = db.getRelations().map((r) => ({ from: r.id1, to: r.id2, label: r.relationTitle ?? '' }));
   const classes = [...db.getClasses().keys()];
-  return { states, relations, classes };
+  return { states, relations, classes, composites: composites(db.getRootDocV2().doc ?? [], 'root') };
+}
+
+// Composite states as the parser nested them: each with its label, the composite it sits in,
+// and the relations written inside it (which getRelations, reading the root only, leaves out).
+function composites(doc, parent) {
+  const found = [];
+  for (const item of doc) {
+    if (item.stmt !== 'state' || !Array.isArray(item.doc)) continue;
+    const relations = item.doc
+      .filter((s) => s.stmt === 'relation')
+      .map((r) => ({ from: r.state1.id, to: r.state2.id, label: r.description ?? '' }));
+    found.push({ id: item.id, description: item.description ?? '', parent, relations });
+    found.push(...composites(item.doc, item.id));
+  }
+  return found;
 }
 
 function sequenceReport(db) {
