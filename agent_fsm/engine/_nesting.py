@@ -295,7 +295,10 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
             return None
         approve, reason, arguments = decision
         launch = deciding(agent, child, approve, reason, arguments, None, store, child_id, listening)
-    elif child.stop is not None and child.machine_state != "AwaitingApproval":  # ended already (a crash after)
+    elif child.stop is not None and child.machine_state != "AwaitingApproval":
+        # Ended, and committed, before a crash took this run: not charged yet (the charge and the
+        # observation are made in one step, with no commit between them).
+        charge_nested(state, child)
         return _ended(nested, run, call, result_of(agent, child))
     else:  # interrupted in flight by a crash: settled by the recovery rules, with its own gate
         intent, run.recovering = run.recovering, None
