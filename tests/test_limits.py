@@ -46,5 +46,6 @@ def test_every_stop_value_is_its_name_in_lowercase():
         "intercepted",
         "tool_ended",
         "cost_limit",
+        "handed_over",
     }
     assert all(s.value == s.name.lower() for s in Stop)
