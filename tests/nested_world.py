@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +50,26 @@ def effects(ledger: Path, tool: str | None = None) -> list[dict[str, Any]]:
     return [e for e in read_ledger(ledger) if e["event"] == "effect" and (tool is None or e["tool"] == tool)]
 
 
-def refunds_tools(ledger: Path, *, die: str | None = None, token: str = "") -> dict[str, ToolSpec]:
+def refunds_tools(ledger: Path, *, die: str | None = None, token: str = "", hang: float = 0.0) -> dict[str, ToolSpec]:
     """
     The refunds agent's tools writing to ``ledger``.
 
     ``die`` kills this process with SIGKILL inside a handler, once per
     ``token``: ``"before:refund"`` after the intent is committed and before
     the effect, ``"after:refund"`` after the effect and before its
-    observation is committed (the same for ``notify``).
+    observation is committed (the same for ``notify``). With ``hang``
+    seconds, the handler of the order named ``token`` sleeps that long there
+    instead (once), so that a Temporal activity times out with its outcome unknown.
     """
 
-    def maybe_die(moment: str, tool: str, context: ToolContext) -> None:
-        if die != f"{moment}:{tool}":
+    def maybe_die(moment: str, tool: str, arguments: dict[str, Any]) -> None:
+        if die != f"{moment}:{tool}" or (hang and arguments.get("order") != token):
             return
-        if any(e["event"] == "killed" and e["token"] == token for e in read_ledger(ledger)):
+        if any(e["event"] in ("killed", "hung") and e["token"] == token for e in read_ledger(ledger)):
+            return
+        if hang:
+            _append(ledger, {"event": "hung", "token": token, "moment": moment, "tool": tool})
+            time.sleep(hang)
             return
         _append(ledger, {"event": "killed", "token": token, "moment": moment, "tool": tool})
         os.kill(os.getpid(), signal.SIGKILL)
@@ -70,10 +77,10 @@ def refunds_tools(ledger: Path, *, die: str | None = None, token: str = "") -> d
     def effect(tool: str, arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
         base = {"tool": tool, "run": context.run_id, "call": context.call_id, "key": context.idempotency_key}
         _append(ledger, {"event": "start", **base, "args": arguments})
-        maybe_die("before", tool, context)
+        maybe_die("before", tool, arguments)
         _append(ledger, {"event": "effect", **base, "args": arguments})
-        maybe_die("after", tool, context)
-        return {"done": tool, **arguments}
+        maybe_die("after", tool, arguments)
+        return dict(sorted({"done": tool, **arguments}.items()))  # keys in order, as a Temporal activity returns them
 
     def lookup_order(order: str) -> dict[str, Any]:
         return {"order": order, "paid": 1000}
@@ -138,16 +145,21 @@ class TriageModel:
         return answer_message(f"Triage done: {done[-1]['content']}")
 
 
-def refunds_agent(ledger: Path, *, die: str | None = None, token: str = "") -> Agent:
-    return Agent(RefundsModel(), refunds_tools(ledger, die=die, token=token), gate=refunds_gate, name="refunds")
+def refunds_agent(ledger: Path, *, die: str | None = None, token: str = "", hang: float = 0.0) -> Agent:
+    tools = refunds_tools(ledger, die=die, token=token, hang=hang)
+    return Agent(RefundsModel(), tools, gate=refunds_gate, name="refunds")
 
 
-def triage_agent(ledger: Path, *, die: str | None = None, token: str = "") -> Agent:
-    """The triage agent; its refunds tool runs :func:`refunds_agent` (``die``, ``token`` go to its tools)."""
-    refunds = refunds_agent(ledger, die=die, token=token)
+def _delegate(call: ToolCall) -> Verdict:
+    return Verdict.allow("refunds are delegated")
+
+
+def triage_agent(ledger: Path, *, die: str | None = None, token: str = "", hang: float = 0.0) -> Agent:
+    """The triage agent; its refunds tool runs :func:`refunds_agent` (``die``, ``token``, ``hang`` go to its tools)."""
+    refunds = refunds_agent(ledger, die=die, token=token, hang=hang)
     return Agent(
         TriageModel(),
         {"refunds": refunds.as_tool("Hand a refund request to the refunds desk.")},
-        gate=lambda call: Verdict.allow("refunds are delegated"),
+        gate=_delegate,
         name="triage",
     )
