@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from agent_fsm import Stop
-from agent_fsm.engine import OUTCOME_UNKNOWN, blocked_call
+from agent_fsm import Agent, Stop, allow_all, tool_call_message
+from agent_fsm.engine import OUTCOME_UNKNOWN, Nested, blocked_call
 from tests.nested_world import effects, refunds_agent, triage_agent, triage_task
 
 pytestmark = pytest.mark.temporal
@@ -40,9 +40,23 @@ def address(temporal_server: Any, ledger: Path) -> Any:
     # The refund of order O-9 hangs once after its effect, past the tool timeout: its outcome is unknown.
     timeouts = Timeouts(model=30, tool=2, gate=10, heartbeat=1, model_attempts=3, tool_attempts=3, retry_interval=0.2)
     triage = AgentDefinition(triage_agent(ledger, die="after:refund", token="O-9", hang=3.0), timeouts=timeouts)
-    worker = ThreadWorker(temporal_server.address, QUEUE, [triage]).start()
+    worker = ThreadWorker(temporal_server.address, QUEUE, [triage, _front_desk(triage.agent)]).start()
     yield temporal_server.address
     worker.stop()
+
+
+class HandingModel:
+    """Hands every conversation over to the refunds desk."""
+
+    def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+        return tool_call_message("h0", "refunds", {})
+
+
+def _front_desk(triage: Agent) -> Agent:
+    """A desk that hands the conversation to the very refunds agent the triage agent nests (one agent per name)."""
+    handler = triage.tools["refunds"].handler
+    assert isinstance(handler, Nested)
+    return Agent(HandingModel(), {"refunds": handler.agent.handoff()}, gate=allow_all, name="front-desk")
 
 
 def go(work: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:
@@ -55,7 +69,7 @@ async def _client(address: str) -> Any:
     return await Client.connect(address)
 
 
-def _start_paused(address: str, order: str, amount: int) -> tuple[str, Any]:
+def _start_paused(address: str, order: str, amount: int, **options: Any) -> tuple[str, Any]:
     from agent_fsm.temporal import start_run
 
     run_id = f"triage-{uuid.uuid4().hex[:8]}"
@@ -63,7 +77,7 @@ def _start_paused(address: str, order: str, amount: int) -> tuple[str, Any]:
     async def start() -> Any:
         client = await _client(address)
         task = triage_task(order, amount)
-        handle = await start_run(client, agent="triage", task=task, run_id=run_id, task_queue=QUEUE)
+        handle = await start_run(client, agent="triage", task=task, run_id=run_id, task_queue=QUEUE, **options)
         for _ in range(300):
             state = await handle.state()
             if state.machine_state == "AwaitingApproval":
@@ -175,3 +189,39 @@ def test_an_unnamed_nested_agent_is_refused_when_the_worker_is_made(tmp_path: Pa
     other = refunds_agent(tmp_path / "other")
     with pytest.raises(ValueError, match="not the one served under that name"):
         nested_definitions([AgentDefinition(triage_agent(tmp_path / "ledger")), AgentDefinition(other)])
+
+
+def test_a_nested_pause_carried_into_a_new_workflow_run_is_decided_there(address: str, ledger: Path) -> None:
+    """Past its history bound the paused run continues as new with its nested run; the approval resumes both."""
+    from agent_fsm.temporal import get_run
+
+    run_id, paused = _start_paused(address, "O-5", 900, history_bound=5)
+
+    async def review() -> Any:
+        client = await _client(address)
+        handle = get_run(client, run_id)
+        await handle.approve(reviewer="ana", pause_id=paused.pause_id)
+        runs = [e async for e in client.list_workflows(f"WorkflowId = '{run_id}'")]
+        return await handle.result(), len(runs)
+
+    result, runs = go(review)
+    assert runs >= 2 and result.stop is Stop.ANSWERED and _refunds(ledger, run_id) == [900]
+
+
+def test_a_handoff_on_temporal_ends_as_in_process(address: str, ledger: Path) -> None:
+    """The front desk hands the conversation to the refunds agent: the run ends handed_over, as arun ends it."""
+    from agent_fsm.temporal import start_run
+
+    run_id = f"front-{uuid.uuid4().hex[:8]}"
+    task = triage_task("O-4", 300)
+
+    async def remote() -> Any:
+        handle = await start_run(await _client(address), agent="front-desk", task=task, run_id=run_id, task_queue=QUEUE)
+        return await handle.result()
+
+    result = go(remote)
+    assert result.stop is Stop.HANDED_OVER and result.answer == "Refunded 300 EUR on O-4."
+    assert [e["args"]["amount"] for e in effects(ledger, "refund") if e["run"] == f"{run_id}/h0"] == [300]
+    local = go(lambda: _front_desk(triage_agent(ledger.with_name("local-handoff"))).arun(task, run_id=run_id))
+    assert (result.stop, result.answer, result.code) == (local.stop, local.answer, local.code)
+    assert json.loads(result.state.to_json()) == json.loads(local.state.to_json())

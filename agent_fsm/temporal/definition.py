@@ -167,7 +167,7 @@ def nested_definitions(definitions: list[AgentDefinition]) -> list[AgentDefiniti
     activities look it up by its name like any served agent. One given in
     ``definitions`` is served as given (its timeouts, an I/O gate) and must
     be the very agent nested; any other is served with the timeouts of the
-    definition that nests it.
+    first definition given that nests it (directly or not).
 
     Raises:
         TypeError: a nested agent has no name.
@@ -177,7 +177,7 @@ def nested_definitions(definitions: list[AgentDefinition]) -> list[AgentDefiniti
     found: dict[str, AgentDefinition] = {}
     todo = [(definition, d) for d in definitions for definition in _history(d)]
     while todo:
-        definition, nesting = todo.pop()
+        definition, nesting = todo.pop(0)  # in the order given: the first that nests an agent sets its timeouts
         for tool, spec in definition.agent.tools.items():
             handler = spec.handler
             if not isinstance(handler, Nested):
