@@ -34,7 +34,6 @@ __all__ = [
     "SUMMARY",
     "agrees",
     "belongs",
-    "blocked_of",
     "call_json",
     "checkpoint_of",
     "checkpoint_state",
@@ -49,6 +48,7 @@ __all__ = [
     "intent_data",
     "lost",
     "outcome_of",
+    "pause_columns",
     "status_of",
     "stored_of",
     "summary_of",
@@ -121,9 +121,9 @@ def call_json(call: ToolCall, path: Sequence[str] = ()) -> str:
     return json.dumps(data)
 
 
-def blocked_of(state: RunState) -> tuple[str | None, str | None]:
+def pause_columns(state: RunState) -> tuple[str | None, str | None]:
     """
-    The ``blocked`` and ``reason`` columns of a run resting in ``state``: the innermost call a person decides.
+    The ``reason`` and ``blocked`` columns of a run resting in ``state``: the innermost call a person decides.
 
     A run paused because a run nested in its call paused waits on that
     nested run's call (:func:`agent_fsm.engine.blocked_call`), so the inbox
@@ -137,7 +137,7 @@ def blocked_of(state: RunState) -> tuple[str | None, str | None]:
     for call_id in path[:-1]:
         judged = judged.children[call_id]
     reason = judged.judgement.reason if judged.judgement is not None else None
-    return call_json(call, path), text_column(reason)
+    return text_column(reason), call_json(call, path)
 
 
 def addressed(intent: Intent) -> str:
@@ -396,7 +396,7 @@ def agrees(stored: StoredRun, pause_id: str, blocked: Any) -> None:
             f"the state stored for run {run_id!r} is not paused at pause {pause_id!r}: the row was written by"
             " something other than this store; nothing was decided"
         )
-    if blocked != blocked_of(state)[0]:
+    if blocked != pause_columns(state)[1]:
         raise DamagedRun(
             f"the blocked call stored for run {run_id!r} is not the call its state would run: the row was written"
             " by something other than this store; nothing was decided"

@@ -50,7 +50,6 @@ from agent_fsm.store.rows import (
     addressed,
     agrees,
     belongs,
-    blocked_of,
     checkpoint_of,
     checkpoint_state,
     continuable,
@@ -62,6 +61,7 @@ from agent_fsm.store.rows import (
     listed,
     lost,
     outcome_of,
+    pause_columns,
     refusal,
     status_of,
     stored_of,
@@ -333,7 +333,7 @@ class SqlStore:
                     *counts,
                     *rest,
                     state.pause_id if paused else None,
-                    *reversed(blocked_of(state)),  # the innermost call a person decides, and its reason
+                    *pause_columns(state),  # the reason and the innermost call a person decides
                     json.dumps(intent_data(intent)) if intent is not None else None,
                     now,
                     run_id,
@@ -524,7 +524,7 @@ class SqlStore:
                         *counts,
                         *(("", "") if counts[0] is not None else (None, None)),
                         state.pause_id if paused else None,
-                        *reversed(blocked_of(state)),
+                        *pause_columns(state),
                         self.owner,
                         now,
                         now,
