@@ -21,12 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_fsm import Agent, ToolContext, ToolSpec, Verdict, answer_message, tool_call_message
+from agent_fsm import Agent, ToolContext, ToolSpec, Verdict, allow_all, answer_message, tool_call_message
 from agent_fsm.engine import ToolCall
 from tests.ledger_world import _append, read_ledger
 
 __all__ = [
     "BIG",
+    "DeskModel",
+    "desk_agent",
     "RefundsModel",
     "TriageModel",
     "effects",
@@ -163,3 +165,17 @@ def triage_agent(ledger: Path, *, die: str | None = None, token: str = "", hang:
         gate=_delegate,
         name="triage",
     )
+
+
+class DeskModel:
+    """Sends every request to the triage agent, then answers with what came back. Stateless."""
+
+    def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+        task = next(m["content"] for m in messages if m.get("role") == "user")
+        done = [m for m in messages if m.get("role") == "tool"]
+        return tool_call_message("d0", "triage", {"task": task}) if not done else answer_message("Desk done.")
+
+
+def desk_agent(ledger: Path, **crash: Any) -> Agent:
+    """Two levels of nesting: a desk runs the triage agent, which runs the refunds agent."""
+    return Agent(DeskModel(), {"triage": triage_agent(ledger, **crash).as_tool()}, gate=allow_all, name="desk")

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_fsm.cli import app
-from agent_fsm.store import AlreadyDecided, PostgresStore, RunStore, SqliteStore, StoreError, approve, reject
-from tests.nested_world import effects, triage_agent, triage_task
+from agent_fsm.store import AlreadyDecided, PostgresStore, RunStore, SqliteStore, StoreError, approve, fork, reject
+from tests.nested_world import desk_agent, effects, triage_agent, triage_task
 
 Opener = Callable[[], RunStore]
 
@@ -120,3 +120,38 @@ def test_the_cli_shows_the_tree_of_runs(tmp_path: Path) -> None:
     shown = CliRunner().invoke(app, ["runs", "show", "t1", "--store", url]).stdout
     assert "  t1  triage  Answered\n    t1/t0  refunds  Answered\n" in shown
     assert "effect: refund t1/t0/r1 key " in shown and "effect: notify t1/t0/r2 key " in shown
+
+
+def test_a_fork_of_a_nested_pause_is_a_new_run_tree(opener: Opener, tmp_path: Path) -> None:
+    """Forked at the pause, the nested run is renamed with its parent: its own pause, its own keys, its own refund."""
+    ledger = tmp_path / "ledger"
+    _paused(opener, ledger)
+    [point] = [c.point for c in opener().checkpoints("t1") if c.stop == "awaiting_approval"]
+    forked = fork(opener(), "t1", at=point, new_run_id="t1b")
+    child = forked.state.children["t0"]
+    assert (child.run_id, child.pause_id, forked.summary.blocked_path) == ("t1b/t0", "t1b/t0.1", ("t0", "r1"))
+    approve(opener(), "t1", triage_agent(ledger), reviewer="ana")
+    approve(opener(), "t1b", triage_agent(ledger), reviewer="bo")
+    refunds = effects(ledger, "refund")
+    assert [e["run"] for e in refunds] == ["t1/t0", "t1b/t0"] and refunds[0]["key"] != refunds[1]["key"]
+    assert [e.idempotency_key for e in opener().effects("t1b") if e.call_id == "t0/r1"] == [refunds[1]["key"]]
+
+
+def test_two_levels_down_the_pause_the_decision_and_the_effect_keep_their_path(opener: Opener, tmp_path: Path) -> None:
+    """A refund two levels down: the inbox shows it with its path, one approval at the top runs it once."""
+    ledger = tmp_path / "ledger"
+    result = desk_agent(ledger).run(triage_task("O-1", 900), store=opener(), run_id="d1")
+    assert result.blocked_path == ("d0", "t0", "r1")
+    [waiting] = opener().paused()
+    assert waiting.blocked is not None and (waiting.blocked.name, waiting.blocked_path) == (
+        "refund",
+        ("d0", "t0", "r1"),
+    )
+    assert waiting.reason == "refunds above 500 EUR need a person's approval"
+    with pytest.raises(ValueError, match="invalid"):  # the edit is held to the refunds agent's contract
+        approve(opener(), "d1", desk_agent(ledger), reviewer="ana", arguments={"order": "O-1", "amount": "lots"})
+    done = approve(opener(), "d1", desk_agent(ledger), reviewer="ana", arguments={"order": "O-1", "amount": 800})
+    assert done.stop.value == "answered" and [e["args"]["amount"] for e in effects(ledger, "refund")] == [800]
+    assert [(e.call_id, e.outcome) for e in opener().effects("d1")] == [("d0/t0/r1", "result"), ("d0/t0/r2", "result")]
+    grandchild = opener().load("d1").state.children["d0"].children["t0"]
+    assert grandchild.run_id == "d1/d0/t0" and grandchild.machine_state == "Answered"

@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 
+from agent_fsm import Agent
 from agent_fsm.engine import RunState
 from agent_fsm.store import OUTCOME_UNKNOWN, RunStore, approve, open_store, recover, reject
 from tests.ledger_world import read_ledger
-from tests.nested_world import effects, triage_agent, triage_task
+from tests.nested_world import desk_agent, effects, triage_agent, triage_task
 
 _FORK = multiprocessing.get_context("fork")  # the worker starts in milliseconds with the test's imports
 
@@ -43,7 +44,11 @@ def _child_paused_alone(state: RunState) -> bool:
     return state.machine_state == "Executing" and child is not None and child.machine_state == "AwaitingApproval"
 
 
-def _worker(url: str, ledger: str, amount: int, die: str | None, approved: bool, then: str | None) -> None:
+def _agent(ledger: Path, deep: bool = False, **crash: Any) -> Agent:
+    return desk_agent(ledger, **crash) if deep else triage_agent(ledger, **crash)
+
+
+def _worker(url: str, ledger: str, amount: int, die: str | None, approved: bool, then: str | None, deep: bool) -> None:
     store = open_store(url)
     if then == "child-paused":  # killed after the child's pause is committed, before its parent's is
         commit = store.save
@@ -54,7 +59,7 @@ def _worker(url: str, ledger: str, amount: int, die: str | None, approved: bool,
                 os.kill(os.getpid(), signal.SIGKILL)
 
         store.save = save  # type: ignore[method-assign]
-    agent = triage_agent(Path(ledger), die=die, token="w")
+    agent = _agent(Path(ledger), deep, die=die, token="w")
     agent.run(triage_task("O-1", amount), store=store, run_id="t1")
     if approved:
         approve(store, "t1", agent, reviewer="ana")
@@ -64,9 +69,16 @@ def _worker(url: str, ledger: str, amount: int, die: str | None, approved: bool,
 
 
 def _killed(
-    url: str, ledger: Path, amount: int, *, die: str | None = None, approved: bool = False, then: str | None = None
+    url: str,
+    ledger: Path,
+    amount: int,
+    *,
+    die: str | None = None,
+    approved: bool = False,
+    then: str | None = None,
+    deep: bool = False,
 ) -> None:
-    worker = _FORK.Process(target=_worker, args=(url, str(ledger), amount, die, approved, then))
+    worker = _FORK.Process(target=_worker, args=(url, str(ledger), amount, die, approved, then, deep))
     worker.start()
     worker.join(60)
     assert worker.exitcode == -signal.SIGKILL, f"the worker was to be killed (exit code {worker.exitcode})"
@@ -157,3 +169,20 @@ def test_killed_while_paused_nothing_is_recovered_and_the_pause_is_decided(store
     assert recover(store, triage_agent(ledger), older_than=0) == []
     result = approve(store, "t1", triage_agent(ledger), reviewer="ana")
     assert result.stop.value == "answered" and len(effects(ledger, "refund")) == 1
+
+
+def test_killed_two_levels_down_recovery_settles_it_there(store_url: str, tmp_path: Path) -> None:
+    """A refund interrupted two nestings down pauses there, outcome unknown; each run above pauses on it."""
+    ledger = tmp_path / "ledger"
+    _killed(store_url, ledger, 300, die="before:refund", deep=True)
+    store = open_store(store_url)
+    [recovered] = recover(store, desk_agent(ledger), older_than=0)
+    assert recovered.interrupted == "d0/t0/r1" and recovered.result is not None
+    assert recovered.result.blocked_path == ("d0", "t0", "r1")
+    [waiting] = store.paused()
+    assert waiting.blocked_path == ("d0", "t0", "r1") and (waiting.reason or "").startswith(OUTCOME_UNKNOWN)
+    state = store.load("t1").state
+    assert [state.machine_state, state.children["d0"].machine_state] == ["AwaitingApproval", "AwaitingApproval"]
+    assert effects(ledger, "refund") == []
+    assert approve(store, "t1", desk_agent(ledger), reviewer="ana").stop.value == "answered"
+    assert len(effects(ledger, "refund")) == 1
