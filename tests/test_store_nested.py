@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,3 +156,15 @@ def test_two_levels_down_the_pause_the_decision_and_the_effect_keep_their_path(o
     assert [(e.call_id, e.outcome) for e in opener().effects("d1")] == [("d0/t0/r1", "result"), ("d0/t0/r2", "result")]
     grandchild = opener().load("d1").state.children["d0"].children["t0"]
     assert grandchild.run_id == "d1/d0/t0" and grandchild.machine_state == "Answered"
+
+
+def test_the_async_driver_stores_the_nested_pause_the_same_way(tmp_path: Path) -> None:
+    """``arun`` with a store commits the same tree; a decision taken later by the sync inbox goes on from it."""
+    ledger, path = tmp_path / "ledger", tmp_path / "runs.db"
+    result = asyncio.run(triage_agent(ledger).arun(triage_task("O-1", 900), store=SqliteStore(path), run_id="a1"))
+    assert result.blocked_path == ("t0", "r1")
+    [waiting] = SqliteStore(path).paused()
+    assert waiting.blocked is not None and waiting.blocked.name == "refund" and waiting.blocked_path == ("t0", "r1")
+    assert approve(SqliteStore(path), "a1", triage_agent(ledger), reviewer="ana").stop.value == "answered"
+    assert len(effects(ledger, "refund")) == 1
+    assert [e.outcome for e in SqliteStore(path).effects("a1")] == ["result", "result"]
