@@ -23,7 +23,6 @@ from agent_fsm.store.errors import AlreadyDecided, DamagedRun, RunNotFound, RunT
 from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
 
 __all__ = [
-    "addressed",
     "CHECKED",
     "CHECKPOINTS",
     "FORKS",
@@ -32,6 +31,7 @@ __all__ = [
     "EFFECTS",
     "STORED",
     "SUMMARY",
+    "addressed",
     "agrees",
     "belongs",
     "call_json",
