@@ -187,6 +187,22 @@ def agent(name: str) -> Agent:
 AGENTS: dict[str, Agent | AgentDefinition] = {
     name: AgentDefinition(agent(name), timeouts=TIMEOUTS) for name in [*SCRIPTS, "provider-error"]
 }
+# A triage desk that runs a refund desk as its tool (served by its name along with it); the refund hangs.
+_NESTED_REFUNDS = Agent(
+    ScriptedModel([_look("c1"), _refund("c2", 4999), answer_message("Refunded.")]),
+    TOOLS,
+    gate=gate,
+    name="crash-nested-refunds",
+)
+AGENTS["crash-nested"] = AgentDefinition(
+    Agent(
+        ScriptedModel([tool_call_message("t0", "refunds", {"task": "Refund A-17."}), answer_message("Handled.")]),
+        {"refunds": _NESTED_REFUNDS.as_tool()},
+        gate=lambda call: Verdict.allow("delegated"),
+        name="crash-nested",
+    ),
+    timeouts=TIMEOUTS,
+)
 # The same desk, its gate run as an activity.
 AGENTS["pause-io-gate"] = AgentDefinition(
     agent("pause").replace(name="pause-io-gate"), gate_does_io=True, timeouts=TIMEOUTS

@@ -17,13 +17,14 @@ def test_code_blocks_run_as_written(capsys, monkeypatch) -> None:
     """The examples (a stored run, the inbox, a SIGKILLed process recovered, forks) run in one namespace."""
     monkeypatch.setenv("AGENT_FSM_REFUNDS", os.environ.get("AGENT_FSM_REFUNDS", ""))  # restored afterwards
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     namespace: dict[str, object] = {"__name__": "docs_durability"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)
     assert "is ended, not waiting for a decision" in capsys.readouterr().out
     assert namespace["recovered"].interrupted == "call_2"  # type: ignore[attr-defined]
     assert namespace["later"].state.run_id == "inv-1-later"  # type: ignore[attr-defined]
+    assert namespace["refunded"] == [("O-1", 900)]
 
 
 def test_the_commands_shown_exist() -> None:

@@ -188,3 +188,47 @@ def test_a_model_call_cut_off_is_asked_again_and_the_refund_lands_once(
     run_id, result = _finished(temporal_server.address, tmp_path, "crash-model", "model")
     assert result.stop is Stop.ANSWERED and result.state.turns == 3
     assert [row[3] for row in _rows(run_id)] == [4999] and _tally(run_id) == 1
+
+
+def test_a_nested_refund_cut_off_by_a_dead_worker_pauses_the_nested_run_and_its_parent(
+    temporal_server: Any, ledger_file: Path, tmp_path: Path
+) -> None:
+    """Killed inside the refund desk's refund, nested in the triage run: replayed on a second worker, the nested
+    run pauses "outcome unknown" and the triage run with it; a rejection is the end of it, one refund."""
+    from temporalio.client import Client
+
+    from agent_fsm.engine import blocked_call
+    from agent_fsm.temporal import get_run
+
+    _, run_id, second = _crash(temporal_server.address, tmp_path, "crash-nested", "refund")
+    try:
+        [(key, nested_run, call_id, _)] = [row for row in world.ledger() if row[1].startswith(f"{run_id}/")]
+        assert (nested_run, call_id) == (f"{run_id}/t0", "c2")
+
+        async def settled() -> Any:
+            handle = get_run(await Client.connect(temporal_server.address), run_id)
+            for _ in range(400):
+                state = await handle.state()
+                if state.stop is not None:
+                    break
+                await asyncio.sleep(0.05)
+            return state
+
+        state = asyncio.run(asyncio.wait_for(settled(), 60))
+        call, path = blocked_call(state)
+        nested = state.children["t0"]
+
+        async def decide() -> Any:
+            handle = get_run(await Client.connect(temporal_server.address), run_id)
+            await handle.reject(reviewer="ana", reason=f"the ledger has it under {key}")
+            return await handle.result()
+
+        result = asyncio.run(asyncio.wait_for(decide(), 60))
+    finally:
+        _stop(second)
+    REPORT["runs"] += 1
+    rows = [row for row in world.ledger() if row[1] == nested_run]
+    REPORT["duplicates"] += max(len(rows) - 1, 0)
+    assert state.machine_state == "AwaitingApproval" and (call.name, path) == ("refund", ("t0", "c2"))
+    assert nested.pause is not None and nested.pause.reason.startswith(OUTCOME_UNKNOWN) and key in nested.pause.reason
+    assert result.stop is Stop.ANSWERED and result.state.children["t0"].stop is Stop.ANSWERED and len(rows) == 1

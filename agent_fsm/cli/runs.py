@@ -25,7 +25,7 @@ import typer
 
 from agent_fsm import Agent
 from agent_fsm.cli._text import clean
-from agent_fsm.engine import RunResult, format_transcript
+from agent_fsm.engine import RunResult, RunState, blocked_call, format_transcript
 from agent_fsm.store import DifferentAgent, StoreError, approve, fork, open_store, recover, reject
 from agent_fsm.store.records import RunSummary
 from agent_fsm.store.sql import SqlStore
@@ -102,10 +102,24 @@ def _line(summary: RunSummary) -> str:
     text = f"{summary.run_id}  {summary.status:<7}  {summary.stop or '-':<17}  {_when(summary.updated_at)}"
     if summary.status == "paused" and summary.blocked is not None:
         call = summary.blocked
+        # A call of a nested run is addressed in the one run id tree: the run, the calls down to it.
+        nested = f" (call {summary.run_id}/{'/'.join(summary.blocked_path)})" if len(summary.blocked_path) > 1 else ""
         text += (
-            f"\n    pause {summary.pause_id}: {call.name} {json.dumps(call.arguments)}\n    reason: {summary.reason}"
+            f"\n    pause {summary.pause_id}: {call.name} {json.dumps(call.arguments)}{nested}"
+            f"\n    reason: {summary.reason}"
         )
     return text
+
+
+def _tree(state: RunState, run_id: str, depth: int = 0) -> Iterator[str]:
+    """The run and the runs nested in it, a line each: its id in the tree, its agent, where it is, what it waits on."""
+    line = f"{'  ' * depth}{run_id}  {state.agent or '-'}  {state.machine_state}"
+    if state.machine_state == "AwaitingApproval" and state.pending:
+        call, path = blocked_call(state)
+        line += f"  blocked: {call.name} {run_id}/{'/'.join(path)}"
+    yield line
+    for call_id, child in (state.children or {}).items():
+        yield from _tree(child, f"{run_id}/{call_id}", depth + 1)
 
 
 def _ended(run_id: str, result: RunResult) -> str:
@@ -148,8 +162,11 @@ def show_command(
         _say(f"forked from {parent.parent} at its checkpoint {parent.point}, {_when(parent.forked_at)}")
     _say(format_transcript(stored.state.messages))
     _say("path: " + " -> ".join(stored.state.path))
+    if stored.state.children:  # runs nested in it: the tree, each addressed RUN/CALL_ID
+        _say("runs:\n" + "\n".join("  " + line for line in _tree(stored.state, run_id)))
     for effect in effects:
-        _say(f"effect: {effect.tool} {effect.call_id} key {effect.idempotency_key}: {effect.outcome or 'in flight'}")
+        where = f"{run_id}/{effect.call_id}" if "/" in effect.call_id else effect.call_id  # a nested run's call
+        _say(f"effect: {effect.tool} {where} key {effect.idempotency_key}: {effect.outcome or 'in flight'}")
     for decision in history:
         why = f" ({decision.reason})" if decision.reason else ""
         _say(f"decision: {decision.decision} by {decision.reviewer} at {_when(decision.at)}{why}")

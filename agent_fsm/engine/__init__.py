@@ -195,7 +195,7 @@ from agent_fsm.engine._tools import (
 )
 
 if TYPE_CHECKING:
-    from agent_fsm.engine._async import RunCancelled, adrive
+    from agent_fsm.engine._async import RunCancelled, acontinue_run, adrive
 
 __all__ = [
     "after",
@@ -233,6 +233,7 @@ __all__ = [
     "nesting_exceeds",
     "DECISION_ERRORS",
     "aadvance",
+    "acontinue_run",
     "adrive",
     "advance",
     "Agent",
@@ -377,7 +378,7 @@ __all__ = [
     "conversation",
 ]
 
-_ASYNC = frozenset({"RunCancelled", "adrive"})
+_ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
 
 
 def __getattr__(name: str) -> object:

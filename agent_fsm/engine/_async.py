@@ -31,15 +31,17 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agent_fsm.engine._boundary import Checkpointer, Intent
 from agent_fsm.engine._events import RunEvent
-from agent_fsm.engine._launch import Launch, interrupted
+from agent_fsm.engine._launch import Launch, interrupted, recovering
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import CALL, MODEL, SLEEP, Request, Steps, chat_kwargs, is_awaitable
 
 if TYPE_CHECKING:
+    from agent_fsm.engine._agent import Agent
     from agent_fsm.engine._run import RunContext
 
-__all__ = ["RunCancelled", "adrive", "performed", "streamed"]
+__all__ = ["RunCancelled", "acontinue_run", "adrive", "performed", "streamed"]
 
 
 # --- async_steps ---
@@ -228,6 +230,19 @@ def _relay(
 
 
 _DELIVERIES: set[asyncio.Future[None]] = set()
+
+
+async def acontinue_run(
+    agent: Agent, state: RunState, *, store: Checkpointer, run_id: str, intent: Intent | None
+) -> RunResult:
+    """
+    :func:`agent_fsm.engine.continue_run`, awaited: for a driver whose gates, models or handlers must be awaited.
+
+    A durable executor that settled an interrupted nested call itself (a
+    Temporal workflow) continues the run here, so each run above it pauses
+    on it by the recovery rules, judged by its own (awaited) gate.
+    """
+    return await performed(recovering(agent, state, store=store, run_id=run_id, intent=intent), None)
 
 
 async def streamed(launch: Launch) -> AsyncIterator[RunEvent]:

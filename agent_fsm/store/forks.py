@@ -31,18 +31,26 @@ def forked_state(state: RunState, new_run_id: str) -> RunState:
     ``state`` as the first state of run ``new_run_id``: a copy whose identity is the new run's.
 
     A paused state gets a pause id of the new run (the parent's pause, decided
-    or not, is not this one); the copy is not marked consumed.
+    or not, is not this one); the copy is not marked consumed. The runs
+    nested in it are renamed with it (``new_run_id/CALL_ID``), their pauses too.
     """
     forked = copy.deepcopy(state)
-    forked.run_id = new_run_id
-    forked.consumed = False
-    if forked.pause is not None:
-        ordinal = max(forked.path.count("AwaitingApproval"), 1)
-        forked.pause = attrs.evolve(forked.pause, pause_id=f"{new_run_id}.{ordinal}")
-        forked.pause_id = forked.pause.pause_id
-    else:
-        forked.pause_id = None
+    _renamed(forked, new_run_id)
     return forked
+
+
+def _renamed(state: RunState, run_id: str) -> None:
+    """``state`` (a copy) as run ``run_id``'s, and each run nested in it as ``run_id/CALL_ID``: one run id tree."""
+    state.run_id = run_id
+    state.consumed = False
+    if state.pause is not None:
+        ordinal = max(state.path.count("AwaitingApproval"), 1)
+        state.pause = attrs.evolve(state.pause, pause_id=f"{run_id}.{ordinal}")
+        state.pause_id = state.pause.pause_id
+    else:
+        state.pause_id = None
+    for call_id, child in (state.children or {}).items():
+        _renamed(child, f"{run_id}/{call_id}")
 
 
 def fork(store: RunStore, run_id: str, *, at: int, new_run_id: str) -> StoredRun:

@@ -15,7 +15,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_fsm import Agent
-from agent_fsm.engine import OUTCOME_UNKNOWN, RunResult, RunState, ToolCall, deny_effects, judge
+from agent_fsm.engine import (
+    OUTCOME_UNKNOWN,
+    Nested,
+    RunResult,
+    RunState,
+    ToolCall,
+    blocked_call,
+    deny_effects,
+    judge,
+)
 from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun
@@ -67,6 +76,24 @@ def _open_pause(store: RunStore, run_id: str, agent: Agent, pause_id: str | None
     return stored
 
 
+def _blocked(state: RunState, agent: Agent) -> tuple[ToolCall, Agent]:
+    """
+    The call a person decides on and the agent whose contract and gate judge it.
+
+    A run paused by a run nested in its call waits on the nested run's call
+    (:func:`agent_fsm.engine.blocked_call`): that call is judged by the agent
+    the nesting tool runs, found by following the tools down the path.
+    """
+    call, path = blocked_call(state)
+    for call_id in path[:-1]:
+        spec = agent.tools.get(state.pending[0].name)
+        handler = spec.handler if spec is not None else None
+        if not isinstance(handler, Nested):
+            break  # not this agent's nesting tool: judged by resume, which refuses what does not fit
+        agent, state = handler.agent, state.children[call_id]
+    return call, agent
+
+
 def approve(
     store: RunStore,
     run_id: str,
@@ -83,7 +110,10 @@ def approve(
     ``agent.limits=None`` keeps the limits saved with the run. ``arguments``
     replaces the call's arguments (a reviewer's edit): the edited call must
     satisfy its tool's contract and must not be denied by the agent's gate,
-    or nothing is decided. ``pause_id`` (from the inbox) makes sure the
+    or nothing is decided. A run paused by a nested run's call (the inbox's
+    ``blocked_path``) is approved at the top: the decision goes down, the
+    nested run resumes, then the run; an edit is of the nested call, held
+    to the nested agent's contract and gate. ``pause_id`` (from the inbox) makes sure the
     pause approved is the one the reviewer saw.
 
     Raises:
@@ -94,9 +124,10 @@ def approve(
     stored = _open_pause(store, run_id, agent, pause_id, reviewer)
     edited = None
     if arguments is not None:
-        call = stored.state.pending[0]
+        call, deciding = _blocked(stored.state, agent)
         edited = ToolCall(call.call_id, call.name, dict(arguments), json.dumps(dict(arguments), default=repr))
-        judgement = judge(edited, agent.tools, agent.gate if agent.gate is not None else deny_effects(agent.tools))
+        tools, gate = deciding.tools, deciding.gate
+        judgement = judge(edited, tools, gate if gate is not None else deny_effects(tools))
         if judgement.kind in ("invalid", "denied"):
             raise ValueError(f"the edited call cannot be approved: {judgement.kind}: {judgement.reason}")
     decided = store.decide(

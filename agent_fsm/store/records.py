@@ -19,7 +19,12 @@ class RunSummary:
     ``status`` is ``running``, ``paused`` or ``ended``; ``stop`` the typed
     ending (or ``awaiting_approval``) once it rests. While paused,
     ``pause_id`` names the pause, ``blocked`` is the call waiting for a
-    person and ``reason`` the gate's (or "outcome unknown ...").
+    person and ``reason`` the gate's (or "outcome unknown ..."). When a run
+    nested in the run's call paused it, ``blocked`` is that nested run's call
+    (the innermost, as :func:`agent_fsm.engine.blocked_call` finds it) and
+    ``reason`` its gate's; ``blocked_path`` is the call ids from the run's
+    own call down to it (one id for a call of the run itself), so the
+    nested run is ``run_id/blocked_path[0]/...``.
 
     ``problem`` says why the row cannot be read (something other than a
     store wrote it), else ``None``: a list shows one broken row and goes on.
@@ -39,6 +44,7 @@ class RunSummary:
     updated_at: float
     version: int
     problem: str | None = None
+    blocked_path: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -78,6 +84,8 @@ class Effect:
 
     ``outcome`` is the observation's kind (``result``, ``error``), or
     ``interrupted`` when the process died between intent and observation.
+    The effect of a run nested in the run's call has ``call_id`` prefixed by
+    the calls leading to it (``t0/r1``: call ``r1`` of the run nested in ``t0``).
     """
 
     run_id: str

@@ -18,6 +18,7 @@ import attrs
 from agent_fsm import Agent
 from agent_fsm.engine import RunResult, continue_run
 from agent_fsm.store.protocol import RunStore
+from agent_fsm.store.rows import addressed
 
 __all__ = ["Recovered", "recover"]
 
@@ -28,7 +29,8 @@ class Recovered:
     One run taken over by :func:`recover`: how it rests now, or why it could not go on.
 
     ``interrupted`` names the call that was in flight at the crash (its
-    intent committed, its observation not), if any.
+    intent committed, its observation not), if any; a nested run's call
+    with the calls leading to it (``t0/r1``).
     """
 
     run_id: str
@@ -65,7 +67,7 @@ def recover(
         raise TypeError(f"'agent' must be an Agent (got {agent!r} that is a {type(agent).__name__}).")
     done = []
     for stored in store.claim_stale(older_than):
-        interrupted = stored.intent.call_id if stored.intent is not None else None
+        interrupted = addressed(stored.intent) if stored.intent is not None else None
         try:
             result = continue_run(agent, stored.state, store=store, run_id=stored.run_id, intent=stored.intent)
             outcome = Recovered(stored.run_id, result, interrupted)

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import Intent, RunState, ToolCall
+from agent_fsm.engine import Intent, RunState, ToolCall, blocked_call
 from agent_fsm.store.errors import AlreadyDecided, DamagedRun, RunNotFound, RunTakenOver, StoreError
 from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
 
@@ -31,6 +31,7 @@ __all__ = [
     "EFFECTS",
     "STORED",
     "SUMMARY",
+    "addressed",
     "agrees",
     "belongs",
     "call_json",
@@ -46,6 +47,8 @@ __all__ = [
     "holdable",
     "intent_data",
     "lost",
+    "outcome_of",
+    "pause_columns",
     "status_of",
     "stored_of",
     "summary_of",
@@ -111,8 +114,51 @@ def status_of(state: RunState) -> tuple[str, str | None]:
     return ("paused" if stop.value == "awaiting_approval" else "ended"), stop.value
 
 
-def call_json(call: ToolCall) -> str:
-    return json.dumps({"call_id": call.call_id, "name": call.name, "arguments": call.arguments})
+def call_json(call: ToolCall, path: Sequence[str] = ()) -> str:
+    data: dict[str, Any] = {"call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+    if len(path) > 1:  # a nested run's call: the call ids from the run's own call down to it
+        data["path"] = list(path)
+    return json.dumps(data)
+
+
+def pause_columns(state: RunState) -> tuple[str | None, str | None]:
+    """
+    The ``reason`` and ``blocked`` columns of a run resting in ``state``: the innermost call a person decides.
+
+    A run paused because a run nested in its call paused waits on that
+    nested run's call (:func:`agent_fsm.engine.blocked_call`), so the inbox
+    shows that call, with the path of calls down to it, and the reason its
+    own gate gave; a run not paused has neither.
+    """
+    if state.machine_state != "AwaitingApproval" or not state.pending:
+        return None, None
+    call, path = blocked_call(state)
+    judged = state
+    for call_id in path[:-1]:
+        judged = judged.children[call_id]
+    reason = judged.judgement.reason if judged.judgement is not None else None
+    return text_column(reason), call_json(call, path)
+
+
+def addressed(intent: Intent) -> str:
+    """The call id an effect is recorded under: a nested run's call with the calls leading to it (``t0/r1``)."""
+    return f"{intent.path}/{intent.call_id}" if intent.path else intent.call_id
+
+
+def outcome_of(state: RunState, intent: Intent) -> str:
+    """
+    What became of ``intent``'s call as ``state`` records it: its observation's kind, or ``interrupted``.
+
+    The call of a nested run (``intent.path``) is observed in that run's
+    state, which ``state`` holds under the calls of the path.
+    """
+    for call_id in intent.path.split("/") if intent.path else ():
+        child = state.children.get(call_id) if state.children else None
+        if child is None:
+            return "interrupted"
+        state = child
+    last = state.observations[-1] if state.observations else None
+    return last.kind if last is not None and last.call_id == intent.call_id else "interrupted"
 
 
 def summary_of(row: Sequence[Any]) -> RunSummary:
@@ -123,6 +169,7 @@ def summary_of(row: Sequence[Any]) -> RunSummary:
     """
     try:
         blocked = None
+        path: tuple[str, ...] = ()
         if row[6] is not None:
             data = json.loads(row[6])
             blocked = ToolCall(data["call_id"], data["name"], data["arguments"])
@@ -130,6 +177,9 @@ def summary_of(row: Sequence[Any]) -> RunSummary:
                 raise TypeError("the call id and the tool name must be text")
             if not isinstance(blocked.arguments, dict | None):
                 raise TypeError("the arguments must be an object")
+            path = tuple(data.get("path", [blocked.call_id]))
+            if not all(isinstance(step, str) for step in path) or path[-1:] != (blocked.call_id,):
+                raise TypeError("the path must be the call ids down to the blocked call")
         summary = RunSummary(
             row[0],
             row[1],
@@ -142,6 +192,7 @@ def summary_of(row: Sequence[Any]) -> RunSummary:
             _number(row[8]),
             _number(row[9]),
             _count(row[10]),
+            blocked_path=path,
         )
     except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
         raise DamagedRun(f"the row of run {row[0]!r} cannot be read: {type(exc).__name__}: {exc}") from exc
@@ -345,7 +396,7 @@ def agrees(stored: StoredRun, pause_id: str, blocked: Any) -> None:
             f"the state stored for run {run_id!r} is not paused at pause {pause_id!r}: the row was written by"
             " something other than this store; nothing was decided"
         )
-    if blocked != call_json(state.pending[0]):
+    if blocked != pause_columns(state)[1]:
         raise DamagedRun(
             f"the blocked call stored for run {run_id!r} is not the call its state would run: the row was written"
             " by something other than this store; nothing was decided"

@@ -47,9 +47,9 @@ from agent_fsm.store.rows import (
     KEEP,
     STORED,
     SUMMARY,
+    addressed,
     agrees,
     belongs,
-    call_json,
     checkpoint_of,
     checkpoint_state,
     continuable,
@@ -60,6 +60,8 @@ from agent_fsm.store.rows import (
     intent_data,
     listed,
     lost,
+    outcome_of,
+    pause_columns,
     refusal,
     status_of,
     stored_of,
@@ -331,8 +333,7 @@ class SqlStore:
                     *counts,
                     *rest,
                     state.pause_id if paused else None,
-                    text_column(state.judgement.reason) if paused and state.judgement is not None else None,
-                    call_json(state.pending[0]) if paused else None,
+                    *pause_columns(state),  # the reason and the innermost call a person decides
                     json.dumps(intent_data(intent)) if intent is not None else None,
                     now,
                     run_id,
@@ -343,8 +344,7 @@ class SqlStore:
             if not changed:
                 raise refusal(run_id, tx.rows(CHECKED, (run_id,)), self.owner, state)
             if previous is not None:
-                last = state.observations[-1] if state.observations else None
-                outcome = last.kind if last is not None and last.call_id == previous.call_id else "interrupted"
+                outcome = outcome_of(state, previous)
                 tx.run(
                     "UPDATE agent_fsm_effects SET observed_at = ?, outcome = ?"
                     " WHERE run_id = ? AND idempotency_key = ? AND observed_at IS NULL",
@@ -359,7 +359,7 @@ class SqlStore:
                     (
                         run_id,
                         intent.idempotency_key,
-                        *map(text_column, (intent.tool, intent.call_id)),
+                        *map(text_column, (intent.tool, addressed(intent))),
                         intent.fingerprint,
                         now,
                     ),
@@ -524,8 +524,7 @@ class SqlStore:
                         *counts,
                         *(("", "") if counts[0] is not None else (None, None)),
                         state.pause_id if paused else None,
-                        text_column(state.judgement.reason) if paused and state.judgement is not None else None,
-                        call_json(state.pending[0]) if paused else None,
+                        *pause_columns(state),
                         self.owner,
                         now,
                         now,

@@ -16,8 +16,18 @@ from typing import Any
 import attrs
 
 from agent_fsm import Agent
+from agent_fsm.engine import Nested
 
-__all__ = ["HISTORY_BOUND", "AgentDefinition", "Timeouts", "definition_for", "register", "registered", "served"]
+__all__ = [
+    "HISTORY_BOUND",
+    "AgentDefinition",
+    "Timeouts",
+    "definition_for",
+    "nested_definitions",
+    "register",
+    "registered",
+    "served",
+]
 
 
 HISTORY_BOUND = 2000
@@ -147,6 +157,58 @@ def served(agent: Agent | AgentDefinition) -> AgentDefinition:
     if definition.name is None:
         raise TypeError("a worker serves an agent by its name: give it one (Agent(..., name='support-desk'))")
     return definition
+
+
+def nested_definitions(definitions: list[AgentDefinition]) -> list[AgentDefinition]:
+    """
+    The agents ``definitions`` run as tools (:meth:`~agent_fsm.Agent.as_tool`, handoffs), at any depth, to serve too.
+
+    A nested run's model and handlers are the nested agent's, so the
+    activities look it up by its name like any served agent. One given in
+    ``definitions`` is served as given (its timeouts, an I/O gate) and must
+    be the very agent nested; any other is served with the timeouts of the
+    first definition given that nests it (directly or not).
+
+    Raises:
+        TypeError: a nested agent has no name.
+        ValueError: two different agents nested (or served) under one name.
+    """
+    given = {definition.name: definition for definition in definitions}
+    found: dict[str, AgentDefinition] = {}
+    todo = [(definition, d) for d in definitions for definition in _history(d)]
+    while todo:
+        definition, nesting = todo.pop(0)  # in the order given: the first that nests an agent sets its timeouts
+        for tool, spec in definition.agent.tools.items():
+            handler = spec.handler
+            if not isinstance(handler, Nested):
+                continue
+            inner = handler.agent
+            if inner.name is None:
+                raise TypeError(
+                    f"agent {definition.name!r} runs an unnamed agent as its tool {tool!r}: a worker serves agents by"
+                    " name, so give it one (Agent(..., name='refunds'))"
+                )
+            known = given.get(inner.name) or found.get(inner.name)
+            if known is not None:
+                if all(d.agent != inner for d in _history(known)):
+                    raise ValueError(
+                        f"agent {definition.name!r} nests an agent named {inner.name!r} that is not the one served"
+                        " under that name; a worker serves one agent per name"
+                    )
+                continue
+            found[inner.name] = AgentDefinition(inner, timeouts=nesting.timeouts)
+            todo.append((found[inner.name], nesting))
+    return list(found.values())
+
+
+def _history(definition: AgentDefinition) -> list[AgentDefinition]:
+    """A definition and those it replaces (a run begun under an older one still nests that one's agents)."""
+    chain: list[AgentDefinition] = []
+    current: AgentDefinition | None = definition
+    while current is not None:
+        chain.append(current)
+        current = current.before
+    return chain
 
 
 # The definitions this process serves, by name. A worker registers them; the workflow and the activities,

@@ -15,7 +15,7 @@ workflow settles the call as recovery does: a person decides.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -25,9 +25,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
+from agent_fsm import Agent
 from agent_fsm.engine import (
     Gate,
     Intent,
+    Nested,
     ProviderFailure,
     RunState,
     ToolCall,
@@ -38,9 +40,18 @@ from agent_fsm.engine import (
 )
 from agent_fsm.temporal.activities import GATE_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
 from agent_fsm.temporal.codec import call_data, fault_of, observation_of, reply_of, verdict_of
-from agent_fsm.temporal.definition import AgentDefinition, Timeouts
+from agent_fsm.temporal.definition import AgentDefinition, Timeouts, definition_for
 
-__all__ = ["IntentLog", "OutcomeUnknown", "RemoteHandlerError", "Rollover", "WorkflowModel", "gate_of", "tools_of"]
+__all__ = [
+    "IntentLog",
+    "OutcomeUnknown",
+    "RemoteHandlerError",
+    "Rollover",
+    "WorkflowModel",
+    "gate_of",
+    "tools_of",
+    "workflow_agent",
+]
 
 
 class OutcomeUnknown(Exception):
@@ -166,9 +177,61 @@ def _proxy(agent: str, name: str, spec: ToolSpec, timeouts: Timeouts) -> ToolSpe
     return attrs.evolve(spec, handler=handler, blocking=False)
 
 
-def tools_of(agent: str, definition: AgentDefinition) -> dict[str, ToolSpec]:
-    """The agent's tools with their contracts, each handler replaced by its activity."""
-    return {name: _proxy(agent, name, spec, definition.timeouts) for name, spec in definition.agent.tools.items()}
+def tools_of(
+    agent: str, definition: AgentDefinition, nested: Callable[[str], Agent] | None = None
+) -> dict[str, ToolSpec]:
+    """
+    The agent's tools with their contracts, each handler replaced by its activity.
+
+    A tool that runs another agent (:class:`~agent_fsm.engine.Nested`) is
+    not an activity: the nested run is steps of this one, so it runs here,
+    in the workflow, as the agent ``nested`` returns for its name (its own
+    model, handlers and gate made activities in turn).
+    """
+    tools = {}
+    for name, spec in definition.agent.tools.items():
+        handler = spec.handler
+        if isinstance(handler, Nested) and nested is not None:
+            inner = Nested(handler.agent, hands_over=handler.hands_over, task=handler.task, passes=handler.passes)
+            inner.agent = nested(handler.agent.name or "")
+            tools[name] = attrs.evolve(spec, handler=inner)
+        else:
+            tools[name] = _proxy(agent, name, spec, definition.timeouts)
+    return tools
+
+
+def workflow_agent(
+    name: str, definition: AgentDefinition, model: WorkflowModel, chosen: Callable[[AgentDefinition], AgentDefinition]
+) -> Agent:
+    """
+    The agent ``name`` as the workflow runs it, and every agent it nests, each by the definition served by its name.
+
+    Each agent's model, handlers and I/O gate are activities under its own
+    name (so a nested run's requests reach the nested agent's model and
+    handlers); ``chosen`` picks the definition a run admits among a changed
+    one's versions. An agent nesting itself (directly or not) is built once.
+    """
+    built: dict[str, Agent] = {}
+
+    def build(agent_name: str, served: AgentDefinition, asked: WorkflowModel) -> Agent:
+        built[agent_name] = served.agent  # an agent nesting itself finds itself while its tools are built
+        agent = served.agent.replace(model=asked, tools=tools_of(agent_name, served, nested))
+        built[agent_name] = agent = agent.replace(gate=gate_of(agent_name, served))
+        return agent
+
+    def nested(agent_name: str) -> Agent:
+        if agent_name in built:
+            return built[agent_name]
+        served = chosen(definition_for(agent_name))
+        # A nested run does not continue as new mid-run: the workflow rolls over at its own model calls and pauses.
+        return build(agent_name, served, WorkflowModel(agent_name, served.timeouts))
+
+    top = build(name, definition, model)
+    for agent in built.values():  # a tool built while its agent was still being built runs the finished agent
+        for spec in agent.tools.values():
+            if isinstance(spec.handler, Nested):
+                spec.handler.agent = built[spec.handler.agent.name or ""]
+    return top
 
 
 def gate_of(agent: str, definition: AgentDefinition) -> Gate | None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_fsm import Agent
 from agent_fsm.temporal.client import DEFAULT_TASK_QUEUE
-from agent_fsm.temporal.definition import AgentDefinition, register, served
+from agent_fsm.temporal.definition import AgentDefinition, nested_definitions, register, served
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -62,12 +62,14 @@ def create_worker(
 
     An :class:`~agent_fsm.Agent` is served with the default settings; wrap
     it in an :class:`AgentDefinition` for others (timeouts, a gate doing
-    I/O, a patched change). Every worker of a task queue must serve the same
-    definitions under the same names. ``options`` go to
+    I/O, a patched change). The agents they run as tools (nested agents,
+    handoffs) are served too, under their own names (see
+    :func:`~agent_fsm.temporal.definition.nested_definitions`). Every worker
+    of a task queue must serve the same definitions under the same names. ``options`` go to
     :class:`temporalio.worker.Worker` (for example ``max_concurrent_activities``).
 
     Raises:
-        TypeError: an agent has no name (``Agent(..., name=...)``), or ``agents`` is a mapping.
+        TypeError: an agent (or an agent it nests) has no name (``Agent(..., name=...)``), or ``agents`` is a mapping.
         ValueError: two agents share a name, or another definition is registered under one in this process.
     """
     from temporalio.worker import Worker
@@ -82,7 +84,7 @@ def create_worker(
     twice = [name for name in dict.fromkeys(names) if names.count(name) > 1]
     if twice:
         raise ValueError(f"two agents are named {twice[0]!r}; a worker serves one agent per name")
-    for definition in definitions:
+    for definition in [*definitions, *nested_definitions(definitions)]:  # a nested agent's calls are its own
         register(definition, replace=replace)
     return Worker(
         client,

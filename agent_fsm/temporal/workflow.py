@@ -22,10 +22,22 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from agent_fsm import Agent
-from agent_fsm.engine import HandlerError, RunError, RunResult, RunState, Stop, ToolCall, Verdict, judge
+from agent_fsm.engine import (
+    HandlerError,
+    Nested,
+    RunError,
+    RunResult,
+    RunState,
+    Stop,
+    ToolCall,
+    Verdict,
+    acontinue_run,
+    blocked_call,
+    judge,
+)
 from agent_fsm.temporal.codec import result_json
-from agent_fsm.temporal.definition import HISTORY_BOUND, definition_for
-from agent_fsm.temporal.proxies import IntentLog, OutcomeUnknown, Rollover, WorkflowModel, gate_of, tools_of
+from agent_fsm.temporal.definition import HISTORY_BOUND, AgentDefinition, definition_for
+from agent_fsm.temporal.proxies import IntentLog, OutcomeUnknown, Rollover, WorkflowModel, workflow_agent
 from agent_fsm.temporal.settle import settle_unknown
 
 __all__ = ["WORKFLOW_NAME", "RunWorkflow"]
@@ -87,11 +99,14 @@ class RunWorkflow:
             if state.stop is Stop.AWAITING_APPROVAL
             else None
         )
-        # The agent as the workflow runs it: its model, handlers and an I/O gate are activities.
+        # The agent as the workflow runs it: its model, handlers and an I/O gate are activities, and so are
+        # those of every agent it nests, each under its own name.
         self._model = WorkflowModel(name, definition.timeouts, rollover=self._over_bound)
-        self._agent: Agent = agent.replace(
-            model=self._model, tools=tools_of(name, definition), gate=gate_of(name, definition)
-        )
+        self._admits = admits
+        self._agent: Agent = workflow_agent(name, definition, self._model, self._chosen)
+
+    def _chosen(self, definition: AgentDefinition) -> AgentDefinition:
+        return definition.chosen(self._admits)
 
     # --- the run -------------------------------------------------------------------
 
@@ -133,8 +148,11 @@ class RunWorkflow:
             return await step
         except HandlerError as exc:
             if isinstance(exc.__cause__, OutcomeUnknown):
+                nested = self._log.intent is not None and bool(self._log.intent.path)
                 state = settle_unknown(self._log, self._definition.agent)
                 self._log.live = state
+                if nested:  # settled inside a nested run: each run above pauses on it, by the recovery rules
+                    return await acontinue_run(self._agent, state, store=self._log, run_id=self._run_id, intent=None)
                 return await self._agent.aadvance(state, store=self._log, run_id=self._run_id)
             saved = exc.state.to_json() if exc.state is not None else None
             raise _refuse("HandlerError", f"{exc} (the run's state is in the details)", saved) from exc
@@ -192,13 +210,26 @@ class RunWorkflow:
         if kind != "approve" or not isinstance(arguments, dict):
             raise _refuse("BadDecision", "'arguments' replaces the blocked call's arguments: an object, with approve")
         # A reviewer's edit must satisfy the contract and not be denied, or nothing is decided (as with a store).
-        blocked = resting.state.pending[0]
-        definition, agent = self._definition, self._definition.agent
+        # A run paused by a nested run waits on that run's call: the nested agent's contract and gate judge it.
+        blocked, definition = self._blocked(resting.state)
+        agent = definition.agent
         # A gate doing I/O is consulted when the approval is judged, in the workflow, not here.
         gate = agent.gate if not definition.gate_does_io else (lambda call: Verdict.ask("judged on approval"))
         judgement = judge(ToolCall(blocked.call_id, blocked.name, arguments), agent.tools, gate)  # type: ignore[arg-type]
         if judgement.kind in ("invalid", "denied"):
             raise _refuse("BadDecision", f"the edited call is {judgement.kind}: {judgement.reason}")
+
+    def _blocked(self, state: RunState) -> tuple[ToolCall, AgentDefinition]:
+        """The call a person decides on, and the definition of the agent whose contract and gate judge it."""
+        blocked, path = blocked_call(state)
+        definition = self._definition
+        for call_id in path[:-1]:  # each a call that runs a nested run, paused
+            spec = definition.agent.tools.get(state.pending[0].name)
+            if spec is None or not isinstance(spec.handler, Nested) or spec.handler.agent.name is None:
+                raise _refuse("BadDecision", f"the run is paused inside call {call_id!r}, which runs no served agent")
+            definition = self._chosen(definition_for(spec.handler.agent.name))
+            state = state.children[call_id]
+        return blocked, definition
 
     def _take(self, decision: dict[str, Any], kind: str) -> str:
         # Runs in order, before any await: of two decisions that both passed validation, the first wins here.
