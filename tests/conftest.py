@@ -2,10 +2,13 @@
 
 import os
 import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from agent_fsm.store import PostgresStore, RunStore, SqliteStore
 from tests.step_watchdog import step_watchdog
 from tests.system_parts import unavailable
 
@@ -94,3 +97,17 @@ def temporal_server():
     server = TemporalServer(cli).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], RunStore]:
+    """
+    Opens a new store object on one database: SQLite on disk, or the real PostgreSQL server.
+
+    Each call is a new connection and owner, as another process would have.
+    """
+    if request.param == "sqlite":
+        path = tmp_path / "runs.db"
+        return lambda: SqliteStore(path)
+    dsn = request.getfixturevalue("postgres_dsn")
+    return lambda: PostgresStore(dsn)

@@ -17,7 +17,6 @@ from agent_fsm.store import (
     AlreadyDecided,
     DamagedRun,
     DifferentAgent,
-    PostgresStore,
     RunExists,
     RunNotFound,
     RunStore,
@@ -34,16 +33,6 @@ from agent_fsm.store.schema import MIGRATIONS
 from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
 
 Opener = Callable[[], RunStore]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens a new store object (a new connection and owner, as another process would) on one database."""
-    if request.param == "sqlite":
-        path = tmp_path / "runs.db"
-        return lambda: SqliteStore(path)
-    dsn = request.getfixturevalue("postgres_dsn")
-    return lambda: PostgresStore(dsn)
 
 
 def test_a_finished_run_is_stored_as_it_ended(opener: Opener) -> None:

@@ -12,11 +12,9 @@ from agent_fsm import Verdict
 from agent_fsm.engine import ToolCall
 from agent_fsm.store import (
     DamagedRun,
-    PostgresStore,
     RunExists,
     RunNotFound,
     RunStore,
-    SqliteStore,
     approve,
     fork,
     reject,
@@ -27,16 +25,6 @@ Opener = Callable[[], RunStore]
 
 # A pays, its receipt goes out, BIG-1's payment waits for a person.
 TASK = task_for(["A", "BIG-1"])
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens a new store object (a new connection and owner, as another process would) on one database."""
-    if request.param == "sqlite":
-        path = tmp_path / "runs.db"
-        return lambda: SqliteStore(path)
-    dsn = request.getfixturevalue("postgres_dsn")
-    return lambda: PostgresStore(dsn)
 
 
 def _paused_parent(opener: Opener, ledger: Path) -> RunStore:

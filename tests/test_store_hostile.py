@@ -14,7 +14,6 @@ from agent_fsm.store import (
     AlreadyDecided,
     DamagedRun,
     DatabaseError,
-    PostgresStore,
     RunNotFound,
     RunStore,
     SqliteStore,
@@ -30,16 +29,6 @@ Opener = Callable[[], RunStore]
 
 # A lone surrogate is legal in JSON ("\ud800") and so in model text; NUL is legal in both, but not in PostgreSQL text.
 HOSTILE = ["\ud800", "\x00", "a\udfffb\x00c"]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens a new store object on one database (SQLite on disk, or the real PostgreSQL server)."""
-    if request.param == "sqlite":
-        path = tmp_path / "runs.db"
-        return lambda: SqliteStore(path)
-    dsn = request.getfixturevalue("postgres_dsn")
-    return lambda: PostgresStore(dsn)
 
 
 def _allow(call: ToolCall) -> Verdict:

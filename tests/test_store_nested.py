@@ -10,20 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_fsm.cli import app
-from agent_fsm.store import AlreadyDecided, PostgresStore, RunStore, SqliteStore, StoreError, approve, fork, reject
+from agent_fsm.store import AlreadyDecided, RunStore, SqliteStore, StoreError, approve, fork, reject
 from tests.nested_ledger_world import desk_agent, effects, triage_agent, triage_task
 
 Opener = Callable[[], RunStore]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens a new store object (a new connection and owner, as another process would) on one database."""
-    if request.param == "sqlite":
-        path = tmp_path / "runs.db"
-        return lambda: SqliteStore(path)
-    dsn = request.getfixturevalue("postgres_dsn")
-    return lambda: PostgresStore(dsn)
 
 
 def _paused(opener: Opener, ledger: Path, run_id: str = "t1", amount: int = 900) -> None:

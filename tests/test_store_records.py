@@ -11,22 +11,12 @@ import pytest
 
 import agent_fsm.store.sql as sql_module
 from agent_fsm import Agent, Limits, RunState
-from agent_fsm.store import DamagedRun, PostgresStore, RunStore, SqliteStore, fork
+from agent_fsm.store import DamagedRun, RunStore, SqliteStore, fork
 from agent_fsm.store.schema import MIGRATIONS
 from agent_fsm.store.transcript import parts
 from tests.ledger_world import LedgerModel, ledger_agent, ledger_tools, pay_gate, task_for
 
 Opener = Callable[[], RunStore]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens a new store object (a new connection and owner, as another process would) on one database."""
-    if request.param == "sqlite":
-        path = tmp_path / "runs.db"
-        return lambda: SqliteStore(path)
-    dsn = request.getfixturevalue("postgres_dsn")
-    return lambda: PostgresStore(dsn)
 
 
 class _Counting:
