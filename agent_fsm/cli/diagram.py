@@ -213,11 +213,16 @@ def diagram_command(
         raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)) from None
+    _emit(data, output, f"{'sequence' if sequence else name}.{_SUFFIX[format]}")
+
+
+def _emit(data: bytes, output: Path | None, file_name: str) -> None:
+    """``data`` to standard output (no ``output``), to ``output``, or to ``file_name`` in the folder ``output``."""
     if output is None:
         typer.echo(clean(data.decode()), nl=False)
         return
     if output.is_dir():
-        output = output / f"{'sequence' if sequence else name}.{_SUFFIX[format]}"
+        output = output / file_name
     try:
         output.write_bytes(data)
     except OSError as exc:
@@ -245,15 +250,7 @@ def _draw_world(
             data = render_composition(agent, format.value, direction=layout, size=size)
     except GraphvizMissing as exc:
         raise _fail(str(exc)) from None
-    if output is None:
-        typer.echo(clean(data.decode()), nl=False)
-        return
-    if output.is_dir():
-        output = output / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', agent.name or 'agent')}-composition.{_SUFFIX[format]}"
-    try:
-        output.write_bytes(data)
-    except OSError as exc:
-        raise _fail(f"cannot write {output}: {exc.strerror}") from None
+    _emit(data, output, f"{re.sub(r'[^A-Za-z0-9_.-]', '_', agent.name or 'agent')}-composition.{_SUFFIX[format]}")
 
 
 def _draw(

@@ -23,7 +23,7 @@ from typing import Literal, cast
 import attrs
 import graphviz
 
-from agent_fsm.diagrams.dot import _DOT_STATE, DEFAULT_DIRECTION, Direction, GraphvizMissing
+from agent_fsm.diagrams.dot import _DOT_STATE, DEFAULT_DIRECTION, Direction, GraphvizMissing, fit
 from agent_fsm.diagrams.labels import edge_label, paused_note
 from agent_fsm.diagrams.mermaid import _MERMAID_CLASSES, mermaid_text
 from agent_fsm.engine import RUN_MACHINE, Agent, Composition, Nested, check_composition
@@ -190,11 +190,7 @@ def composition_dot(
         nodesep="0.25",
         ranksep="0.6",
     )
-    if size is not None:
-        width, height = size
-        if not (width > 0 and height > 0):
-            raise ValueError(f"size must be two positive numbers of inches, got {size!r}")
-        graph.attr(size=f"{width:g},{height:g}")
+    fit(graph, size)
     graph.attr("node", fontname=_FONT, fontsize="13")
     graph.attr("edge", fontname=_FONT, fontsize="11")
     between: list[tuple[str, str, dict[str, str]]] = []

@@ -5,7 +5,7 @@ A machine as Graphviz DOT, and drawn as SVG or PNG by the real ``dot`` program.
 from __future__ import annotations
 
 import collections
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import graphviz
 
@@ -19,7 +19,7 @@ from agent_fsm.diagrams.labels import (
 from agent_fsm.diagrams.path import RunPath
 from agent_fsm.engine import AgentFSMError, Edge, MachineSpec
 
-__all__ = ["DEFAULT_DIRECTION", "Direction", "GraphvizMissing", "render", "to_dot"]
+__all__ = ["DEFAULT_DIRECTION", "Direction", "GraphvizMissing", "fit", "render", "to_dot"]
 
 Direction = Literal["LR", "TB", "RL", "BT"]
 
@@ -74,11 +74,7 @@ def to_dot(
         nodesep="0.25",
         ranksep="0.7",
     )
-    if size is not None:
-        width, height = size
-        if not (width > 0 and height > 0):
-            raise ValueError(f"size must be two positive numbers of inches, got {size!r}")
-        graph.attr(size=f"{width:g},{height:g}")
+    fit(graph, size)
     graph.attr("node", fontname=_FONT, fontsize="14")
     graph.attr("edge", fontname=_FONT, fontsize="12")
     start = "__start__"
@@ -120,6 +116,15 @@ def to_dot(
                 extra |= {"color": "#adb5bd", "fontcolor": "#868e96"}
         graph.edge(edge.source, edge.dest, label=graphviz.escape(label), **extra)
     return cast(str, graph.source)
+
+
+def fit(graph: Any, size: tuple[float, float] | None) -> None:
+    """Bound ``graph`` to ``size`` inches (width, height) when given; refuse a size that is not two positive numbers."""
+    if size is not None:
+        width, height = size
+        if not (width > 0 and height > 0):
+            raise ValueError(f"size must be two positive numbers of inches, got {size!r}")
+        graph.attr(size=f"{width:g},{height:g}")
 
 
 def _detours(machine: MachineSpec) -> set[Edge]:
