@@ -274,13 +274,14 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
     state = run.state
     child = state.children.get(call.call_id) if state.children else None
     child_id = f"{state.run_id}/{call.call_id}"
+    if child is None:  # the call is one attempt of the parent's, counted before the child is bounded by what is left
+        state.tool_attempts += 1
     agent = _bounded(nested.agent, run)
     store: Checkpointer | None = None if run.checkpointer is None else _Within(run, call.call_id)
     listening = run.outbox is not None
     decision, run.decision = run.decision, None
     launch: Launch
-    if child is None:
-        state.tool_attempts += 1  # the call is one attempt of the parent's; what the child spends is charged after
+    if child is None:  # what the child spends is charged to the parent when it ends
         child = _begin(nested, agent, run, call, child_id)
         state.children[call.call_id] = child
         launch = continuing(agent, child, store=store, run_id=child_id, listening=listening, fresh=True)
