@@ -208,8 +208,22 @@ def _failing(tools: Registry, name: str | None, failure: str = "permanent") -> R
     return {**tools, name: attrs.evolve(tools[name], handler=fails)}
 
 
+HANDOFF_TOOL = "kit_hand_over"
+"""The handoff the kit adds to a world for a route to ``HandedOver``: to an agent that answers at once."""
+
+_HANDOFF_SETUP = "kit_handoff"  # an option key of a route's setup, read here, never passed to the agent
+
+
+def _kit_handoff() -> Any:
+    taker = Agent(ScriptedModel([answer_message("Taken over.")]), {}, name="kit_next")
+    return taker.handoff("Hand the conversation over to the next agent.")
+
+
 def _play(route: Route, world: World, task: str, coverage: Coverage | None = None) -> RunResult:
     tools = _failing(world.tools, route.failing_tool, route.failure)
+    options = dict(route.options)
+    if options.pop(_HANDOFF_SETUP, False):  # a world's own tools and a handoff: the way to HandedOver
+        tools = {**tools, HANDOFF_TOOL: _kit_handoff()}
     model = route.model()
     check = _refuse_answers if route.refuse_answers else None
     gate = route.gate if coverage is None else coverage.counting(route.gate)
@@ -217,7 +231,7 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     base = world.agent if world.agent is not None else Agent(model, tools)
     changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits}
     changes.update(_SCREENS[route.screening])
-    changes.update(route.options)
+    changes.update(options)
     if base.prices is None:  # every model's tokens cost something: a money budget can bind
         changes["prices"] = _PRICES
     if check is not None:
@@ -283,6 +297,7 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
                 {"role": "assistant", "content": None, "tool_calls": [unknown["tool_calls"][0], first]},
             )
         )
+    replies.append(("hand over", tool_call_message("call_h", HANDOFF_TOOL, {})))  # unknown unless a setup adds it
     replies.append(("provider down", PROVIDER_DOWN))
     replies.append(("slow answer", {**answer_message("Done, slowly."), "wait_seconds": _SLOW_SECONDS}))
     return replies
@@ -328,6 +343,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
             _compacting(),
         ),
         ("a typed output (a JSON object)", base, {"output": {"type": "object"}}),
+        ("a handoff to another agent", base, {_HANDOFF_SETUP: True}),
     ]
     if first is not None:
         agent_changes.append((f"{first} ends the run", base, {"tool_rules": (ends_run(first),)}))
