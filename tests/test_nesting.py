@@ -11,6 +11,7 @@ import pytest
 
 from agent_fsm import (
     Agent,
+    Ending,
     Limits,
     NotPaused,
     Price,
@@ -418,3 +419,30 @@ def test_runs_nested_deeper_than_the_ceiling_are_refused() -> None:
     for depth in (NESTING_CEILING + 1, 300):  # 300: deep enough to exhaust the stack, were it read level by level
         with pytest.raises(ValueError, match=f"deeper than {NESTING_CEILING}"):
             RunState.from_json(_nested(depth))
+
+
+def test_a_child_that_refuses_its_task_is_an_error_with_its_own_code() -> None:
+    def refuse(task: Any, state: Any) -> Ending:
+        return Ending("out_of_scope", "this agent only handles refunds")
+
+    child = child_agent([], [answer_message("never")], screen_input=refuse)
+    result = parent_of(child, [delegate(), answer_message("asked elsewhere")]).run("task")
+    seen = observation(result.state)
+    assert (seen.kind, seen.content["code"]) == ("error", "out_of_scope")
+    assert seen.content["stop"] == "refused" and result.state.children["c0"].machine_state == "Refused"
+    assert "only handles refunds" in seen.content["reason"]
+    assert result.answer == "asked elsewhere"
+
+
+def test_a_handoff_whose_holder_refuses_ends_with_the_holders_code() -> None:
+    def refuse(task: Any, state: Any) -> Ending:
+        return Ending("out_of_scope", "billing only")
+
+    billing = Agent(ScriptedModel([answer_message("never")]), {}, name="billing", screen_input=refuse)
+    front = Agent(
+        ScriptedModel([tool_call_message("h", "billing", {})]),
+        {"billing": billing.handoff()},
+        gate=lambda call: Verdict("allow", "ok"),
+    )
+    result = front.run("task")
+    assert result.stop is Stop.HANDED_OVER and result.code == "out_of_scope" and result.answer is None
