@@ -841,7 +841,12 @@ NESTING_CEILING = 8
 def _children(value: Any, path: str) -> dict[str, RunState]:
     if type(value) is not dict:
         raise _expect(path, "an object of nested runs by call id", value)
-    if value and path.split(".").count("children") > NESTING_CEILING:
+    levels, level = path.split(".").count("children") - 1, [value] if value else []
+    while level and levels <= NESTING_CEILING:  # counted before any child is read: both readers recurse per level
+        levels += 1
+        nested = (data.get("children") for children in level for data in children.values() if type(data) is dict)
+        level = [children for children in nested if type(children) is dict and children]
+    if levels > NESTING_CEILING:
         raise BadField(path, f"runs nest deeper than {NESTING_CEILING} levels")
     children = {}
     for key, data in value.items():

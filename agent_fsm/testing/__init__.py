@@ -19,7 +19,10 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
   real runs on cassettes (plain JSON, secrets redacted), replayed and moved a little;
 * :func:`injection_payloads`, :func:`planted_results` and :func:`check_screen`:
   tool results with a payload planted in them, and the check that a result
-  screen never lets the model be shown what you mark.
+  screen never lets the model be shown what you mark;
+* :func:`nested_worlds`, :func:`drive_nested` and :func:`assert_nested_invariants`
+  (or :func:`check_nesting` in one call): agents run as tools of agents, to a
+  depth, under random scripts, gates, budgets and a person's decisions.
 
 See ``docs/testing.md``. The kit needs Hypothesis, which the core package does
 not install: ``pip install "agent_fsm[testing]"``.
@@ -69,6 +72,18 @@ from agent_fsm.testing._invariants import (
     assert_run_invariants,
     by_call,
     executed_calls,
+)
+from agent_fsm.testing._nested import (
+    NESTED_INVARIANTS,
+    NestedDecision,
+    NestedOutcome,
+    NestedWorld,
+    assert_nested_invariants,
+    check_nesting,
+    drive_nested,
+    level_tools,
+    nested_world,
+    nested_worlds,
 )
 from agent_fsm.testing._paths import PROVIDER_DOWN, Route, RouteModel, check_reaches_all, paths_to, routes
 from agent_fsm.testing._schema import (
@@ -178,6 +193,17 @@ __all__ = [
     "check_screen",
     "injection_payloads",
     "planted_results",
+    # Agents nested in agents
+    "NESTED_INVARIANTS",
+    "NestedDecision",
+    "NestedOutcome",
+    "NestedWorld",
+    "assert_nested_invariants",
+    "check_nesting",
+    "drive_nested",
+    "level_tools",
+    "nested_world",
+    "nested_worlds",
     # Stateful harness
     "RunHarness",
     "run_harness",

@@ -74,6 +74,14 @@ INVARIANTS: dict[str, str] = {
     "reachable_state": "some run in the world enters each state of the run machine",
     "screen_never_shows": "once a result screen has read a tool result, the model is never shown what 'never' marks",
     "screen_keeps_raw": "a screened observation keeps the raw result, whatever the model was shown",
+    # agents nested in agents (agent_fsm.testing.assert_nested_invariants)
+    "ends_absorbing": "the run and every run nested in it end in an absorbing state once every pause is decided",
+    "nested_budgets": "each nested run spends at most its own limits and what its parent had left when it began",
+    "charged_to_parent": "a run's counters are its own work plus what the runs it nested spent",
+    "effect_gated": "every effect was allowed by its own level's gate, or approved by a person after that gate asked",
+    "decision_covers_call": "a decision runs exactly the innermost blocked call, at most once, with its arguments",
+    "decided_once": "deciding a pause that was decided already is refused (NotPaused) and changes nothing",
+    "children_kept": "every nested call's whole run is kept in its parent's state, ended, its ending observed",
 }
 """Every invariant :func:`assert_run_invariants` checks, by name, with what it means."""
 
