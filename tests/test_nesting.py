@@ -27,7 +27,7 @@ from agent_fsm import (
     check_composition,
     tool_call_message,
 )
-from agent_fsm.engine import ModelRequested, bounded_limits
+from agent_fsm.engine import ModelRequested, Observation, bounded_limits
 from agent_fsm.engine._state import NESTING_CEILING
 
 WRITE = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
@@ -410,8 +410,25 @@ def _nested(depth: int) -> str:
     ids = ["x" + "/c" * level for level in range(depth + 1)]
     tree = json.loads(RunState(run_id=ids[-1]).to_json())
     for run_id in reversed(ids[:-1]):
-        tree = {**json.loads(RunState(run_id=run_id).to_json()), "children": {"c": tree}}
+        tree = {**json.loads(_delegated(run_id).to_json()), "children": {"c": tree}}
     return json.dumps(tree)
+
+
+def _delegated(run_id: str) -> RunState:
+    """A run whose one model call proposed the call ``c`` (a run is nested only under a call proposed)."""
+    return RunState(
+        run_id=run_id,
+        messages=[
+            {"role": "user", "content": "delegate"},
+            tool_call_message("c", "next", {"task": "go on"}),
+            {"role": "tool", "tool_call_id": "c", "content": "{}"},
+        ],
+        opening=1,
+        turns=1,
+        prompt_token_log=[1],
+        observations=[Observation("c", True, "result", {})],
+        tool_attempts=1,
+    )
 
 
 def test_runs_nested_deeper_than_the_ceiling_are_refused() -> None:

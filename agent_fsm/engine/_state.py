@@ -407,12 +407,8 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
 
 def _children_problem(state: RunState) -> tuple[str, str] | None:
     """A nested run must be named for this run and the call that ran it, and agree with itself."""
-    proposed = {
-        c.get("id") if isinstance(c, dict) else None
-        for m in state.messages
-        if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list)
-        for c in m["tool_calls"]
-    }
+    calls = (m.get("tool_calls") for m in state.messages if m.get("role") == "assistant")
+    proposed = {c.get("id") for listed in calls if isinstance(listed, list) for c in listed if isinstance(c, dict)}
     for key, child in state.children.items():
         if key not in proposed:  # a run is nested only by a call the model made in this run
             return f"children.{key}", "no call of that id was proposed in this run"
