@@ -153,7 +153,7 @@ def test_the_inbox_run_page_shows_the_tree_and_decides_the_nested_call(nested_st
         assert re.search(r'id="blocked-name">refund<', text)
         assert re.search(r'id="blocked-path">.*<code>d1 / t1 / r1</code>', text)
         assert re.search(r'id="blocked-arguments">[^<]*&#34;cents&#34;: 9000', text)
-        assert 'id="no-edit"' in text and 'id="edit-form"' not in text  # an edit is not offered this deep
+        assert 'id="edit-form"' in text and "nested agent" in text  # an edit is of the innermost call
         tree = _tree(text)
         assert tree.sections == [("d1",), ("d1", "d1/t1")]
         assert tree.blocked == [("d1", "d1/t1")]
@@ -170,3 +170,24 @@ def test_the_inbox_run_page_shows_the_tree_and_decides_the_nested_call(nested_st
     assert state.stop is not None and state.stop.value == "answered"
     refund = state.children["d1"].children["t1"].observations[0]
     assert refund.content == {"refunded": 9000, "order": "A1"}
+
+
+def test_the_inbox_edits_the_nested_call_under_the_nested_agents_gate(nested_store: str) -> None:
+    """An edited approval of a call two levels down runs the edited call once, as the nested agent's gate allows."""
+    served = inbox_app(lambda: open_store(nested_store), desk_agent(), reviewers=REVIEWERS, wait=10)
+    with serving(served) as base, httpx.Client(base_url=base, timeout=20) as client:
+        form = client.get("/login")
+        client.post("/login", data={"csrf": _csrf(form.text), "reviewer": "ana", "token": TOKEN})
+        text = client.get("/runs/nest-1").text
+        pause = re.search(r'name="pause_id" value="([^"]+)"', text)
+        assert pause
+        edit = {"csrf": _csrf(text), "pause_id": pause.group(1), "action": "edit"}
+        malformed = client.post("/runs/nest-1/decide", data={**edit, "arguments": '{"order": "A1"}'})
+        assert malformed.status_code == 422  # the nested tool's contract refuses it; nothing is decided
+        edited = client.post("/runs/nest-1/decide", data={**edit, "arguments": '{"order": "A1", "cents": 4000}'})
+        assert edited.status_code == 303, edited.text[:500]
+    with SqliteStore(Path(nested_store.removeprefix("sqlite:///"))) as store:
+        state: RunState = store.load("nest-1").state
+    assert state.stop is not None and state.stop.value == "answered"
+    refunds = state.children["d1"].children["t1"]
+    assert [o.content for o in refunds.observations] == [{"refunded": 4000, "order": "A1"}]
