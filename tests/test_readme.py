@@ -23,7 +23,7 @@ def test_quickstart_runs_as_written():
     assert len(quickstart) >= 5
     for block in quickstart:
         exec(compile(block, str(README), "exec"), namespace)  # the README's own code, run as a user would
-    assert namespace["paid"] == [("ACME", 9000)]
+    assert namespace["paid"] == [("ACME", 9000), ("ACME", 7500)]  # the approved payment, then the nested one
 
 
 def test_every_python_block_is_in_the_quickstart():
