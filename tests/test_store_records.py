@@ -212,3 +212,16 @@ def test_a_run_row_whose_checkpoint_is_gone_is_damaged(opener: Opener, tmp_path:
     with pytest.raises(DamagedRun, match="checkpoint is missing"):
         opener().load("r")
     assert [summary.run_id for summary in opener().runs()] == ["r"]  # the list still reads
+
+
+def test_sqlite_checkpoints_its_wal_seldom_and_keeps_its_durability_setting(tmp_path: Path) -> None:
+    """The WAL is copied back every WAL_PAGES pages, on every connection; synchronous and the WAL mode are as asked."""
+    from agent_fsm.store.sqlite import WAL_PAGES
+
+    for synchronous, code in (("NORMAL", 1), ("FULL", 2)):
+        store = SqliteStore(tmp_path / f"{synchronous}.db", synchronous=synchronous)
+        connection = store._connection
+        assert connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_PAGES == 10_000
+        assert connection.execute("PRAGMA synchronous").fetchone()[0] == code
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        store.close()
