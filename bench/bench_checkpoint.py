@@ -5,9 +5,19 @@ Not a test: it prints times and the ratios (the target is at most 1.5x for
 SQLite). The stored run commits four times: when it begins, the refund's
 intent before its handler, the refund's observation, and the ending. Each
 contender runs against fresh desks and models, interleaved round by round so
-machine noise hits all alike; the median round is reported, with the bytes
-each run wrote to the store's tables (statement parameters, a measure of
-what a commit writes, not of the database's own pages).
+machine noise hits all alike; the median round is reported. Two more lines
+say where the time goes: "checkpoint calls" is the run handing its state to
+a checkpointer that keeps nothing (the engine's own share of durability),
+"store, no database" is the SQL store with every statement a no-op (the
+store's own Python work: what it serializes and checks per commit), and
+"SQLite alone" replays, with ``sqlite3`` and nothing else, the
+very statements and parameters one stored run sent (a fresh run id each
+time): what the database itself costs for those commits, the floor any
+store writing them pays. The
+bytes each run writes to the store's tables (statement parameters, a measure
+of what a commit writes, not of the database's own pages) are counted in
+separate runs after the timed rounds, so the counting costs no timed round
+anything.
 
 With ``--postgres``, a throw-away PostgreSQL server is started on loopback
 (``tests/postgres_server.py``'s, but with ``fsync`` on, as a server should
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -89,7 +100,96 @@ class _DurablePostgres(PostgresServer):
         return self
 
 
-def _round(runs: int, store: SqlStore | None, offset: int) -> float:
+class _KeepsNothing:
+    """A checkpointer that stores nothing: what the engine itself does for a stored run."""
+
+    owner = "nobody"
+
+    def begin(self, run_id: str, state: Any) -> None:
+        """Nothing is recorded."""
+
+    def save(self, run_id: str, state: Any, intent: Any = None) -> None:
+        """Nothing is committed."""
+
+
+class _NoStatement:
+    def run(self, sql: str, params: Any = ()) -> int:
+        return 1  # every compare-and-set "succeeds"
+
+    def rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        return []
+
+
+def _no_database(store: SqlStore) -> SqlStore:
+    """``store`` with every statement a no-op: the store's own work per commit, without the database's."""
+
+    @contextmanager
+    def transaction(*, write: bool = True, single: bool = False) -> Iterator[Any]:
+        yield _NoStatement()
+
+    store._transaction = transaction  # type: ignore[method-assign]
+    return store
+
+
+def _recorded(store: SqliteStore, run_id: str) -> list[list[tuple[str, tuple[Any, ...]]]]:
+    """The statements and parameters of each transaction of one stored run (begin to end), as sent to SQLite."""
+    transactions: list[list[tuple[str, tuple[Any, ...]]]] = []
+    opened = store._transaction
+
+    class Recording:
+        def __init__(self, tx: Any) -> None:
+            self.tx, self.sent = tx, []
+
+        def run(self, sql: str, params: Any = ()) -> int:
+            self.sent.append((sql, tuple(params)))
+            result: int = self.tx.run(sql, params)
+            return result
+
+        def rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+            self.sent.append((sql, tuple(params)))
+            found: list[tuple[Any, ...]] = self.tx.rows(sql, params)
+            return found
+
+    @contextmanager
+    def recording(*, write: bool = True, single: bool = False) -> Iterator[Any]:
+        with opened(write=write, single=single) as tx:
+            wrapped = Recording(tx)
+            yield wrapped
+        transactions.append(wrapped.sent)
+
+    store._transaction = recording  # type: ignore[method-assign]
+    try:
+        run(TASK, overreaching_model(), make_support_desk().tools, gate=refund_gate, store=store, run_id=run_id)
+    finally:
+        store._transaction = opened  # type: ignore[method-assign]
+    return transactions
+
+
+def _replay_round(
+    runs: int, connection: sqlite3.Connection, transactions: list[list[tuple[str, tuple[Any, ...]]]], offset: int
+) -> float:
+    """The recorded transactions sent again per run (its id swapped in), each BEGIN IMMEDIATE ... COMMIT."""
+    recorded_id = "recorded"
+    scripts = [
+        [
+            [(sql, tuple(f"p{offset + i}" if p == recorded_id else p for p in params)) for sql, params in tx]
+            for tx in transactions
+        ]
+        for i in range(runs)
+    ]
+    execute = connection.execute
+    gc.collect()
+    start = time.perf_counter()
+    for script in scripts:
+        for tx in script:
+            execute("BEGIN IMMEDIATE")
+            for sql, params in tx:
+                execute(sql, params).fetchall()
+            execute("COMMIT")
+    return (time.perf_counter() - start) / runs
+
+
+def _round(runs: int, store: Any, offset: int) -> float:
     desks = [make_support_desk() for _ in range(runs)]
     models = [overreaching_model() for _ in range(runs)]
     gc.collect()
@@ -122,12 +222,24 @@ def main() -> None:
             }
             if server is not None:
                 stores["PostgreSQL"] = PostgresStore(server.new_database())
-            written = {name: _bytes_written(store) for name, store in stores.items()}
-            times: dict[str, list[float]] = {"in memory": [], **{name: [] for name in stores}}
+            parts: dict[str, Any] = {
+                "checkpoint calls": _KeepsNothing(),
+                "store, no database": _no_database(SqliteStore(Path(folder) / "unused.db")),
+            }
+            replayed = SqliteStore(Path(folder) / "replayed.db", synchronous=args.synchronous)
+            transactions = _recorded(replayed, "recorded")
+            contenders: dict[str, Any] = {"in memory": None, **parts, "SQLite alone": replayed, **stores}
+            names = list(contenders)
+            times: dict[str, list[float]] = {name: [] for name in names}
             for r in range(args.rounds):
-                times["in memory"].append(_round(args.runs, None, 0))
-                for name, store in stores.items():
-                    times[name].append(_round(args.runs, store, r * args.runs))
+                for name in names[r % len(names) :] + names[: r % len(names)]:  # each round in another order
+                    if contenders[name] is replayed:
+                        times[name].append(_replay_round(args.runs, replayed._connection, transactions, r * args.runs))
+                    else:
+                        times[name].append(_round(args.runs, contenders[name], r * args.runs))
+            written = {name: _bytes_written(store) for name, store in stores.items()}
+            for store in stores.values():
+                _round(args.runs, store, args.rounds * args.runs)
             first = next(iter(stores.values()))
             commits = first.load("r0").summary.version
             print(
@@ -135,16 +247,17 @@ def main() -> None:
                 f" SQLite synchronous={args.synchronous}" + ("; PostgreSQL fsync on, loopback" if server else "")
             )
             memory, fastest = statistics.median(times["in memory"]), min(times["in memory"])
-            print(f"  {'in memory':16} {memory * 1e6:9.1f} µs/run (median round; fastest {fastest * 1e6:.1f})")
-            for name, store in stores.items():
+            print(f"  {'in memory':18} {memory * 1e6:9.1f} µs/run (median round; fastest {fastest * 1e6:.1f})")
+            for name in names[1:]:
                 median = statistics.median(times[name])
-                per_run = sum(written[name]) / (args.runs * args.rounds)
-                print(
-                    f"  {name:16} {median * 1e6:9.1f} µs/run (median round; fastest {min(times[name]) * 1e6:.1f}),"
-                    f" {median / memory:.2f}x median, {min(times[name]) / min(times['in memory']):.2f}x fastest;"
-                    f" {per_run:,.0f} bytes written a run"
+                line = (
+                    f"  {name:18} {median * 1e6:9.1f} µs/run (median round; fastest {min(times[name]) * 1e6:.1f}),"
+                    f" {median / memory:.2f}x median, {min(times[name]) / min(times['in memory']):.2f}x fastest"
                 )
-                store.close()
+                if name in stores:
+                    line += f"; {sum(written[name]) / args.runs:,.0f} bytes written a run"
+                    stores[name].close()
+                print(line)
             print("  target: SQLite at most 1.5x the in-memory run")
     finally:
         if server is not None:

@@ -15,6 +15,13 @@ the one users feel). The count says where work was added or removed, exactly.
 
     python bench/instructions.py                 # about three minutes
     python bench/instructions.py --runs 20       # quicker, as exact
+    python bench/instructions.py --async         # arun against the bare async loop instead
+
+With ``--async`` the contestants are ``concurrent_runs.py``'s bare async loop
+and ``agent_fsm.arun``: ``--runs`` over-reach runs gathered at once in one
+event loop, each model call an ``asyncio.sleep`` of a microsecond (a real
+timer, so the loop's own work is counted, and no time for the machine's
+load to reorder anything).
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -53,9 +60,27 @@ for job in jobs[:{runs}]:
 """
 
 
-def count(name: str, key: str, turns: int, runs: int, built: int) -> int:
+# The async program: ``runs`` of ``built`` jobs gathered at once in a fresh event loop.
+_ASYNC_PROGRAM = """
+import asyncio, sys
+sys.path.insert(0, {here!r})
+from peerbench.async_runs import ENTRIES
+from peerbench.scenarios import new_job, scenarios
+entry = next(e for e in ENTRIES if e.key == {name!r})
+scenario = scenarios(1)[0]
+for _ in range(3):
+    asyncio.run(entry.run(new_job(scenario, 1e-6)))
+jobs = [new_job(scenario, 1e-6) for _ in range({built})]
+async def everything():
+    await asyncio.gather(*(entry.run(job) for job in jobs[:{runs}]))
+asyncio.run(everything())
+"""
+ASYNC_CONTESTANTS = ("bare", "agent_fsm")
+
+
+def count(name: str, key: str, turns: int, runs: int, built: int, program: str = _PROGRAM) -> int:
     """Instructions valgrind counted for the program with ``runs`` runs (start-up and warm-up included)."""
-    program = _PROGRAM.format(here=str(HERE), name=name, key=key, turns=turns, runs=runs, built=built)
+    program = program.format(here=str(HERE), name=name, key=key, turns=turns, runs=runs, built=built)
     env = dict(os.environ, PYTHONHASHSEED="0")  # the same string hashes, so the same work, every time
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", program],
@@ -70,18 +95,24 @@ def count(name: str, key: str, turns: int, runs: int, built: int) -> int:
     return int(found.group(1))
 
 
-def per_run(name: str, key: str, turns: int, runs: int) -> float:
-    return (count(name, key, turns, runs, runs) - count(name, key, turns, 0, runs)) / runs
+def per_run(name: str, key: str, turns: int, runs: int, program: str = _PROGRAM) -> float:
+    return (count(name, key, turns, runs, runs, program) - count(name, key, turns, 0, runs, program)) / runs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=100, help="runs counted per short scenario (default 100)")
     parser.add_argument("--turns", type=int, default=200, help="turns of the wanderer (default 200)")
+    parser.add_argument("--async", dest="gathered", action="store_true", help="arun against the bare async loop")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
+    if args.gathered:
+        bare, engine = (per_run(name, "overreach", 1, args.runs, _ASYNC_PROGRAM) for name in ASYNC_CONTESTANTS)
+        print(f"{'instructions per run':24}{'bare async':>14}{'agent_fsm arun':>16}{'ratio':>8}")
+        print(f"{'over-reach, gathered':24}{bare:14,.0f}{engine:16,.0f}{engine / bare:7.2f}x")
+        return 0
     sys.path.insert(0, str(HERE))
     from peerbench.scenarios import scenarios
     from peerbench.verification import reference

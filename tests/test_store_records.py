@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import agent_fsm.store.sql as sql_module
-from agent_fsm import Agent, Limits, RunState
+from agent_fsm import Agent, Limits, RunState, ScriptedModel, ToolSpec, allow_all, answer_message, tool_call_message
 from agent_fsm.store import DamagedRun, RunStore, SqliteStore, fork
 from agent_fsm.store.schema import MIGRATIONS
 from agent_fsm.store.transcript import parts
@@ -131,7 +131,7 @@ def test_the_migration_keeps_older_runs_once(opener: Opener, tmp_path: Path, mon
         )
     monkeypatch.undo()
     store = opener()
-    assert store.schema_version() == len(MIGRATIONS) == 4  # type: ignore[attr-defined]
+    assert store.schema_version() == len(MIGRATIONS) == 5  # type: ignore[attr-defined]
     for run_id in final:
         assert store.load(run_id).state == final[run_id]
         assert [store.checkpoint(run_id, n) for n in range(len(kept[run_id]))] == kept[run_id]
@@ -167,3 +167,51 @@ def test_a_missing_piece_is_refused_clearly(opener: Opener, tmp_path: Path) -> N
     with pytest.raises(DamagedRun, match="checkpoint 1"):  # a piece left out: the strict reader refuses the state
         reader.checkpoint("r", 1)
     assert [summary.run_id for summary in reader.runs()] == ["r"]  # the list still reads
+
+
+def test_a_run_row_at_a_checkpoint_holds_no_copy_of_its_state(opener: Opener, tmp_path: Path) -> None:
+    """At a checkpoint the run's row holds no state (the checkpoint's, written once); in flight, it does."""
+    store, seen = opener(), []
+
+    def row_state() -> str:
+        with opener()._transaction(write=False) as tx:  # type: ignore[attr-defined]  # another connection
+            return str(tx.rows("SELECT state FROM agent_fsm_runs WHERE run_id = 'r'")[0][0])
+
+    def pay(cents: int) -> str:
+        seen.append(row_state())  # the intent is committed: the row holds the state it was committed with
+        return "paid"
+
+    script = [tool_call_message("c1", "pay", {"cents": 5}), answer_message("done")]
+    tools = {"pay": ToolSpec("Pay.", {"cents": int}, pay, effectful=True)}
+    result = Agent(ScriptedModel(script), tools, gate=allow_all).run("pay 5", store=store, run_id="r")
+    assert result.stop.value == "answered"
+    [in_flight] = seen
+    assert in_flight.startswith('{"format": ') and '"machine_state": "Executing"' in in_flight
+    assert row_state() == ""  # at rest: the state is the latest checkpoint's only
+    assert opener().load("r").state == result.state
+    assert opener().checkpoint("r", len(store.checkpoints("r")) - 1) == result.state
+
+
+def test_a_run_row_whose_checkpoint_is_gone_is_damaged(opener: Opener, tmp_path: Path) -> None:
+    """The state of a run's row at a checkpoint is read from that checkpoint: if it was deleted, DamagedRun says so."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    assert opener().load("r").status == "paused"
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("DELETE FROM agent_fsm_checkpoints WHERE run_id = 'r'")
+    with pytest.raises(DamagedRun, match="checkpoint is missing"):
+        opener().load("r")
+    assert [summary.run_id for summary in opener().runs()] == ["r"]  # the list still reads
+
+
+def test_sqlite_checkpoints_its_wal_seldom_and_keeps_its_durability_setting(tmp_path: Path) -> None:
+    """The WAL is copied back every WAL_PAGES pages, on every connection; synchronous and the WAL mode are as asked."""
+    from agent_fsm.store.sqlite import WAL_PAGES
+
+    for synchronous, code in (("NORMAL", 1), ("FULL", 2)):
+        store = SqliteStore(tmp_path / f"{synchronous}.db", synchronous=synchronous)
+        connection = store._connection
+        assert connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_PAGES == 10_000
+        assert connection.execute("PRAGMA synchronous").fetchone()[0] == code
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        store.close()

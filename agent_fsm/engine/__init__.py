@@ -161,14 +161,6 @@ from agent_fsm.engine._nesting import (
     check_composition,
     conversation,
 )
-from agent_fsm.engine._policy import (
-    DECISION_ERRORS,
-    DecisionPolicy,
-    FinalDecision,
-    named,
-    observations_of,
-    string_fields,
-)
 from agent_fsm.engine._run import AnswerCheck, RunContext
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
@@ -196,6 +188,14 @@ from agent_fsm.engine._tools import (
 
 if TYPE_CHECKING:
     from agent_fsm.engine._async import RunCancelled, acontinue_run, adrive
+    from agent_fsm.engine._policy import (
+        DECISION_ERRORS,
+        DecisionPolicy,
+        FinalDecision,
+        named,
+        observations_of,
+        string_fields,
+    )
 
 __all__ = [
     "after",
@@ -379,6 +379,8 @@ __all__ = [
 ]
 
 _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
+# The decision-policy adapter: a plain run never uses it, so it is loaded when first asked for.
+_POLICY = frozenset({"DECISION_ERRORS", "DecisionPolicy", "FinalDecision", "named", "observations_of", "string_fields"})
 
 
 def __getattr__(name: str) -> object:
@@ -387,8 +389,12 @@ def __getattr__(name: str) -> object:
         from agent_fsm.engine import _async
 
         return getattr(_async, name)
+    if name in _POLICY:
+        from agent_fsm.engine import _policy
+
+        return getattr(_policy, name)
     raise AttributeError(f"module 'agent_fsm.engine' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _ASYNC)
+    return sorted(set(globals()) | _ASYNC | _POLICY)

@@ -126,12 +126,25 @@ async def adrive(steps: Steps[T], outbox: list[RunEvent] | None = None, on_event
         if deferred is not None and not _shielded(request):
             error, deferred = deferred, None
             continue
+        # The requests of nearly every turn are served here, without a coroutine and a tuple per request:
+        # a call on the loop (a gate, a handler: its result, or its awaitable awaited) and the model's reply.
+        kind = request[0]
         try:
-            send, cancelled = await _aperform(request, deliver)
+            if kind == CALL and not request[6]:
+                send = request[1](*request[2], **request[3])
+                if hasattr(send, "__await__"):
+                    if request[5]:  # shielded (a handler): finished even if this task is cancelled meanwhile
+                        send, cancelled = await _finish(asyncio.ensure_future(send))
+                        deferred = deferred or cancelled
+                    else:
+                        send = await send
+            elif kind == MODEL:
+                send = await _ask(request[1], deliver)
+            else:
+                send, cancelled = await _aperform(request, deliver)
+                deferred = deferred or cancelled
         except BaseException as exc:  # raised into the steps, where they asked
-            error = exc
-        else:
-            deferred = deferred or cancelled
+            send, error = None, exc
 
 
 def _shielded(request: Request) -> bool:

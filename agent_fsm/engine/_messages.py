@@ -264,7 +264,8 @@ def normalise_reply(reply: Any, turn: int, taken: CallIds | None = None) -> tupl
     """
     if type(reply) is not dict and not isinstance(reply, Mapping):
         return {"role": "assistant", "content": str(reply)}, []
-    message: Message = {"role": "assistant", "content": assistant_text(reply)}
+    content = reply.get("content")  # plain text read here; any other form as assistant_text reads it
+    message: Message = {"role": "assistant", "content": content if type(content) is str else assistant_text(reply)}
     if not reply.keys() <= _MESSAGE_KEYS:
         message.update(_extras(reply, _MESSAGE_KEYS))
     raw_calls = reply.get("tool_calls")

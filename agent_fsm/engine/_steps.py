@@ -111,11 +111,21 @@ def chat_kwargs(run: RunContext, on_delta: Any) -> dict[str, Any]:
     return extra
 
 
-def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:
+def perform_now(request: Request, live: Callable[[RunEvent], Any] | None = None) -> Any:
+    """
+    Perform ``request`` at once, where the steps stand: how the sync driver serves a run nobody listens to.
+
+    A step given this performs its requests in place instead of yielding
+    them (see :data:`Perform`); answers and exceptions arrive exactly where
+    a yield would have received them, without a trip through the driver.
+    :func:`iterate` performs the requests it is yielded with it too,
+    ``live`` receiving a streaming model's text deltas. (One function, not a
+    wrapper around another: it runs for every gate, handler and model call.)
+    """
     kind = request[0]
     if kind == CALL:
         result = request[1](*request[2], **request[3])
-        if is_awaitable(result):
+        if hasattr(result, "__await__"):
             raise _refuse(result, request[4], request[1])
         return result
     if kind == MODEL:
@@ -125,22 +135,14 @@ def _perform(request: Request, live: Callable[[RunEvent], Any] | None) -> Any:
             raise NotSynchronous(f"the model {run.model!r} has no chat(); an async-only model runs with arun")
         on_delta = run.delta_sink(live) if run.outbox is not None else None
         result = chat(run.messages_to_send(), run.declarations, **chat_kwargs(run, on_delta))
-        if is_awaitable(result):
+        if hasattr(result, "__await__"):
             raise _refuse(result, "model", chat)
         return result
     time.sleep(request[1])
     return None
 
 
-def perform_now(request: Request) -> Any:
-    """
-    Perform ``request`` at once, where the steps stand: how the sync driver serves a run nobody listens to.
-
-    A step given this performs its requests in place instead of yielding
-    them (see :data:`Perform`); answers and exceptions arrive exactly where
-    a yield would have received them, without a trip through the driver.
-    """
-    return _perform(request, None)
+_perform = perform_now
 
 
 def iterate(steps: Steps[T], outbox: list[RunEvent] | None = None, live: Any = None) -> Generator[RunEvent, None, T]:

@@ -133,6 +133,9 @@ MIGRATIONS: list[tuple[Step, ...]] = [
         "ALTER TABLE agent_fsm_checkpoints ADD COLUMN new_observations TEXT",
         _written_once,
     ),
+    # 5: a run's row at a checkpoint holds an empty state, read from its latest checkpoint (agent_fsm.store.sql);
+    # no row changes, but a database written so is refused by a store that would read that state as damaged.
+    (),
 ]
 """Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: its steps run in order, in one transaction."""
 

@@ -106,6 +106,17 @@ def _what(state: RunState, since: tuple[int, int] | None) -> tuple[str, _Counts,
     return text, (len(state.messages), len(state.observations)), (messages, observations)
 
 
+# A run's row at a checkpoint holds this instead of its state: the state is the latest checkpoint's, kept in
+# the same commit (migration 5). Writing it once, not into both rows, keeps the run's row small: an update
+# rewrites one page, not a row that spills over and splits pages.
+_AT_CHECKPOINT = ""
+
+
+def _row_text(text: str, counts: _Counts) -> str:
+    """What the run's row holds of a state also kept as its latest checkpoint: nothing, unless it is kept whole."""
+    return text if counts[0] is None else _AT_CHECKPOINT
+
+
 def _written(state: RunState, counts: _Counts) -> tuple[list[Any], list[Any]] | None:
     return None if counts[0] is None else (list(state.messages), list(state.observations))
 
@@ -199,7 +210,10 @@ class SqlStore:
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
                     " new_messages, new_observations, owner, created_at, updated_at, version)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                    (run_id, status, stop, state.machine_state, text, *counts, *rest, self.owner, now, now),
+                    (
+                        *(run_id, status, stop, state.machine_state, _row_text(text, counts)),
+                        *(*counts, *rest, self.owner, now, now),
+                    ),
                 )
                 tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, *pieces, now, run_id))
         except StoreError as exc:
@@ -229,9 +243,14 @@ class SqlStore:
             return text
         below = "" if point is None else " AND point <= ?"
         pieces = tx.rows(
-            f"SELECT new_messages, new_observations FROM agent_fsm_checkpoints WHERE run_id = ?{below} ORDER BY point",
+            "SELECT new_messages, new_observations, state FROM agent_fsm_checkpoints"
+            f" WHERE run_id = ?{below} ORDER BY point",
             (run_id,) if point is None else (run_id, point),
         )
+        if point is None and text == _AT_CHECKPOINT:  # the run's row at a checkpoint: the state is that checkpoint's
+            if not pieces:
+                raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: its checkpoint is missing")
+            text = pieces[-1][2]
         try:
             return whole(text, [*pieces, rest] if rest is not None else pieces)
         except DamagedRun as exc:
@@ -329,7 +348,7 @@ class SqlStore:
                     *(() if still else (status,)),
                     stop,
                     state.machine_state,
-                    text,
+                    text if intent is not None else _row_text(text, counts),
                     *counts,
                     *rest,
                     state.pause_id if paused else None,

@@ -5,6 +5,11 @@ WAL mode lets readers (the inbox, ``agent-fsm runs list``) read while a run
 commits; every write takes the database's write lock up front
 (``BEGIN IMMEDIATE``), so concurrent processes queue instead of failing
 half-way through a transaction.
+
+The WAL is copied back into the database (a checkpoint, with two disk
+flushes) every :data:`WAL_PAGES` pages rather than SQLite's 1,000: the
+flushes, not the copying, are most of a checkpoint's cost, and a short
+run's four commits write five or six pages each.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from typing import Any
 from agent_fsm.store.errors import DatabaseError
 from agent_fsm.store.sql import SqlStore, Transaction
 
-__all__ = ["SqliteStore"]
+__all__ = ["WAL_PAGES", "SqliteStore"]
+
+WAL_PAGES = 10_000
+"""Pages (4 KiB each) the WAL grows to before it is checkpointed: about 40 MB of disk, a sixth of a short run's cost."""
 
 
 class _SqliteTransaction:
@@ -63,6 +71,8 @@ class SqliteStore(SqlStore):
             )
             self._use_wal(timeout)
             self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            # A setting of this connection, not of the file: whichever connection commits past it checkpoints.
+            self._connection.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
             self._connection.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
         self.migrate()
 

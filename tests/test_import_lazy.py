@@ -1,0 +1,55 @@
+"""What ``import agent_fsm`` and a plain run leave unloaded: what a plain run never uses is loaded when asked for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import agent_fsm.engine
+
+# Loaded on first use only: the async runner (and asyncio with it), the decision-policy adapter, the stores.
+DEFERRED = (
+    "asyncio",
+    "agent_fsm.engine._async",
+    "agent_fsm.engine._policy",
+    "agent_fsm.store",
+    "sqlite3",
+)
+# No schema library for tools declared in the shorthand ({"x": int}).
+SCHEMA_LIBRARIES = ("jsonschema", "pydantic", "fastjsonschema", "referencing")
+
+PLAIN_RUN = """
+import agent_fsm as a
+tools = {"add": a.ToolSpec("Add two numbers.", {"x": int, "y": int}, lambda x, y: x + y)}
+model = a.ScriptedModel([a.tool_call_message("c1", "add", {"x": 1, "y": 2}), a.answer_message("3")])
+assert a.run("add", model, tools, gate=a.allow_all).answer == "3"
+"""
+
+
+def _loaded(code: str, names: tuple[str, ...]) -> set[str]:
+    """Which of ``names`` (modules, or the top packages of modules) are in ``sys.modules`` after ``code``."""
+    probe = (
+        f"import sys\n{code}\n"
+        f"names = {names!r}\n"
+        "loaded = {m for m in sys.modules} | {m.split('.')[0] for m in sys.modules}\n"
+        "print(' '.join(sorted(n for n in names if n in loaded)))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def test_import_and_a_plain_run_load_nothing_deferred() -> None:
+    """Neither ``import agent_fsm`` nor a plain run on shorthand tools loads asyncio, the policy adapter or a store."""
+    assert _loaded("import agent_fsm", DEFERRED + SCHEMA_LIBRARIES) == set()
+    assert _loaded(PLAIN_RUN, DEFERRED + SCHEMA_LIBRARIES) == set()
+
+
+def test_the_probe_sees_what_is_asked_for() -> None:
+    """Not vacuous: asking for a deferred name loads its module, and the name is the module's own."""
+    asked = "import agent_fsm.engine as e\nfrom agent_fsm.engine import DecisionPolicy, named\ne.adrive"
+    assert _loaded(asked, DEFERRED) == {"asyncio", "agent_fsm.engine._async", "agent_fsm.engine._policy"}
+    assert agent_fsm.engine.DecisionPolicy.__module__ == "agent_fsm.engine._policy"
+    assert {"DecisionPolicy", "observations_of", "RunCancelled"} <= set(dir(agent_fsm.engine))
