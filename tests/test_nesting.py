@@ -253,24 +253,7 @@ def test_a_rejection_at_the_top_denies_the_childs_call_and_the_parent_goes_on() 
 
 def test_an_approval_two_levels_down_runs_exactly_that_call_once() -> None:
     log: list[dict[str, Any]] = []
-    bottom = child_agent(
-        log,
-        [tool_call_message("w", "write", {"n": 5}), answer_message("b")],
-        gate=lambda c: Verdict("ask", "?"),
-        name="bottom",
-    )
-    middle = Agent(
-        ScriptedModel([delegate("bottom"), answer_message("m")]),
-        {"bottom": bottom.as_tool()},
-        gate=lambda c: Verdict("allow", "ok"),
-        name="middle",
-    )
-    top = Agent(
-        ScriptedModel([delegate("middle"), answer_message("t")]),
-        {"middle": middle.as_tool()},
-        gate=lambda c: Verdict("allow", "ok"),
-        name="top",
-    )
+    top = _three_levels(log, 5)
     paused = top.run("task", run_id="T")
     assert paused.blocked_path == ("c0", "c0", "w") and "bottom waits on write" in (paused.reason or "")
     loaded = RunState.from_json(paused.state.to_json())
@@ -302,10 +285,11 @@ def test_the_parents_gate_judges_the_delegation_afresh_at_resume() -> None:
 # --- async, events ---
 
 
-def _three_levels(log: list[dict[str, Any]]) -> Agent:
+def _three_levels(log: list[dict[str, Any]], n: int = 2) -> Agent:
+    """top runs middle, which runs bottom, whose write of ``n`` waits for a person."""
     bottom = child_agent(
         log,
-        [tool_call_message("w", "write", {"n": 2}), answer_message("b")],
+        [tool_call_message("w", "write", {"n": n}), answer_message("b")],
         gate=lambda c: Verdict("ask", "?"),
         name="bottom",
     )
