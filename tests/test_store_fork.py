@@ -166,3 +166,24 @@ def test_a_checkpoint_written_by_something_else_is_refused(opener: Opener, tmp_p
     with pytest.raises(DamagedRun, match="checkpoint 1 of run 'parent' cannot be read"):
         fork(store, "parent", at=1, new_run_id="x")
     assert [s.run_id for s in store.runs()] == ["parent"]
+
+
+def test_a_fork_that_cannot_be_read_back_leaves_no_row(
+    opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new row is read back inside the fork's transaction: a failure there rolls the whole fork back."""
+    import agent_fsm.store.sql as sql_module
+
+    _paused_parent(opener, tmp_path / "ledger")
+
+    def unreadable(row: object) -> object:
+        raise DamagedRun("the forked row cannot be read (injected)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sql_module, "stored_of", unreadable)
+        with pytest.raises(DamagedRun, match="injected"):
+            fork(opener(), "parent", at=3, new_run_id="child")
+    with pytest.raises(RunNotFound):
+        opener().load("child")
+    assert opener().forks("parent") == []
+    assert fork(opener(), "parent", at=3, new_run_id="child").summary.run_id == "child"  # the id is still free

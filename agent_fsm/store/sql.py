@@ -554,12 +554,13 @@ class SqlStore:
                     "INSERT INTO agent_fsm_forks (run_id, parent, point, forked_at) VALUES (?, ?, ?, ?)",
                     (new_run_id, run_id, at, now),
                 )
-                rows = self._stored(tx, new_run_id)
+                # Read back before the commit: a fork that cannot be read is never left behind as a damaged row.
+                stored = stored_of(self._stored(tx, new_run_id)[0])
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {new_run_id!r}; give the fork its own id") from exc
             raise
-        return stored_of(rows[0])
+        return stored
 
     # --- taking a run over -------------------------------------------------------------
 
