@@ -447,3 +447,20 @@ def test_a_handoff_whose_holder_refuses_ends_with_the_holders_code() -> None:
     )
     result = front.run("task")
     assert result.stop is Stop.HANDED_OVER and result.code == "out_of_scope" and result.answer is None
+
+
+def test_an_agent_running_itself_stops_nesting_at_the_ceiling_a_saved_state_holds() -> None:
+    """Deeper runs could be saved but never loaded again: the call that would nest one more is an error instead."""
+    tools: dict[str, ToolSpec] = {}
+    script = [tool_call_message("c", "again", {"task": "deeper"}), answer_message("up")]
+    agent = Agent(ScriptedModel(script), tools, gate=lambda c: Verdict("allow", "ok"), limits=Limits(max_turns=40))
+    tools["again"] = agent.as_tool()
+    result = agent.run("go")
+    assert result.stop is Stop.ANSWERED
+    state, depth = result.state, 0
+    while state.children:
+        state, depth = state.children["c"], depth + 1
+    assert depth == NESTING_CEILING
+    refused = state.observations[0]
+    assert refused.kind == "error" and refused.content["code"] == "nesting_limit"
+    assert RunState.from_json(result.state.to_json()) == result.state

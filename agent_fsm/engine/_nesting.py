@@ -51,7 +51,7 @@ from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._messages import Observation
 from agent_fsm.engine._run import RunContext, pause_on
 from agent_fsm.engine._spending import charge_nested
-from agent_fsm.engine._state import RunResult, RunState
+from agent_fsm.engine._state import NESTING_CEILING, RunResult, RunState
 from agent_fsm.engine._steps import Steps
 from agent_fsm.engine._tools import Subrun, ToolCall, ToolSpec
 
@@ -280,6 +280,8 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
     child_id = f"{state.run_id}/{call.call_id}"
     if child is None:  # the call is one attempt of the parent's, counted before the child's share is cut
         state.tool_attempts += 1
+        if run.depth >= NESTING_CEILING:  # a run nested deeper could be saved but never loaded again
+            return _too_deep(nested, call)
     agent = _bounded(nested.agent, run)
     store: Checkpointer | None = None if run.checkpointer is None else _Within(run, call.call_id)
     listening = run.outbox is not None
@@ -305,6 +307,7 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
         launch = recovering(agent, child, store=store, run_id=child_id, intent=intent)
     context, steps = launch
     context.outbox, context.relay, context.perform = run.outbox, run.relay, run.perform
+    context.depth = run.depth + 1
     try:
         result: RunResult = yield from steps
     except BaseException as exc:
@@ -319,6 +322,15 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
         return None
     charge_nested(state, context.state)
     return _ended(nested, run, call, result)
+
+
+def _too_deep(nested: Nested, call: ToolCall) -> Observation:
+    reason = (
+        f"runs nest at most {NESTING_CEILING} deep (the deepest a saved state may hold): "
+        f"{nested.agent.name or 'the nested agent'} was not started"
+    )
+    content = {"agent": nested.agent.name, "stop": None, "code": "nesting_limit", "reason": reason}
+    return Observation(call.call_id, False, "error", content)
 
 
 def _paused_reason(nested: Nested, call: ToolCall, result: RunResult) -> str:

@@ -146,6 +146,7 @@ class RunContext:
         "decision",
         "declaration_tokens",
         "declarations",
+        "depth",
         "entered",
         "estimator",
         "fallback",
@@ -248,6 +249,7 @@ class RunContext:
         self.decision: tuple[bool, str, Mapping[str, Any] | None] | None = None
         self.recovering: Any = None
         self.handed: str | None = None
+        self.depth = 0  # how many runs this one is nested in (0: the top run)
 
     def equip(self, agent: Agent) -> None:
         """Take the agent's screens, output, compaction and tool offer; what the run did is read afresh."""
