@@ -80,26 +80,6 @@ def _bytes_written(store: SqlStore) -> list[int]:
     return counted
 
 
-class _DurablePostgres(PostgresServer):
-    """The tests' throw-away server, but flushing its log to disk at every commit (fsync on), as in production."""
-
-    def start(self) -> _DurablePostgres:
-        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "agent_fsm")
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
-        self._run(
-            str(self.bin_dir / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-o",
-            options,
-            "-l",
-            str(self.root / "log"),
-            "-w",
-            "start",
-        )
-        return self
-
-
 class _KeepsNothing:
     """A checkpointer that stores nothing: what the engine itself does for a stored run."""
 
@@ -214,7 +194,7 @@ def main() -> None:
         found = find_bin()
         if found is None:
             raise SystemExit(INSTALL_HINT)
-        server = _DurablePostgres(found).start()
+        server = PostgresServer(found, durable=True).start()  # fsync on, as in production
     try:
         with tempfile.TemporaryDirectory(prefix=".agent-fsm-bench-", dir=Path.cwd()) as folder:  # local disk, not RAM
             stores: dict[str, SqlStore] = {

@@ -41,10 +41,16 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """One throw-away server; ``dsn(database)`` names a database on it."""
+    """
+    One throw-away server; ``dsn(database)`` names a database on it.
 
-    def __init__(self, bin_dir: Path) -> None:
+    ``durable`` flushes its log to disk at every commit (fsync on), as in
+    production; by default it does not, which is all the tests need.
+    """
+
+    def __init__(self, bin_dir: Path, *, durable: bool = False) -> None:
         self.bin_dir = bin_dir
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="agent-fsm-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -59,8 +65,10 @@ class PostgresServer:
         subprocess.run([*self._prefix, *args], check=True, capture_output=True, cwd=self.root, timeout=120)
 
     def start(self) -> PostgresServer:
-        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "agent_fsm", "--no-sync")
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off -c max_connections=200"
+        unsynced = () if self.durable else ("--no-sync",)
+        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "agent_fsm", *unsynced)
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
+        options += "" if self.durable else " -c fsync=off -c max_connections=200"
         self._run(
             str(self.bin_dir / "pg_ctl"),
             "-D",
