@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from agent_fsm.examples.demo import TASK
+from agent_fsm.examples.durable import world
 from agent_fsm.store import PostgresStore, RunStore, SqliteStore
 from tests.step_watchdog import step_watchdog
 from tests.system_parts import unavailable
@@ -111,3 +113,11 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], RunSt
         return lambda: SqliteStore(path)
     dsn = request.getfixturevalue("postgres_dsn")
     return lambda: PostgresStore(dsn)
+
+
+@pytest.fixture
+def paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A store URL holding ticket-1 of the durable example, paused on a 9999-cent refund (the CLI tests' store)."""
+    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
+    world().run(TASK, store=SqliteStore(tmp_path / "runs.db"), run_id="ticket-1")
+    return f"sqlite:///{tmp_path / 'runs.db'}"

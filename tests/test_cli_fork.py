@@ -2,48 +2,28 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from typer.testing import CliRunner
 
-from agent_fsm.cli import app
-from agent_fsm.examples.demo import TASK
-from agent_fsm.examples.durable import world
-from agent_fsm.store import SqliteStore
+from tests.cli_store import WORLD, runs
 
 runner = CliRunner()
-WORLD = "agent_fsm.examples.durable:world"
-
-
-@pytest.fixture
-def paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A store URL holding ticket-1, paused on a 9999-cent refund."""
-    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
-    world().run(TASK, store=SqliteStore(tmp_path / "runs.db"), run_id="ticket-1")
-    return f"sqlite:///{tmp_path / 'runs.db'}"
-
-
-def _runs(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["runs", *args])
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_show_lists_the_checkpoints_and_a_fork_says_where_it_came_from(paused: str) -> None:
     """The parent lists checkpoint 0 (as begun) to its pause; the fork's show names the parent and the point."""
-    code, out, _ = _runs("show", "ticket-1", "--store", paused)
+    code, out, _ = runs("show", "ticket-1", "--store", paused)
     assert code == 0 and "checkpoint 0: Ready" in out and "checkpoint 1: AwaitingApproval (awaiting_approval)" in out
-    code, out, _ = _runs("fork", "ticket-1", "--store", paused, "--at", "1", "--as", "ticket-1b")
+    code, out, _ = runs("fork", "ticket-1", "--store", paused, "--at", "1", "--as", "ticket-1b")
     assert (code, out.strip()) == (0, "ticket-1b: forked from ticket-1 at checkpoint 1 (AwaitingApproval)")
-    code, out, _ = _runs("show", "ticket-1b", "--store", paused)
+    code, out, _ = runs("show", "ticket-1b", "--store", paused)
     assert code == 0 and "forked from ticket-1 at its checkpoint 1" in out and "paused" in out
-    code, out, _ = _runs("list", "--store", paused, "--status", "paused")
+    code, out, _ = runs("list", "--store", paused, "--status", "paused")
     assert "ticket-1b" in out and "pause ticket-1b.1" in out
 
 
 def test_a_fork_from_the_beginning_goes_on_with_the_world_given(paused: str) -> None:
     """With --world, a fork of a running point is driven on until it rests (here: the same pause, in the new run)."""
-    code, out, err = _runs("fork", "ticket-1", "--store", paused, "--at", "0", "--as", "again", "--world", WORLD)
+    code, out, err = runs("fork", "ticket-1", "--store", paused, "--at", "0", "--as", "again", "--world", WORLD)
     assert code == 0, err
     assert out.splitlines() == [
         "again: forked from ticket-1 at checkpoint 0 (Ready)",
@@ -53,7 +33,7 @@ def test_a_fork_from_the_beginning_goes_on_with_the_world_given(paused: str) -> 
 
 def test_a_fork_that_cannot_be_made_fails_in_one_line(paused: str) -> None:
     """No such checkpoint, an id taken: exit 1 with the reason."""
-    code, _, err = _runs("fork", "ticket-1", "--store", paused, "--at", "7", "--as", "x")
+    code, _, err = runs("fork", "ticket-1", "--store", paused, "--at", "7", "--as", "x")
     assert code == 1 and err.startswith("error: run 'ticket-1' has no checkpoint 7")
-    code, _, err = _runs("fork", "ticket-1", "--store", paused, "--at", "0", "--as", "ticket-1")
+    code, _, err = runs("fork", "ticket-1", "--store", paused, "--at", "0", "--as", "ticket-1")
     assert code == 1 and "already stored under 'ticket-1'" in err

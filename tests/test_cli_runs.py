@@ -15,32 +15,19 @@ from agent_fsm.cli import app
 from agent_fsm.examples.demo import TASK
 from agent_fsm.examples.durable import world
 from agent_fsm.store import SqliteStore
+from tests.cli_store import WORLD, runs
 
 runner = CliRunner()
-WORLD = "agent_fsm.examples.durable:world"
-
-
-@pytest.fixture
-def paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A store URL holding ticket-1, paused on a 9999-cent refund."""
-    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
-    world().run(TASK, store=SqliteStore(tmp_path / "runs.db"), run_id="ticket-1")
-    return f"sqlite:///{tmp_path / 'runs.db'}"
-
-
-def _runs(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, ["runs", *args])
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_list_shows_the_pause_with_its_call_and_reason(paused: str) -> None:
     """The inbox line names the run, its pause id, the blocked call's arguments and the gate's reason."""
-    code, out, _ = _runs("list", "--store", paused)
+    code, out, _ = runs("list", "--store", paused)
     assert code == 0
     assert out.startswith("ticket-1  paused   awaiting_approval")
     assert 'refund_order {"order_id": "A-17", "amount_cents": 9999}' in out
     assert "reason: refunds above 5000 cents need a person's approval" in out
-    assert _runs("list", "--store", paused, "--status", "ended")[1] == "no runs ended\n"
+    assert runs("list", "--store", paused, "--status", "ended")[1] == "no runs ended\n"
 
 
 def test_approve_from_another_process_then_a_second_decision_fails(paused: str, tmp_path: Path) -> None:
@@ -53,17 +40,17 @@ def test_approve_from_another_process_then_a_second_decision_fails(paused: str, 
     assert [r["refunded_cents"] for r in map(json.loads, (tmp_path / "refunds.jsonl").read_text().splitlines())] == [
         4999
     ]
-    code, _, err = _runs("approve", "ticket-1", "--store", paused, "--world", WORLD, "--reviewer", "bo")
+    code, _, err = runs("approve", "ticket-1", "--store", paused, "--world", WORLD, "--reviewer", "bo")
     assert code == 1 and "ticket-1" in err and "not waiting for a decision" in err
 
 
 def test_show_prints_transcript_path_effects_and_decisions(paused: str) -> None:
     """After a rejection, ``show`` has the transcript, the path, each effect and the reviewer's decision."""
-    code, out, _ = _runs(
+    code, out, _ = runs(
         "reject", "ticket-1", "--store", paused, "--world", WORLD, "--reviewer", "ana", "--reason", "no"
     )
     assert code == 0 and out.strip() == "ticket-1: answered"
-    code, out, _ = _runs("show", "ticket-1", "--store", paused, "--diagram")
+    code, out, _ = runs("show", "ticket-1", "--store", paused, "--diagram")
     assert code == 0
     assert "rejected by a human reviewer: no" in out
     assert "path: Proposing -> Executing -> Ready -> Proposing -> AwaitingApproval -> Denied" in out
@@ -75,7 +62,7 @@ def test_show_prints_transcript_path_effects_and_decisions(paused: str) -> None:
 def test_export_writes_what_diagram_trace_reads(paused: str, tmp_path: Path) -> None:
     """The exported file is the stored state, and ``agent-fsm diagram --trace`` draws its path."""
     target = tmp_path / "t.json"
-    assert _runs("export", "ticket-1", "--store", paused, "-o", str(target))[0] == 0
+    assert runs("export", "ticket-1", "--store", paused, "-o", str(target))[0] == 0
     assert RunState.from_json(target.read_text()) == SqliteStore(paused[len("sqlite:///") :]).load("ticket-1").state
     drawn = runner.invoke(app, ["diagram", "--trace", str(target)])
     assert drawn.exit_code == 0 and "AwaitingApproval" in drawn.stdout
@@ -89,7 +76,7 @@ def test_recover_reports_each_run_and_an_unknown_outcome(tmp_path: Path, monkeyp
         [sys.executable, "-m", "agent_fsm.examples.durable", "crash", "t2", "--store", url], timeout=120
     )
     assert crashed.returncode == -9
-    code, out, _ = _runs(
+    code, out, _ = runs(
         "recover", "--store", url, "--world", "agent_fsm.examples.durable:direct_world", "--older-than", "0"
     )
     assert code == 0
@@ -101,14 +88,14 @@ def test_recover_reports_each_run_and_an_unknown_outcome(tmp_path: Path, monkeyp
 
 def test_bad_store_urls_and_worlds_fail_in_one_line(tmp_path: Path) -> None:
     """An unknown URL scheme, a missing run and a world that cannot load exit 1 or 2 with the reason."""
-    code, _, err = _runs("list", "--store", "mysql://x")
+    code, _, err = runs("list", "--store", "mysql://x")
     assert code == 1 and "sqlite:///PATH" in err
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    code, _, err = _runs("show", "nope", "--store", url)
+    code, _, err = runs("show", "nope", "--store", url)
     assert code == 1 and "no run is stored under 'nope'" in err
-    code, _, err = _runs("recover", "--store", url, "--world", "no.such.module:world")
+    code, _, err = runs("recover", "--store", url, "--world", "no.such.module:world")
     assert code == 1 and "cannot load the world" in err
-    assert _runs("recover", "--store", url, "--world", "nocolon")[0] == 2
+    assert runs("recover", "--store", url, "--world", "nocolon")[0] == 2
 
 
 def test_a_decision_from_the_cli_keeps_the_runs_own_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,7 +107,7 @@ def test_a_decision_from_the_cli_keeps_the_runs_own_limits(tmp_path: Path, monke
     limits = Limits(max_turns=3, max_tool_calls=5)
     world().replace(limits=limits).run(TASK, store=store, run_id="ticket-2")
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    code, _, err = _runs("reject", "ticket-2", "--store", url, "--world", WORLD, "--reviewer", "ana", "--reason", "no")
+    code, _, err = runs("reject", "ticket-2", "--store", url, "--world", WORLD, "--reviewer", "ana", "--reason", "no")
     assert code == 0, err
     assert SqliteStore(tmp_path / "runs.db").load("ticket-2").state.limits == limits
 
@@ -149,7 +136,7 @@ def worlds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def test_a_world_may_name_an_agent_value(paused: str, worlds: str) -> None:
     """``--world MODULE:NAME`` naming an Agent itself (not a function) decides with it."""
-    code, out, err = _runs(
+    code, out, err = runs(
         "reject", "ticket-1", "--store", paused, "--world", f"{worlds}:desk", "--reviewer", "ana", "--reason", "no"
     )
     assert (code, out.strip()) == (0, "ticket-1: answered"), err
@@ -165,6 +152,6 @@ def test_a_world_may_name_an_agent_value(paused: str, worlds: str) -> None:
 )
 def test_a_world_that_gives_no_agent_fails_in_one_line(paused: str, worlds: str, name: str, said: str) -> None:
     """A value, a mapping of parts, or a function needing arguments: exit 1, one line saying so, nothing decided."""
-    code, _, err = _runs("approve", "ticket-1", "--store", paused, "--world", f"{worlds}:{name}", "--reviewer", "ana")
+    code, _, err = runs("approve", "ticket-1", "--store", paused, "--world", f"{worlds}:{name}", "--reviewer", "ana")
     assert code == 1 and said in err and len(err.strip().splitlines()) == 1, err
     assert SqliteStore(paused[len("sqlite:///") :]).load("ticket-1").status == "paused"
