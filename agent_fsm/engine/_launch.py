@@ -55,9 +55,7 @@ from agent_fsm.engine._boundary import (
     Seen,
     approved_judging,
     judge,
-    judging,
     mark_pause,
-    open_pause,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import NotPaused, RunError, StateError
@@ -606,10 +604,5 @@ def _settle_nested(context: RunContext, intent: Intent | None) -> Steps[None]:
         context.approved = True
         yield from MACHINE.steps(context, "approve", onward=False)
         return
-    state.judgement = yield from judging(call, context.tools, context.gate, state=state, limits=context.limits)
-    if state.judgement.kind == "allow":
-        context.authorized = call
-    elif state.judgement.kind == "ask":
-        state.pause = open_pause(state, call, state.judgement.reason)
-        state.pause_id = state.pause.pause_id
+    yield from judge_proposal(context)  # as any proposal resting in Proposing is: afresh, by this agent's gate
     yield from MACHINE.steps(context, "judge", onward=False)
