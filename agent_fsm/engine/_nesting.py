@@ -297,7 +297,7 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
             return None
         approve, reason, arguments = decision
         launch = deciding(agent, child, approve, reason, arguments, None, store, child_id, listening)
-    elif child.stop is not None and child.machine_state != "AwaitingApproval":
+    elif child.stop is not None:  # absorbing: a paused child was taken above
         # Ended, and committed, before a crash took this run: not charged yet (the charge and the
         # observation are made in one step, with no commit between them).
         charge_nested(state, child)
