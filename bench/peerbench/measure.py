@@ -176,18 +176,37 @@ print(imported, time.perf_counter() - t)
 """
 
 
-def measure_import(times: int) -> dict[str, float]:
-    """Median seconds of ``import agent_fsm`` and of import plus a first run, each in a fresh interpreter."""
+def _fresh_env(cache_bytecode: bool) -> dict[str, str]:
+    """The environment of a fresh interpreter importing the very agent_fsm measured here."""
     import agent_fsm
 
     env = dict(os.environ)
-    # The subprocess imports the very agent_fsm measured here.
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(agent_fsm.__file__))
+    if cache_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
-    imports, first = [], []
-    for _ in range(times):
+
+def measure_import(times: int, *, cache_bytecode: bool = False) -> dict[str, float]:
+    """
+    Median seconds of ``import agent_fsm`` and of import plus a first run, each in a fresh interpreter.
+
+    With ``cache_bytecode`` the interpreters may write and read ``__pycache__`` (``PYTHONDONTWRITEBYTECODE``
+    removed from their environment) and one untimed interpreter warms the cache first: the import a user's
+    second process sees. Otherwise they inherit the environment's setting.
+    """
+    env = _fresh_env(cache_bytecode)
+
+    def fresh() -> tuple[float, float]:
         out = subprocess.run([sys.executable, "-c", _FRESH], env=env, capture_output=True, text=True, check=True)
         imported, ran = map(float, out.stdout.split())
+        return imported, ran
+
+    if cache_bytecode:
+        fresh()
+    imports, first = [], []
+    for _ in range(times):
+        imported, ran = fresh()
         imports.append(imported)
         first.append(ran)
     return {
@@ -196,6 +215,28 @@ def measure_import(times: int) -> dict[str, float]:
         "first_run": statistics.median(first),
         "first_run_min": min(first),
     }
+
+
+SCHEMA_LIBRARIES = ("jsonschema", "pydantic", "fastjsonschema", "referencing")
+# A plain run: tools declared in the shorthand, no JSON Schema anywhere (tests/test_import_lazy.py's run).
+_PLAIN_RUN = """
+import sys
+import agent_fsm as a
+tools = {"add": a.ToolSpec("Add two numbers.", {"x": int, "y": int}, lambda x, y: x + y)}
+model = a.ScriptedModel([a.tool_call_message("c1", "add", {"x": 1, "y": 2}), a.answer_message("3")])
+assert a.run("add", model, tools, gate=a.allow_all).answer == "3"
+loaded = {m.split(".")[0] for m in sys.modules}
+print(" ".join(n for n in %r if n in loaded))
+"""
+
+
+def schema_libraries_loaded() -> list[str]:
+    """The schema libraries a plain run on shorthand tools loads, in a fresh interpreter: none is expected."""
+    program = _PLAIN_RUN % (SCHEMA_LIBRARIES,)
+    out = subprocess.run(
+        [sys.executable, "-c", program], env=_fresh_env(False), capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
 
 
 def _check_concurrent(outcome: Outcome) -> None:
