@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,8 @@ def _recorded(store: SqliteStore, run_id: str) -> list[list[tuple[str, tuple[Any
 
     class Recording:
         def __init__(self, tx: Any) -> None:
-            self.tx, self.sent = tx, []
+            self.tx = tx
+            self.sent: list[tuple[str, tuple[Any, ...]]] = []
 
         def run(self, sql: str, params: Any = ()) -> int:
             self.sent.append((sql, tuple(params)))
@@ -182,15 +184,30 @@ def _round(runs: int, store: Any, offset: int) -> float:
     return (time.perf_counter() - start) / runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--runs", type=int, default=200, help="runs per round")
-    parser.add_argument("--synchronous", default="NORMAL", help="SQLite's synchronous setting (FULL: flush per commit)")
-    parser.add_argument("--postgres", action="store_true", help="also checkpoint to a throw-away PostgreSQL server")
-    args = parser.parse_args()
+@dataclass(frozen=True)
+class Compared:
+    """Seconds per run of each contender in each round ("in memory" first), and bytes each store writes a run."""
+
+    times: dict[str, list[float]]
+    written: dict[str, float]
+    commits: int  # commits of one stored run
+    stores: tuple[str, ...]  # the contenders that are real stores
+
+
+def compare(
+    rounds: int, runs: int, *, synchronous: str = "NORMAL", postgres: bool = False, parts: bool = True
+) -> Compared:
+    """
+    Time the over-reach run in memory and checkpointed, ``runs`` runs per contender per round, interleaved.
+
+    ``parts`` adds the contenders that say where a stored run's time goes (checkpoint calls, the store with
+    no database, SQLite alone); ``postgres`` starts a throw-away server with fsync on and adds it.
+
+    Raises:
+        SystemExit: ``postgres`` was asked for and no PostgreSQL binaries were found.
+    """
     server = None
-    if args.postgres:
+    if postgres:
         found = find_bin()
         if found is None:
             raise SystemExit(INSTALL_HINT)
@@ -198,50 +215,67 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix=".agent-fsm-bench-", dir=Path.cwd()) as folder:  # local disk, not RAM
             stores: dict[str, SqlStore] = {
-                "SQLite on disk": SqliteStore(Path(folder) / "runs.db", synchronous=args.synchronous)
+                "SQLite on disk": SqliteStore(Path(folder) / "runs.db", synchronous=synchronous)
             }
             if server is not None:
                 stores["PostgreSQL"] = PostgresStore(server.new_database())
-            parts: dict[str, Any] = {
-                "checkpoint calls": _KeepsNothing(),
-                "store, no database": _no_database(SqliteStore(Path(folder) / "unused.db")),
-            }
-            replayed = SqliteStore(Path(folder) / "replayed.db", synchronous=args.synchronous)
-            transactions = _recorded(replayed, "recorded")
-            contenders: dict[str, Any] = {"in memory": None, **parts, "SQLite alone": replayed, **stores}
+            contenders: dict[str, Any] = {"in memory": None}
+            replayed, transactions = None, []
+            if parts:
+                replayed = SqliteStore(Path(folder) / "replayed.db", synchronous=synchronous)
+                transactions = _recorded(replayed, "recorded")
+                contenders["checkpoint calls"] = _KeepsNothing()
+                contenders["store, no database"] = _no_database(SqliteStore(Path(folder) / "unused.db"))
+                contenders["SQLite alone"] = replayed
+            contenders.update(stores)
             names = list(contenders)
             times: dict[str, list[float]] = {name: [] for name in names}
-            for r in range(args.rounds):
+            for r in range(rounds):
                 for name in names[r % len(names) :] + names[: r % len(names)]:  # each round in another order
-                    if contenders[name] is replayed:
-                        times[name].append(_replay_round(args.runs, replayed._connection, transactions, r * args.runs))
+                    if replayed is not None and contenders[name] is replayed:
+                        times[name].append(_replay_round(runs, replayed._connection, transactions, r * runs))
                     else:
-                        times[name].append(_round(args.runs, contenders[name], r * args.runs))
-            written = {name: _bytes_written(store) for name, store in stores.items()}
+                        times[name].append(_round(runs, contenders[name], r * runs))
+            counted = {name: _bytes_written(store) for name, store in stores.items()}
             for store in stores.values():
-                _round(args.runs, store, args.rounds * args.runs)
-            first = next(iter(stores.values()))
-            commits = first.load("r0").summary.version
-            print(
-                f"over-reach run, {args.runs} runs x {args.rounds} rounds, {commits} commits a run;"
-                f" SQLite synchronous={args.synchronous}" + ("; PostgreSQL fsync on, loopback" if server else "")
-            )
-            memory, fastest = statistics.median(times["in memory"]), min(times["in memory"])
-            print(f"  {'in memory':18} {memory * 1e6:9.1f} µs/run (median round; fastest {fastest * 1e6:.1f})")
-            for name in names[1:]:
-                median = statistics.median(times[name])
-                line = (
-                    f"  {name:18} {median * 1e6:9.1f} µs/run (median round; fastest {min(times[name]) * 1e6:.1f}),"
-                    f" {median / memory:.2f}x median, {min(times[name]) / min(times['in memory']):.2f}x fastest"
-                )
-                if name in stores:
-                    line += f"; {sum(written[name]) / args.runs:,.0f} bytes written a run"
-                    stores[name].close()
-                print(line)
-            print("  target: SQLite at most 1.5x the in-memory run")
+                _round(runs, store, rounds * runs)
+            commits = next(iter(stores.values())).load("r0").summary.version
+            for store in stores.values():
+                store.close()
+            if replayed is not None:
+                replayed.close()
+            written = {name: sum(counted[name]) / runs for name in stores}
+            return Compared(times, written, commits, tuple(stores))
     finally:
         if server is not None:
             server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--runs", type=int, default=200, help="runs per round")
+    parser.add_argument("--synchronous", default="NORMAL", help="SQLite's synchronous setting (FULL: flush per commit)")
+    parser.add_argument("--postgres", action="store_true", help="also checkpoint to a throw-away PostgreSQL server")
+    args = parser.parse_args()
+    found = compare(args.rounds, args.runs, synchronous=args.synchronous, postgres=args.postgres)
+    times = found.times
+    print(
+        f"over-reach run, {args.runs} runs x {args.rounds} rounds, {found.commits} commits a run;"
+        f" SQLite synchronous={args.synchronous}" + ("; PostgreSQL fsync on, loopback" if args.postgres else "")
+    )
+    memory, fastest = statistics.median(times["in memory"]), min(times["in memory"])
+    print(f"  {'in memory':18} {memory * 1e6:9.1f} µs/run (median round; fastest {fastest * 1e6:.1f})")
+    for name in list(times)[1:]:
+        median = statistics.median(times[name])
+        line = (
+            f"  {name:18} {median * 1e6:9.1f} µs/run (median round; fastest {min(times[name]) * 1e6:.1f}),"
+            f" {median / memory:.2f}x median, {min(times[name]) / min(times['in memory']):.2f}x fastest"
+        )
+        if name in found.stores:
+            line += f"; {found.written[name]:,.0f} bytes written a run"
+        print(line)
+    print("  target: SQLite at most 1.5x the in-memory run")
 
 
 if __name__ == "__main__":
