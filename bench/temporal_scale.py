@@ -126,6 +126,37 @@ def _in_process(runs: int) -> float:
     return statistics.median(asyncio.run(once()) for _ in range(runs))
 
 
+def lone_runs(runs: int = 20, chunk: int = 5) -> tuple[float, float]:
+    """
+    Median seconds of a lone run through agent_fsm's workflow and through the bare one, on a dev server of its own.
+
+    One worker process each, both alive throughout; the two are timed in alternating chunks of ``chunk`` runs
+    one at a time, so load that comes and goes weighs on both alike. Each figure is the median of its chunks'.
+
+    Raises:
+        SystemExit: the Temporal CLI is not installed.
+    """
+    cli = find_cli()
+    if cli is None:
+        raise SystemExit(INSTALL_HINT)
+    server = TemporalServer(cli).start()
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        queues = {bare: f"lone-{'bare' if bare else 'engine'}-{uuid.uuid4().hex[:6]}" for bare in (False, True)}
+        for bare, queue in queues.items():
+            processes += _workers(server.address, queue, 1, bare=bare)
+        chunks: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(max(1, runs // chunk)):
+            for bare, queue in queues.items():
+                chunks[bare].append(asyncio.run(_sequential(server.address, queue, chunk, bare=bare)))
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
+        server.stop()
+    return statistics.median(chunks[False]), statistics.median(chunks[True])
+
+
 def _percentile(values: list[float], share: float) -> float:
     return values[min(len(values) - 1, int(share * len(values)))]
 
