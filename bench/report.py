@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _progress(started, f"measuring {name}")
         rows += measured()
     took = time.perf_counter() - started
-    peers = installed(PEERS_PACKAGES) if args.peers else []
+    peers = installed(PEERS_PACKAGES)
     how = " ".join(["python bench/report.py", *(argv if argv is not None else sys.argv[1:])])
     duration = f"{took:.0f} s" if took < 120 else f"{took / 60:.1f} minutes"
     print(
