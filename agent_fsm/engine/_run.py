@@ -172,6 +172,7 @@ class RunContext:
         "tools",
         "tools_version",
         "usage",
+        "where",
     )
 
     def __init__(
@@ -188,6 +189,7 @@ class RunContext:
         listening: bool = False,
     ) -> None:
         self.state = state
+        self.where = state  # the machine moves the state's own machine_state and path (see CompiledMachine)
         # Where the run is committed (None: in memory only), and its id, from
         # which every call's idempotency key is derived.
         self.checkpointer = checkpointer
@@ -266,8 +268,13 @@ class RunContext:
         never = []
         if self.compact is None:
             never.append("compaction_due")
-        if self.limits.max_cost is None:
+        limits = self.limits
+        if limits.max_cost is None:
             never.append("cost_over_budget")
+        if limits.max_seconds is None:
+            never.append("time_spent")
+        if limits.max_tool_calls is None:
+            never.append("tool_budget_spent")
         if self.fallback is None:
             never.append("can_fall_back")
         if self.output is None:  # output_failed is only ever set against an output contract
