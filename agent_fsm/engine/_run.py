@@ -769,7 +769,7 @@ def judge_proposal(run: RunContext) -> Steps[None]:
             reason = yield from _check_answer(run)
         if reason is not None:
             state.judgement = Judgement("invalid", reason)
-    elif not tool_budget_spent(run):
+    elif run.limits.max_tool_calls is None or not tool_budget_spent(run):  # no tool budget: none to spend
         call = state.pending[0]
         listening = run.outbox is not None
         if listening:
