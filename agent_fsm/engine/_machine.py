@@ -441,8 +441,8 @@ _NOT_PLAIN = (
 
 
 @functools.cache
-def _inline(guard: Callable[[Any], Any]) -> tuple[list[ast.stmt], ast.expr] | None:
-    """``guard``'s body as statements and a final test, over the argument ``run``; ``None`` if it must be called."""
+def _inline(guard: Callable[[Any], Any]) -> tuple[tuple[str, ...], str] | None:
+    """``guard``'s body as lines of statements and a final test, over ``run``; ``None`` if it must be called."""
     code = getattr(guard, "__code__", None)
     if (
         type(guard) is not types.FunctionType
@@ -474,7 +474,7 @@ def _inline(guard: Callable[[Any], Any]) -> tuple[list[ast.stmt], ast.expr] | No
     return _rewritten(function)
 
 
-def _rewritten(function: ast.FunctionDef) -> tuple[list[ast.stmt], ast.expr] | None:
+def _rewritten(function: ast.FunctionDef) -> tuple[tuple[str, ...], str] | None:
     """The body with its argument named ``run`` and its locals given names of their own; ``None`` if not plain."""
     body = function.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
@@ -490,27 +490,31 @@ def _rewritten(function: ast.FunctionDef) -> tuple[list[ast.stmt], ast.expr] | N
             return None
         local.setdefault(target.id, f"_{function.name}_{target.id}")
     for node in ast.walk(function):
-        if isinstance(node, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
+        if isinstance(node, _OWN_SCOPE):
             return None  # a scope or a binding of its own: called, not written out
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            return None
-    free = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} - set(local)
-    if any(n.startswith(("_row", "_guard")) or n in ("choose", "chain") for n in free):
-        return None  # a global the chain's own names would hide
-    renamed = [_Renamer(local).visit(statement) for statement in body]
-    return renamed[:-1], renamed[-1].value
+        if isinstance(node, ast.Name):
+            if node.id in local:
+                node.id = local[node.id]
+            elif node.id.startswith(("_row", "_guard")) or node.id in ("choose", "chain"):
+                return None  # a global the chain's own names would hide
+    *statements, last = body
+    return tuple(ast.unparse(s) for s in statements), ast.unparse(last.value)  # type: ignore[attr-defined]
+
+
+_OWN_SCOPE = (
+    ast.Lambda,
+    ast.comprehension,
+    ast.NamedExpr,
+    ast.Yield,
+    ast.YieldFrom,
+    ast.Await,
+    ast.Global,
+    ast.Nonlocal,
+)
 
 
 def _no_row(run: Any) -> None:
     return None
-
-
-class _Renamer(ast.NodeTransformer):
-    def __init__(self, names: dict[str, str]) -> None:
-        self.names = names
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        return ast.copy_location(ast.Name(self.names.get(node.id, node.id), node.ctx), node)
 
 
 def _chain(rows: tuple[_Row, ...], title: str) -> _Choose:
@@ -537,8 +541,8 @@ def _chain(rows: tuple[_Row, ...], title: str) -> _Choose:
             lines.append(f"        if _guard{i}(run):")
         else:
             statements, test = body
-            lines.extend(f"        {ast.unparse(s)}" for s in statements)
-            lines.append(f"        if {ast.unparse(test)}:")
+            lines.extend(f"        {statement}" for statement in statements)
+            lines.append(f"        if {test}:")
         lines.append(f"            return _row{i}")
     else:
         lines.append("        return None")
@@ -597,11 +601,17 @@ class CompiledMachine:
         self._rows = self._read_rows()
         # The dispatch tables, per set of guards left out: built on first use (see without).
         self._without: dict[frozenset[str], _Table] = {}
+        self._chains: dict[tuple[_Row, ...], _Choose] = {}
 
     def _table(self, rows: dict[tuple[str, str], tuple[_Row, ...]]) -> _Table:
         """Each (state, event)'s rows as one chain of guards, and each working state's chain for its own event."""
         name = self.spec.name
-        chains = {key: _chain(row, f"{name}: {key[0]} --{key[1]}-->") for key, row in rows.items()}
+        chains = {}
+        for key, row in rows.items():
+            chain = self._chains.get(row)  # tables that leave out other guards share the chains they agree on
+            if chain is None:
+                chain = self._chains[row] = _chain(row, f"{name}: {key[0]} --{key[1]}-->")
+            chains[key] = chain
         auto: dict[str, _Choose | None] = {}
         for s in self.spec.states:
             event = self.spec.auto_event(s.name)
