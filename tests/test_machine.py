@@ -242,3 +242,27 @@ def test_the_run_machines_own_guards_are_written_out():
         # Only a guard of another module (a screen's) is called; the chain runs in the run loop's globals.
         elsewhere = guard is not None and guard.__module__ != "agent_fsm.engine._run"
         assert (f"_guard{i}(run)" in source) == elsewhere
+
+
+def _spanning(run):
+    """A test written over several lines, a name on each: written out with its own text."""
+    level = run.level
+    return (
+        level > 2  # a comment inside the parentheses
+        and run.level < 100
+    )
+
+
+def test_a_guard_written_over_several_lines_is_written_out_alike():
+    """The chain carries the guard's own text, its locals renamed in place, and moves as the guard does."""
+    import linecache
+
+    machine = _levels_machine("spanning", _spanning, _under_two)
+    for level in (0, 1, 3, 150):
+        run_ = _Leveled(level)
+        machine.advance(run_)
+        expected = "High" if 2 < level < 100 else "Even" if level < 2 else "Other"
+        assert run_.machine_state == expected
+    chain = machine.without(frozenset())[0][("A", "go")]
+    source = "".join(linecache.getlines(chain.__code__.co_filename))
+    assert "_spanning_level > 2" in source and "run.level < 100" in source and "_guard0(run)" not in source

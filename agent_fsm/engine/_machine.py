@@ -458,8 +458,9 @@ def _inline(guard: Callable[[Any], Any]) -> tuple[tuple[str, ...], str] | None:
     lines = linecache.getlines(code.co_filename)
     if last is None or not lines:
         return None
+    text = textwrap.dedent("".join(lines[code.co_firstlineno - 1 : last]))
     try:
-        tree = ast.parse(textwrap.dedent("".join(lines[code.co_firstlineno - 1 : last])))
+        tree = ast.parse(text)
         function = tree.body[0]
         if not isinstance(function, ast.FunctionDef) or function.name != guard.__name__ or function.decorator_list:
             return None
@@ -471,11 +472,15 @@ def _inline(guard: Callable[[Any], Any]) -> tuple[tuple[str, ...], str] | None:
         getattr(again, a) != getattr(code, a) for a in ("co_code", "co_consts", "co_names", "co_varnames")
     ):
         return None  # the file no longer holds this guard's code
-    return _rewritten(function)
+    return _rewritten(function, [line.encode() for line in text.splitlines()])
 
 
-def _rewritten(function: ast.FunctionDef) -> tuple[tuple[str, ...], str] | None:
-    """The body with its argument named ``run`` and its locals given names of their own; ``None`` if not plain."""
+def _rewritten(function: ast.FunctionDef, source: list[bytes]) -> tuple[tuple[str, ...], str] | None:
+    """
+    The body's text with its argument named ``run`` and its locals given names of their own; ``None`` if not plain.
+
+    The text is the guard's own (its lines, as UTF-8, where the tree's offsets point), each name replaced in place.
+    """
     body = function.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
@@ -489,16 +494,32 @@ def _rewritten(function: ast.FunctionDef) -> tuple[tuple[str, ...], str] | None:
         if not isinstance(target, ast.Name):
             return None
         local.setdefault(target.id, f"_{function.name}_{target.id}")
+    renames: list[tuple[int, int, int, str]] = []
     for node in ast.walk(function):
         if isinstance(node, _OWN_SCOPE):
             return None  # a scope or a binding of its own: called, not written out
         if isinstance(node, ast.Name):
             if node.id in local:
-                node.id = local[node.id]
+                renames.append((node.lineno, node.col_offset, node.end_col_offset or 0, local[node.id]))
             elif node.id.startswith(("_row", "_guard")) or node.id in ("choose", "chain"):
                 return None  # a global the chain's own names would hide
     *statements, last = body
-    return tuple(ast.unparse(s) for s in statements), ast.unparse(last.value)  # type: ignore[attr-defined]
+    texts = [_segment(source, node, renames) for node in (*statements, last.value)]  # type: ignore[attr-defined]
+    return tuple(texts[:-1]), texts[-1]
+
+
+def _segment(source: list[bytes], node: ast.AST, renames: list[tuple[int, int, int, str]]) -> str:
+    """``node``'s text in ``source``, with the names in ``renames`` (line, start, end, new name) replaced."""
+    first, start = node.lineno, node.col_offset  # type: ignore[attr-defined]
+    end_line, end = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
+    lines = source[first - 1 : end_line]
+    lines[-1] = lines[-1][:end]
+    for line, begin, stop, new in sorted(renames, reverse=True):  # from the end: earlier offsets stay true
+        if first <= line <= end_line and (line, begin) >= (first, start):
+            i = line - first
+            lines[i] = lines[i][:begin] + new.encode() + lines[i][stop:]
+    lines[0] = lines[0][start:]
+    return b"\n".join(lines).decode()
 
 
 _OWN_SCOPE = (
@@ -517,16 +538,17 @@ def _no_row(run: Any) -> None:
     return None
 
 
-def _chain(rows: tuple[_Row, ...], title: str) -> _Choose:
+def _chain(rows: tuple[_Row, ...], title: str, inline: bool = True) -> _Choose:
     """
     The rows' guards as one function, tried in table order: the first row whose guard holds (``None``: none).
 
     Guards written out run in the globals of the module that holds them: the
-    chain takes the globals most of them share; a guard of another module is called.
+    chain takes the globals most of them share; a guard of another module is
+    called. A chain whose text does not compile calls every guard instead.
     """
     if not rows:
         return _no_row
-    inlined = [None if row[0] is None else _inline(row[0]) for row in rows]
+    inlined = [None if row[0] is None or not inline else _inline(row[0]) for row in rows]
     homes = [row[0].__globals__ for row, body in zip(rows, inlined, strict=True) if body is not None]  # type: ignore[union-attr]
     home = max(homes, key=lambda g: sum(h is g for h in homes)) if homes else {}
     names = [f"_row{i}" for i in range(len(rows))] + [f"_guard{i}" for i in range(len(rows))]
@@ -542,15 +564,18 @@ def _chain(rows: tuple[_Row, ...], title: str) -> _Choose:
         else:
             statements, test = body
             lines.extend(f"        {statement}" for statement in statements)
-            lines.append(f"        if {test}:")
+            lines.append(f"        if ({test}):")
         lines.append(f"            return _row{i}")
     else:
         lines.append("        return None")
     lines.append("    return choose")
     source = "\n".join(lines) + "\n"
     filename = f"<guards of {title}>"
+    try:
+        maker = next(c for c in compile(source, filename, "exec").co_consts if isinstance(c, types.CodeType))
+    except SyntaxError:
+        return _chain(rows, title, inline=False)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show the chain
-    maker = next(c for c in compile(source, filename, "exec").co_consts if isinstance(c, types.CodeType))
     choose: _Choose = types.FunctionType(maker, home)(*rows, *(row[0] for row in rows))
     choose.__qualname__ = f"guards of {title}"
     return choose
