@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import html
-import importlib
 import json
 import random
 import re
@@ -48,6 +47,7 @@ from agent_fsm.diagrams.charts import CHART_FILES
 from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, StateSpec, answer_message, cycles
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
+from tests.step_watchdog import watch_moves
 from tests.system_parts import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,24 +141,14 @@ AWKWARD = _awkward_machine(
 
 # --- runs of known shape on the support desk ----------------------------------
 
-_run_module = importlib.import_module("agent_fsm.engine._run")
-
 
 @contextlib.contextmanager
 def _recording() -> Iterator[list[str]]:
     """Record every state the real engine enters: the oracle a reconstructed path must equal."""
     seen: list[str] = ["Ready"]
-    real = _run_module.RunContext.machine_state
-
-    def record(self: Any, value: str) -> None:
-        seen.append(value)
-        real.fset(self, value)
-
-    _run_module.RunContext.machine_state = property(real.fget, record)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        watch_moves(patch, lambda state, value: seen.append(value))
         yield seen
-    finally:
-        _run_module.RunContext.machine_state = real
 
 
 def _reply(*calls: tuple[str, str, Any]) -> dict[str, Any]:

@@ -147,6 +147,44 @@ def test_the_compiled_checker_agrees_on_every_boundary(name):
     assert disagreements == []
 
 
+def test_a_contract_is_checked_by_one_function_call():
+    """Every field of a compiled contract is tested in one function: a valid call costs one Python call."""
+    import sys
+
+    checker = compile_checker(SCHEMAS["credit"])
+    assert checker is not None
+    valid = {
+        "customer_id": "C001",
+        "amount_cents": 5,
+        "reason": "damaged",
+        "approval": {"ticket": "T-0001", "approver": "ann"},
+    }
+    assert make_validator(SCHEMAS["credit"]).is_valid(valid)
+    frames: list[str] = []
+    sys.setprofile(lambda frame, event, arg: frames.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        assert checker(valid) is True
+    finally:
+        sys.setprofile(None)
+    assert frames == ["check", "search", "search"]  # the contract, and the linear-time engine for its two patterns
+
+
+def test_a_schema_nested_past_one_function_still_agrees_with_jsonschema():
+    """Deeply nested arrays and maps are compiled in pieces (Python limits nesting in one function), checked alike."""
+    schema: dict[str, Any] = {"type": "integer", "minimum": 0}
+    for depth in range(40):
+        schema = {"type": "array", "items": schema} if depth % 2 else {"type": "object", "additionalProperties": schema}
+    checker = compile_checker(schema)
+    assert checker is not None
+    validator = make_validator(schema)
+    good: Any = 1
+    for depth in range(40):
+        good = [good] if depth % 2 else {"k": good}
+    bad = json.loads(json.dumps(good).replace("1", "-1"))
+    for instance in (good, bad, [], {}, [[{}]], "x"):
+        assert checker(instance) is validator.is_valid(instance)
+
+
 def test_schemas_with_other_keywords_fall_back_to_jsonschema():
     """Keywords the compiler does not know are left to jsonschema, never ignored."""
     for schema in ({"anyOf": [{"type": "string"}]}, {"$ref": "#"}, {"prefixItems": [True]}, {"multipleOf": 2}):

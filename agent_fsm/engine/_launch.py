@@ -191,7 +191,7 @@ def _result(
     assert stop is not None, "the driver returned from a working state"
     code = code_for(endings, stop, state)
     typed = output is not None and stop is Stop.ANSWERED and state.output is not None
-    if stop is not Stop.AWAITING_APPROVAL and code != stop.value:
+    if stop is not Stop.AWAITING_APPROVAL and code != stop._value_:  # the member's value, read without the property
         state.code = code  # kept in the state, so a saved run still says how it ended
     blocked, path = blocked_call(state) if stop is Stop.AWAITING_APPROVAL else (None, ())
     return RunResult(
@@ -246,9 +246,10 @@ def start_state(
     state = RunState() if run_id is None else RunState(run_id=run_id)
     prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
     opening: list[dict[str, Any]] = []
-    if prompt and not any(m.get("role") == "system" for m in history):
+    if prompt and not (history and any(m.get("role") == "system" for m in history)):
         opening.append({"role": "system", "content": prompt})
-    for message in [*opening, *(dict(m) for m in history), {"role": "user", "content": task}]:
+    earlier = [dict(m) for m in history] if history else []
+    for message in [*opening, *earlier, {"role": "user", "content": task}]:
         try:
             tokens = estimate_tokens(message) if estimator is estimate_tokens else measure(estimator, message)
         except RunError as exc:

@@ -15,10 +15,11 @@ A declaration bound to its guard and effect functions: one ``transitions.Machine
 
 :func:`compile_machine` builds the machine once and caches it, then reads
 a dispatch table off the machine's own edges (per state, its edges in
-table order: guard, destination, the destination's on-enter effects).
+table order: guard, destination, the destination's on-enter effects),
+each state's guards compiled into one function that tries them in order.
 Every run is driven through that table and passed as the single argument
 guards and effects receive, so a run costs no machine of its own and a
-step costs a dictionary look-up and the guards it tries.
+step costs a dictionary look-up and one call that tries its guards.
 
 
 [context]
@@ -172,6 +173,7 @@ class RunContext:
         "tools",
         "tools_version",
         "usage",
+        "where",
     )
 
     def __init__(
@@ -188,6 +190,7 @@ class RunContext:
         listening: bool = False,
     ) -> None:
         self.state = state
+        self.where = state  # the machine moves the state's own machine_state and path (see CompiledMachine)
         # Where the run is committed (None: in memory only), and its id, from
         # which every call's idempotency key is derived.
         self.checkpointer = checkpointer
@@ -266,8 +269,13 @@ class RunContext:
         never = []
         if self.compact is None:
             never.append("compaction_due")
-        if self.limits.max_cost is None:
+        limits = self.limits
+        if limits.max_cost is None:
             never.append("cost_over_budget")
+        if limits.max_seconds is None:
+            never.append("time_spent")
+        if limits.max_tool_calls is None:
+            never.append("tool_budget_spent")
         if self.fallback is None:
             never.append("can_fall_back")
         if self.output is None:  # output_failed is only ever set against an output contract
@@ -762,7 +770,7 @@ def judge_proposal(run: RunContext) -> Steps[None]:
             reason = yield from _check_answer(run)
         if reason is not None:
             state.judgement = Judgement("invalid", reason)
-    elif not tool_budget_spent(run):
+    elif run.limits.max_tool_calls is None or not tool_budget_spent(run):  # no tool budget: none to spend
         call = state.pending[0]
         listening = run.outbox is not None
         if listening:

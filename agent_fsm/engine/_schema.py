@@ -521,14 +521,15 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
 
 # --- the compiled checker ---------------------------------------------------------
 
-_IS_TYPE: dict[str, Checker] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
+# What each JSON type's test reads as, on the value named {v}.
+_TYPE_TEST: dict[str, str] = {
+    "string": "isinstance({v}, str)",
+    "integer": "(isinstance({v}, int) and not isinstance({v}, bool))",
+    "number": "(isinstance({v}, (int, float)) and not isinstance({v}, bool))",
+    "boolean": "isinstance({v}, bool)",
+    "null": "{v} is None",
+    "array": "isinstance({v}, list)",
+    "object": "isinstance({v}, dict)",
 }
 _COMPILED = frozenset(
     {
@@ -564,6 +565,11 @@ _DRAFT_2020_12 = frozenset(
     }
 )  # fmt: skip
 _ASSERTING = _DRAFT_2020_12 - _COMPILED - _INERT
+# The bounds, each as the comparison that must hold of a number.
+_BOUNDS = (("minimum", ">="), ("maximum", "<="), ("exclusiveMinimum", ">"), ("exclusiveMaximum", "<"))
+# Sub-schemas nested deeper than this in one function are compiled as functions of their own
+# (Python refuses more than 20 nested loops in one function, and deep indentation).
+_INLINE_DEPTH = 6
 
 
 def _equal(one: Any, two: Any) -> bool:
@@ -579,131 +585,201 @@ def _equal(one: Any, two: Any) -> bool:
     return bool(one == two)
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _one_of(value: Any, options: Sequence[Any]) -> bool:
+    return any(_equal(value, option) for option in options)
 
 
-def _keyword_checks(schema: Mapping[str, Any]) -> list[Checker] | None:
-    checks: list[Checker] = []
-    if "type" in schema:
-        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        tests = [_IS_TYPE[k] for k in kinds]
-        checks.append(tests[0] if len(tests) == 1 else lambda v: any(t(v) for t in tests))
-    if "enum" in schema:
-        options = list(schema["enum"])
-        checks.append(lambda v: any(_equal(v, option) for option in options))
-    if "const" in schema:
-        const = schema["const"]
-        checks.append(lambda v: _equal(v, const))
-    for keyword, holds in (
-        ("minimum", lambda v, bound: v >= bound),
-        ("maximum", lambda v, bound: v <= bound),
-        ("exclusiveMinimum", lambda v, bound: v > bound),
-        ("exclusiveMaximum", lambda v, bound: v < bound),
-    ):
-        if keyword in schema:
-            checks.append(
-                functools.partial(lambda holds, bound, v: not _number(v) or holds(v, bound), holds, schema[keyword])
-            )
-    if "minLength" in schema:
-        least = schema["minLength"]
-        checks.append(lambda v: not isinstance(v, str) or len(v) >= least)
-    if "maxLength" in schema:
-        most = schema["maxLength"]
-        checks.append(lambda v: not isinstance(v, str) or len(v) <= most)
-    if "pattern" in schema:
-        search = compile_pattern(schema["pattern"])
-        checks.append(lambda v: not isinstance(v, str) or search(v))
-    if schema.get("format") in FORMAT_CHECKS:
-        check = FORMAT_CHECKS[schema["format"]]
-        checks.append(lambda v: not isinstance(v, str) or check(v))
-    if "minItems" in schema:
-        fewest = schema["minItems"]
-        checks.append(lambda v: not isinstance(v, list) or len(v) >= fewest)
-    if "maxItems" in schema:
-        most_items = schema["maxItems"]
-        checks.append(lambda v: not isinstance(v, list) or len(v) <= most_items)
-    if "items" in schema:
-        item = compile_checker(schema["items"])
-        if item is None:
-            return None
-        checks.append(lambda v: not isinstance(v, list) or all(item(x) for x in v))
-    object_check = _object_check(schema)
-    if object_check is _NOT_COMPILED:
+class _NotCompiled(Exception):
+    """A keyword the compiler does not know: the whole schema is left to jsonschema."""
+
+
+class _Writer:
+    """
+    One schema written out as the body of one Python function: each keyword a test that returns ``False``.
+
+    Constants (bounds, enums, patterns, property names that are not plain
+    strings) are names in the function's globals, never text in its source,
+    so nothing a schema holds is ever read as code.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {"_equal": _equal, "_one_of": _one_of}
+        self.count = 0
+
+    def constant(self, value: Any) -> str:
+        self.count += 1
+        name = f"_k{self.count}"
+        self.names[name] = value
+        return name
+
+    def local(self) -> str:
+        self.count += 1
+        return f"v{self.count}"
+
+    def key(self, name: Any) -> str:
+        return repr(name) if type(name) is str else self.constant(name)
+
+    def fail_unless(self, test: str, pad: str) -> None:
+        self.lines.append(f"{pad}if not ({test}):")
+        self.lines.append(f"{pad}    return False")
+
+    def write(self, schema: Any, v: str, pad: str, depth: int) -> None:
+        """The tests of ``schema`` on the value named ``v``, indented by ``pad``."""
+        if schema is True:
+            return
+        if schema is False:
+            self.lines.append(f"{pad}return False")
+            return
+        if not isinstance(schema, Mapping) or _ASSERTING & schema.keys():
+            raise _NotCompiled
+        if depth > _INLINE_DEPTH:  # a function of its own, called from here
+            checker = compile_checker(schema)
+            if checker is None:
+                raise _NotCompiled
+            self.fail_unless(f"{self.constant(checker)}({v})", pad)
+            return
+        kind = None  # the one JSON type the value is known to have past the type test
+        if "type" in schema:
+            kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            self.fail_unless(" or ".join(_TYPE_TEST[k].format(v=v) for k in kinds), pad)
+            if len(kinds) == 1:
+                kind = kinds[0]
+        if "enum" in schema:
+            options = list(schema["enum"])
+            if options and all(type(o) is str for o in options):  # JSON equality with a string is plain equality
+                self.fail_unless(f"isinstance({v}, str) and {v} in {self.constant(frozenset(options))}", pad)
+            else:
+                self.fail_unless(f"_one_of({v}, {self.constant(options)})", pad)
+        if "const" in schema:
+            const = schema["const"]
+            if type(const) is str:
+                self.fail_unless(f"{v} == {self.constant(const)}", pad)
+            else:
+                self.fail_unless(f"_equal({v}, {self.constant(const)})", pad)
+        # Each group of keywords applies to one type only: its tests are guarded by a test of that type,
+        # written without the guard when the type test above settled it, and left out when it ruled it out.
+        self._numbers(schema, v, self._guard(kind, ("integer", "number"), "number", v, pad))
+        self._strings(schema, v, self._guard(kind, ("string",), "string", v, pad))
+        self._arrays(schema, v, self._guard(kind, ("array",), "array", v, pad), depth)
+        self._objects(schema, v, self._guard(kind, ("object",), "object", v, pad), depth)
+
+    def _guard(self, kind: str | None, settled: tuple[str, ...], test: str, v: str, pad: str) -> Any:
+        """How a group of tests is written: under an ``if`` of its type, as they are, or not at all."""
+        if kind is None:
+            return lambda write: self._block(f"if {_TYPE_TEST[test].format(v=v)}", pad, write)
+        if kind in settled:
+            return lambda write: write(pad)
+        return lambda write: None
+
+    def _block(self, header: str, pad: str, write: Callable[[str], None]) -> None:
+        """``write`` the tests under ``header:`` (an ``if`` or a ``for``), or nothing when it writes none."""
+        start = len(self.lines)
+        write(pad + "    ")
+        if len(self.lines) > start:
+            self.lines.insert(start, f"{pad}{header}:")
+
+    def _read(self, schema: Any, value: str, source: str, pad: str, depth: int) -> None:
+        """The tests of ``schema`` on ``source``, read into ``value`` first (or nothing when there are none)."""
+        start = len(self.lines)
+        self.write(schema, value, pad, depth)
+        if len(self.lines) > start:
+            self.lines.insert(start, f"{pad}{value} = {source}")
+
+    def _numbers(self, schema: Mapping[str, Any], v: str, place: Any) -> None:
+        def tests(inner: str) -> None:
+            for keyword, holds in _BOUNDS:
+                if keyword in schema:
+                    self.fail_unless(f"{v} {holds} {self.constant(schema[keyword])}", inner)
+
+        place(tests)
+
+    def _strings(self, schema: Mapping[str, Any], v: str, place: Any) -> None:
+        def tests(inner: str) -> None:
+            if "minLength" in schema:
+                self.fail_unless(f"len({v}) >= {self.constant(schema['minLength'])}", inner)
+            if "maxLength" in schema:
+                self.fail_unless(f"len({v}) <= {self.constant(schema['maxLength'])}", inner)
+            if "pattern" in schema:
+                self.fail_unless(f"{self.constant(compile_pattern(schema['pattern']))}({v})", inner)
+            if schema.get("format") in FORMAT_CHECKS:
+                self.fail_unless(f"{self.constant(FORMAT_CHECKS[schema['format']])}({v})", inner)
+
+        place(tests)
+
+    def _arrays(self, schema: Mapping[str, Any], v: str, place: Any, depth: int) -> None:
+        def tests(inner: str) -> None:
+            if "minItems" in schema:
+                self.fail_unless(f"len({v}) >= {self.constant(schema['minItems'])}", inner)
+            if "maxItems" in schema:
+                self.fail_unless(f"len({v}) <= {self.constant(schema['maxItems'])}", inner)
+            if "items" in schema:
+                item = self.local()
+                self._block(f"for {item} in {v}", inner, lambda pad: self.write(schema["items"], item, pad, depth + 1))
+
+        place(tests)
+
+    def _objects(self, schema: Mapping[str, Any], v: str, place: Any, depth: int) -> None:
+        properties = schema.get("properties", {})
+        required = list(schema.get("required", ()))
+        extra: Any = schema.get("additionalProperties", True)
+
+        def tests(inner: str) -> None:
+            for name in required:
+                self.fail_unless(f"{self.key(name)} in {v}", inner)
+            for name, sub in properties.items():
+                key = self.key(name)
+                read = functools.partial(self._read, sub, self.local(), f"{v}[{key}]", depth=depth + 1)
+                if name in required:  # known to be there: read at once
+                    read(inner)
+                else:
+                    self._block(f"if {key} in {v}", inner, read)
+            if extra is False:
+                self.fail_unless(f"{self.constant(frozenset(properties))}.issuperset({v})", inner)
+            elif extra is not True:
+                known, key, value = self.constant(frozenset(properties)), self.local(), self.local()
+
+                def each(pad: str) -> None:
+                    self._block(f"if {key} not in {known}", pad, lambda pad: self.write(extra, value, pad, depth + 1))
+
+                self._block(f"for {key}, {value} in {v}.items()", inner, each)
+
+        place(tests)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(schema_text: str) -> Checker | None:
+    return _compile(json.loads(schema_text))
+
+
+def _compile(schema: Any) -> Checker | None:
+    writer = _Writer()
+    try:
+        writer.write(schema, "v", "    ", 0)
+    except _NotCompiled:
         return None
-    if object_check is not None:
-        checks.append(object_check)
-    return checks
-
-
-def _not_compiled(v: Any) -> bool:
-    raise AssertionError("a marker, never called")
-
-
-_NOT_COMPILED: Checker = _not_compiled
-
-
-def _object_check(schema: Mapping[str, Any]) -> Checker | None:
-    properties: dict[str, Checker] = {}
-    for name, sub in schema.get("properties", {}).items():
-        compiled = compile_checker(sub)
-        if compiled is None:
-            return _NOT_COMPILED
-        properties[name] = compiled
-    required = tuple(schema.get("required", ()))
-    extra: Any = schema.get("additionalProperties", True)
-    extra_check = None if isinstance(extra, bool) else compile_checker(extra)
-    if extra_check is None and not isinstance(extra, bool):
-        return _NOT_COMPILED
-    if not properties and not required and extra is True:
-        return None
-    closed = extra is False
-    pairs = tuple(properties.items())
-
-    def check(v: Any) -> bool:
-        if not isinstance(v, dict):
-            return True
-        for name in required:
-            if name not in v:
-                return False
-        for name, holds in pairs:
-            if name in v and not holds(v[name]):
-                return False
-        if closed or extra_check is not None:
-            for key in v:
-                if key not in properties and (closed or not extra_check(v[key])):  # type: ignore[misc]
-                    return False
-        return True
-
-    return check
+    source = "\n".join(["def check(v):", *writer.lines, "    return True"])
+    exec(compile(source, "<compiled schema>", "exec"), writer.names)  # the source holds no text of the schema
+    checker: Checker = writer.names["check"]
+    return checker
 
 
 def compile_checker(schema: Any) -> Checker | None:
     """
-    ``schema`` as one Python predicate, or ``None`` if it uses a keyword that is not compiled.
+    ``schema`` as one Python function, or ``None`` if it uses a keyword that is not compiled.
 
-    The predicate is meant for JSON data that :func:`~agent_fsm.engine.jsondata.argument_problem`
+    Every keyword becomes a test written out in the function's body (a
+    property's tests where the property is read), so a call is checked by
+    one function call, whatever the number of fields. The function is meant
+    for JSON data that :func:`~agent_fsm.engine.jsondata.argument_problem`
     accepted; on such data it agrees with :func:`make_validator` exactly.
+    Equal schemas share one function.
     """
-    if schema is True:
-        return lambda v: True
-    if schema is False:
-        return lambda v: False
-    if not isinstance(schema, Mapping) or _ASSERTING & schema.keys():
-        return None
-    checks = _keyword_checks(schema)
-    if checks is None:
-        return None
-    if not checks:
-        return lambda v: True
-    if len(checks) == 1:
-        return checks[0]
-    if len(checks) == 2:
-        first, second = checks
-        return lambda v: first(v) and second(v)
-    every = tuple(checks)
-
-    return lambda v: all(check(v) for check in every)
+    try:
+        text = json.dumps(schema, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):  # not plain JSON: compiled for itself
+        return _compile(schema)
+    return _compiled(text)
 
 
 # --- output ---

@@ -134,7 +134,10 @@ def perform_now(request: Request, live: Callable[[RunEvent], Any] | None = None)
         if chat is None:
             raise NotSynchronous(f"the model {run.model!r} has no chat(); an async-only model runs with arun")
         on_delta = run.delta_sink(live) if run.outbox is not None else None
-        result = chat(run.messages_to_send(), run.declarations, **chat_kwargs(run, on_delta))
+        if on_delta is None and run.output is None and run.limits.max_output_tokens is None:
+            result = chat(run.messages_to_send(), run.declarations)  # chat_kwargs would give none
+        else:
+            result = chat(run.messages_to_send(), run.declarations, **chat_kwargs(run, on_delta))
         if hasattr(result, "__await__"):
             raise _refuse(result, "model", chat)
         return result

@@ -238,7 +238,8 @@ class ToolSpec:
     _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")
     _accepts: frozenset[str] | None = attrs.field(init=False, repr=False, eq=False, alias="_accepts")
     _rendered: dict[str, Any] = attrs.field(init=False, repr=False, eq=False, factory=dict, alias="_rendered")
-    _context: bool = attrs.field(init=False, repr=False, eq=False, alias="_context")
+    # The handler names a ``context`` parameter: it is given the call's ToolContext (read once, at definition).
+    takes_context: bool = attrs.field(init=False, repr=False, eq=False)
     # What the model is shown of this tool, as text: equal declarations share one rendering (see _rendering).
     _shown: str | None = attrs.field(init=False, repr=False, eq=False, alias="_shown")
 
@@ -250,18 +251,13 @@ class ToolSpec:
         object.__setattr__(self, "_validator", None)  # built on the first failed call: jsonschema loads lazily
         object.__setattr__(self, "_checker", compile_checker(json_schema))
         object.__setattr__(self, "_accepts", handler_arguments(self.handler, json_schema))
-        object.__setattr__(self, "_context", reads_context(self.handler))
+        object.__setattr__(self, "takes_context", reads_context(self.handler))
         try:
             # In the schema's own key order: a tool shares only a rendering that reads exactly as its own would.
             shown = json.dumps([self.description, json_schema], allow_nan=False)
         except (TypeError, ValueError):  # not plain JSON (a schema built from other objects): rendered per spec
             shown = None
         object.__setattr__(self, "_shown", shown)
-
-    @property
-    def takes_context(self) -> bool:
-        """The handler names a ``context`` parameter: it is given the call's ToolContext (read once, here)."""
-        return self._context
 
     def errors(self, arguments: Any) -> list[str]:
         """Every way ``arguments`` breaks the contract, as readable lines (empty when valid)."""
@@ -436,8 +432,9 @@ def validate_call(call: ToolCall, tools: Registry, *, limits: Limits | None = No
             problem = f"{size:,} characters of arguments (at most {limits.max_argument_chars:,})"
     if problem is not None:
         return f"{name} arguments rejected: {problem}"
-    try:
-        problems = tool.errors(call.arguments)
+    checker = tool._checker if type(tool) is ToolSpec else None  # a subclass's own errors() is always asked
+    try:  # the compiled schema decides a valid call in one call; only a failure asks for the errors
+        problems = [] if checker is not None and checker(call.arguments) else tool.errors(call.arguments)
     except RecursionError:  # a recursive schema walked by jsonschema, on a stack already deep
         problems = ["the arguments nest too deeply to check against this schema"]
     if problems:
@@ -472,7 +469,7 @@ def check_registry(tools: Any) -> None:
 
 
 def _entries(tools: Any) -> Any:
-    if not isinstance(tools, Mapping):
+    if type(tools) is not dict and not isinstance(tools, Mapping):  # a dict, the common registry, skips the ABC
         raise TypeError(
             f"tools must be a mapping of tool name to ToolSpec, such as {{'lookup': ToolSpec(...)}}"
             f" (got {type(tools).__name__}: {_quote(repr(tools), 80)})"
@@ -568,7 +565,10 @@ def shown_to_model(tools: Registry, estimator: Callable[[Mapping[str, Any]], int
     declarations = []
     total = 0
     for name, spec in _entries(tools):
-        rendered = _rendering(name, spec)
+        # A tool rendered under this name already (every run after the first) is read in place.
+        rendered = spec._rendered.get(name) if type(spec) is ToolSpec else None
+        if rendered is None:
+            rendered = _rendering(name, spec)
         declarations.append(rendered.declaration)
         tokens = rendered.tokens.get(estimator)
         if tokens is None:
