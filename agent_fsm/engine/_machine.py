@@ -9,11 +9,7 @@ it into the running ``transitions`` machine.
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
-import linecache
-import textwrap
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -409,176 +405,8 @@ _Row = tuple[Callable[[Any], Any] | None, str, tuple[Callable[[Any], Any], ...],
 
 _GENERATOR = types.GeneratorType
 
-# Picks the row a move takes: the first whose guard holds, or None when none does.
-_Choose = Callable[[Any], "_Row | None"]
-# A dispatch table: the chain of each (state, event), and of each working state's own event (None: resting).
-_Table = tuple[dict[tuple[str, str], _Choose], dict[str, _Choose | None]]
-_NONE: frozenset[str] = frozenset()
-
-
-# --- guard chains: one function per source state and event ---------------------------------------
-#
-# A move tries the guards of its state's edges in table order. Calling each
-# guard is most of what a move costs, so each chain of rows is compiled into
-# one function, built the first time a table is used: every guard that is a
-# plain ``return`` of an expression over its one argument (with assignments
-# before it, if any) is read from its source and written out in place, in
-# table order; any other callable is called as it is. A guard stays a pure
-# predicate declared once; the chain only saves the calls. The source read is
-# checked against the guard's own code (compiled again, the bytecode must
-# match), so an edited file or a decorated guard is called, never misread.
-
-
-# A guard taking *args or **kwargs, or a generator or coroutine function, is called as it is.
-_NOT_PLAIN = (
-    inspect.CO_VARARGS
-    | inspect.CO_VARKEYWORDS
-    | inspect.CO_GENERATOR
-    | inspect.CO_COROUTINE
-    | inspect.CO_ITERABLE_COROUTINE
-    | inspect.CO_ASYNC_GENERATOR
-)
-
-
-@functools.cache
-def _inline(guard: Callable[[Any], Any]) -> tuple[tuple[str, ...], str] | None:
-    """``guard``'s body as lines of statements and a final test, over ``run``; ``None`` if it must be called."""
-    code = getattr(guard, "__code__", None)
-    if (
-        type(guard) is not types.FunctionType
-        or code is None
-        or code.co_argcount != 1
-        or code.co_kwonlyargcount
-        or code.co_flags & _NOT_PLAIN
-        or guard.__closure__
-        or guard.__defaults__
-    ):
-        return None
-    last = max((end for _, end, _, _ in code.co_positions() if end is not None), default=None)
-    lines = linecache.getlines(code.co_filename)
-    if last is None or not lines:
-        return None
-    text = textwrap.dedent("".join(lines[code.co_firstlineno - 1 : last]))
-    try:
-        tree = ast.parse(text)
-        function = tree.body[0]
-        if not isinstance(function, ast.FunctionDef) or function.name != guard.__name__ or function.decorator_list:
-            return None
-        compiled = compile(tree, code.co_filename, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, IndexError):
-        return None
-    again = next((c for c in compiled.co_consts if isinstance(c, types.CodeType)), None)
-    if again is None or any(
-        getattr(again, a) != getattr(code, a) for a in ("co_code", "co_consts", "co_names", "co_varnames")
-    ):
-        return None  # the file no longer holds this guard's code
-    return _rewritten(function, [line.encode() for line in text.splitlines()])
-
-
-def _rewritten(function: ast.FunctionDef, source: list[bytes]) -> tuple[tuple[str, ...], str] | None:
-    """
-    The body's text with its argument named ``run`` and its locals given names of their own; ``None`` if not plain.
-
-    The text is the guard's own (its lines, as UTF-8, where the tree's offsets point), each name replaced in place.
-    """
-    body = function.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]  # the docstring
-    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
-        return None
-    local: dict[str, str] = {function.args.args[0].arg: "run"}
-    for statement in body[:-1]:
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
-            return None
-        target = statement.targets[0]
-        if not isinstance(target, ast.Name):
-            return None
-        local.setdefault(target.id, f"_{function.name}_{target.id}")
-    renames: list[tuple[int, int, int, str]] = []
-    for node in ast.walk(function):
-        if isinstance(node, _OWN_SCOPE):
-            return None  # a scope or a binding of its own: called, not written out
-        if isinstance(node, ast.Name):
-            if node.id in local:
-                renames.append((node.lineno, node.col_offset, node.end_col_offset or 0, local[node.id]))
-            elif node.id.startswith(("_row", "_guard")) or node.id in ("choose", "chain"):
-                return None  # a global the chain's own names would hide
-    *statements, last = body
-    texts = [_segment(source, node, renames) for node in (*statements, last.value)]  # type: ignore[attr-defined]
-    return tuple(texts[:-1]), texts[-1]
-
-
-def _segment(source: list[bytes], node: ast.AST, renames: list[tuple[int, int, int, str]]) -> str:
-    """``node``'s text in ``source``, with the names in ``renames`` (line, start, end, new name) replaced."""
-    first, start = node.lineno, node.col_offset  # type: ignore[attr-defined]
-    end_line, end = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
-    lines = source[first - 1 : end_line]
-    lines[-1] = lines[-1][:end]
-    for line, begin, stop, new in sorted(renames, reverse=True):  # from the end: earlier offsets stay true
-        if first <= line <= end_line and (line, begin) >= (first, start):
-            i = line - first
-            lines[i] = lines[i][:begin] + new.encode() + lines[i][stop:]
-    lines[0] = lines[0][start:]
-    return b"\n".join(lines).decode()
-
-
-_OWN_SCOPE = (
-    ast.Lambda,
-    ast.comprehension,
-    ast.NamedExpr,
-    ast.Yield,
-    ast.YieldFrom,
-    ast.Await,
-    ast.Global,
-    ast.Nonlocal,
-)
-
-
-def _no_row(run: Any) -> None:
-    return None
-
-
-def _chain(rows: tuple[_Row, ...], title: str, inline: bool = True) -> _Choose:
-    """
-    The rows' guards as one function, tried in table order: the first row whose guard holds (``None``: none).
-
-    Guards written out run in the globals of the module that holds them: the
-    chain takes the globals most of them share; a guard of another module is
-    called. A chain whose text does not compile calls every guard instead.
-    """
-    if not rows:
-        return _no_row
-    inlined = [None if row[0] is None or not inline else _inline(row[0]) for row in rows]
-    homes = [row[0].__globals__ for row, body in zip(rows, inlined, strict=True) if body is not None]  # type: ignore[union-attr]
-    home = max(homes, key=lambda g: sum(h is g for h in homes)) if homes else {}
-    names = [f"_row{i}" for i in range(len(rows))] + [f"_guard{i}" for i in range(len(rows))]
-    lines = [f"def chain({', '.join(names)}):"]
-    lines.append("    def choose(run):")
-    for i, (row, body) in enumerate(zip(rows, inlined, strict=True)):
-        guard = row[0]
-        if guard is None:
-            lines.append(f"        return _row{i}")
-            break
-        if body is None or guard.__globals__ is not home:
-            lines.append(f"        if _guard{i}(run):")
-        else:
-            statements, test = body
-            lines.extend(f"        {statement}" for statement in statements)
-            lines.append(f"        if ({test}):")
-        lines.append(f"            return _row{i}")
-    else:
-        lines.append("        return None")
-    lines.append("    return choose")
-    source = "\n".join(lines) + "\n"
-    filename = f"<guards of {title}>"
-    try:
-        maker = next(c for c in compile(source, filename, "exec").co_consts if isinstance(c, types.CodeType))
-    except SyntaxError:
-        return _chain(rows, title, inline=False)
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show the chain
-    choose: _Choose = types.FunctionType(maker, home)(*rows, *(row[0] for row in rows))
-    choose.__qualname__ = f"guards of {title}"
-    return choose
+# A dispatch table: the rows of each (state, event), and of each working state's own event (None: resting).
+_Table = tuple[dict[tuple[str, str], tuple[_Row, ...]], dict[str, tuple[_Row, ...] | None]]
 
 
 class CompiledMachine:
@@ -624,24 +452,15 @@ class CompiledMachine:
             queued=False,
         )
         self._rows = self._read_rows()
-        # The dispatch tables, per set of guards left out: built on first use (see without).
-        self._without: dict[frozenset[str], _Table] = {}
-        self._chains: dict[tuple[_Row, ...], _Choose] = {}
+        self._auto = self._auto_rows(self._rows)
+        self._without: dict[frozenset[str], _Table] = {frozenset(): (self._rows, self._auto)}
 
-    def _table(self, rows: dict[tuple[str, str], tuple[_Row, ...]]) -> _Table:
-        """Each (state, event)'s rows as one chain of guards, and each working state's chain for its own event."""
-        name = self.spec.name
-        chains = {}
-        for key, row in rows.items():
-            chain = self._chains.get(row)  # tables that leave out other guards share the chains they agree on
-            if chain is None:
-                chain = self._chains[row] = _chain(row, f"{name}: {key[0]} --{key[1]}-->")
-            chains[key] = chain
-        auto: dict[str, _Choose | None] = {}
+    def _auto_rows(self, rows: dict[tuple[str, str], tuple[_Row, ...]]) -> dict[str, tuple[_Row, ...] | None]:
+        auto: dict[str, tuple[_Row, ...] | None] = {}
         for s in self.spec.states:
             event = self.spec.auto_event(s.name)
-            auto[s.name] = None if event is None else chains[(s.name, event)]
-        return chains, auto
+            auto[s.name] = None if event is None else rows[(s.name, event)]
+        return auto
 
     def without(self, guards: frozenset[str]) -> _Table:
         """
@@ -655,7 +474,7 @@ class CompiledMachine:
         found = self._without.get(guards)
         if found is None:
             rows = {key: tuple(r for r in row if r[4] not in guards) for key, row in self._rows.items()}
-            found = self._without[guards] = self._table(rows)
+            found = self._without[guards] = (rows, self._auto_rows(rows))
         return found
 
     def _read_rows(self) -> dict[tuple[str, str], tuple[_Row, ...]]:
@@ -673,11 +492,8 @@ class CompiledMachine:
                 rows[(source, name)] = tuple(found)
         return rows
 
-    def _refuse(self, run: Any, event: str | None) -> InvalidTransition:
-        """No edge for ``event`` (``None``: the state's own event) from where the run is."""
+    def _refuse(self, run: Any, event: str) -> InvalidTransition:
         source = run.machine_state
-        if event is None:
-            event = self.spec.auto_event(source) or ""
         if (source, event) in self._rows:
             detail = "had a guard that held"
         else:
@@ -708,18 +524,21 @@ class CompiledMachine:
             path = where.path
         source: str = where.machine_state
         table = getattr(run, "table", None)
-        by_event, auto = self.without(_NONE) if table is None else table
+        by_event, auto = (self._rows, self._auto) if table is None else table
         if event is None:
-            choose = auto[source]
+            rows = auto[source]
         else:
-            choose = by_event.get((source, event))
-            if choose is None:
+            rows = by_event.get((source, event))
+            if rows is None:
                 raise self._refuse(run, event)
         entered = getattr(run, "entered", None)
-        while choose is not None:
-            row = choose(run)
-            if row is None:
-                raise self._refuse(run, event)
+        while rows is not None:
+            for row in rows:
+                guard = row[0]
+                if guard is None or guard(run):
+                    break
+            else:
+                raise self._refuse(run, rows[0][3])
             _guard, dest, effects, name, label = row
             where.machine_state = dest
             if path is not None:
@@ -731,8 +550,7 @@ class CompiledMachine:
                 if type(step) is _GENERATOR:
                     yield from step
             source = where.machine_state  # where the effects left the run
-            event = None
-            choose = auto[source] if onward else None
+            rows = auto[source] if onward else None
         return source
 
     def fire(self, run: Any, event: str) -> None:
@@ -746,7 +564,7 @@ class CompiledMachine:
 
     def advance(self, run: Any) -> str:
         """Fire the automatic event of each working state until the run rests, synchronously; return that state."""
-        if self.spec.state(run.machine_state).is_resting:
+        if self._auto[run.machine_state] is None:
             resting: str = run.machine_state
             return resting
         return drive(self.steps(run))
