@@ -18,6 +18,9 @@ DEFERRED = (
 )
 # No schema library for tools declared in the shorthand ({"x": int}).
 SCHEMA_LIBRARIES = ("jsonschema", "pydantic", "fastjsonschema", "referencing")
+# Standard modules only some paths need: digests and signatures (pauses, intents, signed states), pause ids,
+# the format checks of a JSON Schema, typed output. Each is imported by the function that needs it.
+ON_DEMAND = ("hashlib", "hmac", "uuid", "ipaddress", "datetime", "urllib.parse", "dataclasses")
 
 PLAIN_RUN = """
 import agent_fsm as a
@@ -43,8 +46,30 @@ def _loaded(code: str, names: tuple[str, ...]) -> set[str]:
 
 def test_import_and_a_plain_run_load_nothing_deferred() -> None:
     """Neither ``import agent_fsm`` nor a plain run on shorthand tools loads asyncio, the policy adapter or a store."""
-    assert _loaded("import agent_fsm", DEFERRED + SCHEMA_LIBRARIES) == set()
-    assert _loaded(PLAIN_RUN, DEFERRED + SCHEMA_LIBRARIES) == set()
+    assert _loaded("import agent_fsm", DEFERRED + SCHEMA_LIBRARIES + ON_DEMAND) == set()
+    assert _loaded(PLAIN_RUN, DEFERRED + SCHEMA_LIBRARIES + ON_DEMAND) == set()
+
+
+def test_the_paths_that_need_a_standard_module_load_it() -> None:
+    """Not vacuous: a signed state, a pause id, a digest, format checks and typed output each load their module."""
+    used = (
+        "import typing\n"
+        "import agent_fsm.engine as e\n"
+        "from agent_fsm.engine._boundary import mark_pause\n"
+        "from agent_fsm.engine._tools import call_fingerprint\n"
+        "s = e.start_state('t')\n"
+        "e.RunState.from_json(s.to_json(key=b'k'), key=b'k')\n"
+        "s.machine_state = 'AwaitingApproval'\n"
+        "mark_pause(s)\n"
+        "call_fingerprint(e.ToolCall('c', 'f', {}))\n"
+        "spec = e.output_spec({'type': 'object', 'properties': {'d': {'type': 'string', 'format': 'date'},"
+        " 'u': {'type': 'string', 'format': 'uri'}}})\n"
+        "assert spec.read('{\"d\": \"2024-01-02\", \"u\": \"http://[::1]/\"}', e.Limits())[0]\n"
+        "class Typed(typing.TypedDict):\n    d: str\n"
+        "e.output_spec(Typed)\n"
+    )
+    assert _loaded(used, ON_DEMAND) == set(ON_DEMAND)
+
 
 
 def test_the_probe_sees_what_is_asked_for() -> None:

@@ -13,7 +13,6 @@ when first used, so a synchronous program never imports ``asyncio``).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
@@ -203,6 +202,8 @@ class Agent:
         if cached is None or cached[0] != version:
             digest = contract_digest(self.tools)
             if self.tool_rules:  # rules decide what is offered and what is invalid: they are part of the contract
+                import hashlib
+
                 digest = hashlib.sha256(f"{digest}\x02{sorted(map(str, self.tool_rules))}".encode()).hexdigest()
             cached = (version, digest)
             object.__setattr__(self, "_digest", cached)
