@@ -14,6 +14,8 @@ subpackages imported by name when wanted: :mod:`agent_fsm.diagrams`,
 and :mod:`agent_fsm.examples`.
 """
 
+from typing import TYPE_CHECKING
+
 from agent_fsm import engine
 from agent_fsm.engine import (
     DEFAULT_SYSTEM_PROMPT,
@@ -23,9 +25,7 @@ from agent_fsm.engine import (
     AgentFSMError,
     AnswerCheck,
     ApprovalNeeded,
-    Charged,
     Checkpointer,
-    Compacted,
     Compaction,
     Compactor,
     CompiledMachine,
@@ -33,70 +33,56 @@ from agent_fsm.engine import (
     ConversationFilter,
     DefinitionError,
     Edge,
-    Ended,
     Ending,
     EndingRule,
     EventSink,
     FallbackModel,
-    FellBack,
     Gate,
     GateError,
     HandlerError,
     InputScreen,
     Intent,
     InvalidTransition,
-    Judged,
     Judgement,
     Limits,
     MachineDefinitionError,
     MachineSpec,
     Model,
-    ModelReplied,
     ModelReply,
-    ModelRequested,
     Nested,
     NotPaused,
     NotSynchronous,
     Observation,
-    Observed,
     OutcomeUnknown,
     OutputDefinitionError,
     OutputSpec,
     Pause,
-    Paused,
     Price,
     Prices,
     PromptWindow,
-    Proposed,
     ProviderFailure,
     ProviderFault,
     Redact,
     Registry,
     ResultScreen,
     RunError,
-    RunEvent,
     RunResult,
     RunState,
-    Screened,
     ScreenError,
     ScreenRecord,
     ScreenVerdict,
     ScriptedModel,
     StandIn,
-    StateEntered,
     StateError,
     StateSpec,
     Stop,
-    TextDelta,
     TokenEstimator,
     ToolCall,
     ToolContext,
     ToolDefinitionError,
     ToolError,
-    ToolProgress,
     ToolRule,
     ToolsFor,
-    ToolsOffered,
     ToolSpec,
     Usage,
     Verdict,
@@ -124,8 +110,6 @@ from agent_fsm.engine import (
     elide_results,
     ends_run,
     estimate_tokens,
-    event_from_json,
-    event_to_json,
     execute,
     function_declarations,
     judge,
@@ -140,6 +124,28 @@ from agent_fsm.engine import (
     tool_message,
     validate_call,
 )
+
+if TYPE_CHECKING:
+    from agent_fsm.engine import (
+        Charged,
+        Compacted,
+        Ended,
+        FellBack,
+        Judged,
+        ModelReplied,
+        ModelRequested,
+        Observed,
+        Paused,
+        Proposed,
+        RunEvent,
+        Screened,
+        StateEntered,
+        TextDelta,
+        ToolProgress,
+        ToolsOffered,
+        event_from_json,
+        event_to_json,
+    )
 
 __all__ = [
     # The agent, and running it
@@ -282,15 +288,41 @@ __all__ = [
 ]
 
 
+# Loaded by the engine when first asked for: RunCancelled is the async runner's (which loads asyncio),
+# the events are built only for a run someone listens to.
+_LAZY = frozenset(
+    {
+        "RunCancelled",
+        "Charged",
+        "Compacted",
+        "Ended",
+        "FellBack",
+        "Judged",
+        "ModelReplied",
+        "ModelRequested",
+        "Observed",
+        "Paused",
+        "Proposed",
+        "RunEvent",
+        "Screened",
+        "StateEntered",
+        "TextDelta",
+        "ToolProgress",
+        "ToolsOffered",
+        "event_from_json",
+        "event_to_json",
+    }
+)
+
+
 def __getattr__(name: str) -> object:
-    # RunCancelled is the async runner's, which loads asyncio: the engine imports it when it is first asked for.
-    if name == "RunCancelled":
-        return engine.RunCancelled
+    if name in _LAZY:
+        return getattr(engine, name)
     raise AttributeError(f"module 'agent_fsm' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), "RunCancelled"])
+    return sorted(set(globals()) | _LAZY)
 
 
 __version__ = "0.1.0"

@@ -101,26 +101,6 @@ from agent_fsm.engine._errors import (
     ToolDefinitionError,
     ToolError,
 )
-from agent_fsm.engine._events import (
-    Charged,
-    Compacted,
-    Ended,
-    FellBack,
-    Judged,
-    ModelReplied,
-    ModelRequested,
-    Observed,
-    Paused,
-    Proposed,
-    RunEvent,
-    Screened,
-    StateEntered,
-    TextDelta,
-    ToolProgress,
-    ToolsOffered,
-    event_from_json,
-    event_to_json,
-)
 from agent_fsm.engine._gates import (
     Gate,
     InputScreen,
@@ -188,6 +168,26 @@ from agent_fsm.engine._tools import (
 
 if TYPE_CHECKING:
     from agent_fsm.engine._async import RunCancelled, acontinue_run, adrive
+    from agent_fsm.engine._events import (
+        Charged,
+        Compacted,
+        Ended,
+        FellBack,
+        Judged,
+        ModelReplied,
+        ModelRequested,
+        Observed,
+        Paused,
+        Proposed,
+        RunEvent,
+        Screened,
+        StateEntered,
+        TextDelta,
+        ToolProgress,
+        ToolsOffered,
+        event_from_json,
+        event_to_json,
+    )
     from agent_fsm.engine._policy import (
         DECISION_ERRORS,
         DecisionPolicy,
@@ -381,6 +381,29 @@ __all__ = [
 _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
 # The decision-policy adapter: a plain run never uses it, so it is loaded when first asked for.
 _POLICY = frozenset({"DECISION_ERRORS", "DecisionPolicy", "FinalDecision", "named", "observations_of", "string_fields"})
+# The run events: made only when someone listens, so their classes are built when first asked for.
+_EVENTS = frozenset(
+    {
+        "Charged",
+        "Compacted",
+        "Ended",
+        "FellBack",
+        "Judged",
+        "ModelReplied",
+        "ModelRequested",
+        "Observed",
+        "Paused",
+        "Proposed",
+        "RunEvent",
+        "Screened",
+        "StateEntered",
+        "TextDelta",
+        "ToolProgress",
+        "ToolsOffered",
+        "event_from_json",
+        "event_to_json",
+    }
+)
 
 
 def __getattr__(name: str) -> object:
@@ -393,8 +416,12 @@ def __getattr__(name: str) -> object:
         from agent_fsm.engine import _policy
 
         return getattr(_policy, name)
+    if name in _EVENTS:
+        from agent_fsm.engine import _events
+
+        return getattr(_events, name)
     raise AttributeError(f"module 'agent_fsm.engine' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _ASYNC | _POLICY)
+    return sorted(set(globals()) | _ASYNC | _POLICY | _EVENTS)

@@ -14,7 +14,7 @@ when first used, so a synchronous program never imports ``asyncio``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import attrs
 
@@ -23,7 +23,6 @@ from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._errors import ToolDefinitionError
-from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
@@ -42,6 +41,9 @@ from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
+
+if TYPE_CHECKING:
+    from agent_fsm.engine._events import RunEvent  # loaded when someone listens
 
 __all__ = [
     "Agent",
@@ -62,7 +64,7 @@ __all__ = [
 
 # --- driver ---
 
-EventSink = Callable[[RunEvent], Any]
+EventSink = Callable[["RunEvent"], Any]
 """Receives each :class:`agent_fsm.events.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
 
 
