@@ -29,8 +29,6 @@ from agent_fsm.engine import (
     Compaction,
     Compactor,
     CompiledMachine,
-    Composition,
-    ConversationFilter,
     DefinitionError,
     Edge,
     Ending,
@@ -49,7 +47,6 @@ from agent_fsm.engine import (
     MachineSpec,
     Model,
     ModelReply,
-    Nested,
     NotPaused,
     NotSynchronous,
     Observation,
@@ -99,11 +96,9 @@ from agent_fsm.engine import (
     at_most_once,
     attempt,
     before,
-    check_composition,
     check_run,
     checked_formats,
     compile_machine,
-    conversation,
     current_call_id,
     deny_effects,
     drop_middle,
@@ -129,11 +124,14 @@ if TYPE_CHECKING:
     from agent_fsm.engine import (
         Charged,
         Compacted,
+        Composition,
+        ConversationFilter,
         Ended,
         FellBack,
         Judged,
         ModelReplied,
         ModelRequested,
+        Nested,
         Observed,
         Paused,
         Proposed,
@@ -143,6 +141,8 @@ if TYPE_CHECKING:
         TextDelta,
         ToolProgress,
         ToolsOffered,
+        check_composition,
+        conversation,
         event_from_json,
         event_to_json,
     )
@@ -289,9 +289,14 @@ __all__ = [
 
 
 # Loaded by the engine when first asked for: RunCancelled is the async runner's (which loads asyncio),
-# the events are built only for a run someone listens to.
+# the events are built only for a run someone listens to, nesting for an agent made a tool or a handoff.
 _LAZY = frozenset(
     {
+        "Composition",
+        "ConversationFilter",
+        "Nested",
+        "check_composition",
+        "conversation",
         "RunCancelled",
         "Charged",
         "Compacted",

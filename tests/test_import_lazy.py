@@ -9,12 +9,14 @@ import sys
 import agent_fsm.engine
 
 # Loaded on first use only: the async runner (and asyncio with it), the decision-policy adapter, the stores,
-# the run events (made only when someone listens).
+# the run events (made only when someone listens), nesting (an agent made a tool), the static checker.
 DEFERRED = (
     "asyncio",
     "agent_fsm.engine._async",
     "agent_fsm.engine._policy",
     "agent_fsm.engine._events",
+    "agent_fsm.engine._nesting",
+    "agent_fsm.engine._analysis",
     "agent_fsm.store",
     "sqlite3",
 )
@@ -92,3 +94,16 @@ def test_a_listened_run_loads_the_events() -> None:
     assert _loaded("import agent_fsm\nagent_fsm.StateEntered", DEFERRED) == {"agent_fsm.engine._events"}
     assert agent_fsm.Ended.__module__ == "agent_fsm.engine._events"
     assert {"RunEvent", "StateEntered", "event_to_json"} <= set(dir(agent_fsm)) & set(dir(agent_fsm.engine))
+
+
+def test_nesting_and_the_checker_load_when_used() -> None:
+    """An agent made a tool loads nesting, tool rules load the static checker; the names are the modules' own."""
+    agent = PLAIN_RUN.split("assert")[0] + "agent = a.Agent(model, tools, gate=a.allow_all)\n"
+    nested = agent + "agent.as_tool('Add.')"
+    ruled = agent + "a.Agent(model, tools, gate=a.allow_all, tool_rules=(a.at_most_once('add'),))"
+    assert _loaded(nested, DEFERRED) == {"agent_fsm.engine._nesting"}
+    assert _loaded(ruled, DEFERRED) == {"agent_fsm.engine._analysis"}
+    assert agent_fsm.Nested.__module__ == "agent_fsm.engine._nesting"
+    assert agent_fsm.engine.check_machine.__module__ == "agent_fsm.engine._analysis"
+    assert {"Nested", "conversation"} <= set(dir(agent_fsm)) & set(dir(agent_fsm.engine))
+    assert {"cycles", "MachineReport"} <= set(dir(agent_fsm.engine))
