@@ -9,12 +9,11 @@ import sys
 import agent_fsm.engine
 
 # Loaded on first use only: the async runner (and asyncio with it), the decision-policy adapter, the stores,
-# the run events (made only when someone listens), nesting (an agent made a tool), the static checker.
+# nesting (an agent made a tool or a handoff), the static checker (tool rules).
 DEFERRED = (
     "asyncio",
     "agent_fsm.engine._async",
     "agent_fsm.engine._policy",
-    "agent_fsm.engine._events",
     "agent_fsm.engine._nesting",
     "agent_fsm.engine._analysis",
     "agent_fsm.store",
@@ -68,32 +67,19 @@ def test_the_paths_that_need_a_standard_module_load_it() -> None:
         "call_fingerprint(e.ToolCall('c', 'f', {}))\n"
         "spec = e.output_spec({'type': 'object', 'properties': {'d': {'type': 'string', 'format': 'date'},"
         " 'u': {'type': 'string', 'format': 'uri'}}})\n"
-        "assert spec.read('{\"d\": \"2024-01-02\", \"u\": \"http://[::1]/\"}', e.Limits())[0]\n"
+        'assert spec.read(\'{"d": "2024-01-02", "u": "http://[::1]/"}\', e.Limits())[0]\n'
         "class Typed(typing.TypedDict):\n    d: str\n"
         "e.output_spec(Typed)\n"
     )
     assert _loaded(used, ON_DEMAND) == set(ON_DEMAND)
 
 
-
 def test_the_probe_sees_what_is_asked_for() -> None:
     """Not vacuous: asking for a deferred name loads its module, and the name is the module's own."""
     asked = "import agent_fsm.engine as e\nfrom agent_fsm.engine import DecisionPolicy, named\ne.adrive"
-    # The async runner delivers events as they are made: it loads them with it.
-    events = "agent_fsm.engine._events"
-    assert _loaded(asked, DEFERRED) == {"asyncio", "agent_fsm.engine._async", "agent_fsm.engine._policy", events}
+    assert _loaded(asked, DEFERRED) == {"asyncio", "agent_fsm.engine._async", "agent_fsm.engine._policy"}
     assert agent_fsm.engine.DecisionPolicy.__module__ == "agent_fsm.engine._policy"
     assert {"DecisionPolicy", "observations_of", "RunCancelled"} <= set(dir(agent_fsm.engine))
-
-
-def test_a_listened_run_loads_the_events() -> None:
-    """A run someone listens to makes its events, and the facade's event names are the engine's own classes."""
-    listened = PLAIN_RUN.replace("gate=a.allow_all)", "gate=a.allow_all, on_event=lambda e: None)")
-    assert listened != PLAIN_RUN
-    assert _loaded(listened, DEFERRED) == {"agent_fsm.engine._events"}
-    assert _loaded("import agent_fsm\nagent_fsm.StateEntered", DEFERRED) == {"agent_fsm.engine._events"}
-    assert agent_fsm.Ended.__module__ == "agent_fsm.engine._events"
-    assert {"RunEvent", "StateEntered", "event_to_json"} <= set(dir(agent_fsm)) & set(dir(agent_fsm.engine))
 
 
 def test_nesting_and_the_checker_load_when_used() -> None:

@@ -100,6 +100,26 @@ from agent_fsm.engine._errors import (
     ToolDefinitionError,
     ToolError,
 )
+from agent_fsm.engine._events import (
+    Charged,
+    Compacted,
+    Ended,
+    FellBack,
+    Judged,
+    ModelReplied,
+    ModelRequested,
+    Observed,
+    Paused,
+    Proposed,
+    RunEvent,
+    Screened,
+    StateEntered,
+    TextDelta,
+    ToolProgress,
+    ToolsOffered,
+    event_from_json,
+    event_to_json,
+)
 from agent_fsm.engine._gates import (
     Gate,
     InputScreen,
@@ -160,26 +180,6 @@ from agent_fsm.engine._tools import (
 if TYPE_CHECKING:
     from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, check_tool_rules, cycles
     from agent_fsm.engine._async import RunCancelled, acontinue_run, adrive
-    from agent_fsm.engine._events import (
-        Charged,
-        Compacted,
-        Ended,
-        FellBack,
-        Judged,
-        ModelReplied,
-        ModelRequested,
-        Observed,
-        Paused,
-        Proposed,
-        RunEvent,
-        Screened,
-        StateEntered,
-        TextDelta,
-        ToolProgress,
-        ToolsOffered,
-        event_from_json,
-        event_to_json,
-    )
     from agent_fsm.engine._nesting import (
         Composition,
         ConversationFilter,
@@ -381,29 +381,6 @@ __all__ = [
 _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
 # The decision-policy adapter: a plain run never uses it, so it is loaded when first asked for.
 _POLICY = frozenset({"DECISION_ERRORS", "DecisionPolicy", "FinalDecision", "named", "observations_of", "string_fields"})
-# The run events: made only when someone listens, so their classes are built when first asked for.
-_EVENTS = frozenset(
-    {
-        "Charged",
-        "Compacted",
-        "Ended",
-        "FellBack",
-        "Judged",
-        "ModelReplied",
-        "ModelRequested",
-        "Observed",
-        "Paused",
-        "Proposed",
-        "RunEvent",
-        "Screened",
-        "StateEntered",
-        "TextDelta",
-        "ToolProgress",
-        "ToolsOffered",
-        "event_from_json",
-        "event_to_json",
-    }
-)
 
 # The static checker: a run never needs it (tool rules are checked by the function that takes them).
 _ANALYSIS = frozenset({"MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles"})
@@ -423,10 +400,6 @@ def __getattr__(name: str) -> object:
         from agent_fsm.engine import _policy
 
         return getattr(_policy, name)
-    if name in _EVENTS:
-        from agent_fsm.engine import _events
-
-        return getattr(_events, name)
     if name in _ANALYSIS:
         from agent_fsm.engine import _analysis
 
@@ -439,4 +412,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _ASYNC | _POLICY | _EVENTS | _ANALYSIS | _NESTING)
+    return sorted(set(globals()) | _ASYNC | _POLICY | _ANALYSIS | _NESTING)

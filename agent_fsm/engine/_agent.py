@@ -22,6 +22,7 @@ from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._errors import ToolDefinitionError
+from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
@@ -41,7 +42,6 @@ from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
 
 if TYPE_CHECKING:
-    from agent_fsm.engine._events import RunEvent  # loaded when someone listens
     from agent_fsm.engine._nesting import ConversationFilter
 
 __all__ = [
@@ -63,7 +63,7 @@ __all__ = [
 
 # --- driver ---
 
-EventSink = Callable[["RunEvent"], Any]
+EventSink = Callable[[RunEvent], Any]
 """Receives each :class:`agent_fsm.events.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 import attrs
 
+from agent_fsm.engine import _events as events
 from agent_fsm.engine._endings import CODE_PATTERN, Ending
 from agent_fsm.engine._errors import GateError, NotSynchronous, RunError, ScreenError
 from agent_fsm.engine._messages import Observation, tool_message
@@ -253,8 +254,6 @@ def _ask(run: RunContext, what: str, screen: Any, subject: Any) -> Steps[Any]:
 def _record(run: RunContext, record: ScreenRecord) -> None:
     run.state.screens.append(record)
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         r = record
         run.post(events.Screened(run.run_id, time.time(), r.stage, r.call_id, r.action, r.code, r.reason))
 

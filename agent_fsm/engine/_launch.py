@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from agent_fsm.engine import _events as events
 from agent_fsm.engine._boundary import (
     Checkpointer,
     Intent,
@@ -301,8 +302,6 @@ def _rest(context: RunContext, endings: EndingRule | None) -> RunResult:
         mark_pause(context.state)
         context.checkpointer.save(context.run_id, context.state)
     if context.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         context.post(events.Ended(context.run_id, time.time(), result))
     return result
 

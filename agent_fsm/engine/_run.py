@@ -56,6 +56,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from agent_fsm.engine import _events as events
 from agent_fsm.engine._boundary import (
     OUTCOME_UNKNOWN,
     Checkpointer,
@@ -104,7 +105,6 @@ from agent_fsm.engine._steps import Perform, Steps, call_of, model_call
 from agent_fsm.engine._tools import Registry, Subrun, ToolCall, measure, shown_to_model
 
 if TYPE_CHECKING:
-    from agent_fsm.engine import _events as events
     from agent_fsm.engine._agent import Agent
 
 __all__ = [
@@ -312,8 +312,6 @@ class RunContext:
                 state.turns,
             )
         if self.outbox is not None:
-            from agent_fsm.engine import _events as events
-
             self.outbox.append(
                 events.StateEntered(self.run_id, time.time(), state.machine_state, source, event, guard, state.turns)
             )
@@ -327,8 +325,6 @@ class RunContext:
         """What a streaming model calls with each text fragment under the sync driver."""
         turn = self.state.turns
 
-        from agent_fsm.engine import _events as events
-
         def on_delta(text: str) -> None:
             event = events.TextDelta(self.run_id, time.time(), turn, text)
             if live is not None:
@@ -341,8 +337,6 @@ class RunContext:
     def adelta_sink(self, deliver: Callable[[events.RunEvent], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
         """What a streaming model awaits with each text fragment under the async driver."""
         turn = self.state.turns
-
-        from agent_fsm.engine import _events as events
 
         async def on_delta(text: str) -> None:
             await deliver(events.TextDelta(self.run_id, time.time(), turn, text))
@@ -363,8 +357,6 @@ class RunContext:
 
     def progress_sink(self, call: ToolCall) -> Callable[[float, float | None, str | None], None]:
         """What hears the progress ``call``'s handler reports (see :func:`agent_fsm.report_progress`)."""
-
-        from agent_fsm.engine import _events as events
 
         def report(progress: float, total: float | None, message: str | None) -> None:
             event = events.ToolProgress(self.run_id, time.time(), call.call_id, call.name, progress, total, message)
@@ -592,8 +584,6 @@ def compact_prompt(run: RunContext) -> Steps[None]:
         return
     run.sent = sent_messages(state.messages, state.prompt or ())
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         run.post(events.Compacted.of(run.run_id, time.time(), record))
 
 
@@ -604,8 +594,6 @@ def _offer_tools(run: RunContext) -> None:
     run.offered = frozenset(choose_offer(run.tools, agent.tools_for, agent.tool_rules, run.usage, state))
     run.declarations = shown_to_model({n: t for n, t in run.tools.items() if n in run.offered}, run.estimator)[0]
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         run.post(events.ToolsOffered(run.run_id, time.time(), state.turns, sorted(run.offered)))
 
 
@@ -619,8 +607,6 @@ def _ask_model(run: RunContext) -> Steps[None]:
     if run.offer is not None:
         _offer_tools(run)
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         run.post(events.ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
     request = model_call(run)
     try:
@@ -662,8 +648,6 @@ def _ask_model(run: RunContext) -> Steps[None]:
     state.pending = calls
     measured = state.message_tokens - before
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         text = assistant_text(message)
         tokens = state.prompt_token_log[-1]
         run.post(events.ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
@@ -782,8 +766,6 @@ def judge_proposal(run: RunContext) -> Steps[None]:
         call = state.pending[0]
         listening = run.outbox is not None
         if listening:
-            from agent_fsm.engine import _events as events
-
             run.post(events.Proposed(run.run_id, time.time(), call.call_id, call.name, call.arguments))
         # A reply cut off at the token limit may end inside a call's arguments
         # that still happen to parse and pass the schema: none of its calls run.
@@ -806,8 +788,6 @@ def judge_proposal(run: RunContext) -> Steps[None]:
             state.pause = open_pause(state, call, judgement.reason)
             state.pause_id = state.pause.pause_id  # one id for seen=, a store and the inbox
         if listening:
-            from agent_fsm.engine import _events as events
-
             now = time.time()
             run.post(events.Judged(run.run_id, now, call.call_id, call.name, judgement.kind, judgement.reason))
             if state.pause is not None and judgement.kind == "ask":
@@ -833,8 +813,6 @@ def _observe(run: RunContext, observation: Observation) -> None:
     if run.usage is not None:
         run.usage.observe(call.name, observation.kind)
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         o = observation
         run.post(events.Observed(run.run_id, time.time(), o.call_id, call.name, o.ok, o.kind, o.content))
     run.follow_tools()
@@ -1012,8 +990,6 @@ def pause_on(run: RunContext, call: ToolCall, reason: str) -> None:
     state.pause = open_pause(state, call, reason)  # what a person's approval will cover
     state.pause_id = state.pause.pause_id  # derived from the run, not drawn at random: the same on every replay
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         run.post(
             events.Paused(run.run_id, time.time(), state.pause_id, call.call_id, call.name, state.judgement.reason)
         )

@@ -16,6 +16,7 @@ import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from agent_fsm.engine import _events as events
 from agent_fsm.engine._errors import RunError
 from agent_fsm.engine._limits import Price
 from agent_fsm.engine._models import ModelReply, model_name
@@ -78,8 +79,6 @@ def fall_back(run: RunContext) -> None:
     state.fault = None
     state.model_attempt += 1
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         attempt = state.model_attempt - 1
         run.post(events.FellBack(run.run_id, time.time(), state.turns, attempt, fault.kind, fault.message))
 
@@ -123,8 +122,6 @@ def charge(run: RunContext, reply: ModelReply | None, estimate: int, measured: i
         usage.cost += cost
     state.model_attempt = 0
     if run.outbox is not None:
-        from agent_fsm.engine import _events as events
-
         spent, total = format(cost, "f"), format(state.usage.cost, "f")
         run.post(events.Charged(run.run_id, time.time(), state.turns, name, given, output, cached, spent, total))
 
