@@ -14,6 +14,8 @@ subpackages imported by name when wanted: :mod:`agent_fsm.diagrams`,
 and :mod:`agent_fsm.examples`.
 """
 
+from typing import TYPE_CHECKING
+
 from agent_fsm import engine
 from agent_fsm.engine import (
     DEFAULT_SYSTEM_PROMPT,
@@ -29,8 +31,6 @@ from agent_fsm.engine import (
     Compaction,
     Compactor,
     CompiledMachine,
-    Composition,
-    ConversationFilter,
     DefinitionError,
     Edge,
     Ended,
@@ -54,7 +54,6 @@ from agent_fsm.engine import (
     ModelReplied,
     ModelReply,
     ModelRequested,
-    Nested,
     NotPaused,
     NotSynchronous,
     Observation,
@@ -113,11 +112,9 @@ from agent_fsm.engine import (
     at_most_once,
     attempt,
     before,
-    check_composition,
     check_run,
     checked_formats,
     compile_machine,
-    conversation,
     current_call_id,
     deny_effects,
     drop_middle,
@@ -140,6 +137,15 @@ from agent_fsm.engine import (
     tool_message,
     validate_call,
 )
+
+if TYPE_CHECKING:
+    from agent_fsm.engine import (
+        Composition,
+        ConversationFilter,
+        Nested,
+        check_composition,
+        conversation,
+    )
 
 __all__ = [
     # The agent, and running it
@@ -282,15 +288,28 @@ __all__ = [
 ]
 
 
+# Loaded by the engine when first asked for: RunCancelled is the async runner's (which loads asyncio),
+# nesting is loaded for the first agent made a tool or a handoff.
+_LAZY = frozenset(
+    {
+        "Composition",
+        "ConversationFilter",
+        "Nested",
+        "check_composition",
+        "conversation",
+        "RunCancelled",
+    }
+)
+
+
 def __getattr__(name: str) -> object:
-    # RunCancelled is the async runner's, which loads asyncio: the engine imports it when it is first asked for.
-    if name == "RunCancelled":
-        return engine.RunCancelled
+    if name in _LAZY:
+        return getattr(engine, name)
     raise AttributeError(f"module 'agent_fsm' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), "RunCancelled"])
+    return sorted(set(globals()) | _LAZY)
 
 
 __version__ = "0.1.0"

@@ -194,3 +194,24 @@ def test_one_debug_line_per_transition_and_nothing_at_info(caplog: pytest.LogCap
     assert len(lines) == len(result.state.path)
     assert lines[0] == "run r: Ready --next_turn [else]--> Proposing (turn 0)"
     assert lines[1].startswith("run r: Proposing --judge [call_rejected]--> Denied")
+
+
+def test_every_event_reads_compares_and_hashes_as_an_attrs_record() -> None:
+    """The shared repr, equality and hash of the event classes behave as attrs would generate them per class."""
+    from agent_fsm.engine._events import EVENT_TYPES
+
+    for cls in (RunEvent, *EVENT_TYPES.values()):
+        if cls is Ended:
+            continue  # its result is checked through the JSON round trip above
+        names = [f.name for f in attrs.fields(cls)]
+        values = {name: f"{name}-{i}" for i, name in enumerate(names)}
+        event, same = cls(**values), cls(**values)
+        shown = ", ".join(f"{name}={value!r}" for name, value in values.items())
+        assert repr(event) == f"{cls.__qualname__}({shown})"
+        assert event == same and hash(event) == hash(same)
+        assert (event != same) is False  # != is the inverse of the shared ==
+        for name in names:  # every field takes part in equality
+            other = cls(**{**values, name: "else"})
+            assert event != other and (event == other) is False
+        assert event != RunEvent(values["run_id"], values["at"]) or cls is RunEvent
+        assert event.__eq__(object()) is NotImplemented

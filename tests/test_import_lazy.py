@@ -8,16 +8,22 @@ import sys
 
 import agent_fsm.engine
 
-# Loaded on first use only: the async runner (and asyncio with it), the decision-policy adapter, the stores.
+# Loaded on first use only: the async runner (and asyncio with it), the decision-policy adapter, the stores,
+# nesting (an agent made a tool or a handoff), the static checker (tool rules).
 DEFERRED = (
     "asyncio",
     "agent_fsm.engine._async",
     "agent_fsm.engine._policy",
+    "agent_fsm.engine._nesting",
+    "agent_fsm.engine._analysis",
     "agent_fsm.store",
     "sqlite3",
 )
 # No schema library for tools declared in the shorthand ({"x": int}).
 SCHEMA_LIBRARIES = ("jsonschema", "pydantic", "fastjsonschema", "referencing")
+# Standard modules only some paths need: digests and signatures (pauses, intents, signed states), pause ids,
+# the format checks of a JSON Schema, typed output. Each is imported by the function that needs it.
+ON_DEMAND = ("hashlib", "hmac", "uuid", "ipaddress", "datetime", "urllib.parse", "dataclasses")
 
 PLAIN_RUN = """
 import agent_fsm as a
@@ -43,8 +49,29 @@ def _loaded(code: str, names: tuple[str, ...]) -> set[str]:
 
 def test_import_and_a_plain_run_load_nothing_deferred() -> None:
     """Neither ``import agent_fsm`` nor a plain run on shorthand tools loads asyncio, the policy adapter or a store."""
-    assert _loaded("import agent_fsm", DEFERRED + SCHEMA_LIBRARIES) == set()
-    assert _loaded(PLAIN_RUN, DEFERRED + SCHEMA_LIBRARIES) == set()
+    assert _loaded("import agent_fsm", DEFERRED + SCHEMA_LIBRARIES + ON_DEMAND) == set()
+    assert _loaded(PLAIN_RUN, DEFERRED + SCHEMA_LIBRARIES + ON_DEMAND) == set()
+
+
+def test_the_paths_that_need_a_standard_module_load_it() -> None:
+    """Not vacuous: a signed state, a pause id, a digest, format checks and typed output each load their module."""
+    used = (
+        "import typing\n"
+        "import agent_fsm.engine as e\n"
+        "from agent_fsm.engine._boundary import mark_pause\n"
+        "from agent_fsm.engine._tools import call_fingerprint\n"
+        "s = e.start_state('t')\n"
+        "e.RunState.from_json(s.to_json(key=b'k'), key=b'k')\n"
+        "s.machine_state = 'AwaitingApproval'\n"
+        "mark_pause(s)\n"
+        "call_fingerprint(e.ToolCall('c', 'f', {}))\n"
+        "spec = e.output_spec({'type': 'object', 'properties': {'d': {'type': 'string', 'format': 'date'},"
+        " 'u': {'type': 'string', 'format': 'uri'}}})\n"
+        'assert spec.read(\'{"d": "2024-01-02", "u": "http://[::1]/"}\', e.Limits())[0]\n'
+        "class Typed(typing.TypedDict):\n    d: str\n"
+        "e.output_spec(Typed)\n"
+    )
+    assert _loaded(used, ON_DEMAND) == set(ON_DEMAND)
 
 
 def test_the_probe_sees_what_is_asked_for() -> None:
@@ -53,3 +80,16 @@ def test_the_probe_sees_what_is_asked_for() -> None:
     assert _loaded(asked, DEFERRED) == {"asyncio", "agent_fsm.engine._async", "agent_fsm.engine._policy"}
     assert agent_fsm.engine.DecisionPolicy.__module__ == "agent_fsm.engine._policy"
     assert {"DecisionPolicy", "observations_of", "RunCancelled"} <= set(dir(agent_fsm.engine))
+
+
+def test_nesting_and_the_checker_load_when_used() -> None:
+    """An agent made a tool loads nesting, tool rules load the static checker; the names are the modules' own."""
+    agent = PLAIN_RUN.split("assert")[0] + "agent = a.Agent(model, tools, gate=a.allow_all)\n"
+    nested = agent + "agent.as_tool('Add.')"
+    ruled = agent + "a.Agent(model, tools, gate=a.allow_all, tool_rules=(a.at_most_once('add'),))"
+    assert _loaded(nested, DEFERRED) == {"agent_fsm.engine._nesting"}
+    assert _loaded(ruled, DEFERRED) == {"agent_fsm.engine._analysis"}
+    assert agent_fsm.Nested.__module__ == "agent_fsm.engine._nesting"
+    assert agent_fsm.engine.check_machine.__module__ == "agent_fsm.engine._analysis"
+    assert {"Nested", "conversation"} <= set(dir(agent_fsm)) & set(dir(agent_fsm.engine))
+    assert {"cycles", "MachineReport"} <= set(dir(agent_fsm.engine))

@@ -39,7 +39,6 @@ then the banner of :mod:`~agent_fsm.engine._run` (how it does it).
 from typing import TYPE_CHECKING
 
 from agent_fsm.engine._agent import Agent, EventSink, aadvance, advance, aresume, arun, astream, resume, run, stream
-from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, check_tool_rules, cycles
 from agent_fsm.engine._boundary import (
     EXPECTED_TOOL_ERRORS,
     MAX_PROGRESS_MESSAGE,
@@ -153,14 +152,6 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
-from agent_fsm.engine._nesting import (
-    Composition,
-    ConversationFilter,
-    Nested,
-    bounded_limits,
-    check_composition,
-    conversation,
-)
 from agent_fsm.engine._run import AnswerCheck, RunContext
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
@@ -187,7 +178,16 @@ from agent_fsm.engine._tools import (
 )
 
 if TYPE_CHECKING:
+    from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, check_tool_rules, cycles
     from agent_fsm.engine._async import RunCancelled, acontinue_run, adrive
+    from agent_fsm.engine._nesting import (
+        Composition,
+        ConversationFilter,
+        Nested,
+        bounded_limits,
+        check_composition,
+        conversation,
+    )
     from agent_fsm.engine._policy import (
         DECISION_ERRORS,
         DecisionPolicy,
@@ -382,6 +382,13 @@ _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
 # The decision-policy adapter: a plain run never uses it, so it is loaded when first asked for.
 _POLICY = frozenset({"DECISION_ERRORS", "DecisionPolicy", "FinalDecision", "named", "observations_of", "string_fields"})
 
+# The static checker: a run never needs it (tool rules are checked by the function that takes them).
+_ANALYSIS = frozenset({"MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles"})
+# Agents inside agents: loaded by the first agent made a tool or a handoff, or when first asked for.
+_NESTING = frozenset(
+    {"Composition", "ConversationFilter", "Nested", "bounded_limits", "check_composition", "conversation"}
+)
+
 
 def __getattr__(name: str) -> object:
     # The async runner loads asyncio (tens of milliseconds): only when it is first used.
@@ -393,8 +400,16 @@ def __getattr__(name: str) -> object:
         from agent_fsm.engine import _policy
 
         return getattr(_policy, name)
+    if name in _ANALYSIS:
+        from agent_fsm.engine import _analysis
+
+        return getattr(_analysis, name)
+    if name in _NESTING:
+        from agent_fsm.engine import _nesting
+
+        return getattr(_nesting, name)
     raise AttributeError(f"module 'agent_fsm.engine' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _ASYNC | _POLICY)
+    return sorted(set(globals()) | _ASYNC | _POLICY | _ANALYSIS | _NESTING)

@@ -13,13 +13,11 @@ when first used, so a synchronous program never imports ``asyncio``).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import attrs
 
-from agent_fsm.engine._analysis import check_tool_rules
 from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
@@ -37,12 +35,14 @@ from agent_fsm.engine._launch import (
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
-from agent_fsm.engine._nesting import ConversationFilter, nested_tool
 from agent_fsm.engine._run import AnswerCheck
 from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
+
+if TYPE_CHECKING:
+    from agent_fsm.engine._nesting import ConversationFilter
 
 __all__ = [
     "Agent",
@@ -203,6 +203,8 @@ class Agent:
         if cached is None or cached[0] != version:
             digest = contract_digest(self.tools)
             if self.tool_rules:  # rules decide what is offered and what is invalid: they are part of the contract
+                import hashlib
+
                 digest = hashlib.sha256(f"{digest}\x02{sorted(map(str, self.tool_rules))}".encode()).hexdigest()
             cached = (version, digest)
             object.__setattr__(self, "_digest", cached)
@@ -227,6 +229,8 @@ class Agent:
         ``effectful`` defaults to whether any of this agent's tools is, so the
         caller's gate must allow the delegation as it would such a tool.
         """
+        from agent_fsm.engine._nesting import nested_tool  # loaded by the first agent made a tool
+
         return nested_tool(self, description, schema, effectful)
 
     def handoff(
@@ -246,6 +250,8 @@ class Agent:
         ends, with its answer and its code (``RunResult.code``); the run's
         ``children`` keep this agent's whole run, and its path who held it.
         """
+        from agent_fsm.engine._nesting import nested_tool
+
         return nested_tool(self, description, None, effectful, hands_over=True, passes=passes)
 
     def start(self, task: str, *, history: Sequence[Mapping[str, Any]] = (), run_id: str | None = None) -> RunState:
@@ -488,6 +494,10 @@ def check_offer(rules: Any, tools: Registry) -> None:
     for rule in rules:
         if not isinstance(rule, ToolRule):
             raise _refused("tool_rules", "ToolRules (after, before, at_most_once, ends_run)", rule)
+    if not rules:  # nothing for the static checker to find: it is loaded only for tool rules
+        return
+    from agent_fsm.engine._analysis import check_tool_rules
+
     problems = check_tool_rules(rules, tools)
     if problems:
         raise ToolDefinitionError(

@@ -56,9 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import math
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
@@ -285,12 +283,16 @@ def idempotency_key(run_id: str, state: RunState, call: ToolCall) -> str:
     its fingerprint, so nothing needs to be stored to find it again.
     """
     text = f"{run_id}\x00{len(state.observations)}\x00{call_fingerprint(call)}"
+    import hashlib  # pauses and intents only: a plain run never keys a call
+
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def mark_pause(state: RunState) -> None:
     """Give a run resting in ``AwaitingApproval`` its pause id (once): a decision names the pause it decides."""
     if state.machine_state == "AwaitingApproval" and state.pause_id is None:
+        import uuid
+
         state.pause_id = uuid.uuid4().hex
 
 

@@ -55,8 +55,24 @@ class RunEvent:
     run_id: str
     at: float
 
+    # Every event class shares these three (each is declared repr=False, eq=False) instead of attrs generating
+    # its own: compiling them was two thirds of building an event class, paid by every import of the engine.
+    # They read and compare what attrs' own would: the fields, in order, of events of the same class.
 
-@attrs.frozen
+    def __repr__(self) -> str:
+        values = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in attrs.fields(type(self)))
+        return f"{type(self).__qualname__}({values})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in attrs.fields(type(self)))
+
+    def __hash__(self) -> int:
+        return hash((self.type, *(getattr(self, f.name) for f in attrs.fields(type(self)))))
+
+
+@attrs.frozen(repr=False, eq=False)
 class StateEntered(RunEvent):
     """The run entered ``state`` from ``source`` by ``event``, the first edge whose ``guard`` held (``None``: else)."""
 
@@ -68,7 +84,7 @@ class StateEntered(RunEvent):
     turn: int
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class ModelRequested(RunEvent):
     """Model call number ``turn`` is being made: a prompt estimated at ``prompt_tokens``, of ``messages`` messages."""
 
@@ -78,7 +94,7 @@ class ModelRequested(RunEvent):
     messages: int
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class ModelReplied(RunEvent):
     """
     The model replied: ``prompt_tokens`` as counted (the provider's figure when adopted),
@@ -93,7 +109,7 @@ class ModelReplied(RunEvent):
     text: str | None
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Charged(RunEvent):
     """
     Model call ``turn`` was charged: the tokens it took in (``cached_tokens`` of them from a cache) and
@@ -111,7 +127,7 @@ class Charged(RunEvent):
     total: str
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class FellBack(RunEvent):
     """Model ``attempt`` of a FallbackModel's chain failed with a listed ``kind``: the next one is asked."""
 
@@ -122,7 +138,7 @@ class FellBack(RunEvent):
     message: str
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class TextDelta(RunEvent):
     """A fragment of the reply text of model call ``turn``, from a streaming model, as it arrived."""
 
@@ -131,7 +147,7 @@ class TextDelta(RunEvent):
     text: str
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Proposed(RunEvent):
     """The call the run is about to judge (``arguments`` is ``None`` when they did not parse)."""
 
@@ -141,7 +157,7 @@ class Proposed(RunEvent):
     arguments: Any
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Judged(RunEvent):
     """
     The judgement of a proposal: ``invalid`` (its contract; the gate was not asked), else the gate's
@@ -155,7 +171,7 @@ class Judged(RunEvent):
     reason: str
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Observed(RunEvent):
     """What came back for a call: a result, an error, or the rejection sent to the model."""
 
@@ -167,7 +183,7 @@ class Observed(RunEvent):
     content: Any
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class ToolProgress(RunEvent):
     """
     A running handler said how far its call ``call_id`` has come (:meth:`agent_fsm.ToolContext.progress`).
@@ -184,7 +200,7 @@ class ToolProgress(RunEvent):
     message: str | None
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Screened(RunEvent):
     """
     A screen's verdict: on the task (``stage`` ``input``) or on the observation answering ``call_id``
@@ -199,7 +215,7 @@ class Screened(RunEvent):
     reason: str
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Paused(RunEvent):
     """The run paused on ``pause_id`` for a human's decision about the call ``call_id``."""
 
@@ -210,7 +226,7 @@ class Paused(RunEvent):
     reason: str
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Compacted(RunEvent):
     """
     Before model call ``turn`` the prompt was compacted by ``strategy`` from ``tokens_before`` to ``tokens_after``.
@@ -234,7 +250,7 @@ class Compacted(RunEvent):
         return cls(run_id, at, r.turn, r.strategy, r.tokens_before, r.tokens_after, len(r.elided), len(r.dropped))
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class ToolsOffered(RunEvent):
     """Model call ``turn`` offers the tools ``names`` (only posted when the agent offers tools per turn)."""
 
@@ -243,7 +259,7 @@ class ToolsOffered(RunEvent):
     names: list[str]
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)
 class Ended(RunEvent):
     """The run rests (ended, or paused for a human): the :class:`agent_fsm.RunResult` the driver returns."""
 

@@ -74,20 +74,17 @@ it answers the value or a reason written for the model to fix its answer.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import enum
 import functools
-import ipaddress
 import json
 import re
 import types
 import typing
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
+# datetime, ipaddress, urllib.parse, uuid and dataclasses are imported by the format checks and the typed
+# output that use them: a run on tools in the shorthand needs none of them.
 import attrs
 
 from agent_fsm.engine._errors import OutputDefinitionError
@@ -238,6 +235,8 @@ _OCTET = re.compile(r"0|[1-9][0-9]{0,2}", re.ASCII)
 
 
 def _is_date(text: str) -> bool:
+    import datetime
+
     # RFC 3339 full-date; date.fromisoformat alone would also take "20240101" and week dates.
     match = _DATE.fullmatch(text)
     if match is None:
@@ -279,6 +278,8 @@ def _is_hostname(text: str) -> bool:
 
 
 def _is_email(text: str) -> bool:
+    import ipaddress
+
     # RFC 5321 mailbox, ASCII (idn-email is a different format): dot-atom local part,
     # then a host name or a bracketed IP address literal.
     local, at, domain = text.rpartition("@")
@@ -298,6 +299,9 @@ def _is_email(text: str) -> bool:
 
 
 def _is_uri(text: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
     # RFC 3986 URI: a scheme, then only the characters the grammar allows (non-ASCII must be
     # percent-encoded), with brackets only around an IP literal host.
     scheme, colon, _rest = text.partition(":")
@@ -322,6 +326,8 @@ def _is_uri(text: str) -> bool:
 
 
 def _is_uuid(text: str) -> bool:
+    import uuid
+
     if _UUID.fullmatch(text) is None:
         return False
     uuid.UUID(text)
@@ -923,6 +929,8 @@ def _same(value: Any) -> Any:
 
 def _typed(tp: Any, seen: tuple[Any, ...]) -> tuple[dict[str, Any], Build]:
     """The JSON Schema of type ``tp`` and the builder of its value; ``seen`` holds the classes being converted."""
+    import dataclasses
+
     if tp is Any or tp is object:
         return {}, _same
     if tp in _SCALARS:
@@ -987,6 +995,8 @@ def _union(args: tuple[Any, ...], seen: tuple[Any, ...]) -> tuple[dict[str, Any]
 
 def _record(cls: type, seen: tuple[Any, ...]) -> tuple[dict[str, Any], Build]:
     """A dataclass, attrs class or TypedDict as a closed JSON object, and the builder of an instance."""
+    import dataclasses
+
     if cls in seen:
         raise OutputDefinitionError(
             f"{cls.__name__} refers to itself; a recursive type has no finite JSON Schema here (write the schema)"
@@ -1061,6 +1071,8 @@ def _of_schema(schema: str) -> OutputSpec:
 
 @functools.lru_cache(maxsize=256)
 def _of_type(cls: type) -> OutputSpec:
+    import dataclasses
+
     if _is_pydantic(cls):
         try:
             schema = cls.model_json_schema()  # type: ignore[attr-defined]

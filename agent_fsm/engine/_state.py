@@ -20,8 +20,6 @@ signature), views.
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
 import json
 import math
 import operator
@@ -1239,6 +1237,9 @@ def _key(key: Any) -> bytes:
 
 
 def _sign(key: bytes, text: str) -> str:
+    import hashlib
+    import hmac  # signed states only
+
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
@@ -1322,6 +1323,8 @@ def load_state(text: Any, key: bytes | None) -> RunState:
         if isinstance(text, (bytes, bytearray)):
             text = text.decode("utf-8", errors="replace")
     if key is not None:
+        import hmac
+
         found = _SIGNED.match(text)
         if found is None or not text.endswith("}"):
             raise ValueError("saved run state is not signed (a key was given, so a signature is required)")

@@ -21,7 +21,6 @@ lets each be tested on its own.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import re
@@ -360,6 +359,8 @@ def call_fingerprint(call: ToolCall) -> str:
         text = "".join(_encode_digested(item, 0))
     except RecursionError:  # a cycle (or nesting too deep): the checking encoder says which
         text = _DIGESTED.encode(item)
+    import hashlib  # loaded by the first digest: a plain run takes none
+
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -532,6 +533,8 @@ def contract_digest(tools: Registry) -> str:
         if isinstance(spec.handler, Subrun):  # the contracts of the agent it runs are part of this tool's
             cap += f"\x00runs={spec.handler.contracts()}"
         parts.append(f"{name}\x00{shown}\x00{spec.effectful:d}{spec.idempotent:d}{cap}")
+    import hashlib
+
     return hashlib.sha256("\x01".join(parts).encode()).hexdigest()
 
 
