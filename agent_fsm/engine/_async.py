@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_fsm.engine._boundary import Checkpointer, Intent
@@ -108,7 +108,7 @@ def _model_reply(run: RunContext, deliver: Callable[[RunEvent], Awaitable[None]]
         reply = asyncio.to_thread(model.chat, messages, run.declarations, **extra)
     else:
         reply = model.chat(messages, run.declarations, **extra)
-    if not is_awaitable(reply):
+    if not hasattr(reply, "__await__"):
         return reply
     remaining = run.remaining_seconds()
     if remaining is None:
@@ -148,6 +148,20 @@ async def adrive(steps: Steps[T], outbox: list[RunEvent] | None = None, on_event
     steps at their next unshielded request (or when they end), never inside
     an effect.
     """
+    return await _driving(steps, outbox, on_event, None, _NO_FAILURES)  # type: ignore[no-any-return]
+
+
+_NO_FAILURES: list[BaseException] = []  # never appended to: only a relay appends, to a list of its own
+
+
+async def _driving(
+    steps: Steps[Any],
+    outbox: list[RunEvent] | None,
+    on_event: Any,
+    context: RunContext | None,
+    failures: list[BaseException],
+) -> Any:
+    """:func:`adrive`; with ``context``, also what :func:`performed` makes of the run's end: one coroutine, not two."""
     deliver = _deliverer(on_event) if outbox is not None else None
     send: Any = None
     error: BaseException | None = None
@@ -161,7 +175,9 @@ async def adrive(steps: Steps[T], outbox: list[RunEvent] | None = None, on_event
                     await _adrain(outbox, deliver)  # type: ignore[arg-type]  # made with the outbox
                 if deferred is not None:
                     raise deferred from None
-                return done.value  # type: ignore[no-any-return]
+                if failures:  # a listener failed on a handler's progress: raised here, as any listener's failure is
+                    raise failures[0] from None
+                return done.value
             if outbox:
                 await _adrain(outbox, deliver)  # type: ignore[arg-type]
             send = error = None
@@ -199,6 +215,10 @@ async def adrive(steps: Steps[T], outbox: list[RunEvent] | None = None, on_event
             if cancelled is not None and deferred is None:
                 deferred = cancelled
                 _DEFERRING.add(asyncio.current_task())
+    except BaseException as exc:
+        if context is not None:
+            _ended_by(context, exc)
+        raise
     finally:
         if deferred is not None:
             _DEFERRING.discard(asyncio.current_task())
@@ -243,10 +263,7 @@ class RunCancelled(asyncio.CancelledError):
         self.state = state
 
 
-_NO_FAILURES: list[BaseException] = []  # never appended to: only a relay appends, to a list of its own
-
-
-async def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) -> RunResult:
+def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) -> Coroutine[Any, Any, RunResult]:
     """Await ``launch``'s steps to the run's rest; a cancellation becomes :class:`RunCancelled` with the state."""
     context, steps = launch
     failures: list[BaseException] = _NO_FAILURES
@@ -255,23 +272,25 @@ async def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) 
         context.relay = _relay(context.outbox, on_event, failures)
     else:  # nobody hears events between requests: calls on the loop are made where they are asked
         context.perform = _in_place
-    try:
-        result = await adrive(steps, context.outbox, on_event)
-        if failures:  # a listener failed on a handler's progress: raised here, as any listener's failure is
-            raise failures[0]
-        return result
-    except RunCancelled:
-        raise
-    except asyncio.CancelledError as exc:
+    return _driving(steps, context.outbox, on_event, context, failures)
+
+
+def _ended_by(context: RunContext, exc: BaseException) -> None:
+    """
+    What ``exc``, ending the run's steps, leaves of the run: raises :class:`RunCancelled` for a cancellation.
+
+    Otherwise the clock is settled and the state attached; the caller raises ``exc`` on.
+    """
+    if isinstance(exc, RunCancelled):
+        return
+    if isinstance(exc, asyncio.CancelledError):
         interrupted(context)
         raise RunCancelled(
             f"the run was cancelled in {context.state.machine_state!r}; continue it with aadvance", state=context.state
         ) from exc
-    except BaseException as exc:
-        context.settle_clock()
-        if getattr(exc, "state", False) is None:
-            exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
-        raise
+    context.settle_clock()
+    if getattr(exc, "state", False) is None:
+        exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
 
 
 def _relay(
