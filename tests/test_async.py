@@ -126,6 +126,45 @@ def test_cancelling_during_an_effect_lets_it_finish_and_records_it() -> None:
     assert finished.stop is Stop.ANSWERED and len(ledger) == 1
 
 
+def test_a_cancellation_deferred_by_an_effect_stops_the_run_before_the_next_calls_gate() -> None:
+    """Two calls in one reply, cancelled during the first's handler: it finishes, and the second call is
+    neither judged nor run (a plain gate and handler, made in place, are still held back)."""
+    tools, ledger = make_payments()
+    started = asyncio.Event()
+    inner = tools["pay"].handler
+    judged: list[str] = []
+
+    async def slow_pay(account: str, cents: int) -> str:
+        started.set()
+        await asyncio.sleep(0.2)
+        return str(inner(account=account, cents=cents))
+
+    def counting_gate(call: Any) -> Any:
+        judged.append(call.call_id)
+        return pay_gate(call)
+
+    first = ToolSpec(tools["pay"].description, tools["pay"].schema, slow_pay, effectful=True)
+    tools = {"pay": first, "pay_now": ToolSpec(first.description, first.schema, inner, effectful=True)}
+    reply = pay_call(10)
+    second = json.loads(json.dumps(pay_call(12, "c2")["tool_calls"][0]))
+    second["function"]["name"] = "pay_now"
+    reply["tool_calls"].append(second)
+
+    async def main() -> RunState:
+        task = asyncio.ensure_future(
+            arun("pay", ScriptedModel([reply, answer_message("paid")]), tools, gate=counting_gate)
+        )
+        await started.wait()
+        task.cancel()
+        with pytest.raises(RunCancelled) as raised:
+            await task
+        return raised.value.state
+
+    state = asyncio.run(main())
+    assert [e["cents"] for e in ledger] == [10] and judged == ["c1"]
+    assert [o.call_id for o in state.observations] == ["c1"] and [c.call_id for c in state.pending] == ["c2"]
+
+
 def test_a_time_budget_cuts_an_async_model_call_off_and_ends_time_limit() -> None:
     """Limits(max_seconds): a model call that would outlast the budget is cut off; the run ends time_limit."""
     tools, _ = make_payments()

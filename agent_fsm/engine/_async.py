@@ -28,14 +28,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_fsm.engine._boundary import Checkpointer, Intent
 from agent_fsm.engine._events import RunEvent
 from agent_fsm.engine._launch import Launch, interrupted, recovering
 from agent_fsm.engine._state import RunResult, RunState
-from agent_fsm.engine._steps import CALL, MODEL, SLEEP, Request, Steps, chat_kwargs, is_awaitable
+from agent_fsm.engine._steps import (
+    AWAIT,
+    CALL,
+    DECLINED,
+    MODEL,
+    SLEEP,
+    Handed,
+    Request,
+    Steps,
+    chat_kwargs,
+    is_awaitable,
+)
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -61,9 +72,9 @@ async def _finish(task: asyncio.Future[Any]) -> tuple[Any, asyncio.CancelledErro
             cancelled = exc
 
 
-async def _aperform(request: Request, deliver: Any) -> tuple[Any, asyncio.CancelledError | None]:
-    kind = request[0]
-    if kind == CALL:
+async def _aperform(request: Request) -> tuple[Any, asyncio.CancelledError | None]:
+    """The requests the driving loop leaves to a coroutine: a call in a worker thread, a pause."""
+    if request[0] == CALL:
         function, args, kwargs, _what, shielded, in_thread = request[1:]
         if in_thread:
             work: Awaitable[Any] = asyncio.to_thread(function, *args, **kwargs)
@@ -74,14 +85,20 @@ async def _aperform(request: Request, deliver: Any) -> tuple[Any, asyncio.Cancel
         if shielded:
             return await _finish(asyncio.ensure_future(work))
         return await work, None
-    if kind == MODEL:
-        return await _ask(request[1], deliver), None
     return await _finish(asyncio.ensure_future(asyncio.sleep(request[1])))
 
 
-async def _ask(run: RunContext, deliver: Any) -> Any:
+def _model_reply(run: RunContext, deliver: Callable[[RunEvent], Awaitable[None]] | None) -> Any:
+    """
+    The model's reply, or the awaitable of it (bounded by the run's time budget): the driver awaits it.
+
+    A plain function, not a coroutine: what it builds to ask (the transcript
+    sent, the keywords) is not kept alive while the run waits for the reply.
+    """
     model = run.model
-    on_delta = run.adelta_sink(deliver) if run.outbox is not None else None
+    on_delta = None
+    if run.outbox is not None:
+        on_delta = run.adelta_sink(deliver if deliver is not None else _deliverer(None))
     extra = chat_kwargs(run, on_delta)
     achat = getattr(model, "achat", None)
     messages = run.messages_to_send()
@@ -91,12 +108,36 @@ async def _ask(run: RunContext, deliver: Any) -> Any:
         reply = asyncio.to_thread(model.chat, messages, run.declarations, **extra)
     else:
         reply = model.chat(messages, run.declarations, **extra)
-    if not is_awaitable(reply):
+    if not hasattr(reply, "__await__"):
         return reply
     remaining = run.remaining_seconds()
     if remaining is None:
-        return await reply
-    return await asyncio.wait_for(reply, max(remaining, 0.0))  # TimeoutError: the budget ran out mid-call
+        return reply
+    return asyncio.wait_for(reply, max(remaining, 0.0))  # TimeoutError: the budget ran out mid-call
+
+
+_DEFERRING: set[asyncio.Task[Any] | None] = set()
+"""The tasks whose driver holds a deferred cancellation: their steps make no call in place."""
+
+
+def _in_place(request: Request) -> Any:
+    """
+    The async driver's performer: a gate or a handler on the loop is called where the steps stand.
+
+    A run nobody listens to posts no events between its requests, so a plain
+    call need not travel up the steps to the driver and back. Handed to the
+    driver instead: the model's reply, a pause, a ``blocking`` handler (a
+    worker thread) and a result to await (``(AWAIT, awaitable, shielded)``).
+    While a cancellation is deferred nothing is called in place, so it is
+    raised into the run at the next unshielded request, before any call.
+    (A module function, not an object per run: a thousand runs in flight hold nothing more for it.)
+    """
+    if request[0] != CALL or request[6] or (_DEFERRING and asyncio.current_task() in _DEFERRING):
+        return DECLINED
+    result = request[1](*request[2], **request[3])
+    if hasattr(result, "__await__"):
+        return Handed((AWAIT, result, request[5]))
+    return result
 
 
 async def adrive(steps: Steps[T], outbox: list[RunEvent] | None = None, on_event: Any = None) -> T:
@@ -107,48 +148,85 @@ async def adrive(steps: Steps[T], outbox: list[RunEvent] | None = None, on_event
     steps at their next unshielded request (or when they end), never inside
     an effect.
     """
-    deliver = _deliverer(on_event)
+    return await _driving(steps, outbox, on_event, None, _NO_FAILURES)  # type: ignore[no-any-return]
+
+
+_NO_FAILURES: list[BaseException] = []  # never appended to: only a relay appends, to a list of its own
+
+
+async def _driving(
+    steps: Steps[Any],
+    outbox: list[RunEvent] | None,
+    on_event: Any,
+    context: RunContext | None,
+    failures: list[BaseException],
+) -> Any:
+    """:func:`adrive`; with ``context``, also what :func:`performed` makes of the run's end: one coroutine, not two."""
+    deliver = _deliverer(on_event) if outbox is not None else None
     send: Any = None
     error: BaseException | None = None
     deferred: asyncio.CancelledError | None = None
-    while True:
-        try:
-            request = steps.send(send) if error is None else steps.throw(error)
-        except StopIteration as done:
+    try:
+        while True:
+            try:
+                request = steps.send(send) if error is None else steps.throw(error)
+            except StopIteration as done:
+                if outbox:
+                    await _adrain(outbox, deliver)  # type: ignore[arg-type]  # made with the outbox
+                if deferred is not None:
+                    raise deferred from None
+                if failures:  # a listener failed on a handler's progress: raised here, as any listener's failure is
+                    raise failures[0] from None
+                return done.value
             if outbox:
-                await _adrain(outbox, deliver)
-            if deferred is not None:
-                raise deferred from None
-            return done.value  # type: ignore[no-any-return]
-        if outbox:
-            await _adrain(outbox, deliver)
-        send = error = None
-        if deferred is not None and not _shielded(request):
-            error, deferred = deferred, None
-            continue
-        # The requests of nearly every turn are served here, without a coroutine and a tuple per request:
-        # a call on the loop (a gate, a handler: its result, or its awaitable awaited) and the model's reply.
-        kind = request[0]
-        try:
-            if kind == CALL and not request[6]:
-                send = request[1](*request[2], **request[3])
-                if hasattr(send, "__await__"):
-                    if request[5]:  # shielded (a handler): finished even if this task is cancelled meanwhile
-                        send, cancelled = await _finish(asyncio.ensure_future(send))
-                        deferred = deferred or cancelled
-                    else:
+                await _adrain(outbox, deliver)  # type: ignore[arg-type]
+            send = error = None
+            if deferred is not None and not _shielded(request):
+                if request[0] == AWAIT:
+                    request[1].close()  # made before the cancellation was deferred: never awaited
+                error, deferred = deferred, None
+                _DEFERRING.discard(asyncio.current_task())
+                continue
+            # The requests of nearly every turn are served here, without a coroutine and a tuple per request:
+            # the model's reply, a result to await (a call made in place), a call on the loop.
+            kind = request[0]
+            cancelled: asyncio.CancelledError | None = None
+            try:
+                if kind == MODEL:
+                    send = _model_reply(request[1], deliver)
+                    if hasattr(send, "__await__"):
                         send = await send
-            elif kind == MODEL:
-                send = await _ask(request[1], deliver)
-            else:
-                send, cancelled = await _aperform(request, deliver)
-                deferred = deferred or cancelled
-        except BaseException as exc:  # raised into the steps, where they asked
-            send, error = None, exc
+                elif kind == AWAIT:
+                    if request[2]:  # shielded (a handler): finished even if this task is cancelled meanwhile
+                        send, cancelled = await _finish(asyncio.ensure_future(request[1]))
+                    else:
+                        send = await request[1]
+                elif kind == CALL and not request[6]:
+                    send = request[1](*request[2], **request[3])
+                    if hasattr(send, "__await__"):
+                        if request[5]:
+                            send, cancelled = await _finish(asyncio.ensure_future(send))
+                        else:
+                            send = await send
+                else:
+                    send, cancelled = await _aperform(request)
+            except BaseException as exc:  # raised into the steps, where they asked
+                send, error = None, exc
+            if cancelled is not None and deferred is None:
+                deferred = cancelled
+                _DEFERRING.add(asyncio.current_task())
+    except BaseException as exc:
+        if context is not None:
+            _ended_by(context, exc)
+        raise
+    finally:
+        if deferred is not None:
+            _DEFERRING.discard(asyncio.current_task())
 
 
 def _shielded(request: Request) -> bool:
-    return request[0] == SLEEP or (request[0] == CALL and bool(request[5]))
+    kind = request[0]
+    return kind == SLEEP or (kind == CALL and bool(request[5])) or (kind == AWAIT and bool(request[2]))
 
 
 def _deliverer(on_event: Any) -> Callable[[RunEvent], Awaitable[None]]:
@@ -185,29 +263,34 @@ class RunCancelled(asyncio.CancelledError):
         self.state = state
 
 
-async def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) -> RunResult:
+def performed(launch: Launch, on_event: Callable[[RunEvent], Any] | None) -> Coroutine[Any, Any, RunResult]:
     """Await ``launch``'s steps to the run's rest; a cancellation becomes :class:`RunCancelled` with the state."""
     context, steps = launch
-    failures: list[BaseException] = []
+    failures: list[BaseException] = _NO_FAILURES
     if context.outbox is not None:
+        failures = []
         context.relay = _relay(context.outbox, on_event, failures)
-    try:
-        result = await adrive(steps, context.outbox, on_event)
-        if failures:  # a listener failed on a handler's progress: raised here, as any listener's failure is
-            raise failures[0]
-        return result
-    except RunCancelled:
-        raise
-    except asyncio.CancelledError as exc:
+    else:  # nobody hears events between requests: calls on the loop are made where they are asked
+        context.perform = _in_place
+    return _driving(steps, context.outbox, on_event, context, failures)
+
+
+def _ended_by(context: RunContext, exc: BaseException) -> None:
+    """
+    What ``exc``, ending the run's steps, leaves of the run: raises :class:`RunCancelled` for a cancellation.
+
+    Otherwise the clock is settled and the state attached; the caller raises ``exc`` on.
+    """
+    if isinstance(exc, RunCancelled):
+        return
+    if isinstance(exc, asyncio.CancelledError):
         interrupted(context)
         raise RunCancelled(
             f"the run was cancelled in {context.state.machine_state!r}; continue it with aadvance", state=context.state
         ) from exc
-    except BaseException as exc:
-        context.settle_clock()
-        if getattr(exc, "state", False) is None:
-            exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
-        raise
+    context.settle_clock()
+    if getattr(exc, "state", False) is None:
+        exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
 
 
 def _relay(

@@ -68,7 +68,7 @@ from agent_fsm.engine._json import storable
 from agent_fsm.engine._limits import Limits
 from agent_fsm.engine._messages import Observation, to_json_data
 from agent_fsm.engine._state import Judgement, Pause, RunState
-from agent_fsm.engine._steps import Perform, Steps, call_of, drive, handler_call, pause_for
+from agent_fsm.engine._steps import DECLINED, Handed, Perform, Steps, call_of, drive, handler_call, pause_for
 from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, check_registry, validate_call
 
 __all__ = [
@@ -344,7 +344,10 @@ def judging(
         return Judgement("invalid", reason)
     request = call_of("gate", gate, call)
     try:
-        verdict = as_verdict(perform(request) if perform is not None else (yield request))
+        decision = perform(request) if perform is not None else (yield request)
+        if type(decision) is Handed:  # the performer left it to the driver
+            decision = yield decision or request
+        verdict = as_verdict(decision)
     except NotSynchronous:
         raise  # the caller's mistake (an async gate under the sync driver), not the gate's
     except GateError as exc:
@@ -416,6 +419,8 @@ def execution(
     request = handler_call(handler, arguments, spec.blocking)
     try:
         result = perform(request) if perform is not None else (yield request)
+        if type(result) is Handed:
+            result = yield result or request
     except (NotSynchronous, ApprovalNeeded):
         raise  # an async handler under the sync driver (nothing ran), or a tool asking for a person first
     except EXPECTED_TOOL_ERRORS as exc:
@@ -532,7 +537,9 @@ def run_call(
                 raise unknown
             return observation
         request = pause_for(spec.backoff * 2**attempt)
-        perform(request) if perform is not None else (yield request)
+        handed = DECLINED if perform is None else perform(request)
+        if type(handed) is Handed:
+            yield handed or request
         attempt += 1
 
 

@@ -59,7 +59,7 @@ from agent_fsm.engine._errors import NotSynchronous, RunError
 from agent_fsm.engine._limits import Limits
 from agent_fsm.engine._messages import TokenEstimator, assistant_text
 from agent_fsm.engine._models import Model, ModelReply
-from agent_fsm.engine._steps import Perform, Steps, call_of
+from agent_fsm.engine._steps import Handed, Perform, Steps, call_of
 from agent_fsm.engine._tools import measure
 
 if TYPE_CHECKING:
@@ -495,7 +495,10 @@ def compacting(
     """
     if not isinstance(compact, Summarize):
         request = call_of("compaction", compact, window)
-        return list(perform(request) if perform is not None else (yield request)), None, None
+        entries = perform(request) if perform is not None else (yield request)
+        if type(entries) is Handed:  # the performer left it to the driver
+            entries = yield entries or request
+        return list(entries), None, None
     head, middle, tail = compact.split(window)
     if not middle or summary_budget is None:
         return [*head, *tail], None, None
@@ -504,6 +507,8 @@ def compacting(
     request = call_of("summarizer", chat, messages, [])
     try:
         reply = perform(request) if perform is not None else (yield request)
+        if type(reply) is Handed:
+            reply = yield reply or request
     except OSError as exc:
         return [], None, f"the summarizer could not be reached: {type(exc).__name__}: {exc}"
     if isinstance(reply, ModelReply):

@@ -25,7 +25,7 @@ from agent_fsm.engine._endings import CODE_PATTERN, Ending
 from agent_fsm.engine._errors import GateError, NotSynchronous, RunError, ScreenError
 from agent_fsm.engine._messages import Observation, tool_message
 from agent_fsm.engine._state import RunState, ScreenRecord
-from agent_fsm.engine._steps import Steps, call_of
+from agent_fsm.engine._steps import Handed, Steps, call_of
 from agent_fsm.engine._tools import Registry, ToolCall, measure
 
 if TYPE_CHECKING:
@@ -242,7 +242,10 @@ def _ask(run: RunContext, what: str, screen: Any, subject: Any) -> Steps[Any]:
     state = run.state
     try:
         request = call_of(what, screen, subject, state)
-        return run.perform(request) if run.perform is not None else (yield request)
+        verdict = run.perform(request) if run.perform is not None else (yield request)
+        if type(verdict) is Handed:  # the performer left it to the driver
+            verdict = yield verdict or request
+        return verdict
     except NotSynchronous:
         raise  # an async screen under the sync driver: the caller's mistake, not the screen's
     except RunError:

@@ -102,7 +102,7 @@ from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_mes
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
 from agent_fsm.engine._spending import cap_refusal, charge, fall_back, may_fall_back, over_budget
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
-from agent_fsm.engine._steps import Perform, Steps, call_of, model_call
+from agent_fsm.engine._steps import Handed, Perform, Steps, call_of, model_call
 from agent_fsm.engine._tools import Registry, Subrun, ToolCall, measure, shown_to_model
 
 if TYPE_CHECKING:
@@ -619,6 +619,8 @@ def _ask_model(run: RunContext) -> Steps[None]:
     request = model_call(run)
     try:
         reply = run.perform(request) if run.perform is not None else (yield request)
+        if type(reply) is Handed:  # the performer left it to the driver
+            reply = yield reply or request
     except OSError as exc:
         state.fault = ProviderFault(
             type=type(exc).__name__,
@@ -737,6 +739,8 @@ def _check_answer(run: RunContext) -> Steps[str | None]:
         assert run.answer_check is not None, "judge_proposal asks only when there is a check"
         request = call_of("answer check", run.answer_check, text, state)
         reason = run.perform(request) if run.perform is not None else (yield request)
+        if type(reason) is Handed:
+            reason = yield reason or request
     except NotSynchronous:
         raise  # an async check under the sync driver: the caller's mistake, not the check's
     except Exception as exc:

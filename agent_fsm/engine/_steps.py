@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from agent_fsm.engine._run import RunContext
 
 __all__ = [
+    "DECLINED",
+    "Handed",
     "Request",
     "Steps",
     "call_of",
@@ -48,10 +50,27 @@ Request = tuple[Any, ...]
 Steps = Generator[Request, Any, T]
 """A piece of a run's logic: yields requests, receives their answers, returns its value."""
 
-CALL, MODEL, SLEEP = 0, 1, 2
+CALL, MODEL, SLEEP, AWAIT = 0, 1, 2, 3
+
+
+class Handed(tuple[Any, ...]):
+    """
+    A performer's answer that is no answer: the step yields the request to the driver instead.
+
+    Empty (:data:`DECLINED`): yield the request just made. Otherwise the
+    request to yield in its place: ``(AWAIT, awaitable, shielded)``, a call
+    made in place whose result must be awaited.
+    """
+
+
+DECLINED = Handed()
 
 Perform = Callable[[Request], Any]
-"""Performs a request in place (:func:`perform_now`); a step given ``None`` yields its requests to the driver."""
+"""
+Performs a request in place (:func:`perform_now`); a step given ``None`` yields its requests to the driver.
+
+A performer may hand a request back (a :class:`Handed` answer); the step then yields ``answer or request``.
+"""
 
 
 def call_of(what: str, function: Callable[..., Any], *args: Any) -> Request:
