@@ -14,6 +14,7 @@ when first used, so a synchronous program never imports ``asyncio``).
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
@@ -204,7 +205,9 @@ class Agent:
             digest = contract_digest(self.tools)
             if self.tool_rules:  # rules decide what is offered and what is invalid: they are part of the contract
                 digest = hashlib.sha256(f"{digest}\x02{sorted(map(str, self.tool_rules))}".encode()).hexdigest()
-            cached = (version, digest)
+            # One string per distinct digest, however many agents (one per call of the module-level run()) and
+            # paused runs name it: each paused run records it, and 64 characters apiece add up over thousands.
+            cached = (version, sys.intern(digest))
             object.__setattr__(self, "_digest", cached)
         return cached[1]
 
