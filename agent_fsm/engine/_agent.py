@@ -35,13 +35,13 @@ from agent_fsm.engine._launch import (
     start_state,
     starting,
 )
-from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices, Stop
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
 from agent_fsm.engine._nesting import ConversationFilter, nested_tool
 from agent_fsm.engine._run import AnswerCheck
 from agent_fsm.engine._schema import OutputSpec, output_spec
-from agent_fsm.engine._state import RunResult, RunState
+from agent_fsm.engine._state import RunResult, RunState, rest
 from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
 
@@ -407,7 +407,7 @@ class Agent:
         """
         from agent_fsm.engine._async import performed
 
-        return await performed(self._starting(task, history, store, run_id, on_event is not None), on_event)
+        return _resting(await performed(self._starting(task, history, store, run_id, on_event is not None), on_event))
 
     async def astream(
         self,
@@ -439,7 +439,7 @@ class Agent:
         """:meth:`advance`, awaited: drive ``state`` on until it rests (also how a cancelled run goes on)."""
         from agent_fsm.engine._async import performed
 
-        return await performed(self._continuing(state, store, run_id, on_event is not None), on_event)
+        return _resting(await performed(self._continuing(state, store, run_id, on_event is not None), on_event))
 
     async def aresume(
         self,
@@ -462,7 +462,7 @@ class Agent:
         from agent_fsm.engine._async import performed
 
         launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
-        return await performed(launch, on_event)
+        return _resting(await performed(launch, on_event))
 
     # --- how a run is launched ---------------------------------------------------
 
@@ -505,12 +505,22 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
     else:  # a handler's progress is heard as it is reported, in the handler's (the driver's) thread
         context.relay = on_event
     try:
-        return drive(steps, context.outbox, on_event)
+        result = drive(steps, context.outbox, on_event)
     except BaseException as exc:
         context.settle_clock()
         if getattr(exc, "state", False) is None:
             exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
         raise
+    if result.stop is Stop.AWAITING_APPROVAL:  # as _resting, without a call on every run's way out
+        rest(result.state)
+    return result
+
+
+def _resting(result: RunResult) -> RunResult:
+    """``result``, its state left to wait compact if the run paused: a pause may last days, thousands at a time."""
+    if result.stop is Stop.AWAITING_APPROVAL:
+        rest(result.state)
+    return result
 
 
 # --- the module-level functions: each builds the agent and delegates ------------------
