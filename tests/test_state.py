@@ -209,20 +209,37 @@ def test_a_write_to_a_resting_state_keeps_every_other_value():
     assert resting == plain
 
 
+def _nested(depth):
+    """A list ``depth`` lists deep."""
+    value = ["deep"]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     "content",
-    [(1, 2), {1: "int key"}, float("nan"), Stop.ANSWERED, 10**5000, "\ud800", [[[["deep"]]]] * 2],
-    ids=["tuple", "int-key", "nan", "enum", "huge-int", "lone-surrogate", "plain"],
+    [(1, 2), {1: "int key"}, float("nan"), Stop.ANSWERED, 10**5000, "\ud800", _nested(150)],
+    ids=["tuple", "int-key", "nan", "enum", "huge-int", "lone-surrogate", "too-deep"],
 )
 def test_a_transcript_is_packed_only_when_it_reads_back_exactly(content):
     """A message holding what JSON would not give back as it was (a tuple, an enum...) keeps the transcript as is."""
+    resting, _, _ = _loaded_twice()
+    resting.messages.append({"role": "user", "content": content})
+    rest(resting)
+    assert resting.messages[-1]["content"] is content
+
+
+def test_a_plain_transcript_reads_back_equal():
+    """Plain JSON of every kind (nested, unicode, floats, booleans, null) reads back equal and of the same types."""
     resting, plain, _ = _loaded_twice()
+    content = {"a": [1, 2.5, -0.0, True, None, "é ✓ \n \u2028"], "b": {"c": _nested(20)}}
     for state in (resting, plain):
-        state.messages.append({"role": "user", "content": content})
+        state.messages.append({"role": "user", "content": copy.deepcopy(content)})
     rest(resting)
     read = resting.messages[-1]["content"]
-    assert type(read) is type(content)
-    assert read is content or read == content
+    assert read == content and repr(read) == repr(content)
+    assert resting == plain
 
 
 def test_runs_nested_in_a_paused_one_rest_with_it():

@@ -1380,9 +1380,18 @@ _SLOTS: dict[str, Any] = {name: RunState.__dict__[name] for name in (_PACKED, *_
 _messages_slot = _SLOTS[_PACKED]
 _VACANT_SLOTS = tuple((_SLOTS[name], _FACTORIES[name]) for name in _VACANT)
 
-# Compact (no spaces) and UTF-8: the text is never shown, only read back.
-_PACKER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":"))
+# Compact (no spaces) and UTF-8: the text is never shown, only read back. Every value is checked plain
+# first (_plain_json), so no fallback, cycle check or NaN refusal is needed; built once, not per call as
+# JSONEncoder.encode builds it.
+_PACKER = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # CPython's; absent in a pure-Python json
+_pack_chunks: Callable[[object, int], Iterable[str]] = (
+    _C_ENCODER(None, None, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    if _C_ENCODER is not None
+    else lambda value, _level: [_PACKER.encode(value)]
+)
 _THAWING = threading.Lock()
+_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def rest(state: RunState) -> None:
@@ -1397,7 +1406,8 @@ def rest(state: RunState) -> None:
         return
     for child in state.children.values():
         rest(child)
-    packed = _packed(state.messages)
+    messages = state.messages
+    packed = _packed(messages) if _plain_json(messages) else None
     vacant = [slot for slot, factory in _VACANT_SLOTS if type(value := slot.__get__(state)) is factory and not value]
     if packed is None and not vacant:
         return
@@ -1408,28 +1418,45 @@ def rest(state: RunState) -> None:
     state.__class__ = _Resting
 
 
-def _packed(messages: Any) -> bytes | None:
-    """The transcript as UTF-8 JSON text, or None unless reading it back gives equal values of the very same types."""
-    if type(messages) is not list:
-        return None
+def _packed(messages: list[Any]) -> bytes | None:
+    """Plain JSON ``messages`` as UTF-8 JSON text; None for what UTF-8 or the encoder refuse."""
     try:
-        if not all(map(_plain_json, messages)):
-            return None
-        return _PACKER.encode(messages).encode()
-    except (ValueError, RecursionError):  # a lone surrogate (UnicodeEncodeError), a huge int, nesting too deep
+        return "".join(_pack_chunks(messages, 0)).encode()
+    except (ValueError, TypeError, RecursionError):  # a lone surrogate (UnicodeEncodeError), a huge int
         return None
 
 
-def _plain_json(value: Any) -> bool:
-    """Whether ``value`` is JSON of exactly dicts (str keys), lists, str, int, finite float, bool and None."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return True
-    if kind is dict:
-        return all(type(key) is str and _plain_json(item) for key, item in value.items())
-    if kind is list:
-        return all(map(_plain_json, value))
-    return kind is float and math.isfinite(value)
+def _plain_json(messages: Any) -> bool:
+    """
+    Whether ``messages`` is a list of JSON of exactly dicts (str keys), lists, str, int, finite float, bool and None.
+
+    Exactly those types: JSON read back gives them as they were, where a tuple would come back a list, an int key
+    a string, an enum its value.
+    """
+    if type(messages) is not list:
+        return False
+    scalars = _SCALARS
+    stack: list[tuple[Any, int]] = [(messages, 1)]
+    while stack:  # no recursion, and no deeper than a saved state may nest (reading it back recurses)
+        container, depth = stack.pop()
+        if depth > DEPTH_CEILING:
+            return False
+        if type(container) is dict:
+            for key in container:
+                if type(key) is not str:
+                    return False
+            items = container.values()
+        else:
+            items = container
+        for item in items:
+            kind = type(item)
+            if kind in scalars:
+                continue
+            if kind is dict or kind is list:
+                stack.append((item, depth + 1))
+            elif kind is not float or not math.isfinite(item):
+                return False
+    return True
 
 
 def _thaw(state: RunState) -> None:
@@ -1448,7 +1475,7 @@ def _thaw(state: RunState) -> None:
         except AttributeError:
             packed = None
         if type(packed) is bytes:
-            _messages_slot.__set__(state, json.loads(packed))
+            _messages_slot.__set__(state, _scan(packed.decode(), 0)[0])  # the whole text one JSON value
         object.__setattr__(state, "__class__", RunState)
 
 
