@@ -217,13 +217,9 @@ def _nested(depth):
     return value
 
 
-@pytest.mark.parametrize(
-    "content",
-    [(1, 2), {1: "int key"}, float("nan"), Stop.ANSWERED, 10**5000, "\ud800", _nested(150)],
-    ids=["tuple", "int-key", "nan", "enum", "huge-int", "lone-surrogate", "too-deep"],
-)
+@pytest.mark.parametrize("content", [Stop.ANSWERED, object(), _nested(5000)], ids=["enum", "object", "too-deep"])
 def test_a_transcript_is_packed_only_when_it_reads_back_exactly(content):
-    """A message holding what JSON would not give back as it was (a tuple, an enum...) keeps the transcript as is."""
+    """A message holding what is not a builtin value (an enum, an object...) keeps the transcript as it is."""
     resting, _, _ = _loaded_twice()
     resting.messages.append({"role": "user", "content": content})
     rest(resting)
@@ -231,9 +227,9 @@ def test_a_transcript_is_packed_only_when_it_reads_back_exactly(content):
 
 
 def test_a_plain_transcript_reads_back_equal():
-    """Plain JSON of every kind (nested, unicode, floats, booleans, null) reads back equal and of the same types."""
+    """Builtin values of every kind (nested, unicode, tuples, int keys, big ints) read back equal, of the same types."""
     resting, plain, _ = _loaded_twice()
-    content = {"a": [1, 2.5, -0.0, True, None, "é ✓ \n \u2028"], "b": {"c": _nested(20)}}
+    content = {"a": [1, 2.5, -0.0, True, None, "é ✓ \n \u2028", (1, 2), 10**50], "b": {1: _nested(20)}}
     for state in (resting, plain):
         state.messages.append({"role": "user", "content": copy.deepcopy(content)})
     rest(resting)

@@ -1366,7 +1366,7 @@ def load_state(text: Any, key: bytes | None) -> RunState:
 
 # A paused run may wait days for a human, and an application may hold thousands of them (an inbox, a queue of
 # approvals). Most of a paused state is its transcript: a dict per message, per tool call and per function,
-# each several times the size of its text. At rest the transcript is held as its JSON text (UTF-8), and the
+# each several times the size of its text. At rest the transcript is held pickled (bytes), and the
 # containers still empty are not held at all; the state's class is then _Resting, whose descriptors for exactly
 # those fields thaw it, in place, on their first use: the same values again, in a plain RunState. Every other
 # field (the pause, the pending call, the counters) is read as it stands, without thawing. A live run is never
@@ -1380,34 +1380,22 @@ _SLOTS: dict[str, Any] = {name: RunState.__dict__[name] for name in (_PACKED, *_
 _messages_slot = _SLOTS[_PACKED]
 _VACANT_SLOTS = tuple((_SLOTS[name], _FACTORIES[name]) for name in _VACANT)
 
-# Compact (no spaces) and UTF-8: the text is never shown, only read back. Every value is checked plain
-# first (_plain_json), so no fallback, cycle check or NaN refusal is needed; built once, not per call as
-# JSONEncoder.encode builds it.
-_PACKER = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
-_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # CPython's; absent in a pure-Python json
-_pack_chunks: Callable[[object, int], Iterable[str]] = (
-    _C_ENCODER(None, None, json.encoder.encode_basestring, None, ":", ",", False, False, True)
-    if _C_ENCODER is not None
-    else lambda value, _level: [_PACKER.encode(value)]
-)
 _THAWING = threading.Lock()
-_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def rest(state: RunState) -> None:
     """
     Let a paused ``state`` (and the runs nested in it) wait compact, in place, until one of its fields is used.
 
-    Its transcript is held as JSON text and its empty containers are not held, when that reads back exactly (see
-    the banner above): a message holding anything but plain JSON (a tuple, a float NaN, an enum) is kept as it is.
+    Its transcript is held pickled and its empty containers are not held (see the banner above); a transcript
+    holding anything but builtin values (an enum, an object of the caller's) is kept as it is.
     Reading or writing ``messages`` or an emptied field, comparing, ``repr`` or pickling the state thaws it.
     """
     if type(state) is not RunState:  # at rest already (or a caller's own subclass, left alone)
         return
     for child in state.children.values():
         rest(child)
-    messages = state.messages
-    packed = _packed(messages) if _plain_json(messages) else None
+    packed = _packed(state.messages)
     vacant = [slot for slot, factory in _VACANT_SLOTS if type(value := slot.__get__(state)) is factory and not value]
     if packed is None and not vacant:
         return
@@ -1418,45 +1406,41 @@ def rest(state: RunState) -> None:
     state.__class__ = _Resting
 
 
-def _packed(messages: list[Any]) -> bytes | None:
-    """Plain JSON ``messages`` as UTF-8 JSON text; None for what UTF-8 or the encoder refuse."""
-    try:
-        return "".join(_pack_chunks(messages, 0)).encode()
-    except (ValueError, TypeError, RecursionError):  # a lone surrogate (UnicodeEncodeError), a huge int
-        return None
-
-
-def _plain_json(messages: Any) -> bool:
+def _packed(messages: Any) -> bytes | None:
     """
-    Whether ``messages`` is a list of JSON of exactly dicts (str keys), lists, str, int, finite float, bool and None.
+    The transcript pickled, or None unless it holds only the builtin types pickle copies exactly (str, int, dict...).
 
-    Exactly those types: JSON read back gives them as they were, where a tuple would come back a list, an int key
-    a string, an enum its value.
+    Pickled, not JSON: made without a check in Python per value, and read back with the very types (a tuple stays
+    a tuple). Anything else (an enum, a user's object) is refused, so no class is ever reduced or rebuilt. The
+    bytes never leave this state: a resting state pickled or saved is thawed first.
     """
     if type(messages) is not list:
-        return False
-    scalars = _SCALARS
-    stack: list[tuple[Any, int]] = [(messages, 1)]
-    while stack:  # no recursion, and no deeper than a saved state may nest (reading it back recurses)
-        container, depth = stack.pop()
-        if depth > DEPTH_CEILING:
-            return False
-        if type(container) is dict:
-            for key in container:
-                if type(key) is not str:
-                    return False
-            items = container.values()
-        else:
-            items = container
-        for item in items:
-            kind = type(item)
-            if kind in scalars:
-                continue
-            if kind is dict or kind is list:
-                stack.append((item, depth + 1))
-            elif kind is not float or not math.isfinite(item):
-                return False
-    return True
+        return None
+    pickler, make_buffer, protocol = _plain_pickler()
+    buffer = make_buffer()
+    try:
+        pickler(buffer, protocol).dump(messages)
+    except Exception:  # refused (_NotPlain), nesting too deep, anything pickle cannot: the transcript stays as it is
+        return None
+    packed: bytes = buffer.getvalue()
+    return packed
+
+
+@functools.cache
+def _plain_pickler() -> Any:
+    """The refusing pickler's class, made on the first pause (so ``import agent_fsm`` does not load pickle)."""
+    import io
+    import pickle
+
+    class Plain(pickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:  # pickle asks only for what is not an exact builtin
+            raise _NotPlain
+
+    return Plain, io.BytesIO, pickle.HIGHEST_PROTOCOL
+
+
+class _NotPlain(Exception):
+    """A value in the transcript is not of a builtin type pickle copies exactly."""
 
 
 def _thaw(state: RunState) -> None:
@@ -1475,7 +1459,9 @@ def _thaw(state: RunState) -> None:
         except AttributeError:
             packed = None
         if type(packed) is bytes:
-            _messages_slot.__set__(state, _scan(packed.decode(), 0)[0])  # the whole text one JSON value
+            import pickle
+
+            _messages_slot.__set__(state, pickle.loads(packed))  # bytes rest() made, in this process
         object.__setattr__(state, "__class__", RunState)
 
 
