@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+import gc
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 
+import attrs
 import pytest
 
 from agent_fsm import (
@@ -19,6 +24,7 @@ from agent_fsm import (
     run,
     tool_call_message,
 )
+from agent_fsm.engine._state import rest
 from tests.warehouse import make_warehouse, ship_args
 
 SCRIPT = [
@@ -132,3 +138,112 @@ def test_a_new_run_id_is_a_random_version_4_uuid_in_hex() -> None:
     free = [i for i in range(128) if i not in range(48, 52) and i not in (64, 65)]
     bits = [int(run_id, 16) for run_id in ids]
     assert all(any(b >> (127 - i) & 1 for b in bits) and not all(b >> (127 - i) & 1 for b in bits) for i in free)
+
+
+# --- at rest: a paused state waits compact, and reads back every value ---
+
+
+def _loaded_twice():
+    """Two equal states of a paused run, read from the same saved text, and that text."""
+    text = paused_run()[0].state.to_json()
+    return RunState.from_json(text), RunState.from_json(text), text
+
+
+def test_paused_runs_are_held_compact():
+    """A paused run's state is held in far less memory than its transcript as dicts (thousands may wait at once)."""
+    paused_run()  # warm every cache first, so only what a run keeps is counted
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [paused_run()[0].state for _ in range(200)]
+        gc.collect()
+        per_run = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert per_run < 3500, f"{per_run:.0f} bytes a paused run (about 4,700 with the transcript as dicts)"
+    assert kept[0].messages[0]["role"] == "system" and kept[0].pending[0].name == "ship"
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        pytest.param(lambda a, b, text: a == b, id="equal"),
+        pytest.param(lambda a, b, text: b == a, id="equal-reflected"),
+        pytest.param(lambda a, b, text: (a != b) is False, id="not-unequal"),
+        pytest.param(lambda a, b, text: a.to_json() == text, id="to_json"),
+        pytest.param(lambda a, b, text: repr(a) == repr(b), id="repr"),
+        pytest.param(lambda a, b, text: pickle.loads(pickle.dumps(a)) == b, id="pickle"),
+        pytest.param(lambda a, b, text: copy.deepcopy(a) == b, id="deepcopy"),
+        pytest.param(lambda a, b, text: attrs.evolve(a) == b, id="evolve"),
+        pytest.param(lambda a, b, text: attrs.asdict(a) == attrs.asdict(b), id="asdict"),
+        pytest.param(lambda a, b, text: a.messages == b.messages and a.children == {} and a.screens == [], id="read"),
+    ],
+)
+def test_a_resting_state_reads_back_every_value(use):
+    """Whatever first uses a resting state (comparing, saving, repr, pickling, a field) finds the very same values."""
+    resting, plain, text = _loaded_twice()
+    rest(resting)
+    assert use(resting, plain, text)
+    assert resting == plain and type(resting) is RunState
+
+
+def test_a_resting_state_thaws_into_containers_of_its_own():
+    """Containers held as nothing at rest come back new and writable: a write to one state reaches no other."""
+    first, second, _ = _loaded_twice()
+    rest(first)
+    rest(second)
+    first.screens.append("checked")
+    first.denials["x"] = 1
+    second.children["c"] = "kept"
+    assert (first.screens, first.denials, first.children) == (["checked"], {"x": 1}, {})
+    assert (second.screens, second.denials, second.children) == ([], {}, {"c": "kept"})
+
+
+def test_a_write_to_a_resting_state_keeps_every_other_value():
+    """Setting a field held compact thaws the state first: the transcript and the rest read back as they were."""
+    resting, plain, _ = _loaded_twice()
+    rest(resting)
+    resting.tool_uses = {"ship": 1}
+    plain.tool_uses = {"ship": 1}
+    assert resting == plain
+
+
+def _nested(depth):
+    """A list ``depth`` lists deep."""
+    value = ["deep"]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("content", [Stop.ANSWERED, object(), _nested(5000)], ids=["enum", "object", "too-deep"])
+def test_a_transcript_is_packed_only_when_it_reads_back_exactly(content):
+    """A message holding what is not a builtin value (an enum, an object...) keeps the transcript as it is."""
+    resting, _, _ = _loaded_twice()
+    resting.messages.append({"role": "user", "content": content})
+    rest(resting)
+    assert resting.messages[-1]["content"] is content
+
+
+def test_a_plain_transcript_reads_back_equal():
+    """Builtin values of every kind (nested, unicode, tuples, int keys, big ints) read back equal, of the same types."""
+    resting, plain, _ = _loaded_twice()
+    content = {"a": [1, 2.5, -0.0, True, None, "é ✓ \n \u2028", (1, 2), 10**50], "b": {1: _nested(20)}}
+    for state in (resting, plain):
+        state.messages.append({"role": "user", "content": copy.deepcopy(content)})
+    rest(resting)
+    read = resting.messages[-1]["content"]
+    assert read == content and repr(read) == repr(content)
+    assert resting == plain
+
+
+def test_runs_nested_in_a_paused_one_rest_with_it():
+    """The states of nested runs rest with their parent's and read back the same."""
+    parent, _, _ = _loaded_twice()
+    child, _, _ = _loaded_twice()
+    parent.children["c"] = child
+    reference = copy.deepcopy(parent)
+    rest(parent)
+    assert type(child) is not RunState  # at rest as well
+    assert parent == reference

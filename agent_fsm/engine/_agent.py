@@ -13,6 +13,7 @@ when first used, so a synchronous program never imports ``asyncio``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
@@ -32,12 +33,12 @@ from agent_fsm.engine._launch import (
     start_state,
     starting,
 )
-from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices, Stop
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
 from agent_fsm.engine._run import AnswerCheck
 from agent_fsm.engine._schema import OutputSpec, output_spec
-from agent_fsm.engine._state import RunResult, RunState
+from agent_fsm.engine._state import RunResult, RunState, rest
 from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
 
@@ -206,7 +207,9 @@ class Agent:
                 import hashlib
 
                 digest = hashlib.sha256(f"{digest}\x02{sorted(map(str, self.tool_rules))}".encode()).hexdigest()
-            cached = (version, digest)
+            # One string per distinct digest, however many agents (one per call of the module-level run()) and
+            # paused runs name it: each paused run records it, and 64 characters apiece add up over thousands.
+            cached = (version, sys.intern(digest))
             object.__setattr__(self, "_digest", cached)
         return cached[1]
 
@@ -410,7 +413,7 @@ class Agent:
         """
         from agent_fsm.engine._async import performed
 
-        return await performed(self._starting(task, history, store, run_id, on_event is not None), on_event)
+        return _resting(await performed(self._starting(task, history, store, run_id, on_event is not None), on_event))
 
     async def astream(
         self,
@@ -442,7 +445,7 @@ class Agent:
         """:meth:`advance`, awaited: drive ``state`` on until it rests (also how a cancelled run goes on)."""
         from agent_fsm.engine._async import performed
 
-        return await performed(self._continuing(state, store, run_id, on_event is not None), on_event)
+        return _resting(await performed(self._continuing(state, store, run_id, on_event is not None), on_event))
 
     async def aresume(
         self,
@@ -465,7 +468,7 @@ class Agent:
         from agent_fsm.engine._async import performed
 
         launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
-        return await performed(launch, on_event)
+        return _resting(await performed(launch, on_event))
 
     # --- how a run is launched ---------------------------------------------------
 
@@ -512,12 +515,22 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
     else:  # a handler's progress is heard as it is reported, in the handler's (the driver's) thread
         context.relay = on_event
     try:
-        return drive(steps, context.outbox, on_event)
+        result = drive(steps, context.outbox, on_event)
     except BaseException as exc:
         context.settle_clock()
         if getattr(exc, "state", False) is None:
             exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
         raise
+    if result.stop is Stop.AWAITING_APPROVAL:  # as _resting, without a call on every run's way out
+        rest(result.state)
+    return result
+
+
+def _resting(result: RunResult) -> RunResult:
+    """``result``, its state left to wait compact if the run paused: a pause may last days, thousands at a time."""
+    if result.stop is Stop.AWAITING_APPROVAL:
+        rest(result.state)
+    return result
 
 
 # --- the module-level functions: each builds the agent and delegates ------------------

@@ -367,7 +367,7 @@ def call_fingerprint(call: ToolCall) -> str:
 _DIGESTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
 # The same encoding, built once rather than per call as JSONEncoder.encode does;
 # without cycle markers, so it holds no state between calls or threads.
-_C_ENCODER: Any = getattr(json.encoder, "c_make_encode_digestedr", None)  # CPython's; absent in a pure-Python json
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # CPython's; absent in a pure-Python json
 _encode_digested: Callable[[object, int], Sequence[str]] = (
     _C_ENCODER(None, repr, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
     if _C_ENCODER is not None
