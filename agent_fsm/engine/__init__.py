@@ -161,6 +161,7 @@ from agent_fsm.engine._state import (
     RunResult,
     RunState,
     ScreenRecord,
+    StateWriter,
     blocked_call,
     format_result,
 )
@@ -348,6 +349,7 @@ __all__ = [
     "StateEntered",
     "StateError",
     "StateSpec",
+    "StateWriter",
     "Steps",
     "Stop",
     "stream",

@@ -20,6 +20,7 @@ signature), the state at rest (a paused run held compact), views.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import operator
@@ -44,7 +45,7 @@ from agent_fsm.engine._context import (
 )
 from agent_fsm.engine._endings import CODE_PATTERN
 from agent_fsm.engine._json import DEPTH_CEILING, argument_problem
-from agent_fsm.engine._limits import Limits, Stop, Usage
+from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import Observation, format_transcript
 from agent_fsm.engine._tools import ToolCall, call_fingerprint
@@ -60,6 +61,7 @@ __all__ = [
     "blocked_call",
     "STATES",
     "ScreenRecord",
+    "StateWriter",
     "dump_state",
     "format_result",
     "json_kind",
@@ -1310,6 +1312,159 @@ def dump_state(state: RunState, key: bytes | None) -> str:
     if key is None:
         return text
     return f'{{"signature":"{_sign(_key(key), text)}","state":{text}}}'
+
+
+# --- the writer of a state committed again and again ---
+
+# One value encoded by a C encoder made once (JSONEncoder.encode makes one per call, which costs more
+# than encoding a counter), with _ENCODER's settings: so a field's text is what dump_state writes of it.
+# No circularity markers: a cycle ends in RecursionError, refused as any state strict JSON cannot hold.
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+if _make_encoder is not None:
+    _one_value = _make_encoder(
+        None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
+    )
+
+    def _encoded(value: Any) -> str:
+        return "".join(_one_value(value, 0))
+
+else:  # pragma: no cover - an interpreter without the C accelerator
+
+    def _encoded(value: Any) -> str:
+        return _ENCODER.encode(value)
+
+
+# The fields a bare state is written with (its lists are written apart, once each), and their keys as written.
+_BARE_FIELDS = tuple(name for name in SAVED_FIELDS if name not in ("messages", "observations"))
+_bare_values = operator.attrgetter(*_BARE_FIELDS)
+_BARE_KEYS = tuple(f", {_ENCODER.encode(name)}: " for name in _BARE_FIELDS)
+_BARE_CONVERT = tuple(_RECORD_WRITERS.get(name) for name in _BARE_FIELDS)
+_BARE_INDICES = range(len(_BARE_FIELDS))
+_BARE_HEAD = _ENCODER.encode({"format": FORMAT, "messages": [], "observations": []})[:-1]
+# Values whose text cannot change while they are the same object: scalars and frozen records of scalars.
+_IMMUTABLE = frozenset(
+    {int, str, float, bool, type(None), Judgement, Pause, ProviderFault, Limits, ScreenRecord, Compaction}
+)
+_usage_values = operator.attrgetter(*(f.name for f in attrs.fields(Usage)))
+
+
+class _Copy:
+    """What a mutable field held when written: a later value holding the very same objects is written the same."""
+
+    __slots__ = ("items", "kind")
+
+    def __init__(self, kind: type, items: tuple[Any, ...]) -> None:
+        self.kind, self.items = kind, items
+
+    def holds(self, value: Any) -> bool:
+        kind: Any = self.kind
+        items = self.items
+        if type(value) is not kind:
+            return False
+        if kind is Usage:
+            return all(map(operator.is_, _usage_values(value), items))
+        if kind is dict:
+            return len(value) == len(items) // 2 and all(map(operator.is_, (*value, *value.values()), items))
+        return len(value) == len(items) and all(map(operator.is_, value, items))
+
+
+_UNTOLD = object()  # a value the writer cannot tell unchanged (it holds something mutable): written every time
+
+
+def _kept(value: Any) -> Any:
+    """What tells, at the next commit, that a field's value is the one just written."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is Usage:
+        return _Copy(kind, _usage_values(value))
+    if kind is list and _IMMUTABLE.issuperset(map(type, value)):
+        return _Copy(kind, tuple(value))
+    if kind is dict and _IMMUTABLE.issuperset(map(type, value.values())) and all(type(k) is str for k in value):
+        return _Copy(kind, (*value, *value.values()))
+    return _UNTOLD
+
+
+class StateWriter:
+    """
+    One run's states, committed again and again, written without their lists: each field encoded only when changed.
+
+    A store commits a run's state at every checkpoint, and most of its
+    fields are as they were at the commit before (the limits, the run's id,
+    the agent and its digest, counters between turns). The writer keeps the
+    text of each field as last written and encodes again only a field whose
+    value differs: an immutable value that is another object, a list or
+    mapping of immutable values whose items are not the very same objects,
+    usage whose counts are not. A field that holds what may change in place
+    (pending calls with their arguments, typed output, a compacted prompt,
+    nested runs) is encoded every time. The text is exactly
+    :meth:`RunState.to_json` of the same state with empty ``messages`` and
+    ``observations``; :meth:`added` writes the items of those lists apart.
+
+    Keep one writer per run, used by one thread at a time.
+    """
+
+    __slots__ = ("_seen", "_texts")
+
+    def __init__(self) -> None:
+        seen, texts = _fresh()
+        self._seen: list[Any] = list(seen)
+        self._texts: list[str] = list(texts)
+
+    def bare(self, state: RunState) -> str:
+        """
+        ``state`` as strict JSON text with empty ``messages`` and ``observations`` lists.
+
+        Raises:
+            ValueError: the state holds something strict JSON cannot (as :meth:`RunState.to_json`).
+        """
+        seen, texts = self._seen, self._texts
+        values = _bare_values(state)
+        try:
+            # The fields whose value is not the very object last written (found in C), then those of them changed.
+            for i in itertools.compress(_BARE_INDICES, map(operator.is_not, values, seen)):
+                value, kept = values[i], seen[i]
+                if type(kept) is _Copy and kept.holds(value):
+                    continue
+                convert = _BARE_CONVERT[i]
+                texts[i] = _BARE_KEYS[i] + _encoded(value if convert is None else convert(value))
+                seen[i] = _kept(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
+        return f"{_BARE_HEAD}{''.join(texts)}}}"
+
+    @staticmethod
+    def added(state: RunState, messages: int, observations: int) -> tuple[str, str]:
+        """
+        The JSON of ``state``'s messages and observations after the first ``messages`` and ``observations``.
+
+        Each list's items as :meth:`RunState.to_json` writes them, comma-joined
+        (empty text: nothing added).
+
+        Raises:
+            ValueError: an item is not strict JSON (as :meth:`RunState.to_json`).
+        """
+        try:
+            new = _encoded(state.messages[messages:])
+            seen = _encoded([_observation_data(o) for o in state.observations[observations:]])
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
+        return new[1:-1], seen[1:-1]
+
+
+@functools.cache
+def _fresh() -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """
+    What a writer starts from: the fields of a new state as the engine makes it, already written.
+
+    No answer, no pause, zero counters, empty lists, the default budgets: a
+    run's first commit then encodes only the fields that differ (its id, its
+    agent, its opening).
+    """
+    writer = object.__new__(StateWriter)
+    writer._seen, writer._texts = [_UNTOLD] * len(_BARE_FIELDS), [""] * len(_BARE_FIELDS)
+    writer.bare(RunState(limits=DEFAULT_LIMITS, run_id=""))
+    return tuple(writer._seen), tuple(writer._texts)
 
 
 def _no_constant(name: str) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import Intent, RunState, ToolCall, blocked_call
+from agent_fsm.engine import RUN_MACHINE, Intent, RunState, Stop, ToolCall, blocked_call
 from agent_fsm.store.errors import AlreadyDecided, DamagedRun, RunNotFound, RunTakenOver, StoreError
 from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
 
@@ -107,11 +107,19 @@ CHECKED = (
 """What a commit that was refused, or that continues a run from a new state object, is checked against."""
 
 
-def status_of(state: RunState) -> tuple[str, str | None]:
-    stop = state.stop
+def _status(stop: Stop | None) -> tuple[str, str | None]:
     if stop is None:
         return "running", None
     return ("paused" if stop.value == "awaiting_approval" else "ended"), stop.value
+
+
+# Every machine state's status and stop, looked up once: a commit reads them two or three times.
+_STATUSES = {spec.name: _status(RUN_MACHINE.stop_of(spec.name)) for spec in RUN_MACHINE.states}
+
+
+def status_of(state: RunState) -> tuple[str, str | None]:
+    found = _STATUSES.get(state.machine_state)
+    return found if found is not None else _status(state.stop)  # an unknown state: as the state itself says
 
 
 def call_json(call: ToolCall, path: Sequence[str] = ()) -> str:

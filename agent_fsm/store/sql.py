@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import Intent, RunState
+from agent_fsm.engine import Intent, RunState, StateWriter
 from agent_fsm.store.errors import (
     AlreadyDecided,
     DamagedRun,
@@ -68,7 +68,7 @@ from agent_fsm.store.rows import (
     text_column,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
-from agent_fsm.store.transcript import added, whole
+from agent_fsm.store.transcript import whole
 
 __all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
@@ -84,26 +84,27 @@ class _Held:
     # each the run's latest checkpoint holds: its next commit writes what follows those (see .transcript).
     written: tuple[list[Any], list[Any]] | None = None
     kept: tuple[int, int] = (0, 0)
+    # The run's state as last written, field by field: a commit encodes only the fields that changed.
+    writer: StateWriter = attrs.field(factory=StateWriter)
 
 
 _Counts = tuple[int, int] | tuple[None, None]
 _Pieces = tuple[str, str] | tuple[None, None]
 
 
-def _what(state: RunState, since: tuple[int, int] | None) -> tuple[str, _Counts, _Pieces]:
+def _what(state: RunState, since: tuple[int, int] | None, writer: StateWriter) -> tuple[str, _Counts, _Pieces]:
     """
     What a commit writes of ``state`` whose latest checkpoint holds its first ``since`` messages and observations.
 
-    The state's text without its lists, their counts, and the items added
+    The state's text without its lists (``writer`` encodes only the fields
+    changed since it last wrote the run), their counts, and the items added
     since that checkpoint; or, when ``since`` is ``None`` (what is stored is
-    not the start of ``state``'s lists), the whole state's text and no counts:
-    the run is then kept whole.
+    not the start of ``state``'s lists), the whole state's text and no
+    counts: the run is then kept whole.
     """
-    found = added(state, *since) if since is not None else None
-    if found is None:
+    if since is None:
         return state.to_json(), (None, None), (None, None)
-    text, messages, observations = found
-    return text, (len(state.messages), len(state.observations)), (messages, observations)
+    return writer.bare(state), (len(state.messages), len(state.observations)), writer.added(state, *since)
 
 
 # A run's row at a checkpoint holds this instead of its state: the state is the latest checkpoint's, kept in
@@ -202,7 +203,8 @@ class SqlStore:
         belongs(run_id, state)
         status, stop = status_of(state)
         now = time.time()
-        text, counts, pieces = _what(state, (0, 0))
+        writer = StateWriter()
+        text, counts, pieces = _what(state, (0, 0), writer)
         rest = ("", "") if counts[0] is not None else (None, None)  # nothing added since checkpoint 0
         try:
             with self._transaction() as tx:
@@ -221,7 +223,8 @@ class SqlStore:
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
             exc.state = exc.state or state
             raise
-        self._held[run_id] = _Held(1, weakref.ref(state), _written(state, counts), (counts[0] or 0, counts[1] or 0))
+        kept = (counts[0] or 0, counts[1] or 0)
+        self._held[run_id] = _Held(1, weakref.ref(state), _written(state, counts), kept, writer)
 
     def _stored(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
         """The :data:`STORED` row of ``run_id`` (none if no such run) with its lists put back."""
@@ -303,19 +306,21 @@ class SqlStore:
         status = status_of(state)[0]
         held = self._held.get(run_id)
         bound = held is not None and (held.state is None or held.state() is state)
+        # The fields' texts are the run's, whichever state object holds them: kept even for another object.
+        writer = held.writer if held is not None else StateWriter()
         try:
-            version, written, kept = self._commit(run_id, state, intent, held if bound else None)
+            version, written, kept = self._commit(run_id, state, intent, held if bound else None, writer)
         except StoreError as exc:
             self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
             exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
         if status == "running":
-            self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept)
+            self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept, writer)
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
 
     def _commit(
-        self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None
+        self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None, writer: StateWriter
     ) -> tuple[int, tuple[list[Any], list[Any]] | None, tuple[int, int]]:
         """The compare-and-set of :meth:`save`; the version it wrote over and the messages now stored as rows."""
         status, stop = status_of(state)
@@ -331,7 +336,7 @@ class SqlStore:
                 held.version if held is not None else continuable(run_id, self._checked(tx, run_id), self.owner, state)
             )
             since = self._since(tx, run_id, state, held)
-            text, counts, pieces = _what(state, since)
+            text, counts, pieces = _what(state, since, writer)
             # A checkpoint's row keeps what was added since the one before; the run's row, while an effect
             # is in flight, what was added since its latest checkpoint (see .transcript).
             rest: _Pieces = pieces if intent is not None or counts[0] is None else ("", "")
@@ -529,7 +534,7 @@ class SqlStore:
                         " fork an earlier checkpoint"
                     )
                 paused = status == "paused"
-                text, counts, pieces = _what(state, (0, 0))
+                text, counts, pieces = _what(state, (0, 0), StateWriter())
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
                     " new_messages, new_observations, pause_id, reason, blocked, owner, created_at, updated_at,"

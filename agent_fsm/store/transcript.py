@@ -8,7 +8,9 @@ same names. Each checkpoint row also holds, in ``new_messages`` and
 JSON texts, comma-joined); the run's row holds those added since its latest
 checkpoint (while an effect is in flight). A state is read back by joining
 the pieces in order into its text, which then goes through the strict reader
-as any saved state does: the pieces are data, never authority.
+as any saved state does: the pieces are data, never authority. A commit
+writes the state without its lists through :class:`agent_fsm.engine.StateWriter`,
+which encodes again only the fields changed since the run's commit before.
 
 A state column whose counts are ``NULL`` holds the whole state itself
 (written before migration 4, or by a commit whose earlier messages were no
@@ -28,7 +30,7 @@ import attrs
 from agent_fsm.engine import RunState
 from agent_fsm.store.errors import DamagedRun
 
-__all__ = ["Parts", "added", "parts", "split_saved", "whole"]
+__all__ = ["Parts", "parts", "split_saved", "whole"]
 
 _ENCODER = json.JSONEncoder(allow_nan=False)  # the saved state's own encoding: strict JSON, ASCII escapes
 _DECODER = json.JSONDecoder()
@@ -36,16 +38,15 @@ _DECODER = json.JSONDecoder()
 _HEAD = re.compile(r'\{"format": [0-9]+, "messages": ')
 _BETWEEN = ', "observations": '
 _BARE = re.compile(r'\{"format": [0-9]+, "messages": \[\], "observations": \[\]')
-_OBSERVATIONS = re.compile(r'\{"format": [0-9]+, "messages": \[\], "observations": ')
-# A state's fields, read in one C call: a commit's shallow copy sets them on a bare object (copy.copy
-# goes through __reduce_ex__ and a dict, three times the cost, at every commit).
+# A state's fields, read in one C call: a shallow copy sets them on a bare object (copy.copy goes
+# through __reduce_ex__ and a dict, three times the cost).
 _FIELDS = tuple(field.name for field in attrs.fields(RunState))
 _values = operator.attrgetter(*_FIELDS)
 _set = object.__setattr__
 
 
 def _shallow(state: RunState, observations: list[Any]) -> RunState:
-    """A shallow copy of ``state`` with no messages and only ``observations``: what a commit serializes."""
+    """A shallow copy of ``state`` with no messages and only ``observations``."""
     bare = object.__new__(RunState)
     for name, value in zip(_FIELDS, _values(state), strict=True):
         _set(bare, name, value)
@@ -96,32 +97,6 @@ def parts(state: RunState, messages: int = 0, observations: int = 0) -> Parts | 
     later = _shallow(state, state.observations[observations:])
     later.messages = state.messages[messages:]
     return _split(later.to_json())
-
-
-def added(state: RunState, messages: int, observations: int) -> tuple[str, str, str] | None:
-    """
-    What a commit writes of ``state`` whose first ``messages`` and ``observations`` are stored already.
-
-    Its text without the lists, and the pieces added to each (their items'
-    JSON, comma-joined), cut from one :meth:`RunState.to_json` of the state
-    without its messages (written apart, once) and with only its new
-    observations. ``None`` where the saved format lays the lists out otherwise.
-
-    Raises:
-        ValueError: the state holds something strict JSON cannot (as :meth:`RunState.to_json`).
-    """
-    text = _shallow(state, state.observations[observations:]).to_json()
-    head = _OBSERVATIONS.match(text)
-    if head is None:
-        return None
-    try:
-        found, end = _DECODER.raw_decode(text, head.end())
-        new = _ENCODER.encode(state.messages[messages:])
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
-    if not isinstance(found, list):
-        return None
-    return f"{text[: head.end()]}[]{text[end:]}", new[1:-1], text[head.end() + 1 : end - 1]
 
 
 def whole(text: Any, pieces: Sequence[Sequence[Any]]) -> Any:
