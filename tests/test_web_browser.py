@@ -60,9 +60,12 @@ def _serve(url: str, **options: Any) -> Any:
 
 
 def _wait(browser: Any, condition: Any) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, TIMEOUT, poll_frequency=0.1).until(condition)
+    # The live page swaps its <main> as the run moves: an element found just before a swap is asked again.
+    waiting = WebDriverWait(browser, TIMEOUT, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
+    return waiting.until(condition)
 
 
 def _by_id(browser: Any, element_id: str) -> Any:
