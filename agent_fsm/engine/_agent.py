@@ -521,9 +521,7 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
         if getattr(exc, "state", False) is None:
             exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
         raise
-    if result.stop is Stop.AWAITING_APPROVAL:  # as _resting, without a call on every run's way out
-        rest(result.state)
-    return result
+    return _resting(result)
 
 
 def _resting(result: RunResult) -> RunResult:

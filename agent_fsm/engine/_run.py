@@ -15,11 +15,10 @@ A declaration bound to its guard and effect functions: one ``transitions.Machine
 
 :func:`compile_machine` builds the machine once and caches it, then reads
 a dispatch table off the machine's own edges (per state, its edges in
-table order: guard, destination, the destination's on-enter effects),
-each state's guards compiled into one function that tries them in order.
+table order: guard, destination, the destination's on-enter effects).
 Every run is driven through that table and passed as the single argument
 guards and effects receive, so a run costs no machine of its own and a
-step costs a dictionary look-up and one call that tries its guards.
+step costs a dictionary look-up and the guards it tries.
 
 
 [context]

@@ -120,11 +120,13 @@ def chat_kwargs(run: RunContext, on_delta: Any) -> dict[str, Any]:
     ``takes_output``, so it can ask its provider for structured output natively;
     the output cap for a model that ``takes_output_cap`` (what a cost budget's worst case counts on).
     """
+    cap = run.limits.max_output_tokens
+    if on_delta is None and run.output is None and cap is None:
+        return {}  # the common turn: nothing to ask of the model's optional keywords
     model = run.model
     extra = {"on_delta": on_delta} if on_delta is not None and getattr(model, "streams", False) else {}
     if run.output is not None and getattr(model, "takes_output", False):
         extra["output"] = run.output
-    cap = run.limits.max_output_tokens
     if cap is not None and getattr(model, "takes_output_cap", False):
         extra["max_output_tokens"] = cap
     return extra
@@ -153,10 +155,7 @@ def perform_now(request: Request, live: Callable[[RunEvent], Any] | None = None)
         if chat is None:
             raise NotSynchronous(f"the model {run.model!r} has no chat(); an async-only model runs with arun")
         on_delta = run.delta_sink(live) if run.outbox is not None else None
-        if on_delta is None and run.output is None and run.limits.max_output_tokens is None:
-            result = chat(run.messages_to_send(), run.declarations)  # chat_kwargs would give none
-        else:
-            result = chat(run.messages_to_send(), run.declarations, **chat_kwargs(run, on_delta))
+        result = chat(run.messages_to_send(), run.declarations, **chat_kwargs(run, on_delta))
         if hasattr(result, "__await__"):
             raise _refuse(result, "model", chat)
         return result
