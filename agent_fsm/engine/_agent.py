@@ -23,7 +23,7 @@ from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._errors import ToolDefinitionError
-from agent_fsm.engine._events import RunEvent
+from agent_fsm.engine._events import Ended, RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
@@ -329,7 +329,8 @@ class Agent:
         """
         context, steps = self._starting(task, history, store, run_id, True)
         try:
-            yield from iterate(steps, context.outbox)
+            for event in iterate(steps, context.outbox):
+                yield _rested(event, context.run_id)
         finally:
             context.settle_clock()
 
@@ -431,8 +432,10 @@ class Agent:
         """
         from agent_fsm.engine._async import streamed
 
-        async for event in streamed(self._starting(task, history, store, run_id, True)):
-            yield event
+        launch = self._starting(task, history, store, run_id, True)
+        run = launch[0].run_id
+        async for event in streamed(launch):
+            yield _rested(event, run)
 
     async def aadvance(
         self,
@@ -529,6 +532,13 @@ def _resting(result: RunResult) -> RunResult:
     if result.stop is Stop.AWAITING_APPROVAL:
         rest(result.state)
     return result
+
+
+def _rested(event: RunEvent, run_id: str) -> RunEvent:
+    """A streamed event; the run's own ``Ended`` (not a nested run's) with its result left to wait as ``_resting``."""
+    if type(event) is Ended and event.run_id == run_id:
+        _resting(event.result)
+    return event
 
 
 # --- the module-level functions: each builds the agent and delegates ------------------

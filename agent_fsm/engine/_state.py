@@ -1623,6 +1623,27 @@ def _thaw(state: RunState) -> None:
         object.__setattr__(state, "__class__", RunState)
 
 
+def _plain_copy(state: RunState) -> RunState:
+    """A plain :class:`RunState` with what a resting ``state`` holds (its transcript unpickled); ``state`` rests on."""
+    import pickle
+
+    plain = object.__new__(RunState)
+    for name, slot in _FIELD_SLOTS:
+        try:
+            value = slot.__get__(state)
+        except AttributeError:  # not set yet: a state being built
+            continue
+        if name == _PACKED and type(value) is bytes:
+            value = pickle.loads(value)  # bytes rest() made, in this process
+        elif value is None and name in _FACTORIES:
+            value = _FACTORIES[name]()
+        slot.__set__(plain, value)
+    return plain
+
+
+_FIELD_SLOTS = tuple((f.name, RunState.__dict__[f.name]) for f in attrs.fields(RunState))
+
+
 class _Thawing:
     """A field of a resting state: any use thaws the state, then reads or writes the field's own slot."""
 
@@ -1656,8 +1677,9 @@ class _Resting(RunState):
         return self == other
 
     def __repr__(self) -> str:
-        _thaw(self)
-        return repr(self)
+        # Looked at, not used: a repr (a log line; asyncio's of the finished task that holds the result, which
+        # asyncio.run makes on Python 3.11) shows the values and leaves the state at rest.
+        return repr(_plain_copy(self))
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         _thaw(self)
