@@ -59,6 +59,32 @@ def test_import_and_a_plain_run_load_nothing_deferred() -> None:
     assert _loaded(PLAIN_RUN, DEFERRED + SCHEMA_LIBRARIES + ON_DEMAND) == set()
 
 
+# A tool declared with a JSON Schema of the common keywords: its definition is checked without jsonschema.
+SCHEMA_RUN = """
+import agent_fsm as a
+from agent_fsm.examples.support_desk import TASK, make_support_desk, refund_gate
+schema = {
+    "type": "object",
+    "description": "a note",
+    "properties": {"text": {"type": "string", "minLength": 1, "pattern": "^[a-z ]+$"}, "n": {"type": "integer"}},
+    "required": ["text"],
+    "additionalProperties": False,
+}
+note = a.ToolSpec("Take a note.", schema, lambda text, n=0: text)
+model = a.ScriptedModel([a.tool_call_message("c1", "note", {"text": "hi"}), a.answer_message("noted")])
+assert a.run("note", model, {"note": note}, gate=a.allow_all).answer == "noted"
+assert a.run(TASK, a.ScriptedModel([a.answer_message("ok")]), make_support_desk().tools, gate=refund_gate).answer
+"""
+
+
+def test_a_run_on_common_json_schemas_loads_no_schema_library() -> None:
+    """Contracts of the common keywords are checked without jsonschema; one keyword beyond them loads it."""
+    assert _loaded(SCHEMA_RUN, SCHEMA_LIBRARIES + DEFERRED) == set()
+    beyond = SCHEMA_RUN.replace('"n": {"type": "integer"}', '"n": {"type": "integer", "multipleOf": 2}')
+    assert beyond != SCHEMA_RUN
+    assert _loaded(beyond, SCHEMA_LIBRARIES) == {"jsonschema", "referencing"}
+
+
 def test_the_paths_that_need_a_standard_module_load_it() -> None:
     """Not vacuous: a signed state, a pause id, a digest, format checks and typed output each load their module."""
     used = (

@@ -10,7 +10,7 @@ import weakref
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_fsm import (
@@ -25,7 +25,7 @@ from agent_fsm import (
 )
 from agent_fsm.engine import to_json_data
 from agent_fsm.engine._json import storable
-from agent_fsm.engine._schema import compile_checker, make_validator
+from agent_fsm.engine._schema import _meta_problem, _plainly_valid, compile_checker, make_validator
 from agent_fsm.engine._tools import declaration_tokens
 from tests.strategies import CREDIT_SCHEMA
 
@@ -191,6 +191,107 @@ def test_schemas_with_other_keywords_fall_back_to_jsonschema():
         assert compile_checker(schema) is None
     spec = ToolSpec("d", {"type": "object", "properties": {"n": {"multipleOf": 2}}}, lambda n=0: n)
     assert spec.errors({"n": 3}) == ["n: 3 is not a multiple of 2"]
+
+
+# Schemas of the keywords a contract commonly uses, every value one the meta-schema accepts; a test then
+# puts a wrong value (a wrong type, a negative count, a duplicate, a pattern RE2 refuses...) in one place.
+_TYPES = ["array", "boolean", "integer", "null", "number", "object", "string"]
+_ANY = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)), st.lists, max_leaves=4)
+_NUMBER = st.one_of(st.integers(-5, 5), st.floats(-5, 5, allow_nan=False))
+_COUNT = st.integers(0, 5)
+_TEXT = st.text(max_size=3)
+_RIGHT: dict[str, st.SearchStrategy[Any]] = {
+    "type": st.one_of(st.sampled_from(_TYPES), st.lists(st.sampled_from(_TYPES), min_size=1, max_size=3, unique=True)),
+    "required": st.lists(st.sampled_from(["a", "b", "c"]), unique=True, max_size=3),
+    **dict.fromkeys(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"], _NUMBER),
+    **dict.fromkeys(["minLength", "maxLength", "minItems", "maxItems"], _COUNT),
+    "pattern": st.sampled_from(["^[a-c]+$", "x", "[0-9]{2}", ""]),
+    **dict.fromkeys(["format", "title", "description", "$comment", "$schema"], _TEXT),
+    **dict.fromkeys(["enum", "examples"], st.lists(_ANY, max_size=3)),
+    **dict.fromkeys(["const", "default"], _ANY),
+}
+# For each keyword, values the meta-schema refuses there (and 1.0 as a count, which it accepts: left to it).
+_WRONG: dict[str, list[Any]] = {
+    "type": ["int", [], ["string", "string"], ["string", 1], 3],
+    "required": ["a", ["a", "a"], ["a", 1], [None]],
+    **{key: ["1", None, True, [1]] for key in ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]},
+    **{key: [-1, 1.5, 1.0, True, "2", None] for key in ["minLength", "maxLength", "minItems", "maxItems"]},
+    "pattern": ["(?=x)", "(", "a{1001}", 3, None],
+    **{key: [3, None, [], True] for key in ["format", "title", "description", "$comment", "$schema"]},
+    **{key: ["a", 1, {}, None] for key in ["enum", "examples"]},
+    **{key: [None, [1, {"a": True}]] for key in ["const", "default"]},  # anything goes there
+    "properties": [[], "x", {"a": 3}, {"a": {"type": "int"}}],
+    **{key: [1, "x", [True], {"type": "int"}, {"minLength": -1}] for key in ["items", "additionalProperties"]},
+}
+_keywords = st.lists(st.sampled_from(sorted(_RIGHT)), unique=True, min_size=1, max_size=4).flatmap(
+    lambda keys: st.fixed_dictionaries({k: _RIGHT[k] for k in keys})
+)
+_schemas = st.recursive(
+    st.one_of(st.booleans(), _keywords),
+    lambda inner: st.tuples(
+        _keywords,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "properties": st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+                "items": inner,
+                "additionalProperties": inner,
+            },
+        ),
+    ).map(lambda pair: {**pair[0], **pair[1]}),
+    max_leaves=8,
+)
+
+
+def _places(schema: Any) -> list[tuple[dict[str, Any], str]]:
+    """Every keyword of ``schema`` and of the schemas in it, as (the schema holding it, the keyword)."""
+    if not isinstance(schema, dict):
+        return []
+    found = [(schema, keyword) for keyword in schema]
+    for keyword in ("items", "additionalProperties"):
+        found += _places(schema.get(keyword))
+    for sub in schema.get("properties", {}).values():
+        found += _places(sub)
+    return found
+
+
+@settings(max_examples=500)  # a check of about a millisecond: enough examples to reach each keyword made wrong
+@given(schema=_schemas, data=st.data())
+def test_a_schema_read_as_plainly_valid_passes_the_meta_schema(schema, data):
+    """What is found valid without loading jsonschema, the meta-schema, the $ref resolver and RE2 accept too."""
+    places = _places(schema)
+    if places and data.draw(st.integers(0, 3)):  # one value made wrong (or not: a few of _WRONG fit some keywords)
+        holder, keyword = data.draw(st.sampled_from(places))
+        holder[keyword] = data.draw(st.sampled_from(_WRONG[keyword]))
+    schema = json.loads(json.dumps(schema))  # what schema_problem reads: the schema as JSON
+    if _plainly_valid(schema):
+        assert _meta_problem(schema) is None
+
+
+def test_the_direct_reading_leaves_every_doubt_to_the_meta_schema():
+    """Not vacuous: the contracts above read as valid; each kind of breakage is left to jsonschema, which words it."""
+    for name, schema in SCHEMAS.items():
+        assert _plainly_valid(schema), name
+    base = {"type": "object", "properties": {"s": {"type": "string"}}}
+    for broken in (
+        {"type": "int"},
+        {"type": ["string", "string"]},
+        {"type": []},
+        {"required": ["a", "a"]},
+        {"minLength": -1},
+        {"maxItems": 1.5},
+        {"minimum": "1"},
+        {"pattern": "(?=x)"},
+        {"enum": "a"},
+        {"description": 3},
+        {"properties": []},
+    ):
+        for schema in ({**base, **broken}, {**base, "properties": {"s": broken}}):
+            assert not _plainly_valid(schema), schema
+            assert _meta_problem(schema) is not None, schema
+    # Valid, but not read directly: left to the full check, which accepts it.
+    for schema in ({"minLength": 1.0}, {"uniqueItems": True}, {"$ref": "#"}, {"items": {"multipleOf": 2}}):
+        assert not _plainly_valid(schema) and _meta_problem(schema) is None, schema
 
 
 def test_a_failing_call_is_worded_by_jsonschema_as_before():

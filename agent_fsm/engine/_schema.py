@@ -504,13 +504,82 @@ def _ref_problems(schema: Mapping[str, Any]) -> Iterator[str]:
         yield "unevaluatedProperties together with patternProperties is not supported (that matching backtracks)"
 
 
+# The keywords a contract commonly uses, each with what the Draft 2020-12 meta-schema asks of its value, read
+# directly: a schema of only these is found valid without loading jsonschema (tens of milliseconds at a
+# process's first tool). Anything else, or any doubt, is left to the meta-schema check itself.
+_SIMPLE_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+_SUBSCHEMA_KEYWORDS = frozenset({"items", "additionalProperties"})
+_NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_COUNT_KEYWORDS = frozenset({"minLength", "maxLength", "minItems", "maxItems"})
+_TEXT_KEYWORDS = frozenset({"title", "description", "$comment", "format", "$schema"})
+_FREE_KEYWORDS = frozenset({"const", "default"})
+
+
+def _plainly_valid(schema: Any, depth: int = 0) -> bool:
+    """
+    Whether ``schema`` is certainly a valid Draft 2020-12 schema, read without the meta-schema.
+
+    ``True`` only for a schema (or boolean) made of the keywords above, each
+    holding what the meta-schema requires, and whose patterns RE2 compiles;
+    ``False`` means only "not shown here": the full check decides, and words it.
+    """
+    if type(schema) is bool:
+        return True
+    if type(schema) is not dict or depth > DEPTH_CEILING:
+        return False
+    for keyword, value in schema.items():
+        kind = type(value)
+        if keyword in _SUBSCHEMA_KEYWORDS:
+            if not _plainly_valid(value, depth + 1):
+                return False
+        elif keyword == "properties":
+            if kind is not dict or not all(_plainly_valid(v, depth + 1) for v in value.values()):
+                return False
+        elif keyword == "type":
+            names = value if kind is list else [value]
+            if not names or any(type(n) is not str or n not in _SIMPLE_TYPES for n in names):
+                return False
+            if len(set(names)) != len(names):
+                return False
+        elif keyword == "required":
+            if kind is not list or any(type(n) is not str for n in value) or len(set(value)) != len(value):
+                return False
+        elif keyword in _NUMBER_KEYWORDS:
+            if kind is not int and kind is not float:
+                return False
+        elif keyword in _COUNT_KEYWORDS:
+            if kind is not int or value < 0:
+                return False
+        elif keyword == "pattern":
+            if kind is not str:
+                return False
+            try:
+                compile_pattern(value)
+            except PatternError:
+                return False
+        elif keyword in _TEXT_KEYWORDS:
+            if kind is not str:
+                return False
+        elif keyword == "enum" or keyword == "examples":
+            if kind is not list:
+                return False
+        elif keyword not in _FREE_KEYWORDS:
+            return False
+    return True
+
+
 @functools.lru_cache(maxsize=1024)
 def _problem_of(schema_text: str) -> str | None:
     # The meta-schema check costs milliseconds; test worlds are rebuilt per
     # example, so each distinct schema is checked once.
+    schema = json.loads(schema_text)
+    return None if _plainly_valid(schema) else _meta_problem(schema)
+
+
+def _meta_problem(schema: Any) -> str | None:
+    """What the 2020-12 meta-schema, the ``$ref`` resolver and RE2 find wrong with ``schema``, in their words."""
     import jsonschema
 
-    schema = json.loads(schema_text)
     try:
         # format_checker=None: the meta-schema's "regex" format would compile patterns with
         # Python's re, whose dialect is not JSON Schema's; RE2 compiles them below instead.
