@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -32,6 +33,20 @@ from tests.payments import make_payments, pay_call, pay_gate
 
 def _script(cents: int = 10) -> list[dict[str, Any]]:
     return [pay_call(cents), answer_message("paid")]
+
+
+def _cancelled(run: Coroutine[Any, Any, Any], when: Callable[[], Awaitable[Any]]) -> RunState:
+    """The state ``run`` leaves when its task is cancelled once ``when()`` is done (RunCancelled carries it)."""
+
+    async def main() -> RunState:
+        task = asyncio.ensure_future(run)
+        await when()
+        task.cancel()
+        with pytest.raises(RunCancelled) as raised:
+            await task
+        return raised.value.state
+
+    return asyncio.run(main())
 
 
 def test_an_async_world_runs_to_the_same_ending_as_the_plain_one() -> None:
@@ -77,15 +92,7 @@ def test_cancelling_during_a_model_call_undoes_the_call_and_aadvance_finishes_th
     tools, ledger = make_payments()
     slow = AsyncModel(ScriptedModel(_script()), delay=10.0)
 
-    async def main() -> RunState:
-        task = asyncio.ensure_future(arun("pay", slow, tools, gate=pay_gate, run_id="r"))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(RunCancelled) as raised:
-            await task
-        return raised.value.state
-
-    state = asyncio.run(main())
+    state = _cancelled(arun("pay", slow, tools, gate=pay_gate, run_id="r"), lambda: asyncio.sleep(0.05))
     assert isinstance(state, RunState) and state.machine_state == "Ready"
     assert state.turns == 0 and state.prompt_token_log == [] and state.path == []  # as it was before the call
     loaded = RunState.from_json(state.to_json())
@@ -111,15 +118,7 @@ def test_cancelling_during_an_effect_lets_it_finish_and_records_it() -> None:
 
     tools["pay"] = ToolSpec(tools["pay"].description, tools["pay"].schema, slow_pay, effectful=True)
 
-    async def main() -> RunState:
-        task = asyncio.ensure_future(arun("pay", ScriptedModel(_script()), tools, gate=pay_gate))
-        await started.wait()
-        task.cancel()
-        with pytest.raises(RunCancelled) as raised:
-            await task
-        return raised.value.state
-
-    state = asyncio.run(main())
+    state = _cancelled(arun("pay", ScriptedModel(_script()), tools, gate=pay_gate), started.wait)
     assert len(ledger) == 1 and [o.kind for o in state.observations] == ["result"]
     assert state.tool_attempts == 1 and state.messages[-1]["role"] == "tool"
     finished = asyncio.run(aadvance(state, ScriptedModel(_script()), tools, gate=pay_gate))
@@ -150,17 +149,8 @@ def test_a_cancellation_deferred_by_an_effect_stops_the_run_before_the_next_call
     second["function"]["name"] = "pay_now"
     reply["tool_calls"].append(second)
 
-    async def main() -> RunState:
-        task = asyncio.ensure_future(
-            arun("pay", ScriptedModel([reply, answer_message("paid")]), tools, gate=counting_gate)
-        )
-        await started.wait()
-        task.cancel()
-        with pytest.raises(RunCancelled) as raised:
-            await task
-        return raised.value.state
-
-    state = asyncio.run(main())
+    model = ScriptedModel([reply, answer_message("paid")])
+    state = _cancelled(arun("pay", model, tools, gate=counting_gate), started.wait)
     assert [e["cents"] for e in ledger] == [10] and judged == ["c1"]
     assert [o.call_id for o in state.observations] == ["c1"] and [c.call_id for c in state.pending] == ["c2"]
 
@@ -281,14 +271,6 @@ def test_a_cancelled_stored_run_is_committed_as_it_stands(tmp_path: Any) -> None
     tools, _ = make_payments()
     store = SqliteStore(tmp_path / "runs.db")
 
-    async def main() -> RunState:
-        slow = AsyncModel(ScriptedModel(_script()), delay=10.0)
-        task = asyncio.ensure_future(arun("pay", slow, tools, gate=pay_gate, store=store, run_id="r"))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(RunCancelled) as raised:
-            await task
-        return raised.value.state
-
-    state = asyncio.run(main())
+    slow = AsyncModel(ScriptedModel(_script()), delay=10.0)
+    state = _cancelled(arun("pay", slow, tools, gate=pay_gate, store=store, run_id="r"), lambda: asyncio.sleep(0.05))
     assert store.load("r").state == state and state.machine_state == "Ready"

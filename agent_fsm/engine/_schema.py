@@ -640,8 +640,10 @@ _DRAFT_2020_12 = frozenset(
     }
 )  # fmt: skip
 _ASSERTING = _DRAFT_2020_12 - _COMPILED - _INERT
-# The bounds, each as the comparison that must hold of a number.
+# The bounds, each as the comparison that must hold of a number, of a string's length, of an array's length.
 _BOUNDS = (("minimum", ">="), ("maximum", "<="), ("exclusiveMinimum", ">"), ("exclusiveMaximum", "<"))
+_LENGTHS = (("minLength", ">="), ("maxLength", "<="))
+_COUNTS = (("minItems", ">="), ("maxItems", "<="))
 # Sub-schemas nested deeper than this in one function are compiled as functions of their own
 # (Python refuses more than 20 nested loops in one function, and deep indentation).
 _INLINE_DEPTH = 6
@@ -761,20 +763,18 @@ class _Writer:
         if len(self.lines) > start:
             self.lines.insert(start, f"{pad}{value} = {source}")
 
-    def _numbers(self, schema: Mapping[str, Any], v: str, place: Any) -> None:
-        def tests(inner: str) -> None:
-            for keyword, holds in _BOUNDS:
-                if keyword in schema:
-                    self.fail_unless(f"{v} {holds} {self.constant(schema[keyword])}", inner)
+    def _bounded(self, schema: Mapping[str, Any], measured: str, bounds: tuple[tuple[str, str], ...], pad: str) -> None:
+        """A test per bound ``schema`` sets, each comparing ``measured`` (the value, or its length) with it."""
+        for keyword, holds in bounds:
+            if keyword in schema:
+                self.fail_unless(f"{measured} {holds} {self.constant(schema[keyword])}", pad)
 
-        place(tests)
+    def _numbers(self, schema: Mapping[str, Any], v: str, place: Any) -> None:
+        place(lambda inner: self._bounded(schema, v, _BOUNDS, inner))
 
     def _strings(self, schema: Mapping[str, Any], v: str, place: Any) -> None:
         def tests(inner: str) -> None:
-            if "minLength" in schema:
-                self.fail_unless(f"len({v}) >= {self.constant(schema['minLength'])}", inner)
-            if "maxLength" in schema:
-                self.fail_unless(f"len({v}) <= {self.constant(schema['maxLength'])}", inner)
+            self._bounded(schema, f"len({v})", _LENGTHS, inner)
             if "pattern" in schema:
                 self.fail_unless(f"{self.constant(compile_pattern(schema['pattern']))}({v})", inner)
             if schema.get("format") in FORMAT_CHECKS:
@@ -784,10 +784,7 @@ class _Writer:
 
     def _arrays(self, schema: Mapping[str, Any], v: str, place: Any, depth: int) -> None:
         def tests(inner: str) -> None:
-            if "minItems" in schema:
-                self.fail_unless(f"len({v}) >= {self.constant(schema['minItems'])}", inner)
-            if "maxItems" in schema:
-                self.fail_unless(f"len({v}) <= {self.constant(schema['maxItems'])}", inner)
+            self._bounded(schema, f"len({v})", _COUNTS, inner)
             if "items" in schema:
                 item = self.local()
                 self._block(f"for {item} in {v}", inner, lambda pad: self.write(schema["items"], item, pad, depth + 1))
