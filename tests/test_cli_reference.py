@@ -109,3 +109,12 @@ def test_refine_refuses_a_blank_question_in_one_line(tmp_path: Path) -> None:
     code, _, err = _invoke("refine", "--question", "  ", "--output", str(report))
     assert code == 1 and err.startswith("error: the question must be 1..512 characters")
     assert not report.exists()
+
+
+def test_an_unwritable_save_or_output_path_is_one_error_line(tmp_path: Path) -> None:
+    """--save or --output into a folder that does not exist: exit 1 and one line naming the path, no traceback."""
+    missing = tmp_path / "no-such-folder" / "out.json"
+    for args in (("lookup", "--save", str(missing)), ("refine", "--output", str(missing))):
+        code, _, err = _invoke(*args)
+        assert code == 1, args
+        assert err.startswith(f"error: cannot write {missing}:") and err.count("\n") == 1

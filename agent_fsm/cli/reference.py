@@ -31,6 +31,13 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _write_json(path: Path, data: Any) -> None:
+    try:
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def _decisions(messages: list[dict[str, Any]]) -> list[str]:
     """Each policy decision of the run, in order: a tool's name, or ``final`` for an answer."""
     names = []
@@ -43,9 +50,9 @@ def _decisions(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def lookup_command(
-    case_id: Annotated[str, typer.Option("--case", help="The case of the lookup's table to run (see --list).")] = (
-        "rollback-direct"
-    ),
+    case_id: Annotated[
+        str | None, typer.Option("--case", help="The case to run (default rollback-direct; --list shows them all).")
+    ] = None,
     policy: Annotated[str, typer.Option("--policy", help="The deciding policy (a name in doc_lookup.POLICIES).")] = (
         "scripted"
     ),
@@ -64,11 +71,11 @@ def lookup_command(
     if policy not in doc_lookup.POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}; expected one of {sorted(doc_lookup.POLICIES)}")
     try:
-        entry = doc_lookup.case(case_id)
+        entry = doc_lookup.case(case_id or doc_lookup.DEFAULT_CASE)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     task = doc_lookup.task_of(entry)
-    result, held = doc_lookup.run_case(case_id, policy=policy)
+    result, held = doc_lookup.run_case(task.id, policy=policy)
     fields, _ = doc_lookup.FINAL.read(result.answer or "")
     _echo(f"case {task.id} ({task.family}, {task.version}, {task.environment}): {task.question}")
     for turn, name in enumerate(_decisions(result.state.messages), start=1):
@@ -95,7 +102,7 @@ def lookup_command(
             "outcome_held": held,
             "state": json.loads(result.state.to_json()),
         }
-        save.write_text(json.dumps(trace, indent=2) + "\n", encoding="utf-8")
+        _write_json(save, trace)
         _echo(f"trace saved to {save}")
     raise typer.Exit(0 if held else 1)
 
@@ -109,16 +116,16 @@ def _run_lines(title: str, run: dict[str, Any]) -> list[str]:
 
 
 def refine_command(
-    question: Annotated[str, typer.Option("--question", help="The question the controller's rule is chosen from.")] = (
-        "Does put replace the value of a key that already exists?"
-    ),
+    question: Annotated[
+        str | None, typer.Option("--question", help="The question the controller's rule is chosen from.")
+    ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the whole report as JSON.")] = None,
 ) -> None:
     """Run the retrieval controller and its controlled duplicate case; print the combined report."""
     from agent_fsm.examples.retrieval import run_report
 
     try:
-        report = run_report(question)
+        report = run_report() if question is None else run_report(question)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     mode = "no model called" if not report["model_called"] else "a model was called"
@@ -129,5 +136,5 @@ def refine_command(
     for line in lines:
         _echo(line)
     if output is not None:
-        output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        _write_json(output, report)
         _echo(f"report saved to {output}")
