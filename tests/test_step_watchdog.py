@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -59,7 +60,7 @@ def test_a_cycling_run_in_a_test_fails_in_seconds():
     assert time.monotonic() - started < WALL_BOUND + 10
 
 
-def test_a_spec_item_is_watched_too(pytester: pytest.Pytester):
+def test_a_spec_item_is_watched_too(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     """
     A spec collected by the scenario plugin (a plain pytest item, no fixtures) fails fast, naming the runaway.
 
@@ -75,6 +76,8 @@ def test_a_spec_item_is_watched_too(pytester: pytest.Pytester):
         "from tests.test_step_watchdog import break_kernel\n"
         "break_kernel(pytest.MonkeyPatch())\n"
     )
+    # This checkout's agent_fsm and tests packages, whatever the working directory of the inner pytest.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     started = time.monotonic()
     result = pytester.runpytest_subprocess("specs", "-p", "no:cacheprovider", timeout=60)
     took = time.monotonic() - started
