@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, settings
 from agent_fsm.examples.demo import TASK
 from agent_fsm.examples.durable import world
 from agent_fsm.store import PostgresStore, RunStore, SqliteStore
-from tests.step_watchdog import step_watchdog
+from tests.step_watchdog import pytest_runtest_protocol
 from tests.system_parts import unavailable
 
-__all__ = ["step_watchdog"]
+__all__ = ["pytest_runtest_protocol"]  # the step watchdog, on every item collected here
 
 # "ci" is used when CI is set (as it is in .ci/run); "dev" for a quick local loop;
 # "thorough" for a long hunt: HYPOTHESIS_PROFILE=thorough python -m pytest

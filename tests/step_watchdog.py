@@ -1,9 +1,19 @@
-"""A step watchdog for the engine's own suite: a run that moves without end fails in seconds instead of hanging."""
+"""
+A step watchdog for the engine's own suite: a run that moves without end fails in seconds instead of hanging.
+
+It is a pytest hook, not a fixture, so it watches every item a conftest
+collects: test functions and the scenario plugin's spec items alike (a spec
+item is a plain ``pytest.Item``, which no fixture reaches). It counts each
+run's moves and the time since its first one: a run fails once it passes
+STEP_BOUND moves, or once it has made more than MOVE_FLOOR moves and is still
+moving WALL_BOUND seconds after it began, however long each move takes.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterator
+import time
+import weakref
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -11,11 +21,17 @@ import pytest
 from agent_fsm.engine import RunContext
 
 STEP_BOUND = 20_000
-"""Moves one run may make in a test: far above any run a test drives (tens of moves), far below a hang."""
+"""Moves one run may make in a test: far above any run a test drives (hundreds of moves at most), far below a hang."""
+
+MOVE_FLOOR = 200
+"""Moves past which a run is also held to WALL_BOUND: more than nearly every run a test drives (tens of moves)."""
+
+WALL_BOUND = 5.0
+"""Seconds a run past MOVE_FLOOR may keep moving: the longest walks a test drives (2,000 moves) take well under one."""
 
 
 class RunawayRun(AssertionError):
-    """A run moved STEP_BOUND times: its machine lets it cycle without spending a budget."""
+    """A run moved past the watchdog's bounds: its machine lets it cycle without spending a budget."""
 
 
 class Watched:
@@ -59,17 +75,35 @@ def watch_moves(monkeypatch: pytest.MonkeyPatch, moved: Any) -> None:
     monkeypatch.setattr(RunContext, "__init__", init)
 
 
-@pytest.fixture(autouse=True)
-def step_watchdog(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[int]]:
-    """Count each run's moves (by its state object) and stop one that passes STEP_BOUND, naming its path."""
-    moves: Counter[int] = Counter()
+def move_counter(
+    steps: int = STEP_BOUND,
+    floor: int = MOVE_FLOOR,
+    seconds: float = WALL_BOUND,
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[[Any, str], None]:
+    """A ``moved`` hook that counts each run's moves and raises RunawayRun past the bounds."""
+    # Keyed by id(state), with a weak reference that tells a new run from an
+    # earlier one whose freed state left it the same id.
+    runs: dict[int, tuple[weakref.ref[Any], list[float]]] = {}
 
-    def move(state: Any, value: str) -> None:
-        key = id(state)
-        moves[key] += 1
-        if moves[key] > STEP_BOUND:
-            tail = " -> ".join(state.path[-12:])
-            raise RunawayRun(f"a run made {STEP_BOUND} moves without resting; its last states: {tail}")
+    def moved(state: Any, value: str) -> None:
+        entry = runs.get(id(state))
+        if entry is None or entry[0]() is not state:
+            entry = runs[id(state)] = (weakref.ref(state), [0, clock()])
+        seen = entry[1]
+        seen[0] += 1
+        moves = int(seen[0])
+        if moves > steps or (moves > floor and clock() - seen[1] > seconds):
+            tail = " -> ".join([*state.path[-11:], value])
+            took = clock() - seen[1]
+            raise RunawayRun(f"a run made {moves} moves in {took:.1f} s without resting; its last states: {tail}")
 
-    watch_moves(monkeypatch, move)
-    yield moves
+    return moved
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    """Watch every run the item starts, in its set-up, its call and its tear-down."""
+    with pytest.MonkeyPatch.context() as patch:
+        watch_moves(patch, move_counter())
+        return (yield)

@@ -27,8 +27,11 @@ Endings of the decision loop, the engine stops they are, and the world's code
     wrong-version read       -> an ``error`` observation; the policy may recover within its budget
 
 A lookup is validated before it starts (:class:`Lookup`): a version other
-than ``v1``/``v2`` or an empty or oversized question is refused with a
-``ValueError``, never run against an empty corpus. Search expands the
+than ``v1``/``v2``, an empty or oversized question, an environment other
+than ``staging`` or an unbounded ``id``/``family`` is refused with a
+``ValueError``, never run against an empty corpus. :data:`CASES` is the
+table of authored tasks with the answer each expects; :func:`run_case` runs
+one and judges it against its own expectation (``agent-fsm lookup --case``). Search expands the
 question's words through a small glossary (:data:`GLOSSARY`), so "revert"
 finds the rollback page.
 """
@@ -58,7 +61,9 @@ from agent_fsm.engine import (
 from agent_fsm.scenarios.environment import Environment
 
 __all__ = [
+    "CASES",
     "CORPUS",
+    "DEFAULT_CASE",
     "ENDINGS",
     "EXPECTED",
     "FINAL",
@@ -68,10 +73,13 @@ __all__ = [
     "VERSIONS",
     "Corpus",
     "Lookup",
+    "case",
     "cited_page_check",
     "environment",
     "lookup",
     "outcome_ok",
+    "run_case",
+    "task_of",
 ]
 
 LIMITS = Limits(max_turns=4, max_tool_calls=3, repeated_denials=1)
@@ -161,17 +169,32 @@ def _known_version(instance: object, attribute: attrs.Attribute[Any], value: obj
         raise ValueError(f"unsupported documentation version {value!r}; expected one of {list(VERSIONS)}")
 
 
+def _staging_only(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _bounded(100)(instance, attribute, value)
+    if value != "staging":
+        raise ValueError(f"this lookup covers the staging environment only; got {value!r}")
+
+
 @attrs.frozen
 class Lookup:
     """
-    One lookup's task, checked before any run: a bounded question and a version the corpus has.
+    One lookup's task, checked before any run: a bounded question, a version the corpus has, staging only.
+
+    ``id`` and ``family`` name the task (a case of :data:`CASES`, or ``ad-hoc``);
+    ``environment`` is the one the commands are for, and the documentation
+    covers ``staging`` alone, so any other is refused rather than answered
+    with a staging command.
 
     Raises:
-        ValueError: the question is blank or over 500 characters, or the version is not ``v1``/``v2``.
+        ValueError: the question is blank or over 500 characters, the version is not ``v1``/``v2``,
+            ``id`` or ``family`` is blank or over 100 characters, or the environment is not ``staging``.
     """
 
     question: str = attrs.field(validator=_bounded(500))
     version: str = attrs.field(default="v2", validator=_known_version)
+    id: str = attrs.field(default="ad-hoc", kw_only=True, validator=_bounded(100))
+    family: str = attrs.field(default="ad-hoc", kw_only=True, validator=_bounded(100))
+    environment: str = attrs.field(default="staging", kw_only=True, validator=_staging_only)
 
 
 class Corpus:
@@ -222,12 +245,12 @@ def cited_page_check(fields: dict[str, Any], state: RunState) -> Ending | None:
     return None
 
 
-def outcome_ok(result: RunResult) -> bool:
-    """The independent outcome: answered with the right command AND the right cited page."""
+def outcome_ok(result: RunResult, expected: Mapping[str, str] = EXPECTED) -> bool:
+    """The independent outcome: answered with the right command AND the right cited page (``expected``'s)."""
     if result.stop is not Stop.ANSWERED or result.answer is None:
         return False
     fields, _ = FINAL.read(result.answer)
-    return fields is not None and fields == EXPECTED
+    return fields is not None and fields == dict(expected)
 
 
 # --- policies: plain decide functions behind the narrow interface ---------------
@@ -336,15 +359,99 @@ def environment(version: str = "v2") -> Environment:
     )
 
 
-def lookup(question: str, *, version: str = "v2", policy: str = "scripted", limits: Limits = LIMITS) -> RunResult:
+def lookup(
+    question: str | Lookup, *, version: str = "v2", policy: str = "scripted", limits: Limits = LIMITS
+) -> RunResult:
     """
     Validate a lookup, then run it with one of :data:`POLICIES` to a typed ending with its code.
 
+    ``question`` is the question (pinned to ``version``) or a whole :class:`Lookup`.
+
     Raises:
-        ValueError: the question or the version is refused (see :class:`Lookup`), or ``policy`` is unknown.
+        ValueError: the task is refused (see :class:`Lookup`), or ``policy`` is unknown.
     """
-    task = Lookup(question, version)
+    task = question if isinstance(question, Lookup) else Lookup(question, version)
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
     world = environment(task.version)
     return world.agent(world.models[policy](), limits=limits).run(task.question)
+
+
+# --- the case table ---------------------------------------------------------------
+
+DEFAULT_CASE = "rollback-direct"
+"""The case ``agent-fsm lookup`` runs when none is named."""
+
+CASES: tuple[dict[str, str], ...] = (
+    {
+        "id": "rollback-direct",
+        "family": "rollback",
+        "question": "How do I roll back staging to the last good release?",
+        "version": "v2",
+        "answer": EXPECTED["answer"],
+        "citation": EXPECTED["citation"],
+    },
+    {
+        "id": "rollback-alias",
+        "family": "rollback",
+        "question": "How do I revert the staging release?",
+        "version": "v2",
+        "answer": EXPECTED["answer"],
+        "citation": EXPECTED["citation"],
+    },
+    {
+        "id": "rollback-v1",
+        "family": "rollback",
+        "question": "How do I roll back staging?",
+        "version": "v1",
+        "answer": "harborctl deploy --env staging --build PREVIOUS",
+        "citation": "rollback-v1",
+    },
+    {
+        "id": "deploy-release",
+        "family": "deploy",
+        "question": "How do I ship a tagged release to staging?",
+        "version": "v2",
+        "answer": "harborctl deploy --env staging --release TAG",
+        "citation": "deploy-v2",
+    },
+    {
+        "id": "logs-follow",
+        "family": "logs",
+        "question": "How do I tail the logs of a staging service?",
+        "version": "v2",
+        "answer": "harborctl logs --env staging --follow SERVICE",
+        "citation": "logs-v2",
+    },
+)
+"""Authored tasks and what each should produce (``answer``, ``citation``); only the outcome check reads those two."""
+
+
+def case(case_id: str) -> dict[str, str]:
+    """
+    The case called ``case_id``.
+
+    Raises:
+        ValueError: no case has that id (the message lists those that do).
+    """
+    for entry in CASES:
+        if entry["id"] == case_id:
+            return dict(entry)
+    raise ValueError(f"unknown case {case_id!r}; expected one of {[c['id'] for c in CASES]}")
+
+
+def task_of(entry: Mapping[str, str]) -> Lookup:
+    """A case's task, validated like any other (its expected answer stays out of it)."""
+    return Lookup(entry["question"], entry["version"], id=entry["id"], family=entry["family"])
+
+
+def run_case(case_id: str = DEFAULT_CASE, *, policy: str = "scripted") -> tuple[RunResult, bool]:
+    """
+    Run one case with one of :data:`POLICIES`; return the result and whether that case's outcome held.
+
+    Raises:
+        ValueError: the case or the policy is unknown.
+    """
+    entry = case(case_id)
+    result = lookup(task_of(entry), policy=policy)
+    return result, outcome_ok(result, {"answer": entry["answer"], "citation": entry["citation"]})

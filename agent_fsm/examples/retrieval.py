@@ -42,7 +42,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent_fsm.engine import Ending, FinalDecision, Limits, RunResult, RunState, Stop, named
+from agent_fsm.engine import Ending, FinalDecision, Limits, RunResult, RunState, Stop, named, observations_of
 from agent_fsm.examples.pinned_corpus import PASSAGES, VERSION, PinnedCorpus
 from agent_fsm.scenarios.environment import Environment
 
@@ -56,6 +56,7 @@ __all__ = [
     "PinnedCorpus",
     "environment",
     "rule_for",
+    "run_report",
 ]
 
 LIMITS = Limits(max_turns=7, repeated_denials=1)
@@ -297,3 +298,58 @@ def environment() -> Environment:
         endings=ENDINGS,
         system_prompt="Search the pinned quill 2.4 documentation, read what you find, and stop when the rule says so.",
     )
+
+
+# --- the combined run report ----------------------------------------------------
+
+EXECUTION_MODE = "offline-scripted-retrieval-controller"
+"""How the report's runs were made: the declared controller over the pinned corpus, no model and no network."""
+
+INTERPRETATION = (
+    "Both runs follow rules declared in advance and check passages for a literal marker; no model was called, "
+    "so a completed stop says the configured marker was read, not that the question was answered well."
+)
+
+
+def _run_record(result: RunResult) -> dict[str, Any]:
+    """A run as the report keeps it: the controller's stop fields, the engine's stop and code, every observation."""
+    fields = _stop_fields(result)
+    return {
+        **fields,
+        "stop": result.stop.value,
+        "code": result.code,
+        "policy_decisions": result.state.turns,
+        "observations": [
+            {"tool": o["action"], "arguments": o["arguments"], "ok": o["ok"], "result": o["result"]}
+            for o in observations_of(result.state.messages)
+        ],
+    }
+
+
+def run_report(question: str = "Does put replace the value of a key that already exists?") -> dict[str, Any]:
+    """
+    Run the declared controller on ``question``, then the controlled duplicate case, and report both in one record.
+
+    Each run gets a fresh pinned corpus. The record names how it was made
+    (``execution_mode``, ``model_called`` is always false), the ``corpus_id``
+    both runs read, the normal run (``controller``), the duplicate-query stop
+    (``controlled_duplicate_stop``) and how to read them (``interpretation``).
+    ``agent-fsm refine`` prints it and saves it with ``--output``.
+
+    Raises:
+        ValueError: the question is blank or over 512 characters (nothing is run).
+    """
+    problem = _question_problem(question)
+    if problem is not None:
+        raise ValueError(problem)
+    records = {}
+    for key, model in (("controller", "controller"), ("controlled_duplicate_stop", "duplicate")):
+        world = environment()
+        records[key] = _run_record(world.agent(world.models[model](), limits=LIMITS).run(question))
+    return {
+        "execution_mode": EXECUTION_MODE,
+        "model_called": False,
+        "corpus_id": PinnedCorpus().corpus_id,  # pinned: every fresh copy, each run's included, has this id
+        **records,
+        "interpretation": INTERPRETATION,
+    }

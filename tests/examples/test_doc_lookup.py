@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm import Limits, ScriptedModel, Stop, ToolError, check_run
-from agent_fsm.engine import answer_message, tool_call_message
+from agent_fsm import Limits, ScriptedModel, Stop, ToolError, ToolSpec, check_run
+from agent_fsm.engine import answer_message, named, tool_call_message
 from agent_fsm.examples import doc_lookup
 from agent_fsm.examples.doc_lookup import (
     EXPECTED,
@@ -217,3 +217,122 @@ def test_lookup_validates_the_task_before_running_it():
     result = doc_lookup.lookup(TASK)
     assert (result.stop, result.code) == (Stop.ANSWERED, "final") and outcome_ok(result)
     assert doc_lookup.lookup(TASK, policy="cites_unread").code == "unread_citation"
+
+
+# --- the task's metadata and the case table -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"environment": "production"}, "covers the staging environment only; got 'production'"),
+        ({"environment": ""}, "environment must be a string of 1..100"),
+        ({"id": ""}, "id must be a string of 1..100"),
+        ({"id": "x" * 101}, "id must be a string of 1..100"),
+        ({"family": "   "}, "family must be a string of 1..100"),
+        ({"family": 3}, "family must be a string"),
+    ],
+)
+def test_a_task_outside_staging_or_with_unbounded_metadata_is_refused(fields, fragment):
+    """The lookup covers staging only, and its id and family are bounded, non-blank strings."""
+    with pytest.raises(ValueError, match=fragment):
+        doc_lookup.Lookup(TASK, "v2", **fields)
+
+
+def test_a_task_names_its_case_and_family():
+    """A valid task keeps its metadata; an ad hoc question gets the ad hoc id and family, in staging."""
+    task = doc_lookup.Lookup(TASK, "v2", id="rollback-direct", family="rollback")
+    assert (task.id, task.family, task.environment) == ("rollback-direct", "rollback", "staging")
+    assert (doc_lookup.Lookup(TASK).id, doc_lookup.Lookup(TASK).family) == ("ad-hoc", "ad-hoc")
+
+
+def test_every_case_is_a_valid_task_with_a_unique_id():
+    """The case table holds well-formed tasks only, each id once, rollback-direct first (the default)."""
+    ids = [case["id"] for case in doc_lookup.CASES]
+    assert ids[0] == doc_lookup.DEFAULT_CASE == "rollback-direct"
+    assert len(ids) == len(set(ids)) >= 5
+    for case in doc_lookup.CASES:
+        assert doc_lookup.task_of(case).id == case["id"]
+
+
+@pytest.mark.parametrize("case_id", [case["id"] for case in doc_lookup.CASES])
+def test_the_scripted_policy_meets_every_case(case_id):
+    """Each case, run with the scripted policy, answers its own command citing its own page: the outcome holds."""
+    result, held = doc_lookup.run_case(case_id)
+    case = doc_lookup.case(case_id)
+    assert (result.stop, result.code, held) == (Stop.ANSWERED, "final", True)
+    assert json.loads(result.answer) == {"answer": case["answer"], "citation": case["citation"]}
+
+
+def test_the_outcome_of_a_case_is_judged_against_that_case():
+    """The rollback answer is right for rollback-direct and wrong for the logs case: the outcome reads the case."""
+    result, _ = doc_lookup.run_case("rollback-direct")
+    logs = doc_lookup.case("logs-follow")
+    assert not outcome_ok(result, expected={"answer": logs["answer"], "citation": logs["citation"]})
+    _, held = doc_lookup.run_case("rollback-direct", policy="invents_command")
+    assert held is False
+
+
+def test_an_unknown_case_names_the_known_ones():
+    """A mistyped case id is a ValueError listing the table's ids."""
+    with pytest.raises(ValueError, match="unknown case 'rollback'; expected one of .*'rollback-direct'"):
+        doc_lookup.case("rollback")
+
+
+# --- behaviour of the scripted policy and the decision interface, pinned ---------------------
+
+
+def test_the_scripted_policy_answers_honestly_when_no_page_matches():
+    """A search with no hit ends in a final decision saying so, citing nothing: answered, but not the outcome."""
+    env = environment()
+    result = env.agent(env.models["scripted"](), limits=LIMITS).run("zebra quasar")
+    assert (result.stop, result.code) == (Stop.ANSWERED, "final")
+    assert json.loads(result.answer) == {"answer": "No page matches the question.", "citation": ""}
+    assert result.state.tool_attempts == 1 and not outcome_ok(result)
+
+
+def test_the_scripted_policy_reports_a_failed_read_instead_of_answering():
+    """A read that fails ends in a final decision quoting the failure, citing nothing; no command is made up."""
+    env = environment()
+
+    def unavailable(page_id: str) -> dict[str, str]:
+        raise ToolError(f"the documentation store cannot serve {page_id!r} right now")
+
+    read = env.tools["read"]
+    env.tools["read"] = ToolSpec(read.description, read.schema, unavailable)
+    result = env.agent(env.models["scripted"](), limits=LIMITS).run(TASK)
+    fields = json.loads(result.answer)
+    assert (result.stop, result.code, fields["citation"]) == (Stop.ANSWERED, "final", "")
+    assert fields["answer"].startswith("I could not finish:")
+    assert "cannot serve 'rollback-v2' right now" in fields["answer"]
+    assert [o.kind for o in result.state.observations] == ["result", "error"]
+    assert not outcome_ok(result)
+
+
+def test_a_policy_gets_its_own_copy_of_the_observations():
+    """
+    What a policy does to the observations it is handed changes nothing the run keeps or later shows it.
+
+    The policy empties the list and rewrites the entry it read; its next call still sees the search
+    result as the tool returned it, and the transcript is untouched.
+    """
+    seen: list[list[dict]] = []
+
+    def vandal(task, observations):
+        seen.append(json.loads(json.dumps(observations)))
+        decision = doc_lookup.scripted(task, observations)
+        for entry in observations:
+            entry["result"] = "forged"
+            entry["ok"] = False
+        observations.clear()
+        return decision
+
+    env = environment()
+    result = env.agent(named(vandal, final=doc_lookup.FINAL)(), limits=LIMITS).run(TASK)
+    assert (result.stop, result.code) == (Stop.ANSWERED, "final") and outcome_ok(result)
+    assert [len(s) for s in seen] == [0, 1, 2]
+    assert seen[2][0]["result"] == [
+        {"id": "rollback-v2", "title": "Rolling back a deployment"},
+        {"id": "deploy-v2", "title": "Deploying a release"},
+    ]
+    assert all(o.ok for o in result.state.observations)

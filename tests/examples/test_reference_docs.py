@@ -16,7 +16,7 @@ DOC = ROOT / "docs" / "reference-systems.md"
 def test_docs_python_blocks_run():
     """Every Python block of the reference-systems page runs, in order, in one namespace."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
-    assert len(blocks) == 3
+    assert len(blocks) == 6
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)

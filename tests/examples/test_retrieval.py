@@ -21,6 +21,7 @@ from agent_fsm.examples.retrieval import (
     PinnedCorpus,
     environment,
     rule_for,
+    run_report,
 )
 
 EXISTING = "Does put replace the value of a key that already exists?"
@@ -265,3 +266,50 @@ def test_any_alteration_of_an_issued_handle_is_refused(field, value):
     assume(handle[field] != value)
     with pytest.raises(ToolError, match="invalid_read"):
         corpus.read({**handle, field: value})
+
+
+# --- the combined run report -------------------------------------------------------
+
+
+def test_the_run_report_holds_the_normal_run_and_the_controlled_duplicate():
+    """One report: how it ran (no model), the corpus id, the normal run's completion and the duplicate stop."""
+    report = run_report()
+    assert report["execution_mode"] == "offline-scripted-retrieval-controller"
+    assert report["model_called"] is False
+    assert report["corpus_id"] == PinnedCorpus().corpus_id
+    assert re.fullmatch(r"[0-9a-f]{64}", report["corpus_id"])
+    normal = report["controller"]
+    assert (normal["status"], normal["reason"]) == ("completed", "configured_context_marker_found")
+    assert (normal["stop"], normal["code"]) == ("answered", "configured_context_marker_found")
+    assert normal["question"] == EXISTING and normal["version"] == "2.4"
+    assert normal["policy"] == rule_for(EXISTING)
+    assert normal["query_history"] == ["value", "exists"]
+    assert normal["read_sources"] == ["put-basic", "put-existing"]
+    assert [(o["tool"], o["ok"]) for o in normal["observations"]] == [
+        ("search", True),
+        ("read", True),
+        ("search", True),
+        ("read", True),
+    ]
+    assert {o["result"]["corpus_id"] for o in normal["observations"]} == {report["corpus_id"]}
+    duplicate = report["controlled_duplicate_stop"]
+    assert (duplicate["status"], duplicate["reason"]) == ("incomplete", "duplicate_query")
+    assert (duplicate["stop"], duplicate["code"]) == ("answer_rejected", "duplicate_query")
+    assert duplicate["policy"]["name"] == "controlled-duplicate"
+    assert duplicate["query_history"] == ["value"] and duplicate["read_sources"] == ["put-basic"]
+    assert [o["tool"] for o in duplicate["observations"]] == ["search", "read"]
+    assert "no model" in report["interpretation"]
+    assert json.loads(json.dumps(report)) == report
+
+
+def test_the_run_report_of_a_question_without_a_rule():
+    """The report takes any question: one no rule covers stops no_refinement_rule, and the duplicate stop still runs."""
+    report = run_report("How fast is it?")
+    assert (report["controller"]["status"], report["controller"]["reason"]) == ("incomplete", "no_refinement_rule")
+    assert report["controlled_duplicate_stop"]["reason"] == "duplicate_query"
+
+
+def test_the_run_report_refuses_a_bad_question_before_running():
+    """A blank question is a ValueError, not a report of an invalid run."""
+    with pytest.raises(ValueError, match="question"):
+        run_report("   ")
