@@ -30,6 +30,7 @@ from agent_fsm.engine._launch import (
     Launch,
     continuing,
     deciding,
+    failed,
     start_state,
     starting,
 )
@@ -331,6 +332,9 @@ class Agent:
         try:
             for event in iterate(steps, context.outbox):
                 yield _rested(event, context.run_id)
+        except Exception as exc:
+            failed(context, exc)
+            raise
         finally:
             context.settle_clock()
 
@@ -523,6 +527,7 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
         context.settle_clock()
         if getattr(exc, "state", False) is None:
             exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
+        failed(context, exc)
         raise
     return _resting(result)
 

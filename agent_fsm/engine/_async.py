@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_fsm.engine._boundary import Checkpointer, Intent
 from agent_fsm.engine._events import RunEvent
-from agent_fsm.engine._launch import Launch, interrupted, recovering
+from agent_fsm.engine._launch import Launch, failed, interrupted, recovering
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import (
     AWAIT,
@@ -291,6 +291,7 @@ def _ended_by(context: RunContext, exc: BaseException) -> None:
     context.settle_clock()
     if getattr(exc, "state", False) is None:
         exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
+    failed(context, exc)
 
 
 def _relay(
