@@ -52,13 +52,15 @@ def test_a_handler_bug_is_recorded_failed_with_its_effect_left_in_flight(opener:
     assert [(e.tool, e.outcome) for e in opener().effects("t-2")] == [("pay", None)]
 
 
-def test_an_async_run_is_recorded_failed_too(opener: Opener, tmp_path: Path) -> None:
-    """The async driver records the same failure."""
+def test_an_async_or_streamed_run_is_recorded_failed_too(opener: Opener, tmp_path: Path) -> None:
+    """The async driver and the sync event stream record the same failure."""
     store = opener()
     agent = ledger_agent(tmp_path / "ledger", gate=_truthy_gate)
     with pytest.raises(GateError):
         asyncio.run(agent.arun(TASK, store=store, run_id="t-3"))
-    assert opener().load("t-3").status == "failed"
+    with pytest.raises(GateError):
+        list(agent.stream(TASK, store=store, run_id="t-6"))
+    assert [opener().load(run_id).status for run_id in ("t-3", "t-6")] == ["failed", "failed"]
 
 
 def test_runs_list_shows_a_failed_run_with_its_error(tmp_path: Path) -> None:
