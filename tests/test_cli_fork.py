@@ -37,3 +37,10 @@ def test_a_fork_that_cannot_be_made_fails_in_one_line(paused: str) -> None:
     assert code == 1 and err.startswith("error: run 'ticket-1' has no checkpoint 7")
     code, _, err = runs("fork", "ticket-1", "--store", paused, "--at", "0", "--as", "ticket-1")
     assert code == 1 and "already stored under 'ticket-1'" in err
+
+
+def test_a_checkpoint_number_too_large_is_one_line(paused: str) -> None:
+    """``--at 10**30`` is exit 1 with the range in one line, not a traceback."""
+    code, _, err = runs("fork", "ticket-1", "--store", paused, "--at", str(10**30), "--as", "x")
+    assert code == 1 and err.startswith("error: a checkpoint is numbered 0, 1, 2 ... up to 2**63-1")
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,7 @@ def test_bad_store_urls_and_worlds_fail_in_one_line(tmp_path: Path) -> None:
     """An unknown URL scheme, a missing run and a world that cannot load exit 1 or 2 with the reason."""
     code, _, err = runs("list", "--store", "mysql://x")
     assert code == 1 and "sqlite:///PATH" in err
+    SqliteStore(tmp_path / "runs.db").close()
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     code, _, err = runs("show", "nope", "--store", url)
     assert code == 1 and "no run is stored under 'nope'" in err
@@ -155,3 +157,18 @@ def test_a_world_that_gives_no_agent_fails_in_one_line(paused: str, worlds: str,
     code, _, err = runs("approve", "ticket-1", "--store", paused, "--world", f"{worlds}:{name}", "--reviewer", "ana")
     assert code == 1 and said in err and len(err.strip().splitlines()) == 1, err
     assert SqliteStore(paused[len("sqlite:///") :]).load("ticket-1").status == "paused"
+
+
+def test_approve_finds_the_world_in_the_folder_it_is_run_from(paused: str, tmp_path: Path) -> None:
+    """The ``agent-fsm`` script run in the folder of ``desk.py`` approves with ``--world desk:world``."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "desk.py").write_text("from agent_fsm.examples.durable import world\n", encoding="utf-8")
+    script = Path(sys.executable).with_name("agent-fsm")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [str(script), "runs", "approve", "ticket-1", "--store", paused, "--world", "desk:world"]
+    done = subprocess.run(
+        [*command, "--reviewer", "ana"], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ticket-1: answered"

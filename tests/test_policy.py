@@ -1,4 +1,4 @@
-"""Tests for agent_fsm.engine.policy: the decide(task, observations) adapter and its mapping onto the engine."""
+"""Tests for agent_fsm.engine._policy: the decide(task, observations) adapter and its mapping onto the engine."""
 
 from __future__ import annotations
 

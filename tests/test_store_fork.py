@@ -187,3 +187,15 @@ def test_a_fork_that_cannot_be_read_back_leaves_no_row(
         opener().load("child")
     assert opener().forks("parent") == []
     assert fork(opener(), "parent", at=3, new_run_id="child").summary.run_id == "child"  # the id is still free
+
+
+def test_a_checkpoint_number_no_database_holds_is_a_value_error(opener: Opener, tmp_path: Path) -> None:
+    """``at`` past a 64-bit integer is a ValueError naming the range, never the driver's OverflowError."""
+    _paused_parent(opener, tmp_path / "ledger")
+    store = opener()
+    for at in (2**63, 10**30):
+        with pytest.raises(ValueError, match=r"numbered 0, 1, 2 \.\.\. up to 2\*\*63-1"):
+            fork(store, "parent", at=at, new_run_id="x")
+        with pytest.raises(ValueError, match=r"up to 2\*\*63-1"):
+            store.checkpoint("parent", at)
+    assert [s.run_id for s in store.runs()] == ["parent"]

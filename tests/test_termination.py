@@ -1,7 +1,7 @@
 """
 The watchdog and the dynamic termination check, on broken machines the static checker passes.
 
-Each broken machine below is proved to terminate by agent_fsm.check_machine
+Each broken machine below is proved to terminate by agent_fsm.engine.check_machine
 (its cycles carry ``consumes=`` labels), yet runs for ever: the kit's
 checks must fail it, naming the path walked, instead of hanging.
 """

@@ -237,9 +237,7 @@ def _draw_world(
 
     if format is Format.png and output is None:
         raise typer.BadParameter("PNG is binary: give a file with --output", param_hint="--format")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.append(str(Path.cwd()))
-    agent = load_world(world)
+    agent = load_world(world)  # found in the folder the command runs in, as a machine's module is
     layout: Direction = direction if direction is not None else DEFAULT_DIRECTION  # type: ignore[assignment]
     try:
         if format is Format.mermaid:

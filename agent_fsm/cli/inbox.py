@@ -49,6 +49,6 @@ def inbox_command(
         typer.echo(
             f"warning: listening on {host}: anyone who can reach it may try to sign in; put TLS in front", err=True
         )
-    app = inbox_app(lambda: open_store(store), agent, reviewers=reviewers, allowed_hosts=hosts)
+    app = inbox_app(lambda: open_store(store, create=False), agent, reviewers=reviewers, allowed_hosts=hosts)
     typer.echo(f"inbox on http://{host}:{port}/ (reviewers: {', '.join(sorted(reviewers.tokens))})")
     serve(app, host=host, port=port)

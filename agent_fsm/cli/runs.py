@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -63,9 +64,9 @@ def _store_errors() -> Iterator[None]:
 
 
 def open_url(url: str) -> SqlStore:
-    """The store at ``url``, or exit 1 saying why it cannot be opened."""
+    """The store at ``url`` (never created: a mistyped path is not an empty store), or exit 1 saying why not."""
     try:
-        return open_store(url)
+        return open_store(url, create=False)
     except (ValueError, StoreError) as exc:
         raise _fail(str(exc)) from None
 
@@ -75,6 +76,8 @@ def load_world(spec: str) -> Agent:
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
         raise typer.BadParameter(f"expected MODULE:NAME, got {spec!r}", param_hint="--world")
+    if str(Path.cwd()) not in sys.path:  # the console script's path starts at its own folder, not the caller's
+        sys.path.append(str(Path.cwd()))
     try:
         named = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
@@ -100,6 +103,8 @@ def _line(summary: RunSummary) -> str:
     if summary.problem is not None:
         return f"{summary.run_id}  damaged  {summary.problem}"
     text = f"{summary.run_id}  {summary.status:<7}  {summary.stop or '-':<17}  {_when(summary.updated_at)}"
+    if summary.status == "failed":  # a bug stopped it: the error, as its store recorded it
+        text += f"\n    error: {summary.reason}"
     if summary.status == "paused" and summary.blocked is not None:
         call = summary.blocked
         # A call of a nested run is addressed in the one run id tree: the run, the calls down to it.
@@ -130,7 +135,7 @@ def _ended(run_id: str, result: RunResult) -> str:
 @runs_app.command("list")
 def list_command(
     store: StoreOption,
-    status: Annotated[str | None, typer.Option("--status", help="running, paused or ended")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="running, paused, ended or failed")] = None,
 ) -> None:
     """List the stored runs, most recent first; a paused run shows its blocked call and the reason."""
     with open_url(store) as opened, _store_errors():

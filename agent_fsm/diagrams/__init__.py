@@ -2,7 +2,7 @@
 Diagrams drawn from the live machine declarations, and from the path one run took through them.
 
 Nothing here is drawn by hand: every state and edge comes from a
-:class:`~agent_fsm.engine.machine.MachineSpec`, so a diagram cannot disagree
+:class:`~agent_fsm.engine.MachineSpec`, so a diagram cannot disagree
 with the engine. The parts, one module each:
 
 * :mod:`~agent_fsm.diagrams.path`: a run's path (:func:`path_of`), read from

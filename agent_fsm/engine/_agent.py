@@ -7,7 +7,7 @@ belongs to one run (the task, a history, a store, a run id, a listener, a
 decision). The module-level functions build an :class:`Agent` from their
 arguments and delegate to it, so code written before the agent was a value
 keeps working. The async twins (:meth:`Agent.arun` and friends) perform the
-very same steps, awaited (:mod:`agent_fsm.engine.async_driver`, loaded only
+very same steps, awaited (:mod:`agent_fsm.engine._async`, loaded only
 when first used, so a synchronous program never imports ``asyncio``).
 """
 
@@ -30,6 +30,7 @@ from agent_fsm.engine._launch import (
     Launch,
     continuing,
     deciding,
+    failed,
     start_state,
     starting,
 )
@@ -65,7 +66,7 @@ __all__ = [
 # --- driver ---
 
 EventSink = Callable[[RunEvent], Any]
-"""Receives each :class:`agent_fsm.events.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
+"""Receives each :class:`agent_fsm.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
 
 
 def _refused(part: str, expected: str, value: Any) -> TypeError:
@@ -299,7 +300,7 @@ class Agent:
         ``run_id`` when it begins, around every effectful call and whenever
         it rests (see docs/durability.md); ``run_id`` also names the run's
         state (pause ids and idempotency keys derive from it). ``on_event``
-        receives each :mod:`agent_fsm.events` event as the run moves.
+        receives each :mod:`agent_fsm.engine._events` event as the run moves.
 
         Returns:
             A :class:`RunResult`; ``stop`` is absorbing, or ``awaiting_approval``
@@ -321,7 +322,7 @@ class Agent:
         run_id: str | None = None,
     ) -> Iterator[RunEvent]:
         """
-        :meth:`run`, as an iterator of its events; the last one is :class:`agent_fsm.events.Ended` with the result.
+        :meth:`run`, as an iterator of its events; the last one is :class:`agent_fsm.Ended` with the result.
 
         Nothing runs until the first event is asked for. A streaming model's
         text deltas arrive when its call returns (pass ``on_event=`` to
@@ -331,6 +332,9 @@ class Agent:
         try:
             for event in iterate(steps, context.outbox):
                 yield _rested(event, context.run_id)
+        except Exception as exc:
+            failed(context, exc)
+            raise
         finally:
             context.settle_clock()
 
@@ -523,6 +527,7 @@ def _performed(launch: Launch, on_event: EventSink | None) -> RunResult:
         context.settle_clock()
         if getattr(exc, "state", False) is None:
             exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
+        failed(context, exc)
         raise
     return _resting(result)
 

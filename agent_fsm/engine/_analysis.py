@@ -1,7 +1,7 @@
 """
 Static checks on a machine declaration: termination is proved from the table, not hoped for.
 
-The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
+The four properties, for any :class:`~agent_fsm.engine.MachineSpec`:
 
 * every state is reachable from the initial state;
 * every state that is not absorbing can reach an absorbing state;

@@ -4,7 +4,7 @@ The async way of waiting: a run's steps awaited, cancellation deferred; how ``Ag
 The only kernel module that imports ``asyncio``; loaded on first use, so a
 synchronous program never pays for it.
 
-The async runner of a run's steps (see :mod:`agent_fsm.engine.steps`): requests awaited, cancellation deferred.
+The async runner of a run's steps (see :mod:`agent_fsm.engine._steps`): requests awaited, cancellation deferred.
 
 Cancellation is deferred across *shielded* requests, the ones inside an
 effect (a handler running, the pause before its retry): the effect
@@ -17,7 +17,7 @@ the sync runner so a synchronous program never imports ``asyncio``.
 How :meth:`agent_fsm.Agent.arun` and its twins perform a run's steps: awaited, cancellation deferred.
 
 Same arguments, same results and the very same steps as the sync driver
-(:mod:`agent_fsm.engine.driver`); only the waiting differs. A model's
+(:mod:`agent_fsm.engine._agent`); only the waiting differs. A model's
 ``async def achat`` is preferred to its ``chat``; ``async`` gates,
 handlers, answer checks and event sinks are awaited; a ``blocking`` tool
 (or model) runs in a worker thread. Imported only when used, so a
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_fsm.engine._boundary import Checkpointer, Intent
 from agent_fsm.engine._events import RunEvent
-from agent_fsm.engine._launch import Launch, interrupted, recovering
+from agent_fsm.engine._launch import Launch, failed, interrupted, recovering
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import (
     AWAIT,
@@ -291,6 +291,7 @@ def _ended_by(context: RunContext, exc: BaseException) -> None:
     context.settle_clock()
     if getattr(exc, "state", False) is None:
         exc.state = context.state  # type: ignore[attr-defined]  # a RunError raised before it knew the run
+    failed(context, exc)
 
 
 def _relay(

@@ -37,7 +37,7 @@ Both go through the same two functions here, so there is one boundary.
 [durable]
 One call across the effect boundary under a checkpointer: intent first, then the handler, retries for idempotent tools.
 
-:func:`agent_fsm.engine.callbacks.execute_call` is the only caller. The
+:func:`agent_fsm.engine._run.execute_call` is the only caller. The
 order is the guarantee: the intent of an effectful call is committed before
 its handler starts, so a crash can never leave an effect with no record.
 
@@ -337,7 +337,7 @@ def judging(
     """
     :func:`judge` as driver steps: the gate's verdict is a request, so an ``async`` gate is awaited.
 
-    ``perform`` performs the request in place instead (see :func:`agent_fsm.engine.steps.perform_now`).
+    ``perform`` performs the request in place instead (see :func:`agent_fsm.engine._steps.perform_now`).
     """
     reason = validate_call(call, tools, limits=limits)
     if reason is not None:
@@ -506,7 +506,7 @@ def run_call(
     outcome it could not know, with a doubling back-off, while
     ``limits.max_tool_calls`` admits another attempt: every failure spends
     the budget like any attempt. ``perform`` performs the requests in place
-    (see :func:`agent_fsm.engine.steps.perform_now`). ``approved``: a person approved this call.
+    (see :func:`agent_fsm.engine._steps.perform_now`). ``approved``: a person approved this call.
 
     Raises:
         OutcomeUnknown: the effectful call's last attempt may or may not have taken effect.

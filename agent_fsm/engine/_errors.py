@@ -2,8 +2,8 @@
 The exceptions agent_fsm raises, and why each is separate.
 
 This module imports nothing from the package, so every module can raise
-from it. The errors raised *during* a run carry the run's state and live in
-:mod:`agent_fsm.engine.failures`, above the state they hold.
+from it. The errors raised *during* a run carry the run's state (see
+"failures" below).
 
 Model text never raises: a malformed proposal becomes an ``invalid``
 observation. What raises is a *programmer* error (a bad tool definition, a
@@ -30,9 +30,9 @@ definition. The tree::
 [failures]
 The errors raised while a run is in flight; each carries the run's state so nothing is lost.
 
-They sit above :mod:`~agent_fsm.engine.state` (which they hold) and below
-the driver, the boundary and the gates (which raise them); the exception
-tree is drawn in :mod:`agent_fsm.engine.errors`.
+They hold a :class:`~agent_fsm.engine.RunState` (imported only for typing,
+so :mod:`~agent_fsm.engine._state` may raise them) and are raised by the
+driver, the boundary and the gates; the exception tree is drawn above.
 """
 
 from __future__ import annotations

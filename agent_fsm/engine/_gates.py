@@ -165,7 +165,7 @@ def ask_for_effects(tools: Registry, reason: str = "needs a human's approval") -
 # with the run's state, and the run rests in the screening state, so
 # :func:`agent_fsm.advance` screens again once the screen is fixed. Every
 # verdict is recorded in ``RunState.screens`` (so a store keeps it) and posted
-# as a :class:`agent_fsm.events.Screened` event.
+# as a :class:`agent_fsm.Screened` event.
 #
 # Rationale: a screen is a state, not a hook beside the machine, so the
 # diagrams show where it runs, the static checker proves the run still ends

@@ -31,7 +31,7 @@ def check_run(
 
     ``match(effect, observation)`` says whether an effect-log entry comes
     from the executed call behind ``observation``. The default
-    (:func:`agent_fsm.engine.effects.matches_call`) accepts an entry that
+    (:func:`agent_fsm.engine._boundary.matches_call`) accepts an entry that
     names the call in a ``call_id`` field (see :func:`agent_fsm.current_call_id`),
     or one equal to the call's result.
 

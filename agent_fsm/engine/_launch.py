@@ -58,7 +58,15 @@ from agent_fsm.engine._boundary import (
     mark_pause,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
-from agent_fsm.engine._errors import NotPaused, RunError, StateError
+from agent_fsm.engine._errors import (
+    GateError,
+    HandlerError,
+    InvalidTransition,
+    NotPaused,
+    RunError,
+    ScreenError,
+    StateError,
+)
 from agent_fsm.engine._gates import (
     screen_observation,
     screen_task,
@@ -314,6 +322,28 @@ def interrupted(context: RunContext) -> None:
         context.checkpointer.save(context.run_id, context.state)
 
 
+_BUGS = (GateError, HandlerError, ScreenError, InvalidTransition)
+"""What stops a run for good: a defect in its gate, a handler, a screen or the machine, not a crash or a refusal."""
+
+
+def failed(context: RunContext, exc: BaseException) -> None:
+    """
+    ``exc`` stopped the run: a bug (:data:`_BUGS`) is recorded in its store, the run marked failed.
+
+    Left ``running``, the run would look in flight and :func:`agent_fsm.store.recover`
+    would drive it into the same bug. The store keeps the run's last commit;
+    the error still reaches the caller, with the state. A checkpointer
+    without ``fail`` (only ``begin`` and ``save``) records nothing more.
+    """
+    record = getattr(context.checkpointer, "fail", None)
+    if record is None or not isinstance(exc, _BUGS):
+        return
+    try:
+        record(context.run_id, f"{type(exc).__name__}: {exc}")
+    except Exception as problem:  # the bug is what the caller must see; the store's failure is said beside it
+        exc.add_note(f"the store could not record run {context.run_id!r} as failed: {problem}")
+
+
 def starting(
     agent: Agent, state: RunState, *, store: Checkpointer | None, run_id: str | None, listening: bool
 ) -> Launch:
@@ -543,7 +573,12 @@ def continue_run(
     Raises:
         RunError: the checkpoint and its intent disagree (a store written by something else).
     """
-    return drive(recovering(agent, state, store=store, run_id=run_id, intent=intent)[1])
+    context, steps = recovering(agent, state, store=store, run_id=run_id, intent=intent)
+    try:
+        return drive(steps)
+    except Exception as exc:
+        failed(context, exc)
+        raise
 
 
 def recovering(

@@ -3,7 +3,7 @@ Machines as data: a declaration (:class:`MachineSpec`) and the run machine's tab
 
 A :class:`MachineSpec` is only a declaration: states, edges, budgets. It is
 immutable and checked when created. Diagrams, the static checker and the
-engine all read the same declaration; :mod:`agent_fsm.engine.compiled` turns
+engine all read the same declaration; :class:`CompiledMachine` (below) turns
 it into the running ``transitions`` machine.
 """
 
@@ -70,7 +70,7 @@ class MachineSpec:
     A machine declaration: states, edges, the initial state and named budgets.
 
     Only consistency is checked here (names, budgets, one event per working
-    state); whether the machine terminates is :func:`agent_fsm.engine.analysis.check_machine`'s
+    state); whether the machine terminates is :func:`agent_fsm.engine.check_machine`'s
     question, so a broken machine can still be declared and examined.
 
     Raises:
@@ -156,7 +156,7 @@ class MachineSpec:
 # ---------------------------------------------------------------------------
 # The run machine. One row per edge, grouped by source state: read it as the
 # diagram. Guards are pure predicates over the run; effects are the on-enter
-# callbacks of states. Both are defined in agent_fsm.engine.callbacks.
+# callbacks of states. Both are defined in agent_fsm.engine._run.
 # ---------------------------------------------------------------------------
 
 RUN_MACHINE = MachineSpec(
@@ -419,7 +419,7 @@ class CompiledMachine:
     ``where``: the machine then moves ``where.machine_state`` and appends
     each state entered to ``where.path``, plain attributes read and written
     in place. Effects are plain functions or generators of driver requests
-    (see :mod:`agent_fsm.engine.steps`): :meth:`steps` serves both drivers.
+    (see :mod:`agent_fsm.engine._steps`): :meth:`steps` serves both drivers.
     """
 
     def __init__(self, spec: MachineSpec, vocabulary: Vocabulary) -> None:

@@ -56,7 +56,7 @@ def to_json_data(value: Any) -> Any:
     exactly as it was. Plain data is copied as is (no JSON round trip);
     objects JSON cannot hold are stored as their ``str``, and a value that
     cannot be stored at all (a cycle, a tuple key, ``NaN``) as its text form:
-    see :func:`agent_fsm.engine.jsondata.storable`, which also says whether
+    see :func:`agent_fsm.engine._json.storable`, which also says whether
     text stood in.
     """
     return storable(value)[0]

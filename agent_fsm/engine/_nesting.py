@@ -390,7 +390,7 @@ def check_composition(agent: Agent) -> Composition:
     """
     Prove the composition of ``agent`` and the agents it nests terminates, or say why not.
 
-    The run machine terminates on its own (:func:`agent_fsm.check_machine`);
+    The run machine terminates on its own (:func:`agent_fsm.engine.check_machine`);
     a composition adds one edge per nesting tool. Each nested run is bounded
     by its parent's budgets and charges what it spends to them, and starts
     with fewer turns than its parent had left (the parent spent at least one

@@ -24,7 +24,7 @@ step costs a dictionary look-up and the guards it tries.
 [context]
 One run in flight: its plain-data state plus what it runs against, which is never saved.
 
-The guards and effects of :mod:`agent_fsm.engine.callbacks` receive this
+The guards and effects defined below (the run machine's callbacks) receive this
 object; the drivers build it once per call and throw it away when the run
 rests, so nothing in it can be smuggled in through a saved state.
 
@@ -44,8 +44,8 @@ The run machine's guards and effects, and the machine compiled from them.
 
 Guards are pure predicates over one run in flight; effects are the on-enter
 callbacks that ask the model, judge proposals and cross the effect boundary.
-The table they serve is :data:`agent_fsm.engine.machine.RUN_MACHINE`; the
-public functions that drive it are in :mod:`agent_fsm.engine.driver`.
+The table they serve is :data:`agent_fsm.engine.RUN_MACHINE`; the
+public functions that drive it are in :mod:`agent_fsm.engine._agent`.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ class RunContext:
         self.run_id = run_id if run_id is not None else state.run_id
         self.answer_check = answer_check
         self.agent: Agent | None = None  # the agent driving the run, when an Agent launched it
-        # The screens the run's text goes through (None: none; see agent_fsm.engine._screens).
+        # The screens the run's text goes through (None: none; see agent_fsm.engine._gates).
         self.screen_input: InputScreen | None = None
         self.screen_result: ResultScreen | None = None
         # A FallbackModel is asked one model at a time: ``model`` is the one asked next.

@@ -38,9 +38,9 @@ A tool's schema, checked once when the tool is defined and compiled once into a 
 
 Checking at definition: the schema must pass its meta-schema, every ``$ref``
 must resolve *inside* it (nothing is ever fetched: the registry has no
-retrieval), and every ``pattern`` must compile on the linear-time engine of
-:mod:`agent_fsm.engine.regexes`. A tool that would fail at its first call
-fails here instead, with :class:`~agent_fsm.engine.errors.ToolDefinitionError`.
+retrieval), and every ``pattern`` must compile on the linear-time engine
+(RE2, :func:`compile_pattern`). A tool that would fail at its first call
+fails here instead, with :class:`~agent_fsm.ToolDefinitionError`.
 
 Compiling: most tool schemas use a handful of keywords (``type``,
 ``properties``, ``required``, bounds, ``enum``, ``pattern``, ``format``).
@@ -843,7 +843,7 @@ def compile_checker(schema: Any) -> Checker | None:
     Every keyword becomes a test written out in the function's body (a
     property's tests where the property is read), so a call is checked by
     one function call, whatever the number of fields. The function is meant
-    for JSON data that :func:`~agent_fsm.engine.jsondata.argument_problem`
+    for JSON data that :func:`~agent_fsm.engine._json.argument_problem`
     accepted; on such data it agrees with :func:`make_validator` exactly.
     Equal schemas share one function.
     """

@@ -110,7 +110,7 @@ class Pause:
 
     ``pause_id`` is unique to this pause (the run's id and the pause's ordinal),
     so an application or a store can record that it was decided once.
-    ``fingerprint`` is :func:`agent_fsm.engine.approval.call_fingerprint` of the
+    ``fingerprint`` is :func:`agent_fsm.engine._tools.call_fingerprint` of the
     blocked call (call id, tool name, canonical arguments): an approval covers
     that call and nothing else. ``reason`` is the gate's.
     """
@@ -987,7 +987,7 @@ def quick_state(data: dict[str, Any]) -> RunState | None:
     """
     ``data`` (a freshly parsed saved state) as a :class:`RunState` if it is plainly valid, else ``None``.
 
-    "Plainly valid" is exactly what :func:`~agent_fsm.engine.state_reader.read_state`
+    "Plainly valid" is exactly what :func:`~agent_fsm.engine._state.read_state`
     accepts, and the state built is equal to the one it builds. The parsed data is
     owned by the state afterwards (its messages are kept, not copied), so the
     caller must have parsed it for this call alone.

@@ -6,7 +6,7 @@ something from outside (the model's reply, a gate's verdict, a handler's
 result, a pause between retries) an effect yields a request and receives
 the answer, or has the exception raised into it at that very point. The
 run's logic is written once; :func:`iterate` performs requests by plain
-calls and :func:`agent_fsm.engine.async_steps.adrive` awaits them, so the two drivers cannot disagree.
+calls and :func:`agent_fsm.engine._async.adrive` awaits them, so the two drivers cannot disagree.
 
 A request marked *shielded* (a handler's call, the pause before a retry)
 is one that must finish once started: the async runner lets a

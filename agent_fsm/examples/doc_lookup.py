@@ -3,7 +3,7 @@ Documentation lookup: a search / read / final decision loop over a version-pinne
 
 The fictional ``harborctl`` tool has documentation for two versions; a
 lookup is pinned to one of them. A policy proposes ``search``, ``read`` or
-``final`` through :class:`agent_fsm.engine.policy.DecisionPolicy`; the engine
+``final`` through :class:`agent_fsm.engine.DecisionPolicy`; the engine
 validates, dispatches and stops. Three checks stay apart:
 
 * the *answer check* (engine hook): a final decision is well formed and cites

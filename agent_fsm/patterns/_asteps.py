@@ -2,8 +2,8 @@
 The plan's effects as driver steps, for a pattern run by the async driver.
 
 The sync patterns call the model and cross the boundary directly. Under
-:func:`agent_fsm.engine.async_steps.adrive` the same effects are written
-as steps (:mod:`agent_fsm.engine.steps`), so an ``async`` gate, handler or
+:func:`agent_fsm.engine._async.adrive` the same effects are written
+as steps (:mod:`agent_fsm.engine._steps`), so an ``async`` gate, handler or
 model is awaited where the sync effect would have called it. Imported
 only by the async entry points, so the sync patterns never load ``asyncio``.
 """

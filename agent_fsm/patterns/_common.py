@@ -131,7 +131,7 @@ class ScriptedReplies:
     The workflow patterns send each model call a fresh prompt (code, not a
     transcript, carries the state), so a script cannot find its place in the
     prompt the way :class:`agent_fsm.ScriptedModel` does; this one counts
-    calls instead. When the script is spent it answers :data:`agent_fsm.engine.models.DEFAULT_LAST_WORD`.
+    calls instead. When the script is spent it answers :data:`agent_fsm.engine._models.DEFAULT_LAST_WORD`.
     """
 
     def __init__(self, replies: Sequence[Any]) -> None:

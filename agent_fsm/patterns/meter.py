@@ -5,7 +5,7 @@ Comparing workflow patterns is only fair when each is charged the same way
 and crosses the same effect boundary. The meter does both: every model call
 goes through :meth:`Meter.ask` (one call, the estimated size of the prompt
 sent), and every tool proposal goes through :meth:`Meter.attempt`, which is
-:func:`agent_fsm.engine.boundary.attempt` (validation, the gate, the handler) plus
+:func:`agent_fsm.engine._boundary.attempt` (validation, the gate, the handler) plus
 one tool call charged, whether the call ran or was refused. Differences
 between patterns can then only stem from how each steers.
 """
@@ -131,7 +131,7 @@ class Meter:
 
     def attempting(self, call: ToolCall, tools: Registry, gate: Gate) -> Steps[Observation]:
         """
-        :meth:`attempt` as driver steps (:mod:`agent_fsm.engine.steps`): an ``async`` gate or handler is awaited.
+        :meth:`attempt` as driver steps (:mod:`agent_fsm.engine._steps`): an ``async`` gate or handler is awaited.
 
         The same boundary in the same order: validation, the gate (an
         ``ask`` refused, as there is no pause to offer), then the handler.

@@ -298,7 +298,7 @@ def run_scenario(
     the same scenario against a real provider). ``allowed`` names packages
     whose worlds the spec may name besides :data:`ALLOWED_ENVIRONMENT_PREFIXES`
     (your own, say ``("bookings.worlds",)``). ``on_event`` receives the
-    events of the run and of each resumption (see :mod:`agent_fsm.events`).
+    events of the run and of each resumption (see :mod:`agent_fsm.engine._events`).
 
     Raises:
         SpecFormatError: a name in the spec (gate, model, check, environment)

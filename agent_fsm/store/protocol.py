@@ -28,11 +28,14 @@ class RunStore(Protocol):
     def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
         """Commit ``state`` (and an intent) while this store owns the run (``RunTakenOver`` if not)."""
 
+    def fail(self, run_id: str, error: str) -> bool:
+        """Record the run, running here, as ``failed`` with ``error``: a bug stopped it (whether it was recorded)."""
+
     def load(self, run_id: str) -> StoredRun:
         """The run with its state (``RunNotFound`` if none)."""
 
     def runs(self, status: str | None = None) -> list[RunSummary]:
-        """Every run, or those with ``status`` (``running``, ``paused``, ``ended``)."""
+        """Every run, or those with ``status`` (``running``, ``paused``, ``ended``, ``failed``)."""
 
     def paused(self) -> list[RunSummary]:
         """The approval inbox."""

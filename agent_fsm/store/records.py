@@ -16,8 +16,9 @@ class RunSummary:
     """
     One stored run without its state: enough for a list or an inbox.
 
-    ``status`` is ``running``, ``paused`` or ``ended``; ``stop`` the typed
-    ending (or ``awaiting_approval``) once it rests. While paused,
+    ``status`` is ``running``, ``paused``, ``ended`` or ``failed`` (a bug
+    in its gate or a handler stopped it; ``reason`` is the error); ``stop``
+    the typed ending (or ``awaiting_approval``) once it rests. While paused,
     ``pause_id`` names the pause, ``blocked`` is the call waiting for a
     person and ``reason`` the gate's (or "outcome unknown ..."). When a run
     nested in the run's call paused it, ``blocked`` is that nested run's call

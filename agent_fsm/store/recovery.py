@@ -5,7 +5,7 @@ A run is *in flight* when the store still says ``running`` and nothing was
 committed for it for ``older_than`` seconds. Each is claimed (a
 compare-and-set, so two recoverers never continue the same run) and goes on
 from its last checkpoint; an effect that was in flight is settled by the
-kernel's rule (:mod:`agent_fsm.engine.recovery`): an idempotent tool is run
+kernel's rule (:mod:`agent_fsm.engine._launch`, its "recovery" section): an idempotent tool is run
 again under the same key, any other call waits for a person, "outcome unknown".
 """
 
@@ -56,9 +56,10 @@ def recover(
     a commit (a slow model call or handler): a live run claimed by mistake
     is stopped at its next checkpoint (:class:`RunTakenOver`), and its
     in-flight call is then settled like a crashed one. ``progress`` is told
-    of each run as it is done. A run that fails again (a handler bug, a
-    store that cannot commit it) is reported with its error and left claimed
-    for a later attempt; recovery goes on with the next run.
+    of each run as it is done. A run that fails again is reported with its
+    error, and recovery goes on with the next run: a bug in its gate or a
+    handler leaves it ``failed`` (see :meth:`agent_fsm.store.SqlStore.fail`),
+    a store that cannot commit it leaves it claimed for a later attempt.
 
     Raises:
         TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (no run is claimed).

@@ -319,6 +319,31 @@ class SqlStore:
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
 
+    def fail(self, run_id: str, error: str) -> bool:
+        """
+        Record run ``run_id``, running under this store, as ``failed``: a bug (its gate's, a handler's) stopped it.
+
+        The engine calls this as the bug's error leaves the run. The row keeps
+        its last commit (a fork can start from any checkpoint) and an effect
+        left in flight stays unsettled; ``reason`` is ``error``. A failed run
+        is not in flight, so :func:`agent_fsm.store.recover` leaves it alone.
+        Returns whether it was recorded: not when another store took the run
+        over or it was committed since this store's last commit.
+        """
+        held = self._held.pop(run_id, None)
+        self._open.pop(run_id, None)
+        if not holdable(run_id):
+            return False
+        exact = " AND version = ?" if held is not None else ""
+        with self._transaction() as tx:
+            return bool(
+                tx.run(
+                    "UPDATE agent_fsm_runs SET status = 'failed', reason = ?, updated_at = ?, version = version + 1"
+                    " WHERE run_id = ? AND owner = ? AND status = 'running'" + exact,
+                    (text_column(error), time.time(), run_id, self.owner, *(() if held is None else (held.version,))),
+                )
+            )
+
     def _commit(
         self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None, writer: StateWriter
     ) -> tuple[int, tuple[list[Any], list[Any]] | None, tuple[int, int]]:
@@ -466,8 +491,8 @@ class SqlStore:
             return self._checkpoint(tx, run_id, point)
 
     def _checkpoint(self, tx: Transaction, run_id: str, point: int) -> RunState:
-        if type(point) is not int or point < 0:
-            raise ValueError(f"a checkpoint is numbered 0, 1, 2 ... (got {point!r})")
+        if type(point) is not int or not 0 <= point < 2**63:  # a database's integer is 64-bit
+            raise ValueError(f"a checkpoint is numbered 0, 1, 2 ... up to 2**63-1 (got {point!r})")
         found = (
             tx.rows(
                 "SELECT state, messages FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?",

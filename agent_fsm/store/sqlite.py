@@ -14,6 +14,7 @@ run's four commits write five or six pages each.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -29,6 +30,8 @@ __all__ = ["WAL_PAGES", "SqliteStore"]
 
 WAL_PAGES = 10_000
 """Pages (4 KiB each) the WAL grows to before it is checkpointed: about 40 MB of disk, a sixth of a short run's cost."""
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://")
 
 
 class _SqliteTransaction:
@@ -50,24 +53,41 @@ class SqliteStore(SqlStore):
     every commit survive the process being killed; ``"FULL"`` also survives
     the machine losing power, at the cost of a disk flush per commit.
     ``timeout`` is how long a write waits for another process's lock.
+    ``create=False`` opens only a file that exists: what reads runs (``agent-fsm
+    runs``, the inbox) never leaves an empty database behind a mistyped path.
 
     Raises:
+        ValueError: ``path`` is a store URL (``sqlite:///...``): that is :func:`agent_fsm.store.open_store`'s.
         DatabaseError: the file is not a database, is damaged, cannot be
-            written, or ``path`` is a directory (every ``sqlite3`` error is one).
+            written, or ``path`` is a directory (every ``sqlite3`` error is one);
+            with ``create=False``, there is no file at ``path``.
     """
 
     name = "sqlite"
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "NORMAL", timeout: float = 30.0, create: bool = True
+    ) -> None:
         super().__init__()
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA (got {synchronous!r})")
+        if isinstance(path, str) and _URL.match(path):  # else 'sqlite:///runs.db' is a folder 'sqlite:' and a file
+            raise ValueError(
+                f"SqliteStore takes a file path, not a URL (got {path!r}): give SqliteStore('runs.db'),"
+                " or open a URL with open_store('sqlite:///runs.db')"
+            )
         self.path = Path(path)
         self._lock = threading.Lock()  # one connection, used by one thread at a time
         with self._driver_errors():
+            if not create and not self.path.is_file():
+                raise DatabaseError(
+                    f"no SQLite database at {str(self.path)!r} (check the path; a reader never creates one)"
+                )
+            # mode=rw: opened read-write, never created, should the file vanish after the check above.
+            where = f"{self.path.resolve().as_uri()}?mode=rw" if not create else self.path
             # isolation_level=None: no implicit transactions; every write is an explicit BEGIN IMMEDIATE ... COMMIT.
             self._connection = sqlite3.connect(
-                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+                where, timeout=timeout, isolation_level=None, check_same_thread=False, uri=not create
             )
             self._use_wal(timeout)
             self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")

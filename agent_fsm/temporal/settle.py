@@ -5,7 +5,7 @@ Temporal has already tried the call as often as its retry policy allows
 (once for a tool that is not idempotent), so nothing is run again here:
 the step into ``Executing`` is rolled back to the checkpoint taken at the
 call's intent and the run pauses, "outcome unknown", naming the call's
-idempotency key (:mod:`agent_fsm.engine.recovery`). A person checks the
+idempotency key (:mod:`agent_fsm.engine._launch`, its "recovery" section). A person checks the
 world and approves (the call runs once more, under the same key) or rejects.
 """
 

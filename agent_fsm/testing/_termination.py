@@ -1,7 +1,7 @@
 """
 Termination, checked on the paths runs really take: a watchdog and a ranking-function check.
 
-Rationale: :func:`agent_fsm.check_machine` proves from the table that every
+Rationale: :func:`agent_fsm.engine.check_machine` proves from the table that every
 cycle passes an edge labelled ``consumes=<budget>``. It trusts the labels:
 an edge that says it spends ``turns`` while its guard tests another counter,
 or an effect that forgets to count, passes the proof and loops for ever.
