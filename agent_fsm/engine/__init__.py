@@ -152,7 +152,7 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
-from agent_fsm.engine._run import AnswerCheck, RunContext
+from agent_fsm.engine._run import RUN_OPTIONS, AnswerCheck, RunContext, RunOption
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
     Judgement,
@@ -332,6 +332,8 @@ __all__ = [
     "resume",
     "run",
     "RUN_MACHINE",
+    "RUN_OPTIONS",
+    "RunOption",
     "RunCancelled",
     "RunContext",
     "RunError",

@@ -6,9 +6,18 @@ The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
 * every state is reachable from the initial state;
 * every state that is not absorbing can reach an absorbing state;
 * no edge leaves an absorbing state;
-* every cycle passes through an edge that consumes a declared budget.
-  Budgets only shrink, so such a cycle can be taken finitely often: together
-  with the first three, every run ends.
+* every cycle passes through an edge that consumes a declared budget, and
+  checks on that very edge that the budget is not spent (see
+  :func:`unchecked_spending`). Budgets only shrink, so such a cycle can be
+  taken finitely often: together with the first three, every run ends.
+
+A budget's check is declared on the machine (``spent_guards``: the guard of
+an earlier edge of the spending edge's state that leaves for a resting state
+once it is spent; ``left_guards``: the guard that holds only while some is
+left, on the spending edge or on every edge into its state). The proof asks
+that the cycle itself pass the check, not that some edge somewhere lead to
+the limit: a limit reached from one state proves nothing for a cycle through
+another. A budget whose check is not declared is trusted as labelled.
 
 It also warns (without failing the report) about a working state whose edges
 for its event are all guarded: unless those guards are exhaustive, some run
@@ -24,7 +33,7 @@ import attrs
 from agent_fsm.engine._context import ToolRule
 from agent_fsm.engine._machine import Edge, MachineSpec
 
-__all__ = ["MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles"]
+__all__ = ["MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles", "unchecked_spending"]
 
 
 # --- analysis ---
@@ -137,6 +146,45 @@ def _unbudgeted_cycles(names: list[str], edges: list[Edge]) -> list[list[str]]:
     return cycles(graph)
 
 
+def unchecked_spending(spec: MachineSpec) -> dict[Edge, str]:
+    """
+    The edges that spend a budget without checking, where they are taken, that some is left: each with why.
+
+    An edge spending ``b`` is checked when ``b``'s spent guard guards an
+    earlier edge of its state and event that leads to a resting state (the
+    run stops there once ``b`` is spent), or when ``b``'s left guard guards
+    the edge itself or every edge into its state.
+    """
+    resting = {s.name for s in spec.states if s.kind != "working"}
+    found: dict[Edge, str] = {}
+    for index, edge in enumerate(spec.edges):
+        budget = edge.consumes
+        if budget is None:
+            continue
+        spent, left = spec.spent_guards.get(budget), spec.left_guards.get(budget)
+        if spent is None and left is None:
+            continue  # no check declared: trusted as labelled
+        if spent is not None:
+            earlier = spec.edges[:index]
+            if any(
+                (e.source, e.event, e.guard) == (edge.source, edge.event, spent) and e.dest in resting for e in earlier
+            ):
+                continue
+            found[edge] = (
+                f"{_edge_text(edge)} spends {budget!r}, but no earlier edge of {edge.source!r} on {edge.event!r}"
+                f" stops the run once it is spent (an edge [{spent}] to a resting state, tried before it)"
+            )
+        else:
+            into = [e for e in spec.edges if e.dest == edge.source]
+            if edge.guard == left or (into and all(e.guard == left for e in into)):
+                continue
+            found[edge] = (
+                f"{_edge_text(edge)} spends {budget!r}, but neither it nor every edge into {edge.source!r}"
+                f" is guarded by [{left}], which holds only while some is left"
+            )
+    return found
+
+
 def check_machine(spec: MachineSpec) -> MachineReport:
     """Check the four termination properties of ``spec`` and report every violation."""
     names = [s.name for s in spec.states]
@@ -173,15 +221,26 @@ def check_machine(spec: MachineSpec) -> MachineReport:
                 )
             )
 
-    for cycle in _unbudgeted_cycles(names, list(spec.edges)):
+    unchecked = unchecked_spending(spec)
+    for edge, why in unchecked.items():
+        violations.append(Violation("checked_budget", (edge.source,), why, (edge,)))
+    # An edge that spends unchecked bounds nothing: the cycles are those of the edges left once the checked are cut.
+    counted = [e if e not in unchecked else attrs.evolve(e, consumes=None) for e in spec.edges]
+    for cycle in _unbudgeted_cycles(names, counted):
         members = set(cycle)
-        edges = tuple(e for e in spec.edges if e.consumes is None and e.source in members and e.dest in members)
+        edges = tuple(
+            e
+            for e, c in zip(spec.edges, counted, strict=True)
+            if c.consumes is None and e.source in members and e.dest in members
+        )
         violations.append(
             Violation(
                 "budgeted_cycles",
                 tuple(cycle),
-                "cycle through " + " -> ".join(cycle) + " consumes no declared budget, so nothing bounds it;"
-                " its edges: " + "; ".join(_edge_text(e) for e in edges) + " (mark one with consumes=<budget>)",
+                "cycle through " + " -> ".join(cycle) + " consumes no declared budget that it checks, so nothing"
+                " bounds it; its edges: "
+                + "; ".join(_edge_text(e) for e in edges)
+                + " (mark one with consumes=<budget>, checked where it is spent)",
                 edges,
             )
         )
