@@ -179,7 +179,14 @@ from agent_fsm.engine._tools import (
 )
 
 if TYPE_CHECKING:
-    from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, check_tool_rules, cycles
+    from agent_fsm.engine._analysis import (
+        MachineReport,
+        Violation,
+        check_machine,
+        check_tool_rules,
+        cycles,
+        unchecked_spending,
+    )
     from agent_fsm.engine._async import RunCancelled, acontinue_run, adrive
     from agent_fsm.engine._nesting import (
         Composition,
@@ -188,6 +195,7 @@ if TYPE_CHECKING:
         bounded_limits,
         check_composition,
         conversation,
+        held_limits,
     )
     from agent_fsm.engine._policy import (
         DECISION_ERRORS,
@@ -372,6 +380,7 @@ __all__ = [
     "validate_call",
     "Verdict",
     "Violation",
+    "unchecked_spending",
     "Composition",
     "ConversationFilter",
     "Nested",
@@ -380,6 +389,7 @@ __all__ = [
     "bounded_limits",
     "check_composition",
     "conversation",
+    "held_limits",
 ]
 
 _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
@@ -387,10 +397,20 @@ _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
 _POLICY = frozenset({"DECISION_ERRORS", "DecisionPolicy", "FinalDecision", "named", "observations_of", "string_fields"})
 
 # The static checker: a run never needs it (tool rules are checked by the function that takes them).
-_ANALYSIS = frozenset({"MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles"})
+_ANALYSIS = frozenset(
+    {"MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles", "unchecked_spending"}
+)
 # Agents inside agents: loaded by the first agent made a tool or a handoff, or when first asked for.
 _NESTING = frozenset(
-    {"Composition", "ConversationFilter", "Nested", "bounded_limits", "check_composition", "conversation"}
+    {
+        "Composition",
+        "ConversationFilter",
+        "Nested",
+        "bounded_limits",
+        "check_composition",
+        "conversation",
+        "held_limits",
+    }
 )
 
 
