@@ -21,6 +21,7 @@ from agent_fsm.cli import app
 from agent_fsm.diagrams import TraceError, path_of, runs_dot, runs_mermaid, sequence_diagram, to_mermaid
 from agent_fsm.diagrams.catalog import agents
 from agent_fsm.diagrams.labels import agent_title
+from agent_fsm.diagrams.legend import core_machine, option_legend
 from agent_fsm.engine import check_machine
 from tests.nested_world import desk_agent, triage_agent
 from tests.test_diagrams import (
@@ -164,3 +165,15 @@ def test_check_composition_proves_each_agents_machine_and_the_whole_table() -> N
     assert found.terminates
     assert found.proved[0] == f"the run machine ({len(RUN_MACHINE.states)} states)"
     assert {p.split("'")[0] for p in found.proved[1:]} == {"triage", "refunds", "billing"}
+
+
+def test_the_legend_accounts_for_every_edge_and_the_docs_show_it() -> None:
+    """The core's edges, each option's and those only options together bring are the whole table; docs show it."""
+    core = core_machine()
+    assert core == plain().machine()
+    legend = option_legend(edges=True)
+    listed = sum(row.count(" → ") for row in legend.splitlines() if row.startswith("| ") and "→" in row)
+    together = legend.split("Only options taken together bring ", 1)[1].count(" → ")
+    assert len(core.edges) + listed + together == len(RUN_MACHINE.edges)
+    docs = (ROOT / "docs" / "diagrams.md").read_text(encoding="utf-8")
+    assert legend in docs, "docs/diagrams.md's legend is stale: paste option_legend(edges=True)"
