@@ -146,7 +146,9 @@ def test_run_machine_warns_only_about_proposing() -> None:
 
 # --- each cycle checks the budget it spends, on the cycle itself ---
 
-LIMIT_EDGES = [e for e in RUN_MACHINE.edges if e.guard == "turn_budget_spent"]
+# The edges that stop a run before a model call is made: turns, then every limit that bounds a model call.
+ADMISSION = ("turn_budget_spent", "prompt_over_budget", "time_spent", "cost_over_budget")
+LIMIT_EDGES = [e for e in RUN_MACHINE.edges if e.source in ("Ready", "Compacting") and e.guard in ADMISSION]
 
 
 def _without_edge(machine: MachineSpec, edge: Edge) -> MachineSpec:
@@ -155,20 +157,25 @@ def _without_edge(machine: MachineSpec, edge: Edge) -> MachineSpec:
 
 @pytest.mark.parametrize("edge", LIMIT_EDGES, ids=lambda e: f"{e.source}->{e.dest}")
 def test_deleting_a_limit_edge_is_refused(edge: Edge) -> None:
-    """With either edge to StepLimit deleted, the cycle through its state spends turns nobody checks: refused."""
+    """
+    With any edge that stops a run before a model call deleted (to StepLimit, TokenLimit, TimeLimit or
+    CostLimit, from Ready or Compacting), the model call after it is admitted unchecked: refused.
+    """
     report = check_machine(_without_edge(RUN_MACHINE, edge))
     assert not report.ok
     rules = _rules(report)
     assert (edge.source,) in rules["checked_budget"], str(report)
-    assert "budgeted_cycles" in rules, str(report)
-    assert f"{edge.source} --{'next_turn' if edge.source == 'Ready' else 'compacted'}--> Proposing" in str(report)
+    assert f"[{edge.guard}]" in str(report)
+    if edge.guard == "turn_budget_spent":  # the budget the cycle spends, unchecked: the cycle is unbounded too
+        assert "budgeted_cycles" in rules, str(report)
+        assert f"{edge.source} --{'next_turn' if edge.source == 'Ready' else 'compacted'}--> Proposing" in str(report)
 
 
 def test_every_edge_the_proof_relies_on_is_needed() -> None:
-    """Each edge guarded by a budget's spent guard is one the proof needs: deleting any one breaks it."""
-    relied = [e for e in RUN_MACHINE.edges if e.guard in RUN_MACHINE.spent_guards.values()]
-    assert relied == LIMIT_EDGES and len(relied) == 2
-    assert all(not check_machine(_without_edge(RUN_MACHINE, e)).ok for e in relied)
+    """The declared checks of turns are the limits of a model call; each edge guarded by one is needed."""
+    assert RUN_MACHINE.spent_guards["turns"] == ADMISSION
+    assert len(LIMIT_EDGES) == 8
+    assert all(not check_machine(_without_edge(RUN_MACHINE, e)).ok for e in LIMIT_EDGES)
 
 
 def test_a_limit_edge_tried_after_the_spending_edge_checks_nothing() -> None:

@@ -11,10 +11,12 @@ The four properties, for any :class:`~agent_fsm.engine.machine.MachineSpec`:
   :func:`unchecked_spending`). Budgets only shrink, so such a cycle can be
   taken finitely often: together with the first three, every run ends.
 
-A budget's check is declared on the machine (``spent_guards``: the guard of
-an earlier edge of the spending edge's state that leaves for a resting state
-once it is spent; ``left_guards``: the guard that holds only while some is
-left, on the spending edge or on every edge into its state). The proof asks
+A budget's check is declared on the machine (``spent_guards``: the guards
+of earlier edges of the spending edge's state that leave for a resting
+state, the budget's own exhaustion first, then every limit bounding the same
+work, so work is admitted only once each is checked; ``left_guards``: the
+guard that holds only while some is left, on the spending edge or on every
+edge into its state). The proof asks
 that the cycle itself pass the check, not that some edge somewhere lead to
 the limit: a limit reached from one state proves nothing for a cycle through
 another. A budget whose check is not declared is trusted as labelled.
@@ -146,41 +148,43 @@ def _unbudgeted_cycles(names: list[str], edges: list[Edge]) -> list[list[str]]:
     return cycles(graph)
 
 
-def unchecked_spending(spec: MachineSpec) -> dict[Edge, str]:
+def unchecked_spending(spec: MachineSpec) -> dict[Edge, tuple[str, bool]]:
     """
-    The edges that spend a budget without checking, where they are taken, that some is left: each with why.
+    The edges that spend a budget without checking, where they are taken, that some is left: each with
+    why, and whether the budget's own check is the one missing (then the edge bounds no cycle).
 
-    An edge spending ``b`` is checked when ``b``'s spent guard guards an
+    An edge spending ``b`` is checked when each of ``b``'s spent guards (its
+    own exhaustion, then every limit bounding the same work) guards an
     earlier edge of its state and event that leads to a resting state (the
-    run stops there once ``b`` is spent), or when ``b``'s left guard guards
-    the edge itself or every edge into its state.
+    run stops there first), or when ``b``'s left guard guards the edge itself
+    or every edge into its state.
     """
     resting = {s.name for s in spec.states if s.kind != "working"}
-    found: dict[Edge, str] = {}
+    found: dict[Edge, tuple[str, bool]] = {}
     for index, edge in enumerate(spec.edges):
         budget = edge.consumes
         if budget is None:
             continue
-        spent, left = spec.spent_guards.get(budget), spec.left_guards.get(budget)
-        if spent is None and left is None:
-            continue  # no check declared: trusted as labelled
-        if spent is not None:
+        spent, left = spec.spent_guards.get(budget, ()), spec.left_guards.get(budget)
+        if spent:
             earlier = spec.edges[:index]
-            if any(
-                (e.source, e.event, e.guard) == (edge.source, edge.event, spent) and e.dest in resting for e in earlier
-            ):
-                continue
-            found[edge] = (
-                f"{_edge_text(edge)} spends {budget!r}, but no earlier edge of {edge.source!r} on {edge.event!r}"
-                f" stops the run once it is spent (an edge [{spent}] to a resting state, tried before it)"
-            )
-        else:
+            tried = {e.guard for e in earlier if (e.source, e.event) == (edge.source, edge.event) and e.dest in resting}
+            missing = [guard for guard in spent if guard not in tried]
+            if missing:
+                found[edge] = (
+                    f"{_edge_text(edge)} spends {budget!r}, but no earlier edge of {edge.source!r} on"
+                    f" {edge.event!r} stops the run by {', '.join(f'[{g}]' for g in missing)} (an edge to a"
+                    " resting state, tried before it): the work it admits is not checked against that limit",
+                    spent[0] in missing,
+                )
+        elif left is not None:
             into = [e for e in spec.edges if e.dest == edge.source]
             if edge.guard == left or (into and all(e.guard == left for e in into)):
                 continue
             found[edge] = (
                 f"{_edge_text(edge)} spends {budget!r}, but neither it nor every edge into {edge.source!r}"
-                f" is guarded by [{left}], which holds only while some is left"
+                f" is guarded by [{left}], which holds only while some is left",
+                True,
             )
     return found
 
@@ -222,10 +226,11 @@ def check_machine(spec: MachineSpec) -> MachineReport:
             )
 
     unchecked = unchecked_spending(spec)
-    for edge, why in unchecked.items():
+    for edge, (why, _bounds_nothing) in unchecked.items():
         violations.append(Violation("checked_budget", (edge.source,), why, (edge,)))
-    # An edge that spends unchecked bounds nothing: the cycles are those of the edges left once the checked are cut.
-    counted = [e if e not in unchecked else attrs.evolve(e, consumes=None) for e in spec.edges]
+    # An edge spending a budget whose own exhaustion it does not check bounds no cycle: the cycles are
+    # those of the edges left once the checked ones are cut.
+    counted = [attrs.evolve(e, consumes=None) if unchecked.get(e, ("", False))[1] else e for e in spec.edges]
     for cycle in _unbudgeted_cycles(names, counted):
         members = set(cycle)
         edges = tuple(

@@ -84,11 +84,12 @@ class MachineSpec:
     states: tuple[StateSpec, ...]
     edges: tuple[Edge, ...]
     budgets: Mapping[str, str] = attrs.field(factory=dict, hash=False)
-    # How a budget's exhaustion is checked, for the proof (see agent_fsm.engine._analysis): the guard that
-    # holds once it is spent (an earlier edge of the spending edge's state leaves by it), or the guard that
-    # holds only while some is left (on the spending edge, or on every edge into its state). A budget
-    # declared in neither is trusted as labelled.
-    spent_guards: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    # How a budget is checked before it is spent, for the proof (see agent_fsm.engine._analysis): the guards
+    # that stop the run before the spending edge is tried (each guards an earlier edge of its state, to a
+    # resting state): the budget's own exhaustion first, then every limit bounding the same work; or the
+    # guard that holds only while some is left (on the spending edge, or on every edge into its state).
+    # A budget declared in neither is trusted as labelled.
+    spent_guards: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, hash=False)
     left_guards: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     # The states by name, built once: drivers look states up several times a run.
     _index: dict[str, StateSpec] = attrs.field(init=False, repr=False, eq=False, hash=False, alias="_index")
@@ -150,12 +151,13 @@ class MachineSpec:
                     frontier.append(edge.dest)
         edges = tuple(e for e in kept if e.source in reached)
         spent = {e.consumes for e in edges if e.consumes is not None}
+        # A guard ruled out is no check to ask for: the limit it tests does not bind this configuration.
         return attrs.evolve(
             self,
             states=tuple(s for s in self.states if s.name in reached),
             edges=edges,
             budgets={k: v for k, v in self.budgets.items() if k in spent},
-            spent_guards={k: v for k, v in self.spent_guards.items() if k in spent},
+            spent_guards={k: tuple(g for g in v if g not in gone) for k, v in self.spent_guards.items() if k in spent},
             left_guards={k: v for k, v in self.left_guards.items() if k in spent},
         )
 
@@ -210,7 +212,8 @@ RUN_MACHINE = MachineSpec(
         "output_retries": "answers sent back as invalid typed output, at most Limits.output_retries",
         "fallbacks": "models left in a FallbackModel's chain this turn; only a reply refills them",
     },
-    spent_guards={"turns": "turn_budget_spent"},
+    # A model call is admitted only once every limit bounding it is checked: turns first, the proof's own.
+    spent_guards={"turns": ("turn_budget_spent", "prompt_over_budget", "time_spent", "cost_over_budget")},
     left_guards={
         "pending_calls": "calls_pending",
         "task_screen": "task_unscreened",
