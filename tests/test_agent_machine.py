@@ -23,8 +23,10 @@ from agent_fsm import (
     Prices,
     ProviderFailure,
     RunState,
+    Stop,
     ToolError,
     ToolSpec,
+    Verdict,
     allow_all,
     answer_message,
     drop_middle,
@@ -108,8 +110,8 @@ def _screen_result(observation: Any, state: RunState) -> Ending | None:
 
 
 @st.composite
-def configured(draw: st.DrawFn) -> tuple[Agent, str]:
-    """An agent with a random choice of the options, and a task."""
+def configured(draw: st.DrawFn) -> tuple[Agent, str, list[bool]]:
+    """An agent with a random choice of the options and gate, a task, and a person's decisions at its pauses."""
     taken = draw(st.sets(st.sampled_from(OPTION_NAMES)))
     script = draw(replies())
     model: Any = Playing(script)
@@ -143,8 +145,24 @@ def configured(draw: st.DrawFn) -> tuple[Agent, str]:
         options["screen_input"] = _screen_task
     if "result screen" in taken:
         options["screen_result"] = _screen_result
-    agent = Agent(model, tools, gate=allow_all, limits=Limits(**limits), **options)
-    return agent, draw(st.sampled_from(["find a and b", "say no"]))
+    gate = draw(st.sampled_from([allow_all, _asks_to_finish]))
+    agent = Agent(model, tools, gate=gate, limits=Limits(**limits), **options)
+    return agent, draw(st.sampled_from(["find a and b", "say no"])), draw(st.lists(st.booleans(), max_size=3))
+
+
+def _asks_to_finish(call: Any) -> Verdict:
+    """A gate that asks a person before 'finish' runs, and allows the rest."""
+    return Verdict.ask("a person finishes the work") if call.name == "finish" else Verdict.allow()
+
+
+def _played(agent: Agent, task: str, decisions: list[bool]) -> Any:
+    """The run, each pause decided in turn by ``decisions`` (then left paused)."""
+    result = agent.run(task)
+    for approve in decisions:
+        if result.stop is not Stop.AWAITING_APPROVAL:
+            break
+        result = agent.resume(result.state, approve=approve)
+    return result
 
 
 def _steps(state: RunState) -> list[tuple[str, str]]:
@@ -156,13 +174,13 @@ def _pairs(machine: MachineSpec) -> set[tuple[str, str]]:
 
 
 @given(configured())
-def test_every_edge_a_run_takes_is_in_its_agents_machine(case: tuple[Agent, str]) -> None:
+def test_every_edge_a_run_takes_is_in_its_agents_machine(case: tuple[Agent, str, list[bool]]) -> None:
     """
     Over random configurations, every move of a run (and of a run it handed over to) is an edge of its agent's
     machine; and the restriction changes no move: the whole table drives the same path.
     """
-    agent, task = case
-    result = agent.run(task)
+    agent, task, decisions = case
+    result = _played(agent, task, decisions)
     machine = agent.machine()
     assert set(_steps(result.state)) <= _pairs(machine), (sorted(set(_steps(result.state)) - _pairs(machine)), machine)
     for key, child in result.state.children.items():
@@ -171,7 +189,7 @@ def test_every_edge_a_run_takes_is_in_its_agents_machine(case: tuple[Agent, str]
         assert set(_steps(child)) <= _pairs(expert.machine(limits=child.limits)), key
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_run, "ruled_out", lambda agent, limits: frozenset())
-        whole = agent.run(task)
+        whole = _played(agent, task, decisions)
     assert whole.state.path == result.state.path and whole.stop is result.stop
 
 
