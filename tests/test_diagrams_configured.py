@@ -177,3 +177,27 @@ def test_the_legend_accounts_for_every_edge_and_the_docs_show_it() -> None:
     assert len(core.edges) + listed + together == len(RUN_MACHINE.edges)
     docs = (ROOT / "docs" / "diagrams.md").read_text(encoding="utf-8")
     assert legend in docs, "docs/diagrams.md's legend is stale: paste option_legend(edges=True)"
+
+
+def test_world_and_trace_of_a_nested_run_draw_each_run_on_its_agents_machine(mermaid_parse, tmp_path: Path) -> None:  # noqa: F811
+    """--world with --trace of a run that nested another: each box is that run's agent's machine, with its path."""
+    paused = triage_agent().run("refund A1")
+    assert paused.state.children and paused.stop.value == "awaiting_approval"
+    trace = tmp_path / "nested.json"
+    trace.write_text(paused.state.to_json(), encoding="utf-8")
+    drawn = runner.invoke(app, ["diagram", "--world", "tests.nested_world:world", "--trace", str(trace)])
+    assert drawn.exit_code == 0, drawn.output
+    assert drawn.stdout == runs_mermaid(paused, agent=triage_agent())
+    (report,) = mermaid_parse([drawn.stdout])
+    assert report["ok"], report.get("error")
+    states = {s["id"] for s in report["states"]}
+    refunds = triage_agent().tools["refunds"].handler.agent  # type: ignore[attr-defined]
+    inner = refunds.machine(limits=paused.state.children["t1"].limits)
+    box = next(c for c in report["composites"] if c["id"] == "n1")
+    inside = {
+        (r["from"][3:], r["to"][3:]) for r in box["relations"] if r["to"] not in ("n1_end",) and r["from"] != "n1_start"
+    }
+    assert inside == {(e.source, e.dest) for e in inner.edges}
+    assert "n1_Compacting" not in states and "n0_HandedOver" in states  # triage may hand over; refunds cannot
+    ended = {s["id"] for s in report["states"] if "ended" in s["classes"]}
+    assert ended == {"n0_AwaitingApproval", "n1_AwaitingApproval"}  # the parent waits with its child
