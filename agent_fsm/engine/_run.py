@@ -156,9 +156,16 @@ class RunOption:
     taken: Callable[[Agent, Limits], bool] = attrs.field(repr=False)
 
 
-def _changing(tools: Registry) -> bool:
-    """A registry that follows a changing list (an MCP server's) may bring any tool later."""
-    return hasattr(tools, "version")
+def _capped(tools: Registry) -> bool:
+    """Whether a tool of ``tools`` caps its calls (a registry that follows a changing list may bring one later)."""
+    return hasattr(tools, "version") or any(spec.max_calls is not None for spec in tools.values())
+
+
+def _hands_over(tools: Registry) -> bool:
+    """Whether a tool of ``tools`` hands the conversation over (a changing list may bring one later)."""
+    return hasattr(tools, "version") or any(
+        isinstance(spec.handler, Subrun) and spec.handler.hands_over for spec in tools.values()
+    )
 
 
 RUN_OPTIONS: tuple[RunOption, ...] = (
@@ -166,29 +173,19 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("compaction", "Agent(compact=...)", ("compaction_due",), lambda a, _: a.compact is not None),
     RunOption("cost budget", "Limits(max_cost=...)", ("cost_over_budget",), lambda _, li: li.max_cost is not None),
     RunOption("time budget", "Limits(max_seconds=...)", ("time_spent",), lambda _, li: li.max_seconds is not None),
-    RunOption(
-        "fallback models", "FallbackModel(...)", ("can_fall_back",), lambda a, _: isinstance(a.model, FallbackModel)
-    ),
+    RunOption("fallback models", "FallbackModel(...)", ("can_fall_back",), lambda a, _: type(a.model) is FallbackModel),
     RunOption("typed output", "Agent(output=...)", ("output_retry_left",), lambda a, _: a.output is not None),
     RunOption(
         "tool budget", "Limits(max_tool_calls=...)", ("tool_budget_spent",), lambda _, li: li.max_tool_calls is not None
     ),
+    RunOption("per-tool caps", "ToolSpec(max_calls=...)", ("tool_cap_reached",), lambda a, _: _capped(a.tools)),
+    RunOption("handoffs", "Agent.handoff()", ("handed_over",), lambda a, _: _hands_over(a.tools)),
     RunOption(
-        "per-tool caps",
-        "ToolSpec(max_calls=...)",
-        ("tool_cap_reached",),
-        lambda a, _: _changing(a.tools) or any(spec.max_calls is not None for spec in a.tools.values()),
+        "tools that end the run",
+        "ends_run(...)",
+        ("ended_by_tool",),
+        lambda a, _: bool(a.tool_rules) and bool(a.ending_tools),
     ),
-    RunOption(
-        "handoffs",
-        "Agent.handoff()",
-        ("handed_over",),
-        lambda a, _: (
-            _changing(a.tools)
-            or any(isinstance(spec.handler, Subrun) and spec.handler.hands_over for spec in a.tools.values())
-        ),
-    ),
-    RunOption("tools that end the run", "ends_run(...)", ("ended_by_tool",), lambda a, _: bool(a.ending_tools)),
     RunOption(
         "result screen", "Agent(screen_result=...)", ("result_unscreened",), lambda a, _: a.screen_result is not None
     ),
@@ -198,7 +195,11 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
 
 def ruled_out(agent: Agent, limits: Limits) -> frozenset[str]:
     """The guards ``agent`` under ``limits`` makes false for a run's whole length: the options it does not take."""
-    return frozenset(guard for option in RUN_OPTIONS if not option.taken(agent, limits) for guard in option.guards)
+    never: list[str] = []
+    for option in RUN_OPTIONS:  # a plain loop: this is read once per run
+        if not option.taken(agent, limits):
+            never += option.guards
+    return frozenset(never)
 
 
 class RunContext:
