@@ -173,7 +173,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("compaction", "Agent(compact=...)", ("compaction_due",), lambda a, _: a.compact is not None),
     RunOption("cost budget", "Limits(max_cost=...)", ("cost_over_budget",), lambda _, li: li.max_cost is not None),
     RunOption("time budget", "Limits(max_seconds=...)", ("time_spent",), lambda _, li: li.max_seconds is not None),
-    RunOption("fallback models", "FallbackModel(...)", ("can_fall_back",), lambda a, _: type(a.model) is FallbackModel),
+    RunOption(
+        "fallback models", "FallbackModel(...)", ("can_fall_back",), lambda a, _: isinstance(a.model, FallbackModel)
+    ),
     RunOption("typed output", "Agent(output=...)", ("output_retry_left",), lambda a, _: a.output is not None),
     RunOption(
         "tool budget", "Limits(max_tool_calls=...)", ("tool_budget_spent",), lambda _, li: li.max_tool_calls is not None
