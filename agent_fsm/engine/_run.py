@@ -8,8 +8,10 @@ bound to the guards and effects below) then moves the run edge by edge
 until it rests, and :mod:`~agent_fsm.engine._launch` gives the result. Guards are pure
 predicates; effects are the on-enter callbacks that ask the model, judge
 proposals and cross the effect boundary. The sections below, in order:
-the context, no-progress bookkeeping, guards, effects (how a run is set
-going, rests, is decided and recovers is :mod:`~agent_fsm.engine._launch`).
+the options of an agent (which guards each makes possible: the table a run
+tries, and ``Agent.machine()``, are cut by them), the context, no-progress
+bookkeeping, guards, effects (how a run is set going, rests, is decided and
+recovers is :mod:`~agent_fsm.engine._launch`).
 
 A declaration bound to its guard and effect functions: one ``transitions.Machine`` per process.
 
@@ -110,20 +112,20 @@ if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
 
 __all__ = [
-    "RUN_OPTIONS",
-    "RunOption",
-    "ruled_out",
     "AnswerCheck",
     "AnswerCheckFn",
     "LOG",
     "MACHINE",
+    "RUN_OPTIONS",
     "RunContext",
+    "RunOption",
     "ask_about_unknown",
     "count_rejection",
     "judge_proposal",
     "no_progress",
     "no_progress_reason",
     "pause_on",
+    "ruled_out",
 ]
 
 
