@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from agent_fsm import RUN_MACHINE, Edge, MachineSpec, StateSpec
@@ -141,3 +142,75 @@ def test_unguarded_fallback_silences_the_warning() -> None:
 def test_run_machine_warns_only_about_proposing() -> None:
     """The run machine's only all-guarded state is Proposing, whose guards cover every judgement."""
     assert [w.states for w in check_machine(RUN_MACHINE).warnings] == [("Proposing",)]
+
+
+# --- each cycle checks the budget it spends, on the cycle itself ---
+
+# The edges that stop a run before a model call is made: turns, then every limit that bounds a model call.
+ADMISSION = ("turn_budget_spent", "prompt_over_budget", "time_spent", "cost_over_budget")
+LIMIT_EDGES = [e for e in RUN_MACHINE.edges if e.source in ("Ready", "Compacting") and e.guard in ADMISSION]
+
+
+def _without_edge(machine: MachineSpec, edge: Edge) -> MachineSpec:
+    return attrs.evolve(machine, edges=tuple(e for e in machine.edges if e != edge))
+
+
+@pytest.mark.parametrize("edge", LIMIT_EDGES, ids=lambda e: f"{e.source}->{e.dest}")
+def test_deleting_a_limit_edge_is_refused(edge: Edge) -> None:
+    """
+    With any edge that stops a run before a model call deleted (to StepLimit, TokenLimit, TimeLimit or
+    CostLimit, from Ready or Compacting), the model call after it is admitted unchecked: refused.
+    """
+    report = check_machine(_without_edge(RUN_MACHINE, edge))
+    assert not report.ok
+    rules = _rules(report)
+    assert (edge.source,) in rules["checked_budget"], str(report)
+    assert f"[{edge.guard}]" in str(report)
+    if edge.guard == "turn_budget_spent":  # the budget the cycle spends, unchecked: the cycle is unbounded too
+        assert "budgeted_cycles" in rules, str(report)
+        assert f"{edge.source} --{'next_turn' if edge.source == 'Ready' else 'compacted'}--> Proposing" in str(report)
+
+
+def test_every_edge_the_proof_relies_on_is_needed() -> None:
+    """The declared checks of turns are the limits of a model call; each edge guarded by one is needed."""
+    assert RUN_MACHINE.spent_guards["turns"] == ADMISSION
+    assert len(LIMIT_EDGES) == 8
+    assert all(not check_machine(_without_edge(RUN_MACHINE, e)).ok for e in LIMIT_EDGES)
+
+
+def test_a_limit_edge_tried_after_the_spending_edge_checks_nothing() -> None:
+    """The check must come before the spend in table order: Ready's StepLimit edge moved last is refused."""
+    edge = LIMIT_EDGES[0]
+    edges = [e for e in RUN_MACHINE.edges if e != edge]
+    edges.insert(
+        edges.index(
+            Edge("Ready", "next_turn", "Proposing", consumes="turns", meaning="budget admits another model call")
+        )
+        + 1,
+        edge,
+    )
+    report = check_machine(attrs.evolve(RUN_MACHINE, edges=tuple(edges)))
+    assert ("Ready",) in _rules(report)["checked_budget"], str(report)
+
+
+def test_a_limit_edge_under_another_guard_checks_nothing() -> None:
+    """Ready --> StepLimit guarded by the time budget does not check turns: refused."""
+    edge = LIMIT_EDGES[0]
+    edges = tuple(attrs.evolve(e, guard="time_spent") if e == edge else e for e in RUN_MACHINE.edges)
+    assert not check_machine(attrs.evolve(RUN_MACHINE, edges=edges)).ok
+
+
+def test_a_left_guard_checks_its_edge_or_every_way_into_its_state() -> None:
+    """A budget checked while some is left: on the spending edge itself, or on every edge into its state."""
+    states = (StateSpec("A", "working"), StateSpec("B", "working"), END)
+    on_edge = (Edge("A", "go", "B", guard="n_left", consumes="n"), Edge("A", "go", "End"), Edge("B", "go", "A"))
+    budgets = {"n": "a counter"}
+    good = MachineSpec("toy", "A", states, on_edge, budgets, left_guards={"n": "n_left"})
+    assert check_machine(good).ok, str(check_machine(good))
+    into = (Edge("A", "go", "B", guard="n_left"), Edge("A", "go", "End"), Edge("B", "go", "A", consumes="n"))
+    assert check_machine(MachineSpec("toy", "A", states, into, budgets, left_guards={"n": "n_left"})).ok
+    unchecked = (Edge("A", "go", "B", guard="other"), Edge("A", "go", "End"), Edge("B", "go", "A", consumes="n"))
+    report = check_machine(MachineSpec("toy", "A", states, unchecked, budgets, left_guards={"n": "n_left"}))
+    assert ("B",) in _rules(report)["checked_budget"] and "budgeted_cycles" in _rules(report), str(report)
+    # Undeclared, the same budget is trusted as labelled, as before.
+    assert check_machine(MachineSpec("toy", "A", states, unchecked, budgets)).ok

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from agent_fsm import run
 from agent_fsm.cli import app
 from agent_fsm.diagrams import path_of, sequence_diagram, to_dot, to_mermaid
-from agent_fsm.diagrams.catalog import machines
+from agent_fsm.diagrams.catalog import agents, machines
 from agent_fsm.engine import RUN_MACHINE
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
@@ -94,11 +94,12 @@ def test_trace_sequence(demo_trace) -> None:
 
 @needs_dot
 def test_all_writes_every_catalog_diagram(tmp_path: Path) -> None:
-    """--all --output DIR writes .mmd, .dot and .svg per machine and lists them; they match the committed ones."""
+    """--all --output DIR writes .mmd, .dot and .svg per machine and catalog agent, lists them; they match diagrams/."""
     done = runner.invoke(app, ["diagram", "--all", "--output", str(tmp_path / "out")])
     assert done.exit_code == 0, done.output
     names = sorted(Path(line).name for line in done.stdout.splitlines())
-    assert names == sorted(f"{machine}.{ext}" for machine in machines() for ext in ("mmd", "dot", "svg"))
+    drawn = [*machines(), *(f"agent-{name}" for name in agents())]
+    assert names == sorted(f"{name}.{ext}" for name in drawn for ext in ("mmd", "dot", "svg"))
     committed = Path(__file__).resolve().parent.parent / "diagrams"
     for name in names:
         if not name.endswith(".svg"):
@@ -133,6 +134,8 @@ def test_help_reads_well() -> None:
         (["--format", "png"], "give a file with --output"),
         (["--trace", "t.json", "--sequence", "--format", "dot"], "Mermaid only"),
         (["--trace", "t.json", "--machine", "other"], "path through the 'run' machine"),
+        (["--full"], "--full is for --world"),
+        (["--world", "m:a", "--all", "--output", "x"], "takes no --machine or --all"),
         (["--bogus"], "No such option"),
     ],
 )

@@ -44,6 +44,7 @@ from agent_fsm.diagrams import (
 )
 from agent_fsm.diagrams.catalog import machines, ships
 from agent_fsm.diagrams.charts import CHART_FILES
+from agent_fsm.diagrams.legend import option_legend
 from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, StateSpec, answer_message, cycles
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
@@ -723,13 +724,17 @@ def test_committed_diagrams_do_not_drift(tmp_path: Path) -> None:
             assert _svg_texts(old) == _svg_texts(new), f"{fresh.name}: {fix}"
 
 
-def test_readme_shows_the_generated_run_diagram() -> None:
-    """The README's mermaid block is diagrams/run.mmd, byte for byte."""
+def test_readme_shows_the_plain_agents_machine_then_the_whole_table_with_its_legend() -> None:
+    """
+    The README's run machine section shows diagrams/agent-plain.mmd byte for byte, then the whole table
+    (diagrams/run.svg) and the legend of what each option adds, as generated from RUN_OPTIONS.
+    """
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## The run machine\n", 1)[1]
+    section = readme.split("\n## The run machine\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```mermaid\n(.*?)```", section, re.DOTALL)
     assert block is not None, "README's run machine section has no ```mermaid block"
-    assert block.group(1) == (ROOT / "diagrams" / "run.mmd").read_text(encoding="utf-8")
+    assert block.group(1) == (ROOT / "diagrams" / "agent-plain.mmd").read_text(encoding="utf-8")
+    assert section.index("```mermaid") < section.index("(diagrams/run.svg)") < section.index(option_legend())
 
 
 @needs_dot

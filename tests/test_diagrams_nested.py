@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from agent_fsm import Agent, ScriptedModel, ToolSpec, answer_message, check_composition
 from agent_fsm.cli import app
 from agent_fsm.diagrams import composition_dot, composition_mermaid, render_composition
-from agent_fsm.engine import RUN_MACHINE
+from agent_fsm.engine import RUN_MACHINE, MachineSpec, held_limits
 from tests.nested_world import recursive_agent, triage_agent
 from tests.test_diagrams import mermaid_parse  # noqa: F401  (the session's real Mermaid parser)
 
@@ -20,8 +20,8 @@ runner = CliRunner()
 needs_dot = pytest.mark.usefixtures("graphviz_dot")
 
 
-def _machine_relations(key: str) -> set[tuple[str, str]]:
-    return {(f"{key}_{e.source}", f"{key}_{e.dest}") for e in RUN_MACHINE.edges}
+def _machine_relations(key: str, machine: MachineSpec = RUN_MACHINE) -> set[tuple[str, str]]:
+    return {(f"{key}_{e.source}", f"{key}_{e.dest}") for e in machine.edges}
 
 
 def _self_nesting() -> Agent:
@@ -32,20 +32,36 @@ def _self_nesting() -> Agent:
     return loop
 
 
-def test_mermaid_nests_each_agents_machine_in_a_composite_state(mermaid_parse) -> None:  # noqa: F811
-    """The parser reads three composites nested as the agents nest, each with the whole run machine inside."""
-    (report,) = mermaid_parse([composition_mermaid(triage_agent())])
+@pytest.mark.parametrize("full", [False, True], ids=["configured", "full"])
+def test_mermaid_nests_each_agents_machine_in_a_composite_state(mermaid_parse, full: bool) -> None:  # noqa: F811
+    """
+    The parser reads three composites nested as the agents nest, each with exactly its agent's machine as
+    configured inside (under the limits it is held to nested), or with full=True the whole run machine.
+    """
+    triage = triage_agent()
+    (report,) = mermaid_parse([composition_mermaid(triage, full=full)])
     assert report["ok"], report.get("error")
     boxes = {c["id"]: c for c in report["composites"]}
+    held = triage.limits
+    assert held is not None
+    agents = {"n0": triage, "n1": triage.tools["refunds"].handler.agent, "n2": triage.tools["to_billing"].handler.agent}  # type: ignore[attr-defined]
+    for key, agent in agents.items():
+        machine = RUN_MACHINE if full else agent.machine(limits=held if key == "n0" else held_limits(agent, held))
+        inside = {(r["from"], r["to"]) for r in boxes[key]["relations"] if r["from"] != f"{key}_start"}
+        inside = {
+            (a, b) for a, b in inside if a.startswith(f"{key}_") and b.startswith(f"{key}_") and b != f"{key}_end"
+        }
+        assert inside == _machine_relations(key, machine), key
+    if not full:
+        assert "n2_HandedOver" not in str(boxes["n2"])  # billing hands over to nobody: not its state
+        assert "n0_HandedOver" in str(boxes["n0"])
     assert {k: (c["description"], c["parent"]) for k, c in boxes.items()} == {
         "n0": ("triage", "root"),
         "n1": ("refunds (as tool)", "n0"),
         "n2": ("billing (handoff to_billing)", "n0"),
     }
     for key, box in boxes.items():
-        inside = {(r["from"], r["to"]) for r in box["relations"]}
-        assert _machine_relations(key) <= inside, key
-        assert (f"{key}_start", f"{key}_{RUN_MACHINE.initial}") in inside
+        assert (f"{key}_start", f"{key}_{RUN_MACHINE.initial}") in {(r["from"], r["to"]) for r in box["relations"]}
     between = {(r["from"], r["to"], r["label"]) for r in boxes["n0"]["relations"]}
     assert ("n0_Executing", "n1", "refunds") in between  # entered from Executing by the delegating call
     assert ("n1", "n0_Executing", "ends: observation") in between

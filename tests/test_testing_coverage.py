@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -11,7 +12,11 @@ from hypothesis import strategies as st
 
 from agent_fsm import (
     RUN_MACHINE,
+    Agent,
+    Limits,
     MachineSpec,
+    Price,
+    Prices,
     ScriptedModel,
     answer_message,
     compile_machine,
@@ -189,3 +194,36 @@ def test_user_machine_coverage_from_drive_machine_and_check_machine_terminates()
     )
     assert coverage.machine is RETRY and coverage.edge_ratio == 1.0 and coverage.runs >= 1
     assert "edges taken: 2 of 2" in coverage.report()
+
+
+def test_a_plain_worlds_coverage_counts_against_its_agents_machine() -> None:
+    """
+    A check of a plain world counts edges against the plain agent's machine: an edge only an option brings
+    (compaction, a money budget, screens) is never "never taken", but listed as not in this agent.
+    """
+    coverage = check_gate_contains(expenses.sound_gate, expenses.make_world, expenses.forbidden, settings=FIXED)
+    machine = coverage.machine
+    assert coverage.whole == RUN_MACHINE and machine != RUN_MACHINE
+    assert {"Compacting", "CostLimit", "ScreeningInput"}.isdisjoint({s.name for s in machine.states})
+    report = coverage.report()
+    assert f"edges taken: {len(machine.edges) - len(coverage.missing_edges)} of {len(machine.edges)}" in report
+    assert "compaction_due" not in "".join(line for line in report.splitlines() if "never taken" in line)
+    assert "not in this agent" in report and "compaction_due" in report
+    assert "states not in this agent:" in report and "Compacting" in report
+    assert all(e in machine.edges for e in coverage.missing_edges)
+
+
+def test_coverage_of_several_configurations_counts_against_their_union() -> None:
+    """Runs of two configurations count against the union of their machines, in the table's order."""
+    desk = make_support_desk()
+    coverage = Coverage.of_tools(desk.tools)
+    plain = Agent(ScriptedModel([answer_message("hi")]), desk.tools)
+    costly = plain.replace(
+        limits=Limits(max_cost=Decimal(1), max_output_tokens=10), prices=Prices(default=Price(Decimal(1), Decimal(1)))
+    )
+    coverage.record_run(plain.run("t"), desk.tools, plain)
+    assert "CostLimit" not in {s.name for s in coverage.machine.states}
+    coverage.record_run(costly.run("t"), desk.tools, costly)
+    assert set(coverage.machine.edges) == set(plain.machine().edges) | set(costly.machine().edges)
+    assert "CostLimit" in {s.name for s in coverage.machine.states}
+    assert [e for e in RUN_MACHINE.edges if e in coverage.machine.edges] == list(coverage.machine.edges)

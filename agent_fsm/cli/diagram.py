@@ -15,13 +15,21 @@ import typer
 
 from agent_fsm.cli._text import clean
 from agent_fsm.diagrams.catalog import machines
-from agent_fsm.diagrams.composition import composition_dot, composition_mermaid, render_composition
+from agent_fsm.diagrams.composition import (
+    composition_dot,
+    composition_mermaid,
+    drawn,
+    render_composition,
+    runs_dot,
+    runs_mermaid,
+)
 from agent_fsm.diagrams.dot import DEFAULT_DIRECTION, Direction, GraphvizMissing, render, to_dot
 from agent_fsm.diagrams.folder import write_all
+from agent_fsm.diagrams.labels import agent_title
 from agent_fsm.diagrams.mermaid import to_mermaid
-from agent_fsm.diagrams.path import TRACE_KEY, TraceError, load_trace, path_of
+from agent_fsm.diagrams.path import TRACE_KEY, RunPath, TraceError, load_trace, path_of
 from agent_fsm.diagrams.sequence import sequence_diagram
-from agent_fsm.engine import RUN_MACHINE, MachineSpec
+from agent_fsm.engine import RUN_MACHINE, Agent, MachineSpec, Nested, RunState
 
 __all__ = ["Format", "diagram_command"]
 
@@ -152,11 +160,15 @@ def diagram_command(
         str | None,
         typer.Option(
             "--world",
-            help="MODULE:NAME of an Agent (or a function returning one): draw it with the agents it nests "
-            "(composite states, DOT clusters).",
+            help="MODULE:NAME of an Agent (or a function returning one): draw its machine as configured, with "
+            "the agents it nests (composite states, DOT clusters); with --trace, the run's path on it.",
             show_default=False,
         ),
     ] = None,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="With --world: draw the whole run machine in each box, not the agent's own."),
+    ] = False,
 ) -> None:
     """
     Draw a machine from its live declaration, the path one saved run took through it, or an agent's composition.
@@ -173,7 +185,11 @@ def diagram_command(
 
     agent-fsm diagram --all --output diagrams/  regenerates the committed diagrams.
 
-    agent-fsm diagram --world app.agents:triage  draws an agent with the agents it nests.
+    agent-fsm diagram --world app.agents:triage  draws an agent's machine as configured, with the agents it nests.
+
+    agent-fsm diagram --world app.agents:triage --full  draws the whole run machine for each instead.
+
+    agent-fsm diagram --world app.agents:triage --trace run.json  draws a saved run's path on it (nested runs too).
 
     Exit status: 0 done, 1 failed (the message says why), 2 usage error.
     """
@@ -189,10 +205,15 @@ def diagram_command(
     if all_ and (direction is not None or size is not None):
         raise typer.BadParameter("--all draws the committed diagrams with the defaults", param_hint="--all")
     fitted = _size(size)
+    if full and world is None:
+        raise typer.BadParameter(
+            "--full is for --world (without it the whole run machine is drawn)", param_hint="--full"
+        )
     if world is not None:
-        if machine is not None or trace is not None or all_:
-            raise typer.BadParameter("--world draws an agent's composition: it takes no --machine, --trace or --all")
-        _draw_world(world, format, output, direction.value if direction is not None else None, fitted)
+        if machine is not None or all_:
+            raise typer.BadParameter("--world draws an agent's machines: it takes no --machine or --all")
+        layout = direction.value if direction is not None else None
+        _draw_world(world, format, output, layout, fitted, full=full, trace=trace, sequence=sequence)
         return
     if trace is not None and machine not in (None, RUN_MACHINE.name):
         raise typer.BadParameter(
@@ -230,25 +251,101 @@ def _emit(data: bytes, output: Path | None, file_name: str) -> None:
 
 
 def _draw_world(
-    world: str, format: Format, output: Path | None, direction: str | None, size: tuple[float, float] | None
+    world: str,
+    format: Format,
+    output: Path | None,
+    direction: str | None,
+    size: tuple[float, float] | None,
+    *,
+    full: bool,
+    trace: Path | None,
+    sequence: bool,
 ) -> None:
-    """The agent ``--world`` names with the agents it nests, written to ``output`` (a folder: <name>-composition)."""
+    """
+    The agent ``--world`` names, written to ``output`` (a folder: <name>.<ext>, or <name>-composition.<ext>).
+
+    Its machine as configured (``full``: the whole table); with the agents it nests, one box each; with a
+    ``trace``, the path the saved run (and each run nested in it) took.
+    """
     from agent_fsm.cli.runs import load_world  # the store's modules load only when an agent is named
 
     if format is Format.png and output is None:
         raise typer.BadParameter("PNG is binary: give a file with --output", param_hint="--format")
     agent = load_world(world)  # found in the folder the command runs in, as a machine's module is
     layout: Direction = direction if direction is not None else DEFAULT_DIRECTION  # type: ignore[assignment]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", agent.name or "agent")
     try:
-        if format is Format.mermaid:
-            data = clean(composition_mermaid(agent, direction=direction), "utf-8").encode()
-        elif format is Format.dot:
-            data = clean(composition_dot(agent, direction=layout, size=size), "utf-8").encode()
+        state = _read_trace(trace) if trace is not None else None
+        if sequence:
+            assert state is not None
+            _emit(clean(sequence_diagram(state), "utf-8").encode(), output, f"{name}-sequence.{_SUFFIX[format]}")
+            return
+        nests = any(isinstance(spec.handler, Nested) for spec in agent.tools.values())
+        if state is not None and state.children:
+            data = _drawn_runs(state, agent, format, layout, direction, size, full)
+        elif state is None and nests:
+            if format is Format.mermaid:
+                data = clean(composition_mermaid(agent, direction=direction, full=full), "utf-8").encode()
+            elif format is Format.dot:
+                data = clean(composition_dot(agent, direction=layout, size=size, full=full), "utf-8").encode()
+            else:
+                data = render_composition(agent, format.value, direction=layout, size=size, full=full)
         else:
-            data = render_composition(agent, format.value, direction=layout, size=size)
-    except GraphvizMissing as exc:
+            held = state.limits if state is not None else None
+            drawn_machine = RUN_MACHINE if full else agent.machine(limits=held)
+            path = path_of(state, machine=drawn_machine) if state is not None else None
+            title = agent_title(agent.name, drawn_machine, RUN_MACHINE)
+            data = _drawn(drawn_machine, format, path, direction, size, title)
+            _emit(data, output, f"{name}.{_SUFFIX[format]}")
+            return
+    except (TraceError, GraphvizMissing) as exc:
         raise _fail(str(exc)) from None
-    _emit(data, output, f"{re.sub(r'[^A-Za-z0-9_.-]', '_', agent.name or 'agent')}-composition.{_SUFFIX[format]}")
+    _emit(data, output, f"{name}-composition.{_SUFFIX[format]}")
+
+
+def _drawn_runs(
+    state: RunState,
+    agent: Agent | None,
+    format: Format,
+    layout: Direction,
+    direction: str | None,
+    size: tuple[float, float] | None,
+    full: bool,
+) -> bytes:
+    """A saved run and the runs nested in it, each with its path, in ``format``."""
+    if format is Format.mermaid:
+        return clean(runs_mermaid(state, agent=agent, direction=direction, full=full), "utf-8").encode()
+    source = runs_dot(state, agent=agent, direction=layout, size=size, full=full)
+    if format is Format.dot:
+        return clean(source, "utf-8").encode()
+    return drawn(source, format.value)
+
+
+def _read_trace(trace: Path) -> RunState:
+    try:
+        text = trace.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {trace}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"trace {trace} is not UTF-8 text: {exc.reason}") from None
+    return load_trace(text)
+
+
+def _drawn(
+    machine: MachineSpec,
+    format: Format,
+    path: RunPath | None,
+    direction: str | None,
+    size: tuple[float, float] | None,
+    title: str | None = None,
+) -> bytes:
+    """``machine`` (with ``path``) in ``format``."""
+    if format is Format.mermaid:
+        return clean(to_mermaid(machine, path=path, direction=direction, title=title), "utf-8").encode()
+    layout: Direction = direction if direction is not None else DEFAULT_DIRECTION  # type: ignore[assignment]
+    if format is Format.dot:
+        return clean(to_dot(machine, path=path, direction=layout, size=size, title=title), "utf-8").encode()
+    return render(machine, format.value, path=path, direction=layout, size=size, title=title)
 
 
 def _draw(
@@ -261,20 +358,12 @@ def _draw(
 ) -> bytes:
     path = None
     if trace is not None:
-        try:
-            text = trace.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise TraceError(f"cannot read trace {trace}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise TraceError(f"trace {trace} is not UTF-8 text: {exc.reason}") from None
-        state = load_trace(text)
+        state = _read_trace(trace)
         if sequence:
             # A trace is outside text: a lone surrogate in it is drawn as its escape.
             return clean(sequence_diagram(state), "utf-8").encode()
+        if state.children:  # the runs nested in its calls are drawn inside it, each with its path
+            layout: Direction = direction if direction is not None else DEFAULT_DIRECTION  # type: ignore[assignment]
+            return _drawn_runs(state, None, format, layout, direction, size, full=True)
         path = path_of(state)
-    if format is Format.mermaid:
-        return clean(to_mermaid(machine, path=path, direction=direction), "utf-8").encode()
-    layout: Direction = direction if direction is not None else DEFAULT_DIRECTION  # type: ignore[assignment]
-    if format is Format.dot:
-        return clean(to_dot(machine, path=path, direction=layout, size=size), "utf-8").encode()
-    return render(machine, format.value, path=path, direction=layout, size=size)
+    return _drawn(machine, format, path, direction, size)

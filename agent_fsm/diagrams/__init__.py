@@ -15,8 +15,12 @@ with the engine. The parts, one module each:
   transcript as a Mermaid ``sequenceDiagram``;
 * :mod:`~agent_fsm.diagrams.composition`: an agent with the agents it nests
   (:func:`composition_mermaid` composite states, :func:`composition_dot`
-  clusters, :func:`render_composition`), recursion drawn as an edge back;
-* :mod:`~agent_fsm.diagrams.catalog`: the shipped machines (:func:`machines`);
+  clusters, :func:`render_composition`), recursion drawn as an edge back,
+  each agent's machine as configured (``full=True``: the whole table); and a
+  saved run with the runs nested in it, each with its path (:func:`runs_mermaid`,
+  :func:`runs_dot`);
+* :mod:`~agent_fsm.diagrams.catalog`: the shipped machines (:func:`machines`), and
+  representative agents drawn as configured (``catalog.agents()``);
 * :mod:`~agent_fsm.diagrams.folder`: :func:`write_all`, which regenerates
   the committed ``diagrams/`` folder from the catalog.
 
@@ -26,7 +30,13 @@ edges taken, with a count on each. The ``agent-fsm diagram`` command lives in
 """
 
 from agent_fsm.diagrams.catalog import machines
-from agent_fsm.diagrams.composition import composition_dot, composition_mermaid, render_composition
+from agent_fsm.diagrams.composition import (
+    composition_dot,
+    composition_mermaid,
+    render_composition,
+    runs_dot,
+    runs_mermaid,
+)
 from agent_fsm.diagrams.dot import GraphvizMissing, render, to_dot
 from agent_fsm.diagrams.folder import write_all
 from agent_fsm.diagrams.labels import REGENERATE_COMMAND
@@ -55,6 +65,8 @@ __all__ = [
     "reconstruct_path",
     "render",
     "render_composition",
+    "runs_dot",
+    "runs_mermaid",
     "sequence_diagram",
     "to_dot",
     "to_mermaid",

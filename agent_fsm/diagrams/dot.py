@@ -48,6 +48,7 @@ def to_dot(
     path: RunPath | None = None,
     direction: Direction = DEFAULT_DIRECTION,
     size: tuple[float, float] | None = None,
+    title: str | None = None,
 ) -> str:
     """
     ``machine`` as Graphviz DOT text, laid out in ``direction``; ``size``
@@ -57,7 +58,7 @@ def to_dot(
     edge from a point, paused states are dashed, filled and say they are
     paused. With ``path``, visited states are green, the state the run rests
     in is outlined heavily, edges taken are bold with a count, and edges not
-    taken fade.
+    taken fade. ``title`` replaces the machine's name at the top.
     """
     check_path(machine, path)
     counts = path.counts() if path is not None else collections.Counter()
@@ -69,7 +70,7 @@ def to_dot(
         fontname=_FONT,
         fontsize="16",
         labelloc="t",
-        label=graphviz.escape(title_of(machine, path)),
+        label=graphviz.escape(title_of(machine, path, title)),
         dpi=_DPI,
         nodesep="0.25",
         ranksep="0.7",
@@ -154,6 +155,7 @@ def render(
     path: RunPath | None = None,
     direction: Direction = DEFAULT_DIRECTION,
     size: tuple[float, float] | None = None,
+    title: str | None = None,
 ) -> bytes:
     """
     ``machine`` drawn by Graphviz's ``dot`` program, as SVG or PNG bytes.
@@ -164,7 +166,7 @@ def render(
     if format not in ("svg", "png"):
         raise ValueError(f"format must be 'svg' or 'png', got {format!r}")
     try:
-        source = to_dot(machine, path=path, direction=direction, size=size)
+        source = to_dot(machine, path=path, direction=direction, size=size, title=title)
         return cast(bytes, graphviz.Source(source).pipe(format=format))
     except graphviz.ExecutableNotFound as exc:
         raise GraphvizMissing(

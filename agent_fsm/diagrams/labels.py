@@ -7,7 +7,7 @@ from __future__ import annotations
 from agent_fsm.diagrams.path import RunPath
 from agent_fsm.engine import Edge, MachineSpec, StateSpec
 
-__all__ = ["REGENERATE_COMMAND", "check_path", "edge_label", "paused_note", "taken_label", "title_of"]
+__all__ = ["REGENERATE_COMMAND", "agent_title", "check_path", "edge_label", "paused_note", "taken_label", "title_of"]
 
 
 REGENERATE_COMMAND = "agent-fsm diagram --all --output diagrams/"
@@ -35,8 +35,20 @@ def paused_note(machine: MachineSpec, state: StateSpec) -> str:
     return "paused: resumes on " + " or ".join(events) if events else "paused"
 
 
-def title_of(machine: MachineSpec, path: RunPath | None) -> str:
-    return f"{machine.name} machine" if path is None else f"{machine.name} machine: a run's path to {path.end}"
+def title_of(machine: MachineSpec, path: RunPath | None, title: str | None = None) -> str:
+    head = title if title is not None else f"{machine.name} machine"
+    return head if path is None else f"{head}: a run's path to {path.end}"
+
+
+def agent_title(name: str | None, machine: MachineSpec, whole: MachineSpec) -> str:
+    """What an agent's machine is called in a drawing: whose, and how much of the whole table it is."""
+    who = name or "unnamed agent"
+    if machine == whole:
+        return f"{who}: the whole {whole.name} machine ({len(whole.states)} states, {len(whole.edges)} edges)"
+    return (
+        f"{who}: the {whole.name} machine as configured ({len(machine.states)} of {len(whole.states)} states,"
+        f" {len(machine.edges)} of {len(whole.edges)} edges)"
+    )
 
 
 def check_path(machine: MachineSpec, path: RunPath | None) -> None:

@@ -82,7 +82,9 @@ def _mermaid_ids(machine: MachineSpec) -> dict[str, str]:
     return ids
 
 
-def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None, direction: str | None = None) -> str:
+def to_mermaid(
+    machine: MachineSpec, *, path: RunPath | None = None, direction: str | None = None, title: str | None = None
+) -> str:
     """
     ``machine`` as a Mermaid ``stateDiagram-v2``.
 
@@ -93,7 +95,7 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None, direction: 
     states are highlighted, the state the run rests in most, and each edge
     taken says how often. ``direction`` (``LR``, ``TB``, ...) sets the layout;
     by default Mermaid's own. Only agent_fsm's own machines carry the
-    comment saying how to regenerate them.
+    comment saying how to regenerate them. ``title`` replaces the machine's name at the top.
     """
     check_path(machine, path)
     ids = _mermaid_ids(machine)
@@ -101,7 +103,7 @@ def to_mermaid(machine: MachineSpec, *, path: RunPath | None = None, direction: 
     lines = [
         "---",
         # The title is YAML front matter: a JSON string is a YAML string, so any name is safe.
-        f"title: {json.dumps(' '.join(title_of(machine, path).split()), ensure_ascii=False)}",
+        f"title: {json.dumps(' '.join(title_of(machine, path, title).split()), ensure_ascii=False)}",
         "---",
         "stateDiagram-v2",
     ]

@@ -279,21 +279,30 @@ def state_of(run: RunResult | RunState) -> RunState:
     raise TypeError(f"a RunResult or RunState is expected, got {run!r} that is a {type(run)!r}")
 
 
-def path_of(run: RunResult | RunState) -> RunPath:
+def path_of(run: RunResult | RunState, *, machine: MachineSpec | None = None) -> RunPath:
     """
-    The path ``run`` took through the run machine.
+    The path ``run`` took through the run machine, or through ``machine``, one agent's part of it.
 
     It is read from ``state.path``, the states the engine entered; a record
     without one (saved before the path was kept, or built by hand) is
-    reconstructed with :func:`reconstruct_path`.
+    reconstructed with :func:`reconstruct_path`. ``machine`` is the run
+    machine as the run's agent can take it (:meth:`agent_fsm.Agent.machine`).
 
     Raises:
         TraceError: the recorded path is not a walk through the run machine
-            ending where the run rests.
+            ending where the run rests, or takes an edge ``machine`` does not have.
     """
     state = state_of(run)
-    if not state.path:
-        return reconstruct_path(state)
+    whole = reconstruct_path(state) if not state.path else _recorded(state)
+    if machine is None or machine == RUN_MACHINE:
+        return whole
+    try:
+        return RunPath.from_steps(machine, [(e.source, e.event, e.dest) for e in whole.steps])
+    except TraceError as exc:
+        raise TraceError(f"{exc}: the run took a step this agent cannot; was it run configured otherwise?") from None
+
+
+def _recorded(state: RunState) -> RunPath:
     machine = RUN_MACHINE
     steps = []
     for source, dest in zip([machine.initial, *state.path], state.path, strict=False):

@@ -152,7 +152,7 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
-from agent_fsm.engine._run import AnswerCheck, RunContext
+from agent_fsm.engine._run import RUN_OPTIONS, AnswerCheck, RunContext, RunOption
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
     Judgement,
@@ -179,7 +179,14 @@ from agent_fsm.engine._tools import (
 )
 
 if TYPE_CHECKING:
-    from agent_fsm.engine._analysis import MachineReport, Violation, check_machine, check_tool_rules, cycles
+    from agent_fsm.engine._analysis import (
+        MachineReport,
+        Violation,
+        check_machine,
+        check_tool_rules,
+        cycles,
+        unchecked_spending,
+    )
     from agent_fsm.engine._async import RunCancelled, acontinue_run, adrive
     from agent_fsm.engine._nesting import (
         Composition,
@@ -188,6 +195,7 @@ if TYPE_CHECKING:
         bounded_limits,
         check_composition,
         conversation,
+        held_limits,
     )
     from agent_fsm.engine._policy import (
         DECISION_ERRORS,
@@ -332,6 +340,8 @@ __all__ = [
     "resume",
     "run",
     "RUN_MACHINE",
+    "RUN_OPTIONS",
+    "RunOption",
     "RunCancelled",
     "RunContext",
     "RunError",
@@ -370,6 +380,7 @@ __all__ = [
     "validate_call",
     "Verdict",
     "Violation",
+    "unchecked_spending",
     "Composition",
     "ConversationFilter",
     "Nested",
@@ -378,6 +389,7 @@ __all__ = [
     "bounded_limits",
     "check_composition",
     "conversation",
+    "held_limits",
 ]
 
 _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
@@ -385,10 +397,20 @@ _ASYNC = frozenset({"RunCancelled", "acontinue_run", "adrive"})
 _POLICY = frozenset({"DECISION_ERRORS", "DecisionPolicy", "FinalDecision", "named", "observations_of", "string_fields"})
 
 # The static checker: a run never needs it (tool rules are checked by the function that takes them).
-_ANALYSIS = frozenset({"MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles"})
+_ANALYSIS = frozenset(
+    {"MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles", "unchecked_spending"}
+)
 # Agents inside agents: loaded by the first agent made a tool or a handoff, or when first asked for.
 _NESTING = frozenset(
-    {"Composition", "ConversationFilter", "Nested", "bounded_limits", "check_composition", "conversation"}
+    {
+        "Composition",
+        "ConversationFilter",
+        "Nested",
+        "bounded_limits",
+        "check_composition",
+        "conversation",
+        "held_limits",
+    }
 )
 
 

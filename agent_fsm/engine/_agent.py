@@ -35,9 +35,10 @@ from agent_fsm.engine._launch import (
     starting,
 )
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices, Stop
+from agent_fsm.engine._machine import RUN_MACHINE, MachineSpec
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
-from agent_fsm.engine._run import AnswerCheck
+from agent_fsm.engine._run import AnswerCheck, ruled_out
 from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState, rest
 from agent_fsm.engine._steps import drive, iterate, perform_now
@@ -183,6 +184,22 @@ class Agent:
     def output_spec(self) -> OutputSpec | None:
         """The final answer's contract ``output`` names (``None``: the answer is free text)."""
         return None if self.output is None else output_spec(self.output)
+
+    def machine(self, *, limits: Limits | None = None) -> MachineSpec:
+        """
+        The run machine as this agent can take it: only the states and edges its configuration can reach.
+
+        Each option an agent does not take (no compaction, no screens, no
+        money budget, no typed output... see :data:`agent_fsm.RUN_OPTIONS`) rules
+        out the guards only it makes true; their edges, and the states only
+        they reach, are left out. The driver leaves out the very same edges,
+        from the same list, so every edge a run of this agent takes is an edge
+        of this machine. ``limits`` are those a run is held to (default: the
+        agent's, else :data:`~agent_fsm.DEFAULT_LIMITS`); :data:`~agent_fsm.RUN_MACHINE`
+        is the whole table.
+        """
+        chosen = limits if limits is not None else self.limits if self.limits is not None else DEFAULT_LIMITS
+        return RUN_MACHINE.without(ruled_out(self, chosen))
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""

@@ -6,9 +6,20 @@ The four properties, for any :class:`~agent_fsm.engine.MachineSpec`:
 * every state is reachable from the initial state;
 * every state that is not absorbing can reach an absorbing state;
 * no edge leaves an absorbing state;
-* every cycle passes through an edge that consumes a declared budget.
-  Budgets only shrink, so such a cycle can be taken finitely often: together
-  with the first three, every run ends.
+* every cycle passes through an edge that consumes a declared budget, and
+  checks on that very edge that the budget is not spent (see
+  :func:`unchecked_spending`). Budgets only shrink, so such a cycle can be
+  taken finitely often: together with the first three, every run ends.
+
+A budget's check is declared on the machine (``spent_guards``: the guards
+of earlier edges of the spending edge's state that leave for a resting
+state, the budget's own exhaustion first, then every limit bounding the same
+work, so work is admitted only once each is checked; ``left_guards``: the
+guard that holds only while some is left, on the spending edge or on every
+edge into its state). The proof asks
+that the cycle itself pass the check, not that some edge somewhere lead to
+the limit: a limit reached from one state proves nothing for a cycle through
+another. A budget whose check is not declared is trusted as labelled.
 
 It also warns (without failing the report) about a working state whose edges
 for its event are all guarded: unless those guards are exhaustive, some run
@@ -24,7 +35,7 @@ import attrs
 from agent_fsm.engine._context import ToolRule
 from agent_fsm.engine._machine import Edge, MachineSpec
 
-__all__ = ["MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles"]
+__all__ = ["MachineReport", "Violation", "check_machine", "check_tool_rules", "cycles", "unchecked_spending"]
 
 
 # --- analysis ---
@@ -137,6 +148,47 @@ def _unbudgeted_cycles(names: list[str], edges: list[Edge]) -> list[list[str]]:
     return cycles(graph)
 
 
+def unchecked_spending(spec: MachineSpec) -> dict[Edge, tuple[str, bool]]:
+    """
+    The edges that spend a budget without checking, where they are taken, that some is left: each with
+    why, and whether the budget's own check is the one missing (then the edge bounds no cycle).
+
+    An edge spending ``b`` is checked when each of ``b``'s spent guards (its
+    own exhaustion, then every limit bounding the same work) guards an
+    earlier edge of its state and event that leads to a resting state (the
+    run stops there first), or when ``b``'s left guard guards the edge itself
+    or every edge into its state.
+    """
+    resting = {s.name for s in spec.states if s.kind != "working"}
+    found: dict[Edge, tuple[str, bool]] = {}
+    for index, edge in enumerate(spec.edges):
+        budget = edge.consumes
+        if budget is None:
+            continue
+        spent, left = spec.spent_guards.get(budget, ()), spec.left_guards.get(budget)
+        if spent:
+            earlier = spec.edges[:index]
+            tried = {e.guard for e in earlier if (e.source, e.event) == (edge.source, edge.event) and e.dest in resting}
+            missing = [guard for guard in spent if guard not in tried]
+            if missing:
+                found[edge] = (
+                    f"{_edge_text(edge)} spends {budget!r}, but no earlier edge of {edge.source!r} on"
+                    f" {edge.event!r} stops the run by {', '.join(f'[{g}]' for g in missing)} (an edge to a"
+                    " resting state, tried before it): the work it admits is not checked against that limit",
+                    spent[0] in missing,
+                )
+        elif left is not None:
+            into = [e for e in spec.edges if e.dest == edge.source]
+            if edge.guard == left or (into and all(e.guard == left for e in into)):
+                continue
+            found[edge] = (
+                f"{_edge_text(edge)} spends {budget!r}, but neither it nor every edge into {edge.source!r}"
+                f" is guarded by [{left}], which holds only while some is left",
+                True,
+            )
+    return found
+
+
 def check_machine(spec: MachineSpec) -> MachineReport:
     """Check the four termination properties of ``spec`` and report every violation."""
     names = [s.name for s in spec.states]
@@ -173,15 +225,27 @@ def check_machine(spec: MachineSpec) -> MachineReport:
                 )
             )
 
-    for cycle in _unbudgeted_cycles(names, list(spec.edges)):
+    unchecked = unchecked_spending(spec)
+    for edge, (why, _bounds_nothing) in unchecked.items():
+        violations.append(Violation("checked_budget", (edge.source,), why, (edge,)))
+    # An edge spending a budget whose own exhaustion it does not check bounds no cycle: the cycles are
+    # those of the edges left once the checked ones are cut.
+    counted = [attrs.evolve(e, consumes=None) if unchecked.get(e, ("", False))[1] else e for e in spec.edges]
+    for cycle in _unbudgeted_cycles(names, counted):
         members = set(cycle)
-        edges = tuple(e for e in spec.edges if e.consumes is None and e.source in members and e.dest in members)
+        edges = tuple(
+            e
+            for e, c in zip(spec.edges, counted, strict=True)
+            if c.consumes is None and e.source in members and e.dest in members
+        )
         violations.append(
             Violation(
                 "budgeted_cycles",
                 tuple(cycle),
-                "cycle through " + " -> ".join(cycle) + " consumes no declared budget, so nothing bounds it;"
-                " its edges: " + "; ".join(_edge_text(e) for e in edges) + " (mark one with consumes=<budget>)",
+                "cycle through " + " -> ".join(cycle) + " consumes no declared budget that it checks, so nothing"
+                " bounds it; its edges: "
+                + "; ".join(_edge_text(e) for e in edges)
+                + " (mark one with consumes=<budget>, checked where it is spent)",
                 edges,
             )
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -84,6 +84,13 @@ class MachineSpec:
     states: tuple[StateSpec, ...]
     edges: tuple[Edge, ...]
     budgets: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    # How a budget is checked before it is spent, for the proof (see agent_fsm.engine._analysis): the guards
+    # that stop the run before the spending edge is tried (each guards an earlier edge of its state, to a
+    # resting state): the budget's own exhaustion first, then every limit bounding the same work; or the
+    # guard that holds only while some is left (on the spending edge, or on every edge into its state).
+    # A budget declared in neither is trusted as labelled.
+    spent_guards: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, hash=False)
+    left_guards: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     # The states by name, built once: drivers look states up several times a run.
     _index: dict[str, StateSpec] = attrs.field(init=False, repr=False, eq=False, hash=False, alias="_index")
 
@@ -107,6 +114,10 @@ class MachineSpec:
                     f"edge {edge.source} --{edge.event}--> {edge.dest} consumes undeclared budget {edge.consumes!r}"
                     f" (declare it in budgets=)"
                 )
+        for checks in (self.spent_guards, self.left_guards):
+            problems += [
+                f"budget {b!r} has a check but is not declared in budgets=" for b in checks if b not in self.budgets
+            ]
         for state in self.states:
             if state.kind == "working":
                 events = {e.event for e in self.edges if e.source == state.name}
@@ -118,6 +129,37 @@ class MachineSpec:
                 problems.append(f"{state.kind} state {state.name!r} names no stop")
         if problems:
             raise MachineDefinitionError(f"machine {self.name!r} is inconsistent:\n  " + "\n  ".join(problems))
+
+    def without(self, guards: Iterable[str]) -> MachineSpec:
+        """
+        This declaration with the edges guarded by ``guards`` left out, and the states no longer reachable.
+
+        For a configuration that makes those guards false for good: what is
+        left is every state and edge such a run can take (the driver leaves
+        the same edges out, see :meth:`CompiledMachine.without`). Budgets no
+        edge left spends are dropped with their checks.
+        """
+        gone = frozenset(guards)
+        kept = [e for e in self.edges if e.guard is None or e.guard not in gone]
+        reached = {self.initial}
+        frontier = [self.initial]
+        while frontier:
+            here = frontier.pop()
+            for edge in kept:
+                if edge.source == here and edge.dest not in reached:
+                    reached.add(edge.dest)
+                    frontier.append(edge.dest)
+        edges = tuple(e for e in kept if e.source in reached)
+        spent = {e.consumes for e in edges if e.consumes is not None}
+        # A guard ruled out is no check to ask for: the limit it tests does not bind this configuration.
+        return attrs.evolve(
+            self,
+            states=tuple(s for s in self.states if s.name in reached),
+            edges=edges,
+            budgets={k: v for k, v in self.budgets.items() if k in spent},
+            spent_guards={k: tuple(g for g in v if g not in gone) for k, v in self.spent_guards.items() if k in spent},
+            left_guards={k: v for k, v in self.left_guards.items() if k in spent},
+        )
 
     def state(self, name: str) -> StateSpec:
         """The declared state called ``name``."""
@@ -169,6 +211,14 @@ RUN_MACHINE = MachineSpec(
         "task_screen": "the task is screened once, before the first model call",
         "output_retries": "answers sent back as invalid typed output, at most Limits.output_retries",
         "fallbacks": "models left in a FallbackModel's chain this turn; only a reply refills them",
+    },
+    # A model call is admitted only once every limit bounding it is checked: turns first, the proof's own.
+    spent_guards={"turns": ("turn_budget_spent", "prompt_over_budget", "time_spent", "cost_over_budget")},
+    left_guards={
+        "pending_calls": "calls_pending",
+        "task_screen": "task_unscreened",
+        "output_retries": "output_retry_left",
+        "fallbacks": "can_fall_back",
     },
     states=(
         StateSpec("Ready", "working", "Between turns; budgets are checked on leaving it."),

@@ -48,6 +48,7 @@ from agent_fsm.engine._boundary import Checkpointer, Intent
 from agent_fsm.engine._errors import RunError
 from agent_fsm.engine._launch import Launch, continuing, deciding, recovering, result_of
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
+from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import Observation
 from agent_fsm.engine._run import RunContext, pause_on
 from agent_fsm.engine._spending import charge_nested
@@ -65,6 +66,7 @@ __all__ = [
     "bounded_limits",
     "check_composition",
     "conversation",
+    "held_limits",
     "nested_tool",
 ]
 
@@ -208,6 +210,18 @@ def bounded_limits(own: Limits, parent: Limits, state: RunState, seconds_left: f
         if own.max_output_tokens is None or own.max_output_tokens > (parent.max_output_tokens or 0):
             changes["max_output_tokens"] = parent.max_output_tokens
     return attrs.evolve(own, **changes) if changes else own
+
+
+def held_limits(agent: Agent, parent: Limits) -> Limits:
+    """
+    The limits a run of ``agent`` nested in a fresh run held to ``parent`` starts under.
+
+    Its machine is restricted by these (:meth:`agent_fsm.Agent.machine`): a
+    parent's money, time or tool budget binds the nested run too, so it
+    brings that budget's states and edges into the nested agent's machine.
+    """
+    own = agent.limits if agent.limits is not None else DEFAULT_LIMITS
+    return bounded_limits(own, parent, RunState(), parent.max_seconds)
 
 
 def _bounded(agent: Agent, run: RunContext) -> Agent:
@@ -368,7 +382,9 @@ class Composition:
     ``depth_bound`` is how deep runs can nest: the longest chain of the
     graph, or, when it has a cycle, the top agent's ``max_turns`` (each level
     has fewer turns than the one above it). ``problems`` lists what would
-    stop a composition from working (an unnamed agent is not one).
+    stop a composition from working (an unnamed agent is not one);
+    ``proved`` the machines proved to terminate (the whole table, and each
+    agent's as configured).
     """
 
     agents: tuple[str, ...]
@@ -377,6 +393,7 @@ class Composition:
     depth_bound: int
     terminates: bool
     problems: tuple[str, ...] = ()
+    proved: tuple[str, ...] = ()
 
 
 def _label(agent: Agent, names: dict[int, str]) -> str:
@@ -390,8 +407,10 @@ def check_composition(agent: Agent) -> Composition:
     """
     Prove the composition of ``agent`` and the agents it nests terminates, or say why not.
 
-    The run machine terminates on its own (:func:`agent_fsm.engine.check_machine`);
-    a composition adds one edge per nesting tool. Each nested run is bounded
+    The run machine terminates on its own (:func:`agent_fsm.engine.check_machine`),
+    and so must each agent's machine as configured (:meth:`agent_fsm.Agent.machine`,
+    under the limits it is held to nested): both are checked here, and a
+    violation is a problem. A composition adds one edge per nesting tool. Each nested run is bounded
     by its parent's budgets and charges what it spends to them, and starts
     with fewer turns than its parent had left (the parent spent at least one
     proposing the call), so every level spends a budget of the level above
@@ -399,19 +418,33 @@ def check_composition(agent: Agent) -> Composition:
     that is a registry that changes while running (an MCP list), which may
     bring nesting tools the check did not see: reported as a problem.
     """
+    from agent_fsm.engine._analysis import check_machine  # the checker loads only when a composition is checked
+
     names: dict[int, str] = {}
     edges: list[tuple[str, str, str]] = []
     graph: dict[str, set[str]] = {}
     problems: list[str] = []
     seen: set[int] = set()
-    todo = [agent]
+    top_limits = agent.limits if agent.limits is not None else DEFAULT_LIMITS
+    todo = [(agent, top_limits)]
+
+    proved = [f"the run machine ({len(RUN_MACHINE.states)} states)"]
+    whole = check_machine(RUN_MACHINE)
+    if not whole.ok:
+        problems.append(str(whole))
     while todo:
-        current = todo.pop()
+        current, held = todo.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
         here = _label(current, names)
         graph.setdefault(here, set())
+        configured = current.machine(limits=held)
+        report = check_machine(configured)
+        if report.ok:
+            proved.append(f"{here}'s machine as configured ({len(configured.states)} states)")
+        else:
+            problems.append(f"{here}'s machine as configured: " + "; ".join(v.message for v in report.violations))
         if hasattr(current.tools, "version"):
             problems.append(f"{here}'s tools follow a changing list: nesting tools added later are not checked here")
         for tool, spec in current.tools.items():
@@ -420,11 +453,10 @@ def check_composition(agent: Agent) -> Composition:
                 below = _label(handler.agent, names)
                 edges.append((here, tool, below))
                 graph[here].add(below)
-                todo.append(handler.agent)
+                todo.append((handler.agent, held_limits(handler.agent, held)))
     top = _label(agent, names)
     recursive, longest = _depth(graph, top)
-    limits = agent.limits if agent.limits is not None else DEFAULT_LIMITS
-    bound = limits.max_turns if recursive else longest
+    bound = top_limits.max_turns if recursive else longest
     return Composition(
         agents=tuple(sorted(graph)),
         edges=tuple(edges),
@@ -432,6 +464,7 @@ def check_composition(agent: Agent) -> Composition:
         depth_bound=bound,
         terminates=not problems,
         problems=tuple(problems),
+        proved=tuple(proved),
     )
 
 

@@ -8,8 +8,10 @@ bound to the guards and effects below) then moves the run edge by edge
 until it rests, and :mod:`~agent_fsm.engine._launch` gives the result. Guards are pure
 predicates; effects are the on-enter callbacks that ask the model, judge
 proposals and cross the effect boundary. The sections below, in order:
-the context, no-progress bookkeeping, guards, effects (how a run is set
-going, rests, is decided and recovers is :mod:`~agent_fsm.engine._launch`).
+the options of an agent (which guards each makes possible: the table a run
+tries, and ``Agent.machine()``, are cut by them), the context, no-progress
+bookkeeping, guards, effects (how a run is set going, rests, is decided and
+recovers is :mod:`~agent_fsm.engine._launch`).
 
 A declaration bound to its guard and effect functions: one ``transitions.Machine`` per process.
 
@@ -55,6 +57,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._boundary import (
@@ -112,13 +116,16 @@ __all__ = [
     "AnswerCheckFn",
     "LOG",
     "MACHINE",
+    "RUN_OPTIONS",
     "RunContext",
+    "RunOption",
     "ask_about_unknown",
     "count_rejection",
     "judge_proposal",
     "no_progress",
     "no_progress_reason",
     "pause_on",
+    "ruled_out",
 ]
 
 
@@ -128,6 +135,75 @@ LOG = logging.getLogger("agent_fsm")
 """The library's logger: one DEBUG line per transition, nothing at INFO or above in a run that goes well."""
 
 AnswerCheckFn = Callable[[str, RunState], Any]
+
+
+# --- options: which states and edges of the run machine each option of an agent brings ---
+
+
+@attrs.frozen
+class RunOption:
+    """
+    One option of an agent and the guards of the run machine only it can make true.
+
+    Without the option those guards are false for the run's whole length, so
+    their edges, and the states only they reach, are not this agent's: the
+    driver leaves them out of the table it tries (:meth:`CompiledMachine.without`)
+    and :meth:`agent_fsm.Agent.machine` out of the declaration, from this one
+    list. A new option's states and edges are one row here away.
+    """
+
+    name: str
+    given_by: str  # what a user writes to take it
+    guards: tuple[str, ...]
+    taken: Callable[[Agent, Limits], bool] = attrs.field(repr=False)
+
+
+def _capped(tools: Registry) -> bool:
+    """Whether a tool of ``tools`` caps its calls (a registry that follows a changing list may bring one later)."""
+    return hasattr(tools, "version") or any(spec.max_calls is not None for spec in tools.values())
+
+
+def _hands_over(tools: Registry) -> bool:
+    """Whether a tool of ``tools`` hands the conversation over (a changing list may bring one later)."""
+    return hasattr(tools, "version") or any(
+        isinstance(spec.handler, Subrun) and spec.handler.hands_over for spec in tools.values()
+    )
+
+
+RUN_OPTIONS: tuple[RunOption, ...] = (
+    RunOption("input screen", "Agent(screen_input=...)", ("task_unscreened",), lambda a, _: a.screen_input is not None),
+    RunOption("compaction", "Agent(compact=...)", ("compaction_due",), lambda a, _: a.compact is not None),
+    RunOption("cost budget", "Limits(max_cost=...)", ("cost_over_budget",), lambda _, li: li.max_cost is not None),
+    RunOption("time budget", "Limits(max_seconds=...)", ("time_spent",), lambda _, li: li.max_seconds is not None),
+    RunOption(
+        "fallback models", "FallbackModel(...)", ("can_fall_back",), lambda a, _: isinstance(a.model, FallbackModel)
+    ),
+    RunOption("typed output", "Agent(output=...)", ("output_retry_left",), lambda a, _: a.output is not None),
+    RunOption(
+        "tool budget", "Limits(max_tool_calls=...)", ("tool_budget_spent",), lambda _, li: li.max_tool_calls is not None
+    ),
+    RunOption("per-tool caps", "ToolSpec(max_calls=...)", ("tool_cap_reached",), lambda a, _: _capped(a.tools)),
+    RunOption("handoffs", "Agent.handoff()", ("handed_over",), lambda a, _: _hands_over(a.tools)),
+    RunOption(
+        "tools that end the run",
+        "ends_run(...)",
+        ("ended_by_tool",),
+        lambda a, _: bool(a.tool_rules) and bool(a.ending_tools),
+    ),
+    RunOption(
+        "result screen", "Agent(screen_result=...)", ("result_unscreened",), lambda a, _: a.screen_result is not None
+    ),
+)
+"""The options of an agent that bring states and edges of the run machine, in the order the table first uses them."""
+
+
+def ruled_out(agent: Agent, limits: Limits) -> frozenset[str]:
+    """The guards ``agent`` under ``limits`` makes false for a run's whole length: the options it does not take."""
+    never: list[str] = []
+    for option in RUN_OPTIONS:  # a plain loop: this is read once per run
+        if not option.taken(agent, limits):
+            never += option.guards
+    return frozenset(never)
 
 
 class RunContext:
@@ -261,41 +337,7 @@ class RunContext:
         self.output = agent.output_spec
         if agent.tool_rules or agent.tools_for is not None:
             self.offer, self.usage = agent, Usage.of(self.state)
-        self.table = MACHINE.without(self._never())
-
-    def _never(self) -> frozenset[str]:
-        """The guards this run's configuration makes false for its whole length: their edges are not tried."""
-        never = []
-        if self.compact is None:
-            never.append("compaction_due")
-        limits = self.limits
-        if limits.max_cost is None:
-            never.append("cost_over_budget")
-        if limits.max_seconds is None:
-            never.append("time_spent")
-        if limits.max_tool_calls is None:
-            never.append("tool_budget_spent")
-        if self.fallback is None:
-            never.append("can_fall_back")
-        if self.output is None:  # output_failed is only ever set against an output contract
-            never.append("output_retry_left")
-        if self.usage is None:  # no tool rules: no tool ends the run
-            never.append("ended_by_tool")
-        if self.screen_input is None:
-            never.append("task_unscreened")
-        if self.screen_result is None:
-            never.append("result_unscreened")
-        tools = self.tools
-        if not hasattr(tools, "version"):  # a list that may change could bring a capped tool, or a handoff
-            capped = hands_over = False
-            for spec in tools.values():
-                capped = capped or spec.max_calls is not None
-                hands_over = hands_over or (isinstance(spec.handler, Subrun) and spec.handler.hands_over)
-            if not capped:
-                never.append("tool_cap_reached")
-            if not hands_over:
-                never.append("handed_over")
-        return frozenset(never)
+        self.table = MACHINE.without(ruled_out(agent, self.limits))
 
     @property
     def machine_state(self) -> str:

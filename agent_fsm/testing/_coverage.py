@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm import RUN_MACHINE, Edge, MachineSpec, RunResult, ToolCall, as_verdict, parse_tool_calls
+from agent_fsm import RUN_MACHINE, Agent, Edge, MachineSpec, RunResult, ToolCall, as_verdict, parse_tool_calls
 from agent_fsm.engine import Gate, Registry
 from agent_fsm.testing._sums import integer_bounds, summed_fields
 
@@ -108,6 +108,8 @@ class Coverage:
 
     machine: MachineSpec = RUN_MACHINE
     boundaries: dict[str, list[int]] = attrs.field(factory=dict)
+    # The whole table when ``machine`` is an agent's part of it (see count_against): the rest is not in this agent.
+    whole: MachineSpec | None = None
     runs: int = 0
     edges: Counter[EdgeKey] = attrs.field(factory=Counter)
     states: Counter[str] = attrs.field(factory=Counter)
@@ -123,6 +125,23 @@ class Coverage:
         return cls(boundaries=_boundaries(tools, constants), tools=tuple(tools))
 
     # --- recording -----------------------------------------------------------
+
+    def count_against(self, machine: MachineSpec) -> None:
+        """
+        Count against ``machine``, the run machine as an agent's configuration can take it
+        (:meth:`agent_fsm.Agent.machine`); runs of several configurations count against the union of theirs.
+
+        An edge the configuration cannot take is not missing: the report lists it as not in this agent.
+        """
+        whole = self.whole if self.whole is not None else self.machine
+        if self.whole is not None:  # a second configuration: the union, in the table's order
+            edges, states = set(self.machine.edges) | set(machine.edges), set(self.machine.states) | set(machine.states)
+            machine = attrs.evolve(
+                whole,
+                states=tuple(s for s in whole.states if s in states),
+                edges=tuple(e for e in whole.edges if e in edges),
+            )
+        self.whole, self.machine = whole, machine
 
     def record_path(self, path: Sequence[str], events: Sequence[str] | None = None) -> None:
         """
@@ -141,8 +160,13 @@ class Coverage:
                     self.edges[_key(edge)] += 1
                     break
 
-    def record_run(self, result: RunResult, tools: Registry) -> None:
-        """One run: its path, the tools it proposed (valid calls) and executed, the argument values it tried."""
+    def record_run(self, result: RunResult, tools: Registry, agent: Agent | None = None) -> None:
+        """
+        One run: its path, the tools it proposed (valid calls) and executed, the argument values it tried;
+        given the ``agent`` that ran it, counted against that agent's machine (see :meth:`count_against`).
+        """
+        if agent is not None:
+            self.count_against(agent.machine(limits=result.state.limits))
         self.runs += 1
         self.record_path(result.state.path)
         answered = {o.call_id for o in result.state.observations if o.kind in ("result", "error")}
@@ -196,9 +220,15 @@ class Coverage:
 
     def report(self) -> str:
         """What was exercised and, line by line, what never was."""
-        machine = self.machine
+        machine, whole = self.machine, self.whole
         taken = len(machine.edges) - len(self.missing_edges)
-        lines = [f"coverage of {self.runs} run(s) of machine {machine.name!r}:"]
+        if whole is None:
+            lines = [f"coverage of {self.runs} run(s) of machine {machine.name!r}:"]
+        else:
+            lines = [
+                f"coverage of {self.runs} run(s) of machine {machine.name!r} as the agent is configured"
+                f" ({len(machine.edges)} of its {len(whole.edges)} edges):"
+            ]
         lines.append(f"  edges taken: {taken} of {len(machine.edges)} ({100 * self.edge_ratio:.0f}%)")
         for edge in self.missing_edges:
             guard = f" [{edge.guard}]" if edge.guard else ""
@@ -207,6 +237,16 @@ class Coverage:
         lines.append(f"  states entered: {entered} of {len(machine.states)}")
         if self.missing_states:
             lines.append(f"    never entered: {', '.join(self.missing_states)}")
+        if whole is not None and whole != machine:
+            kept = {s.name for s in machine.states}
+            doors = sorted({str(e.guard) for e in whole.edges if e not in machine.edges and e.source in kept})
+            absent = [s.name for s in whole.states if s.name not in kept]
+            count = len(whole.edges) - len(machine.edges)
+            lines.append(
+                f"  not in this agent: {count} edges, behind guards its options never make true: {', '.join(doors)}"
+            )
+            if absent:
+                lines.append(f"    states not in this agent: {', '.join(absent)}")
         if self.verdicts or self.tools:
             kinds = ", ".join(f"{k} {self.verdicts[k]}" for k in ("allow", "deny", "ask"))
             never = [k for k in ("allow", "deny", "ask") if not self.verdicts[k]]

@@ -100,6 +100,7 @@ class Outcome:
     world: World
     gate: Gate
     approved: tuple[str, ...] = ()
+    agent: Agent | None = None  # the agent the engine ran it with (None: the caller's own driver ran it)
 
 
 def _gate_of(
@@ -137,7 +138,7 @@ def drive(
     chosen = _gate_of(gate, gate_factory, context, world.agent)
     outcome = _driven(model, world, chosen, context, limits, decide, driver, task, coverage)
     if coverage is not None:
-        coverage.record_run(outcome.result, world.tools)
+        coverage.record_run(outcome.result, world.tools, outcome.agent)
     return outcome
 
 
@@ -173,7 +174,7 @@ def _driven(
             result = agent.resume(result.state, approve=approve)
     except Runaway as runaway:
         raise runaway_violation(runaway, limits) from None
-    return Outcome(result, world, chosen, tuple(approved))
+    return Outcome(result, world, chosen, tuple(approved), agent)
 
 
 def describe_run(result: RunResult) -> str:
