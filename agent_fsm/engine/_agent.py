@@ -195,7 +195,7 @@ class Agent:
         they reach, are left out. The driver leaves out the very same edges,
         from the same list, so every edge a run of this agent takes is an edge
         of this machine. ``limits`` are those a run is held to (default: the
-        agent's, else :data:`~agent_fsm.DEFAULT_LIMITS`); :data:`~agent_fsm.RUN_MACHINE`
+        agent's, else :data:`~agent_fsm.engine._limits.DEFAULT_LIMITS`); :data:`~agent_fsm.RUN_MACHINE`
         is the whole table.
         """
         chosen = limits if limits is not None else self.limits if self.limits is not None else DEFAULT_LIMITS
