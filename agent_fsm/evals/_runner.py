@@ -1,0 +1,223 @@
+"""
+The runner: every case, ``repeat`` times, concurrently on the async driver, under one shared budget.
+
+Each run gets a fresh world (``world()``), its own model (the case's factory
+called with the run's seed, a replayed cassette, or the spec's model), and
+the case's limits bounded by what the eval's :class:`EvalBudget` has left
+(see :mod:`~agent_fsm.evals._budget`). A run that cannot be funded whole
+waits for runs in flight to give back what they did not spend; once nothing
+is in flight and no turn can be funded, the remaining runs are recorded as
+``budget_spent`` and not started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+import attrs
+
+from agent_fsm.engine import Agent, Limits, Model, RunResult, Stop, Usage
+from agent_fsm.evals._budget import EvalBudget, Ledger, Share
+from agent_fsm.evals._dataset import Case, Dataset
+from agent_fsm.evals._evaluators import Judged
+from agent_fsm.evals._report import CaseReport, EvalReport, RunRecord
+from agent_fsm.scenarios import Environment, build_agent, build_model, load_environment
+from agent_fsm.testing import ReplayModel
+
+__all__ = ["World", "arun_eval", "run_eval", "world_from_reference"]
+
+World = Callable[[], Environment]
+"""Builds a fresh world for one run (the function a spec's ``environment`` names)."""
+
+BUDGET_SPENT = "budget_spent"
+NO_BUDGET = EvalBudget()
+"""No shared ceiling: each run is bounded by its own limits only."""
+
+
+def world_from_reference(reference: str, allowed: Sequence[str] = ()) -> World:
+    """
+    The world ``"module:function"`` names, imported only from the allowed packages (as a spec's).
+
+    Raises:
+        SpecFormatError: the reference is malformed, outside the allowlist or builds no environment.
+    """
+    from agent_fsm.scenarios import allowed_packages
+
+    packages = allowed_packages(allowed)
+    load_environment(reference, allowed=packages)  # fail now, not in every run
+    return lambda: load_environment(reference, allowed=packages)
+
+
+def _model(case: Case, environment: Environment, seed: int) -> Model | None:
+    if case.model_factory is not None:
+        return case.model_factory(seed)
+    if case.cassette is not None:
+        return ReplayModel(case.cassette)
+    if case.model is not None:
+        return build_model(case.as_scenario(), environment)
+    return None
+
+
+@attrs.define
+class _Eval:
+    dataset: Dataset
+    world: World
+    ledger: Ledger
+    seed: int
+    condition: asyncio.Condition = attrs.field(factory=asyncio.Condition)
+    stopped: bool = False
+
+    async def share(self, limits: Limits) -> Share | None:
+        """Wait until the run's share can be set aside whole, or nothing is in flight; ``None``: budget spent."""
+        async with self.condition:
+            while True:
+                if self.stopped:
+                    return None
+                bounded = self.ledger.bounded(limits)
+                if bounded == limits or (bounded is not None and self.ledger.in_flight == 0):
+                    share = self.ledger.take(bounded)
+                    assert share is not None
+                    return share
+                if bounded is None and self.ledger.in_flight == 0:
+                    self.stopped = True
+                    self.condition.notify_all()
+                    return None
+                await self.condition.wait()
+
+    async def settle(self, share: Share, turns: int, usage: Any) -> None:
+        async with self.condition:
+            self.ledger.settle(share, turns, usage)
+            self.condition.notify_all()
+
+    async def one(self, case: Case, repeat: int) -> RunRecord:
+        environment = self.world()
+        scenario = case.as_scenario()
+        model = _model(case, environment, self.seed + repeat)
+        agent: Agent = build_agent(scenario, environment, model=model)
+        if case.output is not None:
+            agent = agent.replace(output=case.output)
+        limits = agent.limits if agent.limits is not None else Limits()
+        if self.ledger.budget.max_cost is not None and agent.prices is None:
+            raise ValueError(
+                f"case {case.name!r}: the eval has a money budget but the agent has no Prices, so its cost is unknown"
+            )
+        share = await self.share(limits)
+        if share is None:
+            return RunRecord(case.name, repeat, None, None, 0, 0, Decimal(0), skipped=BUDGET_SPENT)
+        agent = agent.replace(limits=share.limits)
+        try:
+            result, used = await _drive(agent, case, scenario.resumes)
+        except Exception as exc:
+            # What a failed run spent is unknown: its whole share counts as spent, so the budget still holds.
+            spent = Usage(cost=share.cost)
+            spent.input_tokens = share.tokens
+            await self.settle(share, share.turns, spent)
+            return RunRecord(
+                case.name, repeat, None, None, share.turns, share.tokens, share.cost,
+                error=f"{type(exc).__name__}: {exc}",
+            )  # fmt: skip
+        await self.settle(share, result.state.turns, result.usage)
+        judged = Judged(result, list(environment.effects), environment, scenario, used)
+        scores = tuple(evaluator.evaluate(judged) for evaluator in case.evaluators)
+        return RunRecord(
+            case=case.name,
+            repeat=repeat,
+            stop=result.stop.value,
+            code=result.code,
+            turns=result.state.turns,
+            tokens=result.usage.tokens,
+            cost=result.usage.cost,
+            scores=scores,
+            run_id=result.state.run_id,
+        )
+
+
+async def _drive(agent: Agent, case: Case, resumes: Sequence[Any]) -> tuple[RunResult, int]:
+    result = await agent.arun(case.task, history=case.history)
+    used = 0
+    while result.stop is Stop.AWAITING_APPROVAL and used < len(resumes):
+        decision = resumes[used]
+        used += 1
+        result = await agent.aresume(result.state, approve=decision.approve, reason=decision.reason)
+    return result, used
+
+
+async def arun_eval(
+    dataset: Dataset,
+    world: World | None = None,
+    *,
+    repeat: int | None = None,
+    budget: EvalBudget = NO_BUDGET,
+    concurrency: int = 4,
+    seed: int = 0,
+    allowed: Sequence[str] = (),
+) -> EvalReport:
+    """
+    Run every case of ``dataset`` ``repeat`` times (the dataset's by default), ``concurrency`` runs at once.
+
+    ``world`` builds a fresh world per run; by default the dataset's
+    ``world`` reference is imported (from ``allowed`` packages besides the
+    project's own, as for specs). ``budget`` is shared by every run: turns,
+    tokens and money summed over the whole eval never pass it. ``seed`` is
+    added to each repeat's index and handed to a case's ``model_factory``.
+
+    Raises:
+        ValueError: no world is given or named; the budget has a money ceiling
+            and an agent has no prices, or a case has no ``max_output_tokens``.
+    """
+    if world is None:
+        if dataset.world is None:
+            raise ValueError(f"dataset {dataset.name!r} names no world; pass world= (a function building one)")
+        world = world_from_reference(dataset.world, allowed)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a whole number >= 1 (got {concurrency!r})")
+    times = dataset.repeat if repeat is None else repeat
+    state = _Eval(dataset, world, Ledger(budget), seed)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def bounded(case: Case, index: int) -> RunRecord:
+        async with gate:
+            return await state.one(case, index)
+
+    jobs = [(case, index) for index in range(times) for case in dataset.cases]
+    records = await asyncio.gather(*(bounded(case, index) for case, index in jobs))
+    by_case: dict[str, list[RunRecord]] = {case.name: [] for case in dataset.cases}
+    for record in records:
+        by_case[record.case].append(record)
+    spent = state.ledger.spent
+    return EvalReport(
+        name=dataset.name,
+        cases=tuple(
+            CaseReport(case.name, tuple(sorted(by_case[case.name], key=lambda r: r.repeat)), case.metadata)
+            for case in dataset.cases
+        ),
+        repeat=times,
+        spent_turns=state.ledger.turns_spent,
+        spent_tokens=spent.tokens,
+        spent_cost=spent.cost,
+        budget={
+            "max_turns": budget.max_turns,
+            "max_tokens": budget.max_tokens,
+            "max_cost": None if budget.max_cost is None else format(budget.max_cost, "f"),
+        },
+        stopped=state.stopped,
+    )
+
+
+def run_eval(
+    dataset: Dataset,
+    world: World | None = None,
+    *,
+    repeat: int | None = None,
+    budget: EvalBudget = NO_BUDGET,
+    concurrency: int = 4,
+    seed: int = 0,
+    allowed: Sequence[str] = (),
+) -> EvalReport:
+    """:func:`arun_eval` from synchronous code (it starts an event loop of its own)."""
+    return asyncio.run(
+        arun_eval(dataset, world, repeat=repeat, budget=budget, concurrency=concurrency, seed=seed, allowed=allowed)
+    )
