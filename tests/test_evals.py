@@ -381,9 +381,11 @@ def test_the_money_budget_is_never_passed_and_needs_prices_and_output_caps():
     report = run_eval(Dataset("d", [case]), environment, repeat=4, budget=budget, concurrency=2)
     assert report.spent_cost == sum(r.cost for r in report.runs) <= Decimal("0.025")
     assert report.spent_cost > Decimal("0.02")  # the budget was used, not refused
-    # The later runs started with what was left, not their own 0.01: each stopped before passing it.
-    assert [r.stop for r in report.runs] == ["cost_limit"] * 4
-    assert report.runs[3].cost < Decimal("0.01")
+    # The third run started with what was left, not its own 0.01, and stopped before passing it; what then
+    # remained could not pay for one reply (200 tokens at 10.00 per million): the fourth was not started.
+    assert [r.stop for r in report.runs] == ["cost_limit"] * 3 + [None]
+    assert report.runs[2].cost < Decimal("0.01") and report.runs[3].skipped == "budget_spent"
+    assert Decimal("0.025") - report.spent_cost < Decimal("0.002") and report.stopped
     with pytest.raises(ValueError, match="no Prices"):
         run_eval(Dataset("d", [attrs_evolve(case, prices=None)]), environment, budget=budget)
     with pytest.raises(ValueError, match="max_output_tokens"):

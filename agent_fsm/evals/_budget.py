@@ -92,9 +92,12 @@ class Ledger:
         )
         return turns, tokens, cost
 
-    def bounded(self, limits: Limits) -> Limits | None:
+    def bounded(self, limits: Limits, floor: Decimal = Decimal(0)) -> Limits | None:
         """
         ``limits`` cut to what remains (fewer turns, a smaller ``max_cost``), or ``None`` when no turn can be funded.
+
+        ``floor`` is the least a first model call may cost (its reply cap at
+        the cheapest output price): money below it could not pay for one call.
 
         Raises:
             ValueError: the budget has a money or token ceiling and ``limits``
@@ -114,15 +117,15 @@ class Ledger:
         max_cost = limits.max_cost
         if cost is not None:
             max_cost = cost if max_cost is None else min(max_cost, cost)
-            if max_cost <= 0:
+            if max_cost <= 0 or max_cost < floor:
                 return None
         if max_turns < 1:
             return None
         return attrs.evolve(limits, max_turns=max_turns, max_cost=max_cost)
 
-    def take(self, limits: Limits) -> Share | None:
+    def take(self, limits: Limits, floor: Decimal = Decimal(0)) -> Share | None:
         """Set aside the share of a run under ``limits`` (already bounded); ``None`` if it cannot be funded whole."""
-        if self.bounded(limits) != limits:
+        if self.bounded(limits, floor) != limits:
             return None
         share = Share(
             limits=limits,

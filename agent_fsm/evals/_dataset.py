@@ -28,7 +28,7 @@ ModelFactory = Callable[[int], Model]
 """Builds a case's model for one run; the argument is the run's seed (fixes a scripted or sampled model)."""
 
 _CASE_KEYS = {"cassette", "metadata", "trajectory", "path", "spec"}
-_DATASET_KEYS = {"name", "description", "world", "repeat", "case", "threshold"}
+_DATASET_KEYS = {"name", "description", "world", "repeat", "case", "threshold", "defaults"}
 
 
 def _evaluators(items: Iterable[Evaluator]) -> tuple[Evaluator, ...]:
@@ -149,7 +149,18 @@ def _trajectory(path: Path, key: str, table: Any) -> Trajectory:
         raise _fail(path, f"{key}.mode", str(exc)) from None
 
 
-def _case(path: Path, index: int, table: Any, world: str | None) -> Case:
+def _defaults(path: Path, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(path, "defaults", "expected a table with limits and prices")
+    unknown = sorted(set(value) - {"limits", "prices"})
+    if unknown:
+        raise _fail(path, f"defaults.{unknown[0]}", "unknown key; expected limits or prices")
+    if not isinstance(value.get("limits", {}), dict):
+        raise _fail(path, "defaults.limits", "expected a table of limits")
+    return value
+
+
+def _case(path: Path, index: int, table: Any, world: str | None, defaults: dict[str, Any]) -> Case:
     key = f"case[{index}]"
     if not isinstance(table, dict):
         raise _fail(path, key, "expected a [[case]] table")
@@ -165,6 +176,11 @@ def _case(path: Path, index: int, table: Any, world: str | None) -> Case:
             raise _fail(path, f"{key}.spec", f"cannot read {spec_path}: {exc}") from exc
     if world is not None:
         spec.setdefault("environment", world)
+    # The dataset's defaults fill what a case leaves out: each limit key by key, the price table whole.
+    if "limits" in defaults:
+        spec["limits"] = {**defaults["limits"], **spec.get("limits", {})}
+    if "prices" in defaults:
+        spec.setdefault("prices", defaults["prices"])
     cassette = table.get("cassette")
     if cassette is not None and not isinstance(cassette, str):
         raise _fail(path, f"{key}.cassette", "expected the path of a cassette")
@@ -203,6 +219,10 @@ def load_dataset(path: str | Path) -> Dataset:
     """
     Read a dataset file: top-level ``name``, ``world``, ``repeat``, ``threshold``, and ``[[case]]`` tables.
 
+    ``[defaults]`` holds ``limits`` (each key used where a case's spec sets
+    none) and ``prices`` (a spec's ``[prices]`` table, for cases without one):
+    a shared money budget needs every run priced and its replies capped.
+
     Each case is a scenario spec written inline (or ``spec = "file.toml"``)
     plus ``cassette``, ``metadata``, ``trajectory = {calls = [...], mode = ...}``
     and ``path = [...]``. A case without ``environment`` uses the dataset's ``world``.
@@ -223,13 +243,14 @@ def load_dataset(path: str | Path) -> Dataset:
     world = data.get("world")
     if world is not None and not isinstance(world, str):
         raise _fail(path, "world", 'expected "package.module:function"')
+    defaults = _defaults(path, data.get("defaults", {}))
     cases = data.get("case", [])
     if not isinstance(cases, list) or not cases:
         raise _fail(path, "case", "expected at least one [[case]] table")
     try:
         return Dataset(
             name=str(data.get("name", path.stem)),
-            cases=[_case(path, index, table, world) for index, table in enumerate(cases)],
+            cases=[_case(path, index, table, world, defaults) for index, table in enumerate(cases)],
             world=world,
             repeat=data.get("repeat", 1),
             threshold=data.get("threshold", 1.0),

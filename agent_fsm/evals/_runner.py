@@ -70,15 +70,15 @@ class _Eval:
     condition: asyncio.Condition = attrs.field(factory=asyncio.Condition)
     stopped: bool = False
 
-    async def share(self, limits: Limits) -> Share | None:
+    async def share(self, limits: Limits, floor: Decimal) -> Share | None:
         """Wait until the run's share can be set aside whole, or nothing is in flight; ``None``: budget spent."""
         async with self.condition:
             while True:
                 if self.stopped:
                     return None
-                bounded = self.ledger.bounded(limits)
+                bounded = self.ledger.bounded(limits, floor)
                 if bounded == limits or (bounded is not None and self.ledger.in_flight == 0):
-                    share = self.ledger.take(bounded)
+                    share = self.ledger.take(bounded, floor)
                     assert share is not None
                     return share
                 if bounded is None and self.ledger.in_flight == 0:
@@ -104,7 +104,7 @@ class _Eval:
             raise ValueError(
                 f"case {case.name!r}: the eval has a money budget but the agent has no Prices, so its cost is unknown"
             )
-        share = await self.share(limits)
+        share = await self.share(limits, _first_call_floor(agent, limits))
         if share is None:
             return RunRecord(case.name, repeat, None, None, 0, 0, Decimal(0), skipped=BUDGET_SPENT)
         agent = agent.replace(limits=share.limits)
@@ -133,6 +133,16 @@ class _Eval:
             scores=scores,
             run_id=result.state.run_id,
         )
+
+
+def _first_call_floor(agent: Agent, limits: Limits) -> Decimal:
+    """The least any first model call of the run may cost: its whole reply cap at the cheapest output price."""
+    if agent.prices is None or limits.max_output_tokens is None:
+        return Decimal(0)
+    table = [*agent.prices.models.values(), *([agent.prices.default] if agent.prices.default else [])]
+    if not table:
+        return Decimal(0)
+    return min(price.worst_case(0, limits.max_output_tokens) for price in table)
 
 
 async def _drive(agent: Agent, case: Case, resumes: Sequence[Any]) -> tuple[RunResult, int]:
