@@ -414,3 +414,21 @@ def test_a_run_that_raises_is_a_failed_run_charged_its_whole_share():
     assert broken.runs[0].error == "RunError: the model raised AssertionError: cassette exhausted"
     assert not broken.runs[0].passed
     assert broken.runs[0].turns == 3 and fine.pass_rate == 1.0
+
+
+def test_runs_kept_in_a_store_are_the_ones_the_report_links(tmp_path):
+    """With store=, every run is saved under the run id the report records (and the HTML page links)."""
+    from agent_fsm.evals import report_html
+    from agent_fsm.store import SqliteStore
+
+    store = SqliteStore(tmp_path / "runs.db")
+    try:
+        report = run_eval(Dataset("d", [scripted(LOOKUP, DONE)]), environment, repeat=3, store=store)
+        ids = [run.run_id for run in report.runs]
+        assert len(set(ids)) == 3
+        assert sorted(ids) == sorted(summary.run_id for summary in store.runs())
+        assert all(store.load(run_id).state.machine_state == "Answered" for run_id in ids)
+        page = report_html(report, run_href="/runs/{run_id}")
+        assert all(f'href="/runs/{run_id}"' in page for run_id in ids)
+    finally:
+        store.close()

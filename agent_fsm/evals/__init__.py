@@ -19,7 +19,7 @@ Real models are replayed offline from the testing kit's cassettes (:class:`agent
 :class:`agent_fsm.testing.ReplayModel`): a case's ``cassette`` names one.
 """
 
-from agent_fsm.evals._budget import BudgetSpent, EvalBudget, Ledger, Share
+from agent_fsm.evals._budget import BUDGET_SPENT, EvalBudget, Ledger, Share
 from agent_fsm.evals._compare import CaseChange, Comparison, compare_reports
 from agent_fsm.evals._dataset import Case, Dataset, ModelFactory, load_dataset
 from agent_fsm.evals._evaluators import (
@@ -68,7 +68,7 @@ __all__ = [
     "TrajectoryMode",
     "proposed_calls",
     # budget and runner
-    "BudgetSpent",
+    "BUDGET_SPENT",
     "EvalBudget",
     "Ledger",
     "Share",

@@ -22,13 +22,12 @@ from decimal import Decimal
 
 import attrs
 
-from agent_fsm.engine import AgentFSMError, Limits, Usage
+from agent_fsm.engine import Limits, Usage
 
-__all__ = ["BudgetSpent", "EvalBudget", "Ledger", "Share"]
+__all__ = ["BUDGET_SPENT", "EvalBudget", "Ledger", "Share"]
 
-
-class BudgetSpent(AgentFSMError, RuntimeError):
-    """The eval's shared budget cannot fund another run: the remaining cases were not started."""
+BUDGET_SPENT = "budget_spent"
+"""``RunRecord.skipped`` of a run the shared budget could not fund: it was not started."""
 
 
 def _optional_count(instance: object, attribute: attrs.Attribute[int | None], value: object) -> None:

@@ -13,14 +13,15 @@ is in flight and no turn can be funded, the remaining runs are recorded as
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
 import attrs
 
-from agent_fsm.engine import Agent, Limits, Model, RunResult, Stop, Usage
-from agent_fsm.evals._budget import EvalBudget, Ledger, Share
+from agent_fsm.engine import Agent, Checkpointer, Limits, Model, RunError, RunResult, Stop, Usage
+from agent_fsm.evals._budget import BUDGET_SPENT, EvalBudget, Ledger, Share
 from agent_fsm.evals._dataset import Case, Dataset
 from agent_fsm.evals._evaluators import Judged
 from agent_fsm.evals._report import CaseReport, EvalReport, RunRecord
@@ -32,7 +33,6 @@ __all__ = ["World", "arun_eval", "run_eval", "world_from_reference"]
 World = Callable[[], Environment]
 """Builds a fresh world for one run (the function a spec's ``environment`` names)."""
 
-BUDGET_SPENT = "budget_spent"
 NO_BUDGET = EvalBudget()
 """No shared ceiling: each run is bounded by its own limits only."""
 
@@ -67,6 +67,7 @@ class _Eval:
     world: World
     ledger: Ledger
     seed: int
+    store: Checkpointer | None = None
     condition: asyncio.Condition = attrs.field(factory=asyncio.Condition)
     stopped: bool = False
 
@@ -109,9 +110,10 @@ class _Eval:
             return RunRecord(case.name, repeat, None, None, 0, 0, Decimal(0), skipped=BUDGET_SPENT)
         agent = agent.replace(limits=share.limits)
         try:
-            result, used = await _drive(agent, case, scenario.resumes)
-        except Exception as exc:
-            # What a failed run spent is unknown: its whole share counts as spent, so the budget still holds.
+            result, used = await _drive(agent, case, scenario.resumes, self.store)
+        except RunError as exc:
+            # The run failed loudly (a model that raised, a cassette that holds no such request): a failed run of
+            # the case, not of the eval. What it spent is unknown: its whole share counts, so the budget holds.
             spent = Usage(cost=share.cost)
             spent.input_tokens = share.tokens
             await self.settle(share, share.turns, spent)
@@ -145,13 +147,15 @@ def _first_call_floor(agent: Agent, limits: Limits) -> Decimal:
     return min(price.worst_case(0, limits.max_output_tokens) for price in table)
 
 
-async def _drive(agent: Agent, case: Case, resumes: Sequence[Any]) -> tuple[RunResult, int]:
-    result = await agent.arun(case.task, history=case.history)
+async def _drive(agent: Agent, case: Case, resumes: Sequence[Any], store: Checkpointer | None) -> tuple[RunResult, int]:
+    # A stored run is found by its id: each run of the eval gets a fresh one.
+    run_id = None if store is None else uuid.uuid4().hex
+    result = await agent.arun(case.task, history=case.history, store=store, run_id=run_id)
     used = 0
     while result.stop is Stop.AWAITING_APPROVAL and used < len(resumes):
         decision = resumes[used]
         used += 1
-        result = await agent.aresume(result.state, approve=decision.approve, reason=decision.reason)
+        result = await agent.aresume(result.state, approve=decision.approve, reason=decision.reason, store=store)
     return result, used
 
 
@@ -164,6 +168,7 @@ async def arun_eval(
     concurrency: int = 4,
     seed: int = 0,
     allowed: Sequence[str] = (),
+    store: Checkpointer | None = None,
 ) -> EvalReport:
     """
     Run every case of ``dataset`` ``repeat`` times (the dataset's by default), ``concurrency`` runs at once.
@@ -173,6 +178,8 @@ async def arun_eval(
     project's own, as for specs). ``budget`` is shared by every run: turns,
     tokens and money summed over the whole eval never pass it. ``seed`` is
     added to each repeat's index and handed to a case's ``model_factory``.
+    ``store`` keeps every run (:mod:`agent_fsm.store`), so the HTML report
+    can link each to its page (``report_html(report, run_href=...)``).
 
     Raises:
         ValueError: no world is given or named; the budget has a money ceiling
@@ -185,7 +192,7 @@ async def arun_eval(
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency must be a whole number >= 1 (got {concurrency!r})")
     times = dataset.repeat if repeat is None else repeat
-    state = _Eval(dataset, world, Ledger(budget), seed)
+    state = _Eval(dataset, world, Ledger(budget), seed, store)
     gate = asyncio.Semaphore(concurrency)
 
     async def bounded(case: Case, index: int) -> RunRecord:
@@ -226,8 +233,18 @@ def run_eval(
     concurrency: int = 4,
     seed: int = 0,
     allowed: Sequence[str] = (),
+    store: Checkpointer | None = None,
 ) -> EvalReport:
     """:func:`arun_eval` from synchronous code (it starts an event loop of its own)."""
     return asyncio.run(
-        arun_eval(dataset, world, repeat=repeat, budget=budget, concurrency=concurrency, seed=seed, allowed=allowed)
+        arun_eval(
+            dataset,
+            world,
+            repeat=repeat,
+            budget=budget,
+            concurrency=concurrency,
+            seed=seed,
+            allowed=allowed,
+            store=store,
+        )
     )
