@@ -42,7 +42,7 @@ from agent_fsm.evals._evaluators import (
 )
 from agent_fsm.evals._html import report_html
 from agent_fsm.evals._report import REPORT_FORMAT, CaseReport, EvalReport, RunRecord, wilson_interval
-from agent_fsm.evals._runner import World, arun_eval, run_eval, world_from_reference
+from agent_fsm.evals._runner import EvalOptions, World, arun_eval, run_eval, world_from_reference
 
 __all__ = [
     # dataset
@@ -72,6 +72,7 @@ __all__ = [
     "EvalBudget",
     "Ledger",
     "Share",
+    "EvalOptions",
     "World",
     "arun_eval",
     "run_eval",

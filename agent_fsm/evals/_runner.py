@@ -16,7 +16,7 @@ import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import attrs
 
@@ -28,7 +28,7 @@ from agent_fsm.evals._report import CaseReport, EvalReport, RunRecord
 from agent_fsm.scenarios import Environment, build_agent, build_model, load_environment
 from agent_fsm.testing import ReplayModel
 
-__all__ = ["World", "arun_eval", "run_eval", "world_from_reference"]
+__all__ = ["EvalOptions", "World", "arun_eval", "run_eval", "world_from_reference"]
 
 World = Callable[[], Environment]
 """Builds a fresh world for one run (the function a spec's ``environment`` names)."""
@@ -224,27 +224,17 @@ async def arun_eval(
     )
 
 
-def run_eval(
-    dataset: Dataset,
-    world: World | None = None,
-    *,
-    repeat: int | None = None,
-    budget: EvalBudget = NO_BUDGET,
-    concurrency: int = 4,
-    seed: int = 0,
-    allowed: Sequence[str] = (),
-    store: Checkpointer | None = None,
-) -> EvalReport:
-    """:func:`arun_eval` from synchronous code (it starts an event loop of its own)."""
-    return asyncio.run(
-        arun_eval(
-            dataset,
-            world,
-            repeat=repeat,
-            budget=budget,
-            concurrency=concurrency,
-            seed=seed,
-            allowed=allowed,
-            store=store,
-        )
-    )
+class EvalOptions(TypedDict, total=False):
+    """The keyword options of :func:`arun_eval`, which :func:`run_eval` passes on unchanged."""
+
+    repeat: int | None
+    budget: EvalBudget
+    concurrency: int
+    seed: int
+    allowed: Sequence[str]
+    store: Checkpointer | None
+
+
+def run_eval(dataset: Dataset, world: World | None = None, **options: Unpack[EvalOptions]) -> EvalReport:
+    """:func:`arun_eval` from synchronous code (it starts an event loop of its own); the same options."""
+    return asyncio.run(arun_eval(dataset, world, **options))
