@@ -100,3 +100,26 @@ def test_a_boundary_left_unreached_is_reported_with_the_reason() -> None:
     report = coverage.report()
     assert f"put.n: never {', '.join(map(str, missing))}" in report
     assert f"      {missing[0]}: another required argument has no values the kit can list" in report
+
+
+def test_targeted_arguments_offer_every_weekday_and_single_items() -> None:
+    """A date-time argument is offered a whole week, a list of rooms each room alone, with the boundary held."""
+    from agent_fsm.testing._targeting import targeted_arguments
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "start": {"type": "string", "format": "date-time"},
+            "rooms": {"type": "array", "items": {"type": "string", "enum": ["atlas", "borealis"]}, "maxItems": 3},
+            "attendees": {"type": "integer", "minimum": 1, "maximum": 50},
+        },
+        "required": ["start", "rooms", "attendees"],
+    }
+    tool = ToolSpec("Book.", schema, lambda start, rooms, attendees: attendees)
+    offered = list(targeted_arguments(tool, "attendees", 13, (13, 12, 14)))
+    assert {a["attendees"] for a in offered} == {13}
+    weekdays = {dt.datetime.fromisoformat(a["start"].replace("Z", "+00:00")).weekday() for a in offered}
+    assert weekdays == set(range(7))
+    assert {"atlas"} in [set(a["rooms"]) for a in offered if len(a["rooms"]) == 1]
+    assert {"borealis"} in [set(a["rooms"]) for a in offered if len(a["rooms"]) == 1]
+    assert all(not tool.errors(a) for a in offered)

@@ -44,21 +44,43 @@ _MONDAY = dt.date(2024, 1, 1)
 """The first day of the week of dates a date argument is given: Monday to Sunday, every weekday once."""
 
 
-def _is_date_schema(schema: Mapping[str, Any]) -> bool:
+_AT_NINE = "T09:00:00Z"
+"""The time of day given to the week of moments a ``date-time`` argument is offered."""
+
+
+def _week(schema: Mapping[str, Any]) -> list[str] | None:
+    """Monday to Sunday as the string argument takes them (a date, or a moment at nine), or ``None``: no date."""
     if schema.get("type") != "string":
-        return False
-    if schema.get("format") == "date":
-        return True
+        return None
+    days = [_MONDAY + dt.timedelta(days=d) for d in range(7)]
+    dates = [day.isoformat() for day in days]
+    moments = [day + _AT_NINE for day in dates]
     pattern = schema.get("pattern")
-    return isinstance(pattern, str) and re.search(pattern, _MONDAY.isoformat(), re.ASCII) is not None
+    for kind, week in (("date", dates), ("date-time", moments)):
+        if schema.get("format") == kind:
+            return week
+        if isinstance(pattern, str) and re.search(pattern, week[0], re.ASCII) is not None:
+            return week
+    return None
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)
 
 
 def _ordered(schema: Mapping[str, Any], constants: Sequence[Any]) -> list[Any] | None:
     """A field's values to try, the ones the gate can tell apart first (its constants, then the bounds)."""
-    if _is_date_schema(schema):
-        mined = [c for c in constants if isinstance(c, str) and _iso_date(c)]
-        week = [(_MONDAY + dt.timedelta(days=d)).isoformat() for d in range(7)]
+    week = _week(schema)
+    if week is not None:
+        mined = [c for c in constants if isinstance(c, str) and _iso_date(c[:10]) and len(c) == len(week[0])]
         return list(dict.fromkeys([*week, *mined]))
+    items = schema.get("items")
+    if schema.get("type") == "array" and isinstance(items, Mapping):
+        # One item of each kind first (a booking of exactly one room), then the contract's own cases (sums).
+        single = schema.get("minItems", 0) <= 1 <= schema.get("maxItems", 1)
+        ones = [[value] for value in (_ordered(items, constants) or [])[:_WHOLE]] if single else []
+        found = {_key(v): v for v in [*ones, *(_candidates(schema, tuple(constants)) or [])]}
+        return list(found.values())
     if schema.get("type") in ("integer", "number") and "enum" not in schema:
         low, high = integer_bounds(schema)
         fits = [
@@ -84,7 +106,7 @@ def _iso_date(text: str) -> bool:
         dt.date.fromisoformat(text)
     except ValueError:
         return False
-    return len(text) == 10
+    return True
 
 
 def _cut(choices: list[list[Any]], limit: int) -> list[list[Any]]:
