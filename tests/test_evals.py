@@ -223,6 +223,30 @@ def test_llm_judge_replayed_from_a_recorded_cassette(tmp_path):
         one(scripted(LOOKUP, REFUND, DONE, evaluators=[Judge(ReplayModel(cassette), rubric)]))
 
 
+def test_llm_judge_through_a_provider_adapter_recorded_then_replayed(tmp_path):
+    """The judge speaks the OpenAI wire format over real HTTP on 127.0.0.1; its cassette then serves it offline."""
+    from agent_fsm.providers import OpenAIChat
+    from tests.providers.loopback import LoopbackServer, openai_answer
+
+    verdict = json.dumps({"passed": True, "score": 1.0, "reason": "one refund of the amount paid"})
+    cassette = tmp_path / "judge.json"
+    rubric = "Exactly one refund, of the amount paid."
+    server = LoopbackServer().start()
+    try:
+        server.script(openai_answer(verdict))
+        adapter = OpenAIChat(base_url=server.url + "/v1", model="judge-model", api_key="sk-judge-0123456789abcdef",
+                             max_retries=0, read_timeout=5.0)  # fmt: skip
+        live = one(scripted(LOOKUP, REFUND, DONE, evaluators=[Judge(RecordingModel(adapter, cassette), rubric)]))
+        asked = server.requests[0].body
+    finally:
+        server.stop()
+    assert live.scores[0] == Score("judge", 1.0, True, "one refund of the amount paid")
+    assert rubric in asked["messages"][1]["content"] and asked["model"] == "judge-model"
+    assert "sk-judge" not in cassette.read_text()  # the key never reaches the cassette
+    replayed = one(scripted(LOOKUP, REFUND, DONE, evaluators=[Judge(ReplayModel(cassette), rubric)]))
+    assert replayed.scores == live.scores
+
+
 @pytest.mark.parametrize("text", ["looks fine", '{"passed": "yes", "score": 1}', '{"passed": true, "score": 7}'])
 def test_a_judge_reply_that_is_no_verdict_raises(text):
     """A judge that cannot be read is a set-up problem: JudgeError quoting the reply."""
