@@ -226,8 +226,7 @@ def _reach_boundaries(
     limits: Limits,
 ) -> None:
     """The targeted phase (:mod:`agent_fsm.testing._targeting`): confirm a counterexample, reach the rest."""
-    world = world_of(tools_factory())
-    chosen = _gate_of(gate, gate_factory, GateContext(world.tools, world.effects), world.agent)
+    world, chosen = _asked_directly(tools_factory, gate, gate_factory)
     for target in targets(world.tools, coverage.boundaries, constants, chosen, forbidden):
         if target.counterexample is not None:
             try:
@@ -249,6 +248,14 @@ def _reach_boundaries(
             coverage.unreachable.setdefault(label, {}).update({v: why for v in values})
 
 
+def _asked_directly(
+    tools_factory: Callable[[], Any], gate: Gate | None, gate_factory: GateFactory | None
+) -> tuple[Any, Gate]:
+    """A fresh world and the gate as it judges there, to be asked without a run (a find is confirmed by one)."""
+    world = world_of(tools_factory())
+    return world, _gate_of(gate, gate_factory, GateContext(world.tools, world.effects), world.agent)
+
+
 def _fixed(limits: Limits | st.SearchStrategy[Limits]) -> Limits:
     return limits if isinstance(limits, Limits) else Limits()
 
@@ -268,8 +275,7 @@ def _enumerated_counterexample(
     well under a second; the caller confirms a find with a real run, so a gate
     that reads the run's context is judged where it really decides.
     """
-    world = world_of(tools_factory())
-    chosen = _gate_of(gate, gate_factory, GateContext(world.tools, world.effects), world.agent)
+    world, chosen = _asked_directly(tools_factory, gate, gate_factory)
     for name, tool in world.tools.items():
         for arguments in contract_cases(tool, constants):
             call = ToolCall("call_0", name, arguments, json.dumps(arguments))
