@@ -118,3 +118,26 @@ def test_the_command_line_reports_bad_input_in_one_line(tmp_path):
     wrong = runner.invoke(app, ["eval", str(DATASET), "--against", str(tmp_path / "r.json")])
     assert wrong.exit_code == 1 and "not an eval report" in wrong.output
     assert "Traceback" not in missing.output + wrong.output
+
+
+def test_the_command_line_keeps_runs_in_a_store_and_links_them(tmp_path):
+    """--store keeps every run on disk and --run-href links each in the HTML page to its page."""
+    from agent_fsm.store import SqliteStore
+
+    runner = CliRunner()
+    page = tmp_path / "eval.html"
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    href = "http://127.0.0.1:8000/runs/{run_id}"
+    done = runner.invoke(
+        app, ["eval", str(DATASET), "--repeat", "1", "--store", url, "--html", str(page), "--run-href", href]
+    )
+    assert done.exit_code == 0, done.output
+    store = SqliteStore(tmp_path / "runs.db")
+    try:
+        ids = [summary.run_id for summary in store.runs()]
+    finally:
+        store.close()
+    assert len(ids) == 13
+    assert all(f'href="http://127.0.0.1:8000/runs/{run_id}"' in page.read_text() for run_id in ids)
+    bad = runner.invoke(app, ["eval", str(DATASET), "--run-href", "http://x/runs/"])
+    assert bad.exit_code == 2 and "{run_id}" in bad.output

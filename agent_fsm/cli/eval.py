@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from agent_fsm.cli.run import _allowed, _echo, _fail
+from agent_fsm.cli.runs import open_url
 from agent_fsm.evals import EvalBudget, EvalReport, compare_reports, load_dataset, report_html, run_eval
 from agent_fsm.evals import world_from_reference as _world
 from agent_fsm.scenarios import SpecFormatError
@@ -57,12 +58,22 @@ def eval_command(
         list[str] | None,
         typer.Option("--allow-module", help="A package whose worlds the dataset may name (repeatable)."),
     ] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Keep every run: sqlite:///PATH or postgresql://USER@HOST:PORT/DB.")
+    ] = None,
+    run_href: Annotated[
+        str | None,
+        typer.Option("--run-href", help='Link each run of the HTML page, e.g. "http://127.0.0.1:8000/runs/{run_id}".'),
+    ] = None,
 ) -> None:
     """Score an agent over a dataset: a table of pass rates with intervals; JSON, HTML; compare with a past report."""
     if not 0.0 <= threshold <= 1.0:
         raise typer.BadParameter("a pass-rate change from 0 to 1", param_hint="--threshold")
     budget = EvalBudget(max_turns=max_turns, max_tokens=max_tokens, max_cost=_money(max_cost))
+    if run_href is not None and "{run_id}" not in run_href:
+        raise typer.BadParameter("the link needs {run_id} where the run's id goes", param_hint="--run-href")
     allowed = _allowed(dataset, allow_module or ())
+    kept = open_url(store) if store is not None else None
     try:
         baseline = EvalReport.load(against) if against is not None else None
         loaded = load_dataset(dataset)
@@ -70,16 +81,25 @@ def eval_command(
         if reference is None:
             raise _fail(f"{dataset}: the dataset names no world; give --world MODULE:NAME")
         report = run_eval(
-            loaded, _world(reference, allowed), repeat=repeat, budget=budget, concurrency=concurrency, seed=seed
+            loaded,
+            _world(reference, allowed),
+            repeat=repeat,
+            budget=budget,
+            concurrency=concurrency,
+            seed=seed,
+            store=kept,
         )
     except (SpecFormatError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    finally:
+        if kept is not None:
+            kept.close()
     _echo(report.table())
     if json_out is not None:
         report.save(json_out)
         _echo(f"report saved to {json_out}")
     if html_out is not None:
-        html_out.write_text(report_html(report), encoding="utf-8")
+        html_out.write_text(report_html(report, run_href=run_href), encoding="utf-8")
         _echo(f"page saved to {html_out}")
     if baseline is None:
         raise typer.Exit(0)

@@ -43,7 +43,7 @@ def _run_row(run: RunRecord, run_href: str | None) -> str:
         ending = f'<span class="code">{escape(str(run.stop))} ({escape(str(run.code))})</span>'
     label = f"run {run.repeat + 1}"
     if run_href is not None and run.run_id is not None:
-        label = f'<a href="{escape(run_href.format(run_id=run.run_id), quote=True)}">{label}</a>'
+        label = f'<a href="{escape(run_href.replace("{run_id}", run.run_id), quote=True)}">{label}</a>'
     scores = "".join(
         f'<li><span class="badge {_tone(s.passed)}">{escape(s.name)} {s.value:.2f}</span> {escape(s.reason)}</li>'
         for s in run.scores

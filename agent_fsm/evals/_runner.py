@@ -155,7 +155,9 @@ async def _drive(agent: Agent, case: Case, resumes: Sequence[Any], store: Checkp
     while result.stop is Stop.AWAITING_APPROVAL and used < len(resumes):
         decision = resumes[used]
         used += 1
-        result = await agent.aresume(result.state, approve=decision.approve, reason=decision.reason, store=store)
+        result = await agent.aresume(
+            result.state, approve=decision.approve, reason=decision.reason, store=store, run_id=run_id
+        )
     return result, used
 
 
