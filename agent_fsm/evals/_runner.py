@@ -114,13 +114,16 @@ class _Eval:
         except RunError as exc:
             # The run failed loudly (a model that raised, a cassette that holds no such request): a failed run of
             # the case, not of the eval. What it spent is unknown: its whole share counts, so the budget holds.
-            spent = Usage(cost=share.cost)
-            spent.input_tokens = share.tokens
-            await self.settle(share, share.turns, spent)
+            await self.settle(share, share.turns, _whole(share))
             return RunRecord(
                 case.name, repeat, None, None, share.turns, share.tokens, share.cost,
                 error=f"{type(exc).__name__}: {exc}",
             )  # fmt: skip
+        except BaseException:
+            # Cancelled, or a set-up mistake raised: the share is charged whole at once (no await: a cancelled
+            # task may not wait for the lock), and the error goes on.
+            self.ledger.settle(share, share.turns, _whole(share))
+            raise
         await self.settle(share, result.state.turns, result.usage)
         judged = Judged(result, list(environment.effects), environment, scenario, used)
         scores = tuple(evaluator.evaluate(judged) for evaluator in case.evaluators)
@@ -135,6 +138,11 @@ class _Eval:
             scores=scores,
             run_id=result.state.run_id,
         )
+
+
+def _whole(share: Share) -> Usage:
+    """A share as spent in full: what a run that failed is charged, its spending being unknown."""
+    return Usage(input_tokens=share.tokens, cost=share.cost)
 
 
 def _first_call_floor(agent: Agent, limits: Limits) -> Decimal:
