@@ -7,13 +7,14 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm.engine import Limits, Price, Prices, tool_call_message
+from agent_fsm.engine import Limits, Price, Prices, answer_message, tool_call_message
 from agent_fsm.evals import Case, Dataset, EvalBudget, run_eval
 from agent_fsm.examples.support_desk import environment
 from agent_fsm.scenarios import ModelSpec
 
 PRICES = Prices(default=Price(input=Decimal("2.50"), output=Decimal("10.00")))
 LOOKUP = tool_call_message("c1", "lookup_order", {"order_id": "A-17"})
+DONE = answer_message("A-17 is damaged; 4999 cents were paid.")  # every script ends with its final answer
 
 cents = st.integers(min_value=0, max_value=300).map(lambda n: Decimal(n) / 10_000)
 
@@ -28,7 +29,8 @@ def cases(draw, index: int) -> Case:
         max_output_tokens=draw(st.integers(1, 400)),
         max_cost=own_cost,
     )
-    model = draw(st.sampled_from([ModelSpec(name="wanderer"), ModelSpec(turns=(LOOKUP,) * draw(st.integers(0, 4)))]))
+    lookups = (LOOKUP,) * draw(st.integers(0, 4))
+    model = draw(st.sampled_from([ModelSpec(name="wanderer"), ModelSpec(turns=(*lookups, DONE))]))
     return Case(f"c{index}", "Investigate A-17.", (), model=model, gate="refund", limits=limits, prices=PRICES)
 
 
