@@ -57,6 +57,7 @@ PARTS = [
             ("Runs on Temporal", "temporal.md"),
             ("The inbox and the run viewer", "inbox.md"),
             ("Testing your gates and models", "testing.md"),
+            ("Evals: scoring an agent over a dataset", "evals.md"),
             ("Diagrams", "diagrams.md"),
             ("Typed output", "output.md"),
             ("Screens: guardrails on input and tool results", "screens.md"),
@@ -137,6 +138,7 @@ REFERENCE = [
     ("Runs on Temporal", "temporal-api.md", ["agent_fsm.temporal"]),
     ("Screens", "screens-api.md", ["agent_fsm.screens"]),
     ("Testing kit", "testing.md", ["agent_fsm.testing"]),
+    ("Evals", "evals-api.md", ["agent_fsm.evals"]),
     ("Inbox and viewer", "web.md", ["agent_fsm.web"]),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,23 @@ def test_perturbed_runs_move_a_recorded_run_one_step(tmp_path: Path) -> None:
 
     explore()
     assert {"as", "reply", "call", "moved"} <= changes
+
+
+def test_a_provider_reply_with_its_usage_replays_as_recorded(tmp_path: Path) -> None:
+    """An adapter returns ModelReply (message plus usage): the cassette keeps both, and the replay reports the same."""
+    from agent_fsm import ModelReply, Price, Prices
+
+    class Provider:
+        def chat(self, messages: Any, tools: Any = ()) -> ModelReply:
+            message = answer_message("Six eggs are ordered.")
+            return ModelReply(message, prompt_tokens=120, finish="stop", output_tokens=9, cached_tokens=20, model="m1")
+
+    prices = Prices({"m1": Price(input=Decimal("1"), output=Decimal("2"))})
+    cassette = tmp_path / "provider.json"
+    live = run("Order six eggs.", RecordingModel(Provider(), cassette), {}, prices=prices)
+    replayed = run("Order six eggs.", ReplayModel(cassette), {}, prices=prices)
+    assert replayed.stop is Stop.ANSWERED and replayed.answer == live.answer
+    assert replayed.usage == live.usage and live.usage.cached_tokens == 20
+    [interaction] = load_cassette(cassette)
+    assert interaction["reply"] == {"role": "assistant", "content": "Six eggs are ordered."}
+    assert interaction["usage"]["output_tokens"] == 9

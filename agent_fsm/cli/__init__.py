@@ -1,8 +1,8 @@
 """
 The ``agent-fsm`` command line.
 
-One module per command group (``diagram``, ``run``, ``charts``, ``runs``, ``view``, ``inbox``, ``mcp``, and
-``reference`` for the reference systems' ``lookup`` and ``refine``); each is
+One module per command group (``diagram``, ``run``, ``eval``, ``charts``, ``runs``, ``view``, ``inbox``, ``mcp``,
+and ``reference`` for the reference systems' ``lookup`` and ``refine``); each is
 registered here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
 reported in one line, 2 a usage error (from the CLI library).
 """
@@ -13,6 +13,7 @@ import typer
 
 from agent_fsm.cli.charts import charts_command
 from agent_fsm.cli.diagram import diagram_command
+from agent_fsm.cli.eval import eval_command
 from agent_fsm.cli.inbox import inbox_command
 from agent_fsm.cli.mcp import mcp_app
 from agent_fsm.cli.reference import lookup_command, refine_command
@@ -45,6 +46,7 @@ def demo() -> None:
 
 app.command(name="compare")(compare_command)
 app.command(name="run")(run_command)
+app.command(name="eval")(eval_command)
 app.command(name="diagram")(diagram_command)
 app.command(name="charts")(charts_command)
 app.add_typer(runs_app, name="runs")

@@ -73,6 +73,36 @@ _COMPOSING = frozenset(
 )
 
 
+_SIGNATURES: dict[tuple[Any, ...], inspect.Signature] = {}
+_SIGNATURES_KEPT = 4096
+"""Signatures read, by code: a bound on the cache (cleared whole when full; the code of a program is finite)."""
+
+
+def _signature(handler: Callable[..., Any]) -> inspect.Signature:
+    """
+    ``inspect.signature(handler)``, read once per code for plain functions.
+
+    A world built again for every example makes its handlers anew (new
+    closures over a new effect log), and reading a signature cost about half
+    of building a tool. Only what the code and the presence of defaults
+    decide is read from it (names, kinds, whether a default exists), so
+    functions of the same code with as many defaults share one.
+    """
+    if (
+        type(handler) is not types.FunctionType
+        or "__wrapped__" in handler.__dict__
+        or "__signature__" in handler.__dict__
+    ):
+        return inspect.signature(handler)
+    key = (handler.__code__, len(handler.__defaults__ or ()), frozenset(handler.__kwdefaults__ or ()))
+    found = _SIGNATURES.get(key)
+    if found is None:
+        if len(_SIGNATURES) >= _SIGNATURES_KEPT:
+            _SIGNATURES.clear()
+        found = _SIGNATURES[key] = inspect.signature(handler)
+    return found
+
+
 def handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) -> frozenset[str] | None:
     """
     The argument names ``handler`` takes, to pass it only those; ``None`` when it takes any (``**kwargs``).
@@ -80,7 +110,7 @@ def handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) ->
     Refuses, at definition, a handler that a valid call would make raise ``TypeError``.
     """
     try:
-        parameters = list(inspect.signature(handler).parameters.values())
+        parameters = list(_signature(handler).parameters.values())
     except (TypeError, ValueError):  # some builtins have no signature to read; pass them everything
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
@@ -110,7 +140,7 @@ def handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) ->
 def reads_context(handler: Callable[..., Any]) -> bool:
     """Whether ``handler`` names a ``context`` parameter, to be given the call's ToolContext."""
     try:
-        parameters = inspect.signature(handler).parameters
+        parameters = _signature(handler).parameters
     except (TypeError, ValueError):  # some builtins have no readable signature: they take no context
         return False
     parameter = parameters.get("context")

@@ -38,6 +38,7 @@ from agent_fsm.scenarios.runner import (
     ScenarioResult,
     build_agent,
     build_model,
+    evaluate_expectations,
     load_environment,
     run_scenario,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "build_agent",
     "build_model",
     "discover",
+    "evaluate_expectations",
     "load_environment",
     "load_scenario",
     "allowed_packages",

@@ -46,6 +46,7 @@ __all__ = [
     "ScenarioResult",
     "build_agent",
     "build_model",
+    "evaluate_expectations",
     "load_environment",
     "run_scenario",
 ]
@@ -244,7 +245,19 @@ def _gate(scenario: Scenario, environment: Environment) -> Gate | None:
     raise SpecFormatError(scenario.path, "gate", f"{name!r} is not a gate of this environment; expected one of {known}")
 
 
-def _evaluate(scenario: Scenario, result: RunResult, environment: Environment, used: int) -> list[Expectation]:
+def evaluate_expectations(
+    scenario: Scenario, result: RunResult, environment: Environment, used: int = 0
+) -> list[Expectation]:
+    """
+    Judge a finished run against the spec's ``[expect]`` table: one :class:`Expectation` per claim.
+
+    ``used`` is how many ``[[resume]]`` decisions were applied; fewer than the
+    spec lists is itself a failed expectation. The evals (:mod:`agent_fsm.evals`)
+    score a case written as a spec through this same function.
+
+    Raises:
+        SpecFormatError: ``expect.checks`` names a check the environment does not have.
+    """
     expect = scenario.expect
     state = result.state
     found: list[Expectation] = [Expectation("stop", expect["stop"], result.stop, result.stop is expect["stop"])]
@@ -359,7 +372,7 @@ def _run_loaded(
         decision = scenario.resumes[used]
         used += 1
         result = agent.resume(result.state, approve=decision.approve, reason=decision.reason, on_event=on_event)
-    expectations = _evaluate(scenario, result, environment, used)
+    expectations = evaluate_expectations(scenario, result, environment, used)
     invariants = check_run(result, environment.effects, scenario.limits)
     return ScenarioResult(
         scenario=scenario,

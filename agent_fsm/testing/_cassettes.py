@@ -26,7 +26,7 @@ import attrs
 from hypothesis import strategies as st
 
 from agent_fsm import ScriptedModel, ToolCall, Verdict
-from agent_fsm.engine import Gate, Model, Registry
+from agent_fsm.engine import Gate, Model, ModelReply, Registry
 from agent_fsm.testing._schema import schema_values
 
 __all__ = [
@@ -89,7 +89,9 @@ def _plain_json(value: Any) -> Any:
 
 def load_cassette(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
-    The interactions of a cassette: ``{"request": {"messages", "tools"}, "reply"}`` each, in order.
+    The interactions of a cassette: ``{"request": {"messages", "tools"}, "reply"}`` each, in order, and
+    ``"usage"`` (``prompt_tokens``, ``finish``, ``output_tokens``, ``cached_tokens``, ``model``) when the
+    recorded model reported it (a provider adapter's :class:`agent_fsm.ModelReply`).
 
     Raises:
         ValueError: the file is not a cassette.
@@ -124,7 +126,15 @@ class RecordingModel:
     def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
         reply = self.model.chat(messages, tools)
         request = {"messages": _plain_json(list(messages)), "tools": sorted(_tool_names(tools))}
-        self.interactions.append(redact({"request": request, "reply": _plain_json(reply)}, self.secrets))
+        usage = attrs.asdict(reply, recurse=False) if isinstance(reply, ModelReply) else None
+        message = usage.pop("message") if usage is not None else reply
+        interaction = redact({"request": request, "reply": _plain_json(message)}, self.secrets)
+        if usage is not None:
+            # A provider's reply carries what it reported (tokens, finish, the model): kept beside the message,
+            # so a replayed run is charged and ended exactly as the recorded one. Its keys name token counts,
+            # not secrets: only its text is redacted.
+            interaction["usage"] = {k: redact(v, self.secrets) for k, v in usage.items()}
+        self.interactions.append(interaction)
         self._write()
         return reply
 
@@ -192,6 +202,9 @@ class ReplayModel:
             if asked != expected:
                 raise NotRecorded(_difference(turn, expected, asked, self.path))
         self.used += 1
+        usage = recorded.get("usage")
+        if isinstance(usage, Mapping):
+            return ModelReply(recorded["reply"], **usage)
         return recorded["reply"]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from agent_fsm import ScriptedModel, as_verdict, tool_call_message
+from agent_fsm import ScriptedModel, answer_message, as_verdict, tool_call_message
 from agent_fsm.engine import Gate, Limits, Model, Registry, Stop, ToolCall
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
@@ -42,6 +42,7 @@ from agent_fsm.testing._search import run_property, searched
 from agent_fsm.testing._strategies import MessageKind, scripted_models
 from agent_fsm.testing._strategies import gates as gate_tables
 from agent_fsm.testing._strategies import limits as limit_ranges
+from agent_fsm.testing._targeting import targets
 
 __all__ = ["check_driver", "check_gate_contains", "check_policy_ends"]
 
@@ -109,6 +110,7 @@ def check_gate_contains(
     approve: bool = False,
     settings: Settings | None = None,
     exhaustive: bool = True,
+    targeted: bool = True,
     match: CallMatch | None = None,
     report: bool = False,
 ) -> Coverage:
@@ -129,6 +131,13 @@ def check_gate_contains(
     line items adding up to each constant: :func:`contract_cases`) is put to
     the gate first, when there are at most :data:`MAX_CASES` of them; a call
     the gate allows and ``forbidden`` marks is then confirmed by a real run.
+
+    With ``targeted`` (the default), once the random search has passed, every
+    mined boundary value of every argument is put to the gate with the other
+    arguments combined from what the gate can tell apart (enum members, a
+    week of real dates, the gate's other constants, the bounds), and every
+    value no run reached is driven by a real run; one that still cannot be
+    reached is listed in the coverage report with the reason.
 
     ``match(effect, call)`` ties an entry of the world's own effect log to
     the executed call it came from (default: the entry names the call's id,
@@ -193,8 +202,58 @@ def check_gate_contains(
                     exc.add_note("found by enumerating the finite part of the contract, before any random search")
                     raise
         run_property(property_, settings)
+        if targeted:
+            _reach_boundaries(
+                tools_factory, gate, gate_factory, forbidden, constants, coverage, checked, _fixed(limits)
+            )
 
     return searched(coverage, report, search)
+
+
+def _one_call(call: ToolCall) -> ScriptedModel:
+    """A model proposing ``call``, then answering."""
+    return ScriptedModel([tool_call_message(call.call_id, call.name, call.arguments or {}), answer_message("done")])
+
+
+def _reach_boundaries(
+    tools_factory: Callable[[], Any],
+    gate: Gate | None,
+    gate_factory: GateFactory | None,
+    forbidden: Callable[[ToolCall], bool],
+    constants: tuple[Any, ...],
+    coverage: Coverage,
+    checked: Callable[[Model, Limits], None],
+    limits: Limits,
+) -> None:
+    """The targeted phase (:mod:`agent_fsm.testing._targeting`): confirm a counterexample, reach the rest."""
+    world, chosen = _asked_directly(tools_factory, gate, gate_factory)
+    for target in targets(world.tools, coverage.boundaries, constants, chosen, forbidden):
+        if target.counterexample is not None:
+            try:
+                checked(_one_call(target.counterexample), limits)
+            except InvariantViolation as exc:
+                exc.add_note(
+                    f"found by targeting the boundary {target.label} = {target.value!r} after the random search"
+                )
+                raise
+        if target.value in coverage.reached.get(target.label, set()):
+            continue
+        if target.accepted is None:
+            coverage.unreachable.setdefault(target.label, {})[target.value] = target.why_unreachable
+        else:
+            checked(_one_call(ToolCall("call_0", target.label.partition(".")[0], target.accepted)), limits)
+    for label, values in coverage.missing_boundaries.items():
+        if label.startswith("sum("):
+            why = "a sum over line items: left to the enumeration and the random search"
+            coverage.unreachable.setdefault(label, {}).update({v: why for v in values})
+
+
+def _asked_directly(
+    tools_factory: Callable[[], Any], gate: Gate | None, gate_factory: GateFactory | None
+) -> tuple[Any, Gate]:
+    """A fresh world and the gate as it judges there, to be asked without a run (a find is confirmed by one)."""
+    world = world_of(tools_factory())
+    return world, _gate_of(gate, gate_factory, GateContext(world.tools, world.effects), world.agent)
 
 
 def _fixed(limits: Limits | st.SearchStrategy[Limits]) -> Limits:
@@ -216,8 +275,7 @@ def _enumerated_counterexample(
     well under a second; the caller confirms a find with a real run, so a gate
     that reads the run's context is judged where it really decides.
     """
-    world = world_of(tools_factory())
-    chosen = _gate_of(gate, gate_factory, GateContext(world.tools, world.effects), world.agent)
+    world, chosen = _asked_directly(tools_factory, gate, gate_factory)
     for name, tool in world.tools.items():
         for arguments in contract_cases(tool, constants):
             call = ToolCall("call_0", name, arguments, json.dumps(arguments))

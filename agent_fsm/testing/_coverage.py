@@ -118,6 +118,8 @@ class Coverage:
     executed: Counter[str] = attrs.field(factory=Counter)
     reached: dict[str, set[int]] = attrs.field(factory=dict)
     tools: tuple[str, ...] = ()
+    # Boundary values still unreached after the targeted phase, with the reason (see agent_fsm.testing._targeting).
+    unreachable: dict[str, dict[int, str]] = attrs.field(factory=dict)
 
     @classmethod
     def of_tools(cls, tools: Registry, constants: Sequence[Any] = ()) -> Coverage:
@@ -262,6 +264,8 @@ class Coverage:
             lines.append(f"  argument boundaries reached: {hit} of {total}")
             for label, values in self.missing_boundaries.items():
                 lines.append(f"    {label}: never {', '.join(map(str, values))}")
+                for value, why in self.unreachable.get(label, {}).items():
+                    lines.append(f"      {value}: {why}")
         return "\n".join(lines)
 
     def publish(self, report: bool) -> None:
