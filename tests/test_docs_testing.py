@@ -64,7 +64,9 @@ def _shape(report: str) -> list[str]:
     allows, and which sums it hits, change with the tests run before it.
     """
     machine, _, rest = report.partition("\n  gate verdicts: ")
-    return [*machine.splitlines(), *re.sub(r"\d+(, \d+)*", "N", rest).splitlines()]
+    varying = re.sub(r"\d+(, \d+)*", "N", rest).splitlines()
+    # one line per value the search missed: how many vary too, so a run of equal lines counts once
+    return [*machine.splitlines(), *(line for i, line in enumerate(varying) if i == 0 or line != varying[i - 1])]
 
 
 def _abridged(report: str) -> str:
