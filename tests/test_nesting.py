@@ -28,7 +28,7 @@ from agent_fsm import (
     tool_call_message,
 )
 from agent_fsm.engine import ModelRequested, Observation, bounded_limits
-from agent_fsm.engine._state import NESTING_CEILING
+from agent_fsm.engine._codecs import NESTING_CEILING
 
 WRITE = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
 

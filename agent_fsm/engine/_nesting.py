@@ -45,13 +45,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agent_fsm.engine._boundary import Checkpointer, Intent
+from agent_fsm.engine._codecs import NESTING_CEILING
 from agent_fsm.engine._errors import RunError
 from agent_fsm.engine._launch import Launch, continuing, deciding, recovering, result_of
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._messages import Observation
 from agent_fsm.engine._run import RunContext, pause_on
 from agent_fsm.engine._spending import charge_nested
-from agent_fsm.engine._state import NESTING_CEILING, RunResult, RunState
+from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import Steps
 from agent_fsm.engine._tools import Subrun, ToolCall, ToolSpec
 
