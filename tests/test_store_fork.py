@@ -187,3 +187,13 @@ def test_a_fork_that_cannot_be_read_back_leaves_no_row(
         opener().load("child")
     assert opener().forks("parent") == []
     assert fork(opener(), "parent", at=3, new_run_id="child").summary.run_id == "child"  # the id is still free
+
+
+def test_a_fork_keys_its_calls_with_a_nonce_of_its_own(opener: Opener, tmp_path: Path) -> None:
+    """A fork is a new run: its nonce (and so every idempotency key) is not its parent's, nor a nested run's."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    parent = store.load("r").state
+    forked = fork(store, "r", at=1, new_run_id="f").state
+    assert forked.nonce and forked.nonce != parent.nonce
+    assert store.load("f").state.nonce == forked.nonce  # kept in the store

@@ -167,6 +167,7 @@ from agent_fsm.engine._state import (
     ScreenRecord,
     StateWriter,
     blocked_call,
+    new_nonce,
 )
 from agent_fsm.engine._steps import Steps, call_of, is_awaitable
 from agent_fsm.engine._tools import (
@@ -378,6 +379,7 @@ __all__ = [
     "Nested",
     "Subrun",
     "blocked_call",
+    "new_nonce",
     "bounded_limits",
     "check_composition",
     "conversation",

@@ -39,6 +39,7 @@ __all__ = [
     "ENABLED",
     "FORMAT",
     "NESTING_CEILING",
+    "NO_LEGACY",
     "STATES",
     "codec",
     "expect",
@@ -69,6 +70,10 @@ Reader = Callable[[Any, str], Any]
 Quick = Callable[[Any, dict[str, Any]], Any]
 
 
+NO_LEGACY: Any = object()
+"""A field with no legacy value: it is always written."""
+
+
 @attrs.frozen
 class Codec:
     """
@@ -94,12 +99,19 @@ class Codec:
     builds: tuple[type, ...] = ()
     nested: bool = False
     empty: type | None = None
+    legacy: Any = NO_LEGACY
 
 
-def codec(kind: Codec, *, added: bool = False, rests: str | None = None) -> dict[str, Codec]:
-    """The metadata of a saved field of ``kind`` (``attrs.field(metadata=codec(COUNT))``)."""
-    if added or rests is not None:
-        kind = attrs.evolve(kind, added=added or kind.added, rests=rests or kind.rests)
+def codec(kind: Codec, *, added: bool = False, rests: str | None = None, legacy: Any = NO_LEGACY) -> dict[str, Codec]:
+    """
+    The metadata of a saved field of ``kind`` (``attrs.field(metadata=codec(COUNT))``).
+
+    ``added``: the field came after format 2 was first written, so a state saved before it may lack it (and
+    reads with the field's default, or ``legacy``); ``legacy``: the value such a state holds, which is saved
+    by leaving the field out, so that state is written again as it was; ``rests``: see :class:`Codec`.
+    """
+    if added or rests is not None or legacy is not NO_LEGACY:
+        kind = attrs.evolve(kind, added=added or kind.added, rests=rests or kind.rests, legacy=legacy)
     return {"saved": kind}
 
 

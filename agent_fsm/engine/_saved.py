@@ -27,6 +27,7 @@ import attrs
 from agent_fsm.engine._codecs import (
     ENABLED,
     FORMAT,
+    NO_LEGACY,
     BadField,
     Codec,
     Decline,
@@ -78,6 +79,8 @@ class SavedForm:
         self._top = shape(("format", *self.fields))
         self._keys = frozenset(self._top[0])
         self._absent = tuple((i, f.name, _default_of(f)) for i, f in enumerate(fields) if f.name in self.added)
+        # Fields saved by leaving them out while they hold the value of a state saved before them.
+        self._legacy = tuple((name, c.legacy) for name, c in codecs.items() if c.legacy is not NO_LEGACY)
         self._rules = tuple((name, self._nested_read if c.nested else c.read) for name, c in codecs.items())
         self._get = operator.itemgetter(*self.fields)
         groups: dict[str, list[int]] = {kind: [] for kind in _SCALARS}
@@ -108,7 +111,11 @@ class SavedForm:
         values = [FORMAT, *self._values(state)]
         for index, write in self._converted:
             values[index] = write(values[index])
-        return dict(zip(self._top[0], values, strict=True))
+        data = dict(zip(self._top[0], values, strict=True))
+        for name, legacy in self._legacy:
+            if data[name] == legacy:
+                del data[name]
+        return data
 
     def _nested_data(self, children: dict[str, Any]) -> dict[str, Any]:
         return {key: self.data(child) for key, child in children.items()}
@@ -164,7 +171,10 @@ class SavedForm:
     def read(self, data: dict[str, Any]) -> Any:
         """``data`` (a parsed saved state) as a state, or :class:`BadField` naming the first problem."""
         read_object(data, "", self._top, self.added)
-        return self.cls(**{name: rule(data[name], name) for name, rule in self._rules if name in data})
+        values = {name: rule(data[name], name) for name, rule in self._rules if name in data}
+        for name, legacy in self._legacy:
+            values.setdefault(name, legacy)
+        return self.cls(**values)
 
     def quick(self, data: dict[str, Any]) -> Any:
         """
@@ -258,7 +268,10 @@ class _Nothing:
 
 
 def _default_of(field: Any) -> Callable[[], Any]:
-    """What makes a field's default: its factory, or a function returning its (immutable) default value."""
+    """What a state saved before ``field`` holds: its legacy value, its factory's, or its (immutable) default."""
+    legacy = field.metadata["saved"].legacy
+    if legacy is not NO_LEGACY:
+        return functools.partial(_same, legacy)
     default = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
         return default.factory  # type: ignore[no-any-return]
@@ -326,6 +339,7 @@ class _Bare:
         writes = dict(form._converted)
         self.convert = tuple(writes.get(form.fields.index(name) + 1) for name in self.fields)
         self.indices = range(len(self.fields))
+        self.legacy = tuple(form.codecs[name].legacy for name in self.fields)
         self.head = _ENCODER.encode({"format": FORMAT, **{name: [] for name in apart}})[:-1]
         self.apart = tuple((name, form.codecs[name].write) for name in apart)
         self.immutable = form.immutable
@@ -391,8 +405,11 @@ class FieldWriter:
                 value, kept = values[i], seen[i]
                 if type(kept) is _Copy and kept.holds(value):
                     continue
-                convert = bare.convert[i]
-                texts[i] = bare.keys[i] + _encoded(value if convert is None else convert(value))
+                convert, legacy = bare.convert[i], bare.legacy[i]
+                if legacy is not NO_LEGACY and value == legacy:
+                    texts[i] = ""  # saved by leaving it out, as dump does
+                else:
+                    texts[i] = bare.keys[i] + _encoded(value if convert is None else convert(value))
                 seen[i] = bare.kept(value)
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc

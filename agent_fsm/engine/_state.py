@@ -77,6 +77,8 @@ __all__ = [
     "ScreenRecord",
     "StateWriter",
     "blocked_call",
+    "nested_nonce",
+    "new_nonce",
     "state_problem",
 ]
 
@@ -140,6 +142,26 @@ class ScreenRecord:
     action: str
     code: str | None = None
     reason: str = ""
+
+
+def new_nonce() -> str:
+    """A run's nonce: 16 random bytes as hex (see :attr:`RunState.nonce`)."""
+    return os.urandom(16).hex()
+
+
+def nested_nonce(parent: str, call_id: str) -> str:
+    """
+    The nonce of the run nested by call ``call_id`` in a run whose nonce is ``parent``.
+
+    Derived, not drawn: a replay of the parent (a Temporal worker taking a
+    workflow over) nests the same run under the same keys. A parent saved
+    before nonces (``""``) nests runs keyed as they were then.
+    """
+    if not parent:
+        return ""
+    import hashlib
+
+    return hashlib.sha256(f"{parent}\x00{call_id}".encode()).hexdigest()[:32]
 
 
 def _new_run_id() -> str:
@@ -247,6 +269,9 @@ class RunState:
     # The runs of other agents this run nested (an agent as a tool, a handoff), by the call that ran each:
     # whole states of their own, saved within this one. The one under the head pending call may be in flight.
     children: dict[str, RunState] = attrs.field(factory=dict, metadata=codec(NESTED, added=True, rests="vacant"))
+    # Random, fixed when the run is begun: it enters every idempotency key, so one run id in two databases (or
+    # reused) never shares a key. A fork gets its own. "": a state saved before it, whose keys stay as they were.
+    nonce: str = attrs.field(factory=lambda: new_nonce(), metadata=codec(TEXT, added=True, legacy=""))
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -479,7 +504,7 @@ def _parse(text: str) -> Any:
 
 # --- the saved form ---
 
-SAVED = SavedForm(RunState, state_problem, lambda: RunState(limits=DEFAULT_LIMITS, run_id=""))
+SAVED = SavedForm(RunState, state_problem, lambda: RunState(limits=DEFAULT_LIMITS, run_id="", nonce=""))
 """The saved form of :class:`RunState`, derived from its fields' declarations."""
 
 
