@@ -11,6 +11,7 @@ an in-process run can be compared turn for turn.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -215,3 +216,15 @@ def agent_of(name: str) -> Agent:
     """The agent served as ``name``, to run it in-process."""
     served = AGENTS[name]
     return served if isinstance(served, Agent) else served.agent
+
+
+def without_nonces(text: str) -> Any:
+    """A saved state's data without its runs' nonces: two runs of the same work differ only there (and so in keys)."""
+
+    def strip(data: Any) -> Any:
+        data.pop("nonce", None)
+        for child in data.get("children", {}).values():
+            strip(child)
+        return data
+
+    return strip(json.loads(text))

@@ -20,6 +20,7 @@ from agent_fsm import (
     answer_message,
     tool_call_message,
 )
+from tests.nonces import one_nonce
 from tests.payments import make_payments, pay_gate
 
 
@@ -39,6 +40,7 @@ def test_resume_needs_nothing_passed_again() -> None:
     assert [entry["cents"] for entry in ledger] == [50]
 
 
+@one_nonce()
 def test_module_level_functions_delegate_to_the_agent() -> None:
     """``run(task, model, tools, ...)`` ends exactly as ``Agent(model, tools, ...).run(task)`` does."""
     results = []
@@ -126,6 +128,7 @@ def test_stream_ends_with_the_result_run_gives() -> None:
     assert events[-1].result.stop is Stop.ANSWERED
 
 
+@one_nonce()
 def test_async_twins_rest_where_the_sync_ones_do() -> None:
     """``arun``/``aresume`` on the agent pause and finish exactly as ``run``/``resume``."""
     tools, ledger = make_payments()

@@ -23,6 +23,7 @@ from agent_fsm import (
     tool_call_message,
 )
 from agent_fsm.store import SqliteStore, approve, reject
+from tests.nonces import one_nonce
 
 TRANSFER = {"to": str, "cents": int}
 
@@ -119,6 +120,7 @@ def test_a_rejection_through_the_store_records_it_not_run(tmp_path: Path) -> Non
     assert bank.moved == [] and result.state.observations[0].kind == "denied"
 
 
+@one_nonce()
 def test_the_async_driver_pauses_the_same_way() -> None:
     """arun rests exactly where run rests."""
     sync = _agent(Bank()).run("pay bob", run_id="r").state.to_json()

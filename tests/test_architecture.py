@@ -48,16 +48,14 @@ KERNEL_THIRD_PARTY = {
 # The kernel's private modules, lowest first: each may import only those before it (see agent_fsm/engine/__init__.py).
 KERNEL_LAYERS = [
     "_errors", "_json", "_schema", "_limits", "_endings", "_tools", "_steps", "_machine", "_messages", "_models",
-    "_context", "_state", "_events", "_spending", "_gates", "_boundary", "_invariants", "_analysis", "_run",
+    "_context", "_codecs", "_saved", "_state", "_resting", "_events", "_spending", "_gates", "_boundary",
+    "_invariants", "_analysis", "_run",
     "_launch", "_nesting", "_async", "_agent",
     "_policy",
 ]  # fmt: skip
 
 # A module holds one concept whole: long is fine, a second concept is not (the cap only catches a drift).
-# 1,800: the run's state and its saved form (one field list, its writer, strict and fast readers) are one
-# concept, and each field a feature adds to the state is read and written there, as are the writer that
-# re-encodes only the fields a commit changed and the compact form a paused state rests in.
-MAX_LINES = 1800
+MAX_LINES = 1200
 
 
 def _is_module(name: str) -> bool:
@@ -164,7 +162,9 @@ def test_the_kernel_is_layered() -> None:
 
 def test_the_kernel_is_at_most_twenty_modules() -> None:
     """The kernel was cut by concept, not by length: a newcomer reads about twenty files, not forty."""
-    assert len(list((PACKAGE / "engine").glob("_*.py"))) - 1 <= 24  # about twenty: a concept gets its module
+    # About twenty: a concept gets its module. 27: the run state is four (the record, the kinds of saved fields,
+    # the saved form derived from them, the compact form a paused state rests in).
+    assert len(list((PACKAGE / "engine").glob("_*.py"))) - 1 <= 27
 
 
 def test_every_area_has_a_layer() -> None:

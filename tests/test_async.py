@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import attrs
 import pytest
 
 from agent_fsm import (
@@ -246,10 +247,13 @@ def test_two_racing_async_decisions_on_one_pause_run_the_call_once() -> None:
 
 
 def test_a_stored_async_run_commits_what_a_stored_sync_run_commits(tmp_path: Any) -> None:
-    """arun with a SqliteStore: the same stored state, status and effect records (intent then result) as run."""
+    """arun with a SqliteStore: the same stored state, status and effect records (intent then result) as run.
+
+    Each run has its own nonce, so its own idempotency keys: two databases never share one.
+    """
     from agent_fsm.store import SqliteStore
 
-    rows = []
+    rows, keys = [], []
     for name, drive in (("sync", "run"), ("async", "arun")):
         tools, ledger = make_payments()
         store = SqliteStore(tmp_path / f"{name}.db")
@@ -260,9 +264,11 @@ def test_a_stored_async_run_commits_what_a_stored_sync_run_commits(tmp_path: Any
                 arun("pay", ScriptedModel(_script()), async_tools(tools), gate=pay_gate, store=store, run_id="r")
             )
         stored = store.load("r")
-        effects = [(e.call_id, e.tool, e.idempotency_key, e.outcome) for e in store.effects("r")]
-        rows.append((stored.status, stored.state.to_json(), effects, len(ledger)))
+        keys.append([e.idempotency_key for e in store.effects("r")])
+        effects = [(e.call_id, e.tool, e.outcome) for e in store.effects("r")]
+        rows.append((stored.status, attrs.evolve(stored.state, nonce="").to_json(), effects, len(ledger)))
     assert rows[0] == rows[1] and rows[0][0] == "ended" and rows[0][3] == 1 and rows[0][2]
+    assert keys[0] and set(keys[0]).isdisjoint(keys[1])
 
 
 def test_a_cancelled_stored_run_is_committed_as_it_stands(tmp_path: Any) -> None:

@@ -14,6 +14,7 @@ from agent_fsm import Ended, RunResult, RunState, Stop, aresume, arun, check_run
 from agent_fsm.examples.support_desk import make_support_desk
 from agent_fsm.testing import assert_run_invariants, gates, limits, scripted_models, world_of
 from tests.async_worlds import AsyncModel, async_gate, async_tools
+from tests.nonces import one_nonce
 from tests.strategies import make_ledger
 
 WORLDS: dict[str, Callable[[], Any]] = {"support_desk": make_support_desk, "ledger": make_ledger}
@@ -50,6 +51,7 @@ async def _async(world: str, model: Any, gate: Any, chosen: Any, decisions: list
     return results, made
 
 
+@one_nonce()
 @pytest.mark.parametrize("world", sorted(WORLDS))
 @given(data=st.data())
 def test_sync_and_async_drivers_agree_exactly(world: str, data: st.DataObject) -> None:

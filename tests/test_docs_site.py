@@ -130,18 +130,18 @@ def test_cli_page_lists_every_runs_subcommand() -> None:
 
 def test_saved_state_page_runs_and_lists_every_field() -> None:
     """The page's example runs, and its field table is exactly the saved fields, in the order they are written."""
-    from agent_fsm.engine._state import ADDED_FIELDS, SAVED_FIELDS
+    from agent_fsm.engine._state import SAVED
 
     namespace: dict[str, object] = {"__name__": "docs_saved_state"}
     for block in _blocks("saved-state.md"):
         exec(compile(block, str(DOCS / "saved-state.md"), "exec"), namespace)
     text = (DOCS / "saved-state.md").read_text()
     listed = re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.MULTILINE)
-    assert tuple(listed) == SAVED_FIELDS
+    assert tuple(listed) == SAVED.fields
     written = json.loads(namespace["text"])  # type: ignore[arg-type]
-    assert list(written) == ["format", *SAVED_FIELDS]
+    assert list(written) == ["format", *SAVED.fields]
     added = re.search(r"^((?:`[a-z_]+`(?:, | and )?)+) were added to format", text, flags=re.MULTILINE)
-    assert added is not None and set(re.findall(r"`([a-z_]+)`", added.group(1))) == set(ADDED_FIELDS)
+    assert added is not None and set(re.findall(r"`([a-z_]+)`", added.group(1))) == set(SAVED.added)
 
 
 # --- the figures on the front door -----------------------------------------------

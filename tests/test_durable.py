@@ -65,6 +65,48 @@ def test_a_handler_naming_context_gets_the_runs_id_and_a_stable_key(tmp_path: Pa
     assert idempotency_key("run-8", state, ToolCall("c1", "pay", paid["args"])) != paid["key"]
 
 
+def test_one_run_id_in_two_databases_gets_two_keys(tmp_path: Path) -> None:
+    """Run ``t-1`` stored in two databases (two environments) pays under two keys: a provider never dedups them."""
+    keys = []
+    for name in ("staging", "production"):
+        ledger = tmp_path / f"{name}.ledger"
+        run(
+            task_for(["A"]),
+            LedgerModel(),
+            ledger_tools(ledger),
+            gate=pay_gate,
+            store=SqliteStore(tmp_path / f"{name}.db"),
+            run_id="t-1",
+        )
+        keys.append(_effects(ledger, "pay")[0]["key"])
+    assert keys[0] != keys[1]
+    reused = tmp_path / "again.ledger"  # the same id reused in memory, without a store: a key of its own too
+    run(task_for(["A"]), LedgerModel(), ledger_tools(reused), gate=pay_gate, run_id="t-1")
+    assert _effects(reused, "pay")[0]["key"] not in keys
+
+
+def test_a_saved_state_keeps_its_keys(tmp_path: Path) -> None:
+    """The nonce is saved with the state: a state read back keys the same call with the same key."""
+    result = run(task_for(["A"]), LedgerModel(), ledger_tools(tmp_path / "ledger"), gate=pay_gate, run_id="r")
+    state, call = result.state, ToolCall("c1", "pay", {"invoice": "A"})
+    again = type(state).from_json(state.to_json())
+    assert again.nonce == state.nonce and len(state.nonce) == 32
+    assert idempotency_key("r", again, call) == idempotency_key("r", state, call)
+
+
+def test_a_state_saved_before_the_nonce_keeps_its_old_keys(tmp_path: Path) -> None:
+    """A state saved without a nonce (before it existed) keys its calls as it did then, and is written as it was."""
+    result = run(task_for(["A"]), LedgerModel(), ledger_tools(tmp_path / "ledger"), gate=pay_gate, run_id="r")
+    text = result.state.to_json().replace(f', "nonce": "{result.state.nonce}"', "")
+    old = type(result.state).from_json(text)
+    assert old.nonce == "" and old.to_json() == text
+    call = ToolCall("c1", "pay", {"invoice": "A"})
+    import hashlib
+
+    before = f"r\x00{len(old.observations)}\x00{fingerprint(call)}"
+    assert idempotency_key("r", old, call) == hashlib.sha256(before.encode()).hexdigest()[:32]
+
+
 def test_the_model_cannot_forge_the_context(tmp_path: Path) -> None:
     """An open schema lets the model send ``context``; the handler still gets the engine's ToolContext."""
     got = []

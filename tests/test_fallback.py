@@ -26,6 +26,7 @@ from agent_fsm import (
     Stop,
     answer_message,
 )
+from tests.nonces import one_nonce
 
 
 class Down:
@@ -112,6 +113,7 @@ def test_the_answering_model_is_the_one_charged() -> None:
     assert result.usage.cost == Decimal(10) / 1_000_000  # 5 output tokens at 2 per million; the prompt is free
 
 
+@one_nonce()
 def test_the_async_driver_falls_back_the_same_way() -> None:
     """arun takes the same edge and rests in the same state."""
     agent = Agent(FallbackModel(Down(), Named("backup", "ok")), {})

@@ -28,7 +28,8 @@ from agent_fsm import (
     tool_call_message,
 )
 from agent_fsm.engine import ModelRequested, Observation, bounded_limits
-from agent_fsm.engine._state import NESTING_CEILING
+from agent_fsm.engine._codecs import NESTING_CEILING
+from tests.nonces import one_nonce
 
 WRITE = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
 
@@ -307,6 +308,7 @@ def _three_levels(log: list[dict[str, Any]], n: int = 2) -> Agent:
     )
 
 
+@one_nonce()
 def test_the_async_drivers_give_what_the_sync_ones_give() -> None:
     sync_log: list[dict[str, Any]] = []
     agent = _three_levels(sync_log)

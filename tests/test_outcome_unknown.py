@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
+import attrs
 import pytest
 
 from agent_fsm import (
@@ -113,10 +115,15 @@ def test_a_read_that_times_out_is_an_ordinary_error() -> None:
 
 
 def test_the_async_driver_pauses_the_same_way() -> None:
-    """arun rests exactly where run rests."""
-    sync_state = _agent(Bank(failures=1)).run("pay 40", run_id="r").state.to_json()
-    async_state = asyncio.run(_agent(Bank(failures=1)).arun("pay 40", run_id="r")).state.to_json()
-    assert async_state == sync_state
+    """arun rests exactly where run rests (each run its own nonce, so its own idempotency key)."""
+    sync_state = _agent(Bank(failures=1)).run("pay 40", run_id="r").state
+    async_state = asyncio.run(_agent(Bank(failures=1)).arun("pay 40", run_id="r")).state
+    assert async_state.nonce != sync_state.nonce
+
+    def keyless(state: RunState) -> str:
+        return re.sub(r"idempotency key [0-9a-f]{32}", "KEY", attrs.evolve(state, nonce="").to_json())
+
+    assert keyless(async_state) == keyless(sync_state)
 
 
 def test_execute_outside_a_run_says_the_outcome_is_unknown() -> None:

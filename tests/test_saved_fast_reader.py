@@ -15,12 +15,15 @@ from hypothesis import strategies as st
 
 from agent_fsm import Limits, Price, Prices, RunState, ScriptedModel, answer_message, run, tool_call_message
 from agent_fsm.engine import ToolCall, call_fingerprint
+from agent_fsm.engine import _codecs as state_fast_reader
 from agent_fsm.engine import _state as consistency
-from agent_fsm.engine import _state as state_fast_reader
-from agent_fsm.engine._state import BadField, dump_state, quick_state, read_state
+from agent_fsm.engine._codecs import BadField
+from agent_fsm.engine._state import SAVED
 from agent_fsm.engine._tools import _DIGESTED as _CANONICAL
 from agent_fsm.examples.support_desk import TASK, make_support_desk, refund_gate
 from tests.payments import SCRIPT, make_payments, paused, pay_call, pay_gate
+
+dump_state, quick_state, read_state = SAVED.dump, SAVED.quick, SAVED.read
 
 
 def _texts() -> list[str]:

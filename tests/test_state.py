@@ -28,7 +28,7 @@ from agent_fsm import (
     stream,
     tool_call_message,
 )
-from agent_fsm.engine._state import rest
+from agent_fsm.engine._resting import rest
 from tests.warehouse import make_warehouse, ship_args
 
 SCRIPT = [

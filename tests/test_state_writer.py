@@ -58,9 +58,9 @@ def test_the_added_items_are_to_json_s() -> None:
     """The messages and observations after those stored, as to_json writes them, comma-joined."""
     state = run(TASK, overreaching_model(), make_support_desk().tools, gate=refund_gate).state
     text = state.to_json()
-    messages, observations = StateWriter.added(state, 0, 0)
+    messages, observations = StateWriter().added(state, 0, 0)
     assert f'"messages": [{messages}], "observations": [{observations}]' in text
-    later = StateWriter.added(state, len(state.messages) - 1, len(state.observations))
+    later = StateWriter().added(state, len(state.messages) - 1, len(state.observations))
     assert later[0].startswith('{"role": "assistant"') and messages.endswith(later[0]) and later[1] == ""
 
 

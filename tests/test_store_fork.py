@@ -199,3 +199,13 @@ def test_a_checkpoint_number_no_database_holds_is_a_value_error(opener: Opener, 
         with pytest.raises(ValueError, match=r"up to 2\*\*63-1"):
             store.checkpoint("parent", at)
     assert [s.run_id for s in store.runs()] == ["parent"]
+
+
+def test_a_fork_keys_its_calls_with_a_nonce_of_its_own(opener: Opener, tmp_path: Path) -> None:
+    """A fork is a new run: its nonce (and so every idempotency key) is not its parent's, nor a nested run's."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    parent = store.load("r").state
+    forked = fork(store, "r", at=1, new_run_id="f").state
+    assert forked.nonce and forked.nonce != parent.nonce
+    assert store.load("f").state.nonce == forked.nonce  # kept in the store

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -131,7 +132,7 @@ def test_the_migration_keeps_older_runs_once(opener: Opener, tmp_path: Path, mon
         )
     monkeypatch.undo()
     store = opener()
-    assert store.schema_version() == len(MIGRATIONS) == 5  # type: ignore[attr-defined]
+    assert store.schema_version() == len(MIGRATIONS) == 6  # type: ignore[attr-defined]
     for run_id in final:
         assert store.load(run_id).state == final[run_id]
         assert [store.checkpoint(run_id, n) for n in range(len(kept[run_id]))] == kept[run_id]
@@ -215,3 +216,50 @@ def test_sqlite_checkpoints_its_wal_seldom_and_keeps_its_durability_setting(tmp_
         assert connection.execute("PRAGMA synchronous").fetchone()[0] == code
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         store.close()
+
+
+class _Died(BaseException):
+    """The process dying inside a handler: nothing in the engine catches it, so the intent stays open."""
+
+
+def _strip_nonces(tx: Any) -> None:
+    """Every stored state as a store before run nonces wrote it: without its ``nonce`` field."""
+    for table, key in (("agent_fsm_runs", "run_id"), ("agent_fsm_checkpoints", "run_id, point")):
+        for row in tx.rows(f"SELECT {key}, state FROM {table}"):
+            *where, text = row
+            if text:
+                data = json.loads(text)
+                data.pop("nonce", None)
+                clause = " AND ".join(f"{name.strip()} = ?" for name in key.split(","))
+                tx.run(f"UPDATE {table} SET state = ? WHERE {clause}", (json.dumps(data), *where))
+
+
+def test_the_migration_gives_stored_runs_a_nonce_but_not_an_effect_in_flight(
+    opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs stored before nonces get one each (checkpoints too); a run with an effect in flight keeps its keys."""
+    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:5])
+    old = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=old, run_id="paused")
+
+    def dies(cents: int) -> str:
+        raise _Died
+
+    tools = {"pay": ToolSpec("Pay.", {"cents": int}, dies, effectful=True)}
+    with pytest.raises(_Died):
+        Agent(ScriptedModel([tool_call_message("c1", "pay", {"cents": 5})]), tools, gate=allow_all).run(
+            "pay 5", store=old, run_id="in-flight"
+        )
+    with old._transaction() as tx:  # type: ignore[attr-defined]
+        _strip_nonces(tx)
+    assert opener().load("paused").state.nonce == ""  # read as a state saved before nonces
+    in_flight = opener().load("in-flight")
+    assert in_flight.intent is not None and in_flight.state.nonce == ""
+    monkeypatch.undo()
+    store = opener()
+    paused = store.load("paused").state
+    assert len(paused.nonce) == 32
+    assert {store.checkpoint("paused", c.point).nonce for c in store.checkpoints("paused")} == {paused.nonce}
+    kept = store.load("in-flight")
+    assert kept.state.nonce == "" and kept.intent is not None  # its key is the one the effect was sent with
+    assert kept.intent.idempotency_key == in_flight.intent.idempotency_key

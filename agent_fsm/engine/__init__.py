@@ -18,7 +18,10 @@ each, layered so that each imports only those above it in this list::
     _messages     observations, token estimates, the wire format and its never-raising parser
     _models       what the engine needs of a model, and the scripted stand-in
     _context      what a model call is shown: the prompt apart from the transcript (compacted), the tools offered
-    _state        the run's state and result; its saved form (one field list: writer, strict and fast readers)
+    _codecs       the kinds of saved fields: each one's writer, strict rule and fast rule
+    _saved        the saved form of a record, derived from its fields' declarations: writer, readers, signature
+    _state        the run's state and result, each field declaring how it is saved; their invariants
+    _resting      the compact form a paused run's state rests in until it is used
     _events       run events as plain data
     _spending     what a run spends: each call charged, the worst case checked before it, tool caps
     _gates        gates and screens: the judges the engine consults, and their verdicts
@@ -144,6 +147,7 @@ from agent_fsm.engine._messages import (
     answer_message,
     assistant_text,
     estimate_tokens,
+    format_result,
     format_transcript,
     normalise_reply,
     parse_tool_calls,
@@ -163,7 +167,7 @@ from agent_fsm.engine._state import (
     ScreenRecord,
     StateWriter,
     blocked_call,
-    format_result,
+    new_nonce,
 )
 from agent_fsm.engine._steps import Steps, call_of, is_awaitable
 from agent_fsm.engine._tools import (
@@ -386,6 +390,7 @@ __all__ = [
     "Nested",
     "Subrun",
     "blocked_call",
+    "new_nonce",
     "bounded_limits",
     "check_composition",
     "conversation",

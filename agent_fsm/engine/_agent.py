@@ -38,9 +38,10 @@ from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, MachineSpec
 from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
+from agent_fsm.engine._resting import rest
 from agent_fsm.engine._run import AnswerCheck, ruled_out
 from agent_fsm.engine._schema import OutputSpec, output_spec
-from agent_fsm.engine._state import RunResult, RunState, rest
+from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
 from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
 

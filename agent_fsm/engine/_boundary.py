@@ -278,11 +278,16 @@ def idempotency_key(run_id: str, state: RunState, call: ToolCall) -> str:
     """
     The key of ``call`` at the head of ``state.pending``: stable across retries, crashes and approvals.
 
-    It is derived from the run, the call's place in the run (how many
-    observations precede it: a model may reuse call ids across turns) and
-    its fingerprint, so nothing needs to be stored to find it again.
+    It is derived from the run (its id and its nonce, random and fixed when
+    the run began: the same id in another database or reused is another
+    run), the call's place in the run (how many observations precede it: a
+    model may reuse call ids across turns) and its fingerprint, so nothing
+    needs to be stored to find it again. A state saved before runs had a
+    nonce keys its calls as it did then.
     """
     text = f"{run_id}\x00{len(state.observations)}\x00{call_fingerprint(call)}"
+    if state.nonce:
+        text = f"{state.nonce}\x00{text}"
     import hashlib  # pauses and intents only: a plain run never keys a call
 
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -18,12 +18,15 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from agent_fsm.engine._json import DEPTH_CEILING, argument_problem, describe, nesting_exceeds, storable
 from agent_fsm.engine._tools import ToolCall
+
+if TYPE_CHECKING:  # a result is formatted here with the transcript, never built
+    from agent_fsm.engine._state import RunResult
 
 __all__ = [
     "CallIds",
@@ -33,6 +36,7 @@ __all__ = [
     "answer_message",
     "assistant_text",
     "estimate_tokens",
+    "format_result",
     "format_transcript",
     "normalise_reply",
     "parse_tool_calls",
@@ -323,4 +327,25 @@ def format_transcript(messages: Iterable[Mapping[str, Any]]) -> str:
                 lines.append(f"{label} -> {function.get('name')} {function.get('arguments')}  [{item.get('id')}]")
         else:
             lines.append(f"{label} {content if isinstance(content, str) else json.dumps(content)}")
+    return "\n".join(lines)
+
+
+def format_result(result: RunResult, effects: Iterable[Any] | None = None) -> str:
+    """Transcript, typed ending, counters and (when given) the effect log."""
+    state = result.state
+    lines = [format_transcript(state.messages), ""]
+    lines.append(
+        f"stop={result.stop.value}  turns={state.turns}  tool_attempts={state.tool_attempts}"
+        f"  observations={len(state.observations)}"
+    )
+    if result.code != result.stop.value:
+        lines.append(f"code: {result.code}")
+    if result.answer is not None:
+        lines.append(f"answer: {result.answer}")
+    if result.blocked_on is not None:
+        lines.append(f"blocked on: {result.blocked_on.name} {json.dumps(result.blocked_on.arguments)}")
+    if state.fault is not None:
+        lines.append(f"provider fault: {state.fault.type} ({state.fault.kind}): {state.fault.message}")
+    if effects is not None:
+        lines.append(f"effect log: {json.dumps(list(effects))}")
     return "\n".join(lines)

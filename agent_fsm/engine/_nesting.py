@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from agent_fsm.engine._boundary import Checkpointer, Intent
+from agent_fsm.engine._codecs import NESTING_CEILING
 from agent_fsm.engine._errors import RunError
 from agent_fsm.engine._launch import Launch, continuing, deciding, recovering, result_of
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
@@ -52,7 +53,7 @@ from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import Observation
 from agent_fsm.engine._run import RunContext, pause_on
 from agent_fsm.engine._spending import charge_nested
-from agent_fsm.engine._state import NESTING_CEILING, RunResult, RunState
+from agent_fsm.engine._state import RunResult, RunState, nested_nonce
 from agent_fsm.engine._steps import Steps
 from agent_fsm.engine._tools import Subrun, ToolCall, ToolSpec
 
@@ -303,6 +304,7 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
     launch: Launch
     if child is None:  # what the child spends is charged to the parent when it ends
         child = _begin(nested, agent, run, call, child_id)
+        child.nonce = nested_nonce(state.nonce, call.call_id)
         state.children[call.call_id] = child
         launch = continuing(agent, child, store=store, run_id=child_id, listening=listening, fresh=True)
     elif child.machine_state == "AwaitingApproval":

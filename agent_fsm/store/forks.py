@@ -19,7 +19,7 @@ import copy
 
 import attrs
 
-from agent_fsm.engine import RunState
+from agent_fsm.engine import RunState, new_nonce
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun
 
@@ -42,6 +42,7 @@ def forked_state(state: RunState, new_run_id: str) -> RunState:
 def _renamed(state: RunState, run_id: str) -> None:
     """``state`` (a copy) as run ``run_id``'s, and each run nested in it as ``run_id/CALL_ID``: one run id tree."""
     state.run_id = run_id
+    state.nonce = new_nonce()  # a new run: its idempotency keys are its own
     state.consumed = False
     if state.pause is not None:
         ordinal = max(state.path.count("AwaitingApproval"), 1)

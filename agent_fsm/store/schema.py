@@ -9,8 +9,11 @@ Never edit a released migration: append a new one.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 
+from agent_fsm.engine import OUTCOME_UNKNOWN
 from agent_fsm.store.errors import SchemaError
 from agent_fsm.store.protocol import Transaction
 from agent_fsm.store.transcript import split_saved
@@ -57,6 +60,37 @@ def _written_once(tx: Transaction) -> None:
                 " new_observations = ? WHERE run_id = ?",
                 (final.text, len(final.messages), len(final.observations), *pieces[-1], run_id),
             )
+
+
+def _nonces(tx: Transaction) -> None:
+    """
+    Give each run stored before runs had a nonce one of its own, in its row and every checkpoint.
+
+    Its calls from then on are keyed under it, so the run's id in another
+    database never shares their keys. A run with an effect in flight, or
+    paused on one whose outcome is unknown, is left as it was: that call may
+    run again, and only under the key it was first sent with.
+    """
+    for run_id, intent, reason in tx.rows("SELECT run_id, intent, reason FROM agent_fsm_runs"):
+        if intent is not None or (reason or "").startswith(OUTCOME_UNKNOWN):
+            continue
+        nonce = os.urandom(16).hex()
+        stored = [(None, text) for [text] in tx.rows("SELECT state FROM agent_fsm_runs WHERE run_id = ?", (run_id,))]
+        stored += tx.rows("SELECT point, state FROM agent_fsm_checkpoints WHERE run_id = ?", (run_id,))
+        for point, text in stored:
+            try:
+                known = "nonce" in json.loads(text) if text else True
+            except ValueError:  # a state that cannot be read is left as it was, refused as before
+                continue
+            if known or not text.endswith("}"):
+                continue
+            given = f'{text[:-1]}, "nonce": "{nonce}"}}'
+            if point is None:
+                tx.run("UPDATE agent_fsm_runs SET state = ? WHERE run_id = ?", (given, run_id))
+            else:
+                tx.run(
+                    "UPDATE agent_fsm_checkpoints SET state = ? WHERE run_id = ? AND point = ?", (given, run_id, point)
+                )
 
 
 MIGRATIONS: list[tuple[Step, ...]] = [
@@ -136,6 +170,8 @@ MIGRATIONS: list[tuple[Step, ...]] = [
     # 5: a run's row at a checkpoint holds an empty state, read from its latest checkpoint (agent_fsm.store.sql);
     # no row changes, but a database written so is refused by a store that would read that state as damaged.
     (),
+    # 6: each stored run's nonce, which enters its idempotency keys (agent_fsm.engine.RunState.nonce).
+    (_nonces,),
 ]
 """Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: its steps run in order, in one transaction."""
 

@@ -91,6 +91,7 @@ class RunWorkflow:
         else:
             history = start.get("history", ())
             state = agent.start(start["task"], history=history, run_id=run_id)
+            state.nonce = workflow.uuid4().hex  # drawn as a replay draws it again: the run's keys stay its own
         self._log = IntentLog()
         self._log.live = state
         # A run carried over while paused waits for its decision from the first moment of the new run.

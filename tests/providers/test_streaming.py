@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from agent_fsm import Limits, ModelReply, Stop, allow_all, run
 from agent_fsm.providers._openai_stream import content_text
+from tests.nonces import one_nonce
 
 from .loopback import LoopbackServer, json_reply, trickled
 from .recordings import RECORDINGS, STREAMS, Recording, is_stream
@@ -260,6 +261,7 @@ def test_any_whole_reply_streamed_in_any_pieces_reads_as_the_whole_reply(recordi
         assert "".join(heard) == (body["message"].get("content") or "")
 
 
+@one_nonce()
 def test_astream_over_a_recorded_stream_tells_its_text_as_it_arrives_and_ends_as_run_does(server):
     """The async driver over a real recorded stream: TextDelta events carry the answer's text, before its
     ModelReplied, and the run rests exactly where the sync run over the same bytes rests."""
