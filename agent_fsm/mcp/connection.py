@@ -147,8 +147,8 @@ class MCPServer:
             agent = Agent(model, git.tools())
 
     ``env`` and ``headers`` are secrets: they reach the server and nothing
-    else (not a repr, an error, a result, an event). ``timeout`` bounds each
-    call (seconds).
+    else (not a repr, an error, a result, an event). ``timeout`` bounds the
+    handshake and each call (seconds).
 
     .. versionadded:: 0.2
     """

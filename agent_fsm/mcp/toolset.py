@@ -107,7 +107,9 @@ class RemoteTool:
         return cls(
             name=server.secrets.text(str(getattr(tool, "name", ""))),  # a name spelling a secret is refused, redacted
             description=redact(str(getattr(tool, "description", None) or getattr(tool, "title", None) or "")),
-            schema=redact(dict(schema)) if isinstance(schema, Mapping) else {"<not an object>": repr(schema)[:200]},
+            schema=redact(dict(schema))
+            if isinstance(schema, Mapping)
+            else {"<not an object>": redact(repr(schema))[:200]},
             effectful=effectful,
             idempotent=idempotent,
             destructive=effectful and destructive,  # the MCP default: a tool that writes may destroy
