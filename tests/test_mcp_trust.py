@@ -244,3 +244,16 @@ def test_a_silent_server_in_a_run_is_an_error_not_a_hang() -> None:
     with pytest.raises(ServerUnavailable), server:
         server.tools()
     assert time.monotonic() - started < 1 + 5
+
+
+def test_cli_mcp_list_env_without_a_name_is_refused_without_its_value() -> None:
+    """``--env VALUE`` (the name forgotten): a usage error that names the mistake, never the value."""
+    from typer.testing import CliRunner
+
+    from agent_fsm.cli import app
+
+    for option in ("--env", "--header"):
+        target = ["--url", "http://127.0.0.1:9/mcp"] if option == "--header" else ["--", sys.executable, RAW, "tools"]
+        out = CliRunner().invoke(app, ["mcp", "list", option, SECRET, *target])
+        assert out.exit_code == 2, out.output
+        assert option in out.output and _pieces(out.output) == [], out.output
