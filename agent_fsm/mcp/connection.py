@@ -94,10 +94,16 @@ class _RedactingFilter(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__("agent_fsm.mcp")
+        self.lock = threading.Lock()  # servers open in any thread while the SDK logs in others
         self.servers: weakref.WeakSet[Secrets] = weakref.WeakSet()
 
+    def add(self, secrets: Secrets) -> None:
+        with self.lock:
+            self.servers.add(secrets)
+
     def filter(self, record: logging.LogRecord) -> bool:
-        secrets = [s for s in list(self.servers) if s]
+        with self.lock:
+            secrets = [s for s in self.servers if s]
         if not secrets:
             return True
 
@@ -124,7 +130,7 @@ _REDACTING = _RedactingFilter()
 
 def _guard_sdk_logs(secrets: Secrets) -> None:
     """Redact ``secrets`` from the SDK's log records: the filter goes on each of its loggers that exists now."""
-    _REDACTING.servers.add(secrets)
+    _REDACTING.add(secrets)
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if not isinstance(logger, logging.Logger) or not (name == "mcp" or name.startswith("mcp.")):
             continue
