@@ -94,6 +94,13 @@ def test_a_malformed_result_is_named_not_quoted() -> None:
     assert _pieces(result.state.to_json()) == [] and _pieces(repr(result)) == []
 
 
+def test_a_malformed_tool_list_is_named_not_quoted() -> None:
+    """A ``tools/list`` answer that breaks the schema: ServerUnavailable naming the field, no piece of the value."""
+    with _raw("tools", "badlist") as server, pytest.raises(ServerUnavailable) as failed:
+        server.tools()
+    assert "tools: list_type" in str(failed.value) and _pieces(str(failed.value)) == []
+
+
 def test_a_debug_line_on_stdout_reaches_no_log_with_the_secret(caplog: pytest.LogCaptureFixture) -> None:
     """A server printing a non-JSON-RPC line: the SDK's logger records it, with every piece of the secret redacted."""
     caplog.set_level(logging.DEBUG)

@@ -16,7 +16,8 @@ JSON-RPC error whose message quotes ``token=<secret>`` just before character
 2,000; ``echo`` takes an argument named ``self``; ``redos`` declares an
 output schema whose pattern backtracks, and answers a value that makes it.
 With ``nulls`` among the arguments, a tool declaring ``properties: null`` is
-listed too; with ``backref``, one whose output pattern has a back-reference.
+listed too; with ``backref``, one whose output pattern has a back-reference;
+with ``badlist``, the tool list itself is the secret, not a list.
 The secret is ``RAW_SECRET`` from the environment.
 """
 
@@ -75,6 +76,8 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
         version = request.get("params", {}).get("protocolVersion", "2025-06-18")
         info = {"name": "raw", "version": "1"}
         return {"id": ident, "result": {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info}}
+    if method == "tools/list" and "badlist" in sys.argv:
+        return {"id": ident, "result": {"tools": f"token={SECRET}"}}
     if method == "tools/list":
         listed = TOOLS + [tool for name, tool in EXTRA.items() if name in sys.argv]
         return {"id": ident, "result": {"tools": listed}}
