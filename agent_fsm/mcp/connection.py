@@ -128,11 +128,15 @@ _FORMATTER = logging.Formatter()
 _REDACTING = _RedactingFilter()
 
 
+# The SDK's loggers, and its HTTP stack's (whose INFO line quotes each request's URL, query and all).
+_SDK_LOGGERS = ("mcp", "httpx2", "httpcore2")
+
+
 def _guard_sdk_logs(secrets: Secrets) -> None:
     """Redact ``secrets`` from the SDK's log records: the filter goes on each of its loggers that exists now."""
     _REDACTING.add(secrets)
     for name, logger in list(logging.root.manager.loggerDict.items()):
-        if not isinstance(logger, logging.Logger) or not (name == "mcp" or name.startswith("mcp.")):
+        if not isinstance(logger, logging.Logger) or name.split(".")[0] not in _SDK_LOGGERS:
             continue
         if _REDACTING not in logger.filters:
             logger.addFilter(_REDACTING)
