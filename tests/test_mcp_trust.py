@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from agent_fsm import (
 pytest.importorskip("mcp", reason="the MCP SDK is in the test extra: pip install -e '.[test]'")
 
 from agent_fsm.mcp import REDACTED, MCPServer, ServerUnavailable, ToolsRefused
+from tests.test_mcp import serving_http
 
 HERE = Path(__file__).parent / "mcp_servers"
 RAW = str(HERE / "raw.py")
@@ -115,30 +115,11 @@ def test_a_debug_line_on_stdout_reaches_no_log_with_the_secret(caplog: pytest.Lo
 
 def test_the_http_clients_log_keeps_no_piece_of_a_url_secret(caplog: pytest.LogCaptureFixture) -> None:
     """Over Streamable HTTP the SDK's HTTP client logs each request's URL: its query's secret is redacted."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
     env = {**_env(), "HOSTILE_SECRET": "unused-secret-value", "HOSTILE_LEDGER": os.devnull}
-    process = subprocess.Popen(
-        [sys.executable, HOSTILE, "http", str(port), "clean"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with serving_http(lambda port: ([sys.executable, HOSTILE, "http", str(port), "clean"], env)) as url:
         caplog.set_level(logging.INFO)
-        with MCPServer.http(f"http://127.0.0.1:{port}/mcp?key={SECRET}", timeout=20) as server:
+        with MCPServer.http(f"{url}?key={SECRET}", timeout=20) as server:
             assert "leak" in server.tools()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
     formatted = "\n".join(logging.Formatter().format(r) for r in caplog.records)
     assert "HTTP Request: POST" in formatted, "the HTTP client logged no request: the check would be vacuous"
     assert _pieces(formatted) == []
