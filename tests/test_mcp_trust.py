@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent_fsm import (
     Agent,
@@ -277,3 +279,27 @@ def test_cli_mcp_list_env_without_a_name_is_refused_without_its_value() -> None:
         out = CliRunner().invoke(app, ["mcp", "list", option, SECRET, *target])
         assert out.exit_code == 2, out.output
         assert option in out.output and _pieces(out.output) == [], out.output
+
+
+def _expected(text: str, secret: str) -> str:
+    """The oracle, by brute force: from left to right, each longest run of 8+ characters of ``secret`` is redacted."""
+    out, at = [], 0
+    while at < len(text):
+        end = max((j for j in range(at + 8, len(text) + 1) if text[at:j] in secret), default=0)
+        out.append(REDACTED if end else text[at])
+        at = end or at + 1
+    return "".join(out)
+
+
+@given(
+    secret=st.text(alphabet="abcdef0123-_xyz", min_size=8, max_size=40),
+    chunks=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 40), st.text(max_size=12)), max_size=8),
+)
+def test_every_run_of_eight_characters_of_a_secret_is_redacted(secret: str, chunks: list[tuple[int, int, str]]) -> None:
+    """Text spliced from pieces of a secret and other text: each whole run is redacted, and nothing else."""
+    from agent_fsm.mcp.secrets import Secrets
+
+    text = "".join(secret[start : start + size] + other for start, size, other in chunks)
+    redacted = Secrets([secret]).text(text)
+    assert redacted == _expected(text, secret)
+    assert _pieces(redacted, secret) == []
