@@ -43,7 +43,8 @@ __all__ = ["INJECTION_PATTERNS", "SECRET_PATTERNS", "findings", "in_order", "inj
 
 # --- what the screens look for ---
 
-# Each pattern is linear: bounded gaps, no nested repetition (a tool result may be long and hostile).
+# Each pattern is linear: bounded gaps, no nested repetition, and no start from which a failing match rescans
+# what a later start will scan again (a tool result may be long and hostile: tests/test_screens_linear.py).
 _WORD_GAP = r"[^.!?\n]{0,40}?"
 
 INJECTION_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
@@ -95,9 +96,13 @@ SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
     "google_api_key": re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),
     "stripe_key": re.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}"),
     "bearer_token": re.compile(r"\b[Bb]earer\s+[A-Za-z0-9._~+/-]{20,}=*"),
-    "jwt": re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # Starts only where a run of its characters starts: from inside a run ("eyJ-eyJ-eyJ-..."), each start would
+    # rescan the run to its end, quadratic in the run's length.
+    "jwt": re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # A block never spans another BEGIN: each header scans only up to the next one, not 20,000 characters past it.
     "private_key": re.compile(
-        r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----.{0,20000}?-----END [A-Z ]{0,40}PRIVATE KEY-----", re.S
+        r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:(?!-----BEGIN )[\s\S]){0,20000}?"
+        r"-----END [A-Z ]{0,40}PRIVATE KEY-----"
     ),
 }
 """What :func:`secret_redactor` looks for besides the values you register, by name."""

@@ -10,6 +10,7 @@ or changes its server starts its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -671,27 +672,31 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@contextlib.contextmanager
+def serving_http(start: Callable[[int], tuple[list[str], dict[str, str]]], cwd: Path | None = None) -> Iterator[str]:
+    """A Streamable HTTP server on a free port of 127.0.0.1 (``start(port)``: its command and environment): its URL."""
+    port = _free_port()
+    command, env = start(port)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def everything_http() -> Iterator[str]:
     node, _ = _node_server()
-    port = _free_port()
-    process = subprocess.Popen(
-        [node, "everything-http.mjs"],
-        cwd=HERE,
-        env={**os.environ, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    process.terminate()
-    process.wait(timeout=10)
+    with serving_http(lambda port: ([node, "everything-http.mjs"], {**os.environ, "PORT": str(port)}), HERE) as url:
+        yield url
 
 
 def test_everything_over_streamable_http(everything_http: str) -> None:

@@ -21,11 +21,14 @@ mcp_app = typer.Typer(name="mcp", help="MCP servers: the tools they offer and ho
 
 
 def _pairs(values: list[str] | None, separator: str, what: str) -> dict[str, str]:
+    # A value given without its name is most likely the secret itself: the error names the option, never it.
     pairs = {}
-    for value in values or []:
+    for number, value in enumerate(values or [], start=1):
         name, found, rest = value.partition(separator)
         if not found or not name.strip():
-            raise typer.BadParameter(f"{what} must be NAME{separator}VALUE, got {value.split(separator)[0]!r}...")
+            raise typer.BadParameter(
+                f"{what} must be NAME{separator}VALUE; {what} #{number} has no name (value not shown)"
+            )
         pairs[name.strip()] = rest.strip() if what == "--header" else rest
     return pairs
 

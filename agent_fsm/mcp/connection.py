@@ -25,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import queue
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -46,14 +48,98 @@ __all__ = ["DEFAULT_TIMEOUT", "Lost", "MCPServer", "NotSent", "Progress"]
 DEFAULT_TIMEOUT = 30.0
 """Seconds a call may take before its outcome is declared unknown (its request may still be running)."""
 
-_CONNECT_TIMEOUT = 60.0
 # JSON-RPC errors that mean the server refused the request itself: nothing was run.
 _REFUSED = frozenset({-32700, -32600, -32601, -32602})
 _GRACE = 5.0  # beyond the SDK's own timeout, before this side gives up waiting
+_STOP_WAIT = 15.0  # for a session to end: the SDK's bounded shutdown (close stdin, terminate, kill) fits in it
 
 
 Progress = Callable[[float, float | None, str | None], None]
 """Told of each progress notification of one call: progress, total, message (already redacted)."""
+
+
+def _described(exc: BaseException) -> str:
+    """
+    An exception's type and text; an SDK validation error is named, never quoted.
+
+    A pydantic ``ValidationError`` quotes the value it refused (``input_value=``,
+    abbreviated to its head and tail): from a server, that value is anything
+    it sent, its secrets included. So what a refused answer becomes is fixed
+    text naming each field and what was wrong with it, and nothing it held.
+    """
+    errors = getattr(exc, "errors", None)
+    if type(exc).__name__ == "ValidationError" and callable(errors):
+        try:
+            found = errors(include_url=False, include_context=False, include_input=False)
+        except Exception:  # not pydantic's after all: its own text, redacted by the caller
+            return f"{type(exc).__name__}: {exc}"
+        named = [f"{'.'.join(map(str, e.get('loc', ()))) or '(the whole answer)'}: {e.get('type')}" for e in found]
+        more = f" (and {len(named) - 5} more)" if len(named) > 5 else ""
+        return f"the server's answer does not fit the MCP schema: {'; '.join(named[:5])}{more}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _RedactingFilter(logging.Filter):
+    """
+    Redacts the secrets of every live server from each record of the SDK's loggers, before any handler sees it.
+
+    The SDK logs what a server sends when it cannot read it (a line on
+    stdout that is not JSON-RPC, quoted in full, with a traceback quoting it
+    again): the server's secrets would reach this process's stderr or the
+    user's log files. A record carries no server's name, so every live
+    server's secrets are redacted from it; the message is formatted here and
+    its traceback rendered to text (both redacted), so no handler formats
+    the raw values later.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("agent_fsm.mcp")
+        self.lock = threading.Lock()  # servers open in any thread while the SDK logs in others
+        self.servers: weakref.WeakSet[Secrets] = weakref.WeakSet()
+
+    def add(self, secrets: Secrets) -> None:
+        with self.lock:
+            self.servers.add(secrets)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with self.lock:
+            secrets = [s for s in self.servers if s]
+        if not secrets:
+            return True
+
+        def redact(text: str) -> str:
+            for each in secrets:
+                text = each.text(text)
+            return text
+
+        with contextlib.suppress(Exception):  # a record that cannot be formatted is the handler's to report
+            record.msg, record.args = redact(record.getMessage()), ()
+        if record.exc_info:
+            record.exc_text = redact(_FORMATTER.formatException(record.exc_info))
+            record.exc_info = None
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+_FORMATTER = logging.Formatter()
+_REDACTING = _RedactingFilter()
+
+
+# The SDK's loggers, and its HTTP stack's (whose INFO line quotes each request's URL, query and all).
+_SDK_LOGGERS = ("mcp", "httpx2", "httpcore2")
+
+
+def _guard_sdk_logs(secrets: Secrets) -> None:
+    """Redact ``secrets`` from the SDK's log records: the filter goes on each of its loggers that exists now."""
+    _REDACTING.add(secrets)
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if not isinstance(logger, logging.Logger) or name.split(".")[0] not in _SDK_LOGGERS:
+            continue
+        if _REDACTING not in logger.filters:
+            logger.addFilter(_REDACTING)
 
 
 def _install_hint(exc: ImportError) -> ServerUnavailable:
@@ -71,8 +157,8 @@ class MCPServer:
             agent = Agent(model, git.tools())
 
     ``env`` and ``headers`` are secrets: they reach the server and nothing
-    else (not a repr, an error, a result, an event). ``timeout`` bounds each
-    call (seconds).
+    else (not a repr, an error, a result, an event). ``timeout`` bounds the
+    handshake and each call (seconds).
 
     .. versionadded:: 0.2
     """
@@ -99,10 +185,13 @@ class MCPServer:
         self._client: Any = None
         self._closing: asyncio.Event | None = None
         self._held: concurrent.futures.Future[None] | None = None
+        self._gone = threading.Event()  # set when the held session's task has ended (its process stopped)
+        self._gone.set()
         self._lost = False
         # Closed until opened, and again once closed: a call then is refused, never a server started behind
         # the user's back (its process and thread would outlive the ``with`` that meant to end them).
         self._closed = True
+        self._outputs: dict[str, Any] = {}  # each listed tool's output schema (None: it declares none)
         self.generation = 0
         """How many times the server said its tool list changed (a registry re-lists when it moved)."""
 
@@ -216,25 +305,29 @@ class MCPServer:
             import mcp  # noqa: F401  (fail here, with the extra's name, rather than in the loop)
         except ImportError as exc:
             raise _install_hint(exc) from None
+        _guard_sdk_logs(self.secrets)
         if self._loop is None:
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name=f"mcp-{self.name}", daemon=True)
             thread.start()
             self._loop, self._thread = loop, thread
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._held = asyncio.run_coroutine_threadsafe(self._hold(ready), self._loop)
+        self._gone = gone = threading.Event()
+        self._held = asyncio.run_coroutine_threadsafe(self._hold(ready, gone), self._loop)
         try:
-            ready.result(timeout=_CONNECT_TIMEOUT)
+            ready.result(timeout=self.timeout)  # the handshake is bounded like any request
         except concurrent.futures.TimeoutError:
             self._reset()
-            raise ServerUnavailable(f"MCP server {self!r} did not answer within {_CONNECT_TIMEOUT:.0f}s") from None
+            raise ServerUnavailable(f"MCP server {self!r} did not answer within {self.timeout:g}s") from None
         except Exception as exc:
             self._reset()
             raise ServerUnavailable(f"MCP server {self!r} could not be used: {self._why(exc)}") from None
         self._lost = False
 
     def _reset(self) -> None:
-        # Ends the held session (if any) and waits for it to be gone; called under the lock.
+        # Ends the held session (if any) and waits for its task to be gone, so the transport has stopped the
+        # server's process (a future cancelled mid-handshake reports done at once, before its task has unwound:
+        # hence the event); called under the lock.
         held, closing, loop = self._held, self._closing, self._loop
         self._held = self._closing = self._client = None
         if held is None or loop is None:
@@ -243,14 +336,18 @@ class MCPServer:
             loop.call_soon_threadsafe(closing.set)
         else:
             held.cancel()
-        with contextlib.suppress(Exception):
-            held.result(timeout=10)
+        self._gone.wait(timeout=_STOP_WAIT)
 
-    async def _hold(self, ready: concurrent.futures.Future[None]) -> None:
+    async def _hold(self, ready: concurrent.futures.Future[None], gone: threading.Event) -> None:
         # The session is entered and left in this one task, as anyio's cancel scopes require.
         closing = asyncio.Event()
         try:
             async with self._connect(self._notified) as client:
+                _guard_sdk_logs(self.secrets)  # the transport's modules, and their loggers, are loaded by now
+                # The SDK checks a result against the tool's output schema with Python's backtracking regex engine,
+                # in this loop's thread and holding the GIL: a server's pattern could stall the whole process past
+                # any timeout. The engine's own checker (RE2 patterns, linear time) does it instead.
+                client.session.validate_tool_result = self._output_check(client)
                 self._closing = closing
                 self._client = client
                 watching = asyncio.ensure_future(self._watch(client))
@@ -266,6 +363,7 @@ class MCPServer:
                 raise
         finally:
             self._lost = True
+            gone.set()
 
     async def _notified(self, message: Any) -> None:
         # Handshake-era servers announce a changed tool list with a notification.
@@ -283,10 +381,10 @@ class MCPServer:
                     self.generation += 1
 
     def _why(self, exc: BaseException) -> str:
-        # An exception's text, with every secret redacted; groups (anyio's) are opened.
+        # An exception's text, every secret (and piece of one) redacted before it is cut; groups (anyio's) are opened.
         if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             return self._why(exc.exceptions[0])
-        return self.secrets.text(f"{type(exc).__name__}: {exc}"[:2000])
+        return self.secrets.text(_described(exc))[:2000]
 
     # --- requests ---
 
@@ -312,22 +410,46 @@ class MCPServer:
         except Exception as exc:
             raise ServerUnavailable(f"MCP server {self!r} failed: {self._why(exc)}") from None
 
+    async def _listing(self, client: Any) -> list[Any]:
+        found: list[Any] = []
+        cursor = None
+        for _ in range(100):  # a paginator that never ends cannot hang the registry
+            page = await client.list_tools(cursor=cursor)
+            found.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        self._outputs = {str(tool.name): getattr(tool, "output_schema", None) for tool in found}
+        return found
+
     def list_tools(self) -> list[Any]:
         """Every tool the server lists (``mcp.types.Tool`` values, every page)."""
-
-        async def listing(client: Any) -> list[Any]:
-            found: list[Any] = []
-            cursor = None
-            for _ in range(100):  # a paginator that never ends cannot hang the registry
-                page = await client.list_tools(cursor=cursor)
-                found.extend(page.tools)
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
-            return found
-
-        result: list[Any] = self.request(listing)
+        result: list[Any] = self.request(self._listing)
         return result
+
+    def _output_check(self, client: Any) -> Callable[[str, Any], Any]:
+        async def validate_tool_result(name: str, result: Any) -> None:
+            # What the SDK's own check raises (RuntimeError), so a call fails as it would have: see _failure.
+            from agent_fsm.engine import OutputDefinitionError, output_spec
+
+            if name not in self._outputs:
+                await self._listing(client)
+            schema = self._outputs.get(name)
+            if schema is None or getattr(result, "is_error", False):
+                return
+            structured = getattr(result, "structured_content", None)
+            if structured is None:
+                raise RuntimeError(f"tool {name} has an output schema but returned no structured content")
+            try:
+                problems = output_spec(dict(schema)).errors(structured)
+            except OutputDefinitionError as exc:
+                raise RuntimeError(f"tool {name}'s output schema is refused: {exc}") from None
+            if problems:
+                raise RuntimeError(
+                    f"the structured content of tool {name} does not fit its output schema: {problems[0]}"
+                )
+
+        return validate_tool_result
 
     def call(
         self,

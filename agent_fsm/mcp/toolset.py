@@ -26,6 +26,7 @@ never guesses whether an effect happened.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -36,12 +37,14 @@ import attrs
 
 from agent_fsm.engine import (
     OutcomeUnknown,
+    OutputDefinitionError,
     RunEvent,
     ToolContext,
     ToolDefinitionError,
     ToolError,
     ToolSpec,
     check_registry,
+    output_spec,
 )
 from agent_fsm.mcp.errors import Lost, NotSent, ToolsRefused
 from agent_fsm.mcp.results import DEFAULT_MAX_RESULT_CHARS, answer_of
@@ -90,6 +93,8 @@ class RemoteTool:
     effectful: bool
     idempotent: bool
     destructive: bool
+    output_schema: dict[str, Any] | None = None
+    """The tool's ``outputSchema`` (None: it declares none); a structured result is checked against it."""
 
     @classmethod
     def of(cls, tool: Any, server: MCPServer) -> RemoteTool:
@@ -98,14 +103,34 @@ class RemoteTool:
         redact = server.secrets.redact
         schema = getattr(tool, "input_schema", None)
         destructive = getattr(getattr(tool, "annotations", None), "destructive_hint", None) is not False
+        output = getattr(tool, "output_schema", None)
         return cls(
             name=server.secrets.text(str(getattr(tool, "name", ""))),  # a name spelling a secret is refused, redacted
             description=redact(str(getattr(tool, "description", None) or getattr(tool, "title", None) or "")),
-            schema=redact(dict(schema)) if isinstance(schema, Mapping) else {"<not an object>": repr(schema)[:200]},
+            schema=redact(dict(schema))
+            if isinstance(schema, Mapping)
+            else {"<not an object>": redact(repr(schema))[:200]},
             effectful=effectful,
             idempotent=idempotent,
             destructive=effectful and destructive,  # the MCP default: a tool that writes may destroy
+            output_schema=None if output is None else redact(dict(output)) if isinstance(output, Mapping) else {},
         )
+
+
+def _schema_shape_problem(tool: RemoteTool) -> str | None:
+    # What the engine's schema rules would trip on as a Python error rather than name: wrong JSON types.
+    properties = tool.schema.get("properties", {})
+    if not isinstance(properties, Mapping):
+        return f'its input schema\'s "properties" must be an object, got {json.dumps(properties)[:40]}'
+    required = tool.schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return f'its input schema\'s "required" must be a list of names, got {json.dumps(required)[:40]}'
+    if tool.output_schema is not None:
+        try:
+            output_spec(tool.output_schema)
+        except OutputDefinitionError as exc:
+            return f"its output schema is refused: {exc}"
+    return None
 
 
 def _name_problem(name: str) -> str | None:
@@ -129,7 +154,8 @@ class _Call:
     def __repr__(self) -> str:
         return f"<MCP tool {self._remote!r} on {self._tools.server!r}>"
 
-    def __call__(self, context: ToolContext, **arguments: Any) -> Any:
+    def __call__(self, /, context: ToolContext, **arguments: Any) -> Any:
+        # ``self`` is positional-only: a tool's argument may be named "self" (it lands in ``arguments``).
         tools = self._tools
         server = tools.server
         sink = tools.on_event
@@ -239,6 +265,7 @@ class MCPTools(Mapping[str, ToolSpec]):
             problem = _name_problem(tool.name) or (
                 "two tools on the server's list have this name" if tool.name in remote else None
             )
+            problem = problem or _schema_shape_problem(tool)
             if problem is None and "context" in tool.schema.get("properties", {}):
                 problem = "it takes an argument named 'context', which the engine reserves for the call's context"
             if problem is None:
