@@ -116,7 +116,7 @@ class Pause:
 
     ``pause_id`` is unique to this pause (the run's id and the pause's ordinal),
     so an application or a store can record that it was decided once.
-    ``fingerprint`` is :func:`agent_fsm.engine.approval.call_fingerprint` of the
+    ``fingerprint`` is :func:`agent_fsm.engine._tools.call_fingerprint` of the
     blocked call (call id, tool name, canonical arguments): an approval covers
     that call and nothing else. ``reason`` is the gate's.
     """
