@@ -306,17 +306,21 @@ class HttpModel:
         reply = self._reply_to(messages, data, status)
         return reply if output is None else self.typed_reply(reply, output, tools)
 
+    def _path(self) -> str:
+        """Where the request goes, under the base URL (``path``; an adapter whose URL names the model overrides)."""
+        return self.path
+
     def _post(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
         stream = self.stream_assembler if self.streams else None
         return post(
-            self._http, self.path, body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
+            self._http, self._path(), body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
             on_delta=on_delta,
         )  # fmt: skip
 
     async def _apost(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
         stream = self.stream_assembler if self.streams else None
         return await apost(
-            self._http, self.path, body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
+            self._http, self._path(), body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
             on_delta=on_delta,
         )  # fmt: skip
 

@@ -61,7 +61,7 @@ _FINISH = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_ca
 _SYSTEM_ROLES = ("system", "developer", "user")
 
 
-def _wire_arguments(arguments: Any) -> str:
+def wire_arguments(arguments: Any) -> str:
     """Arguments as a JSON object string every server parses; unparsable text becomes ``"{}"``."""
     if isinstance(arguments, Mapping):
         return json.dumps(dict(arguments))
@@ -82,7 +82,7 @@ def _wire_call(call: Any) -> dict[str, Any]:
         "type": "function",
         "function": {
             "name": wire_tool_name(function.get("name")),
-            "arguments": _wire_arguments(function.get("arguments")),
+            "arguments": wire_arguments(function.get("arguments")),
         },
     }
     if "extra_content" in call:  # Gemini's thought signature rides on the call it belongs to
