@@ -150,7 +150,7 @@ def to_gemini_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if function.get("description"):
             entry["description"] = function["description"]
         parameters = function.get("parameters") or {}
-        if parameters.get("properties") or parameters.get("type") not in (None, "object"):
+        if parameters:
             try:
                 entry["parameters"] = gemini_schema(parameters)
             except ProviderConfigError as exc:

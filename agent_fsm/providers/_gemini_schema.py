@@ -8,12 +8,13 @@ The dialect has ``type`` (one of them: a second type is written ``nullable``),
 ``minimum``/``maximum`` and ``anyOf``. Everything else a contract may say
 cannot be written there, and the model would be asked for something looser than
 the tool accepts; so it is refused, naming the keyword and where it is, before
-any request: references (``$ref``, ``$defs``), ``oneOf``/``allOf``/``not``,
+any request: recursive references, ``oneOf``/``allOf``/``not``,
 conditionals, ``const`` of a non-string, open objects (``additionalProperties``
 other than ``false``), tuples, ``uniqueItems``, ``multipleOf``, exclusive bounds.
 Annotations that constrain nothing (``$schema``, ``$id``, ``$comment``,
 ``examples``) are dropped, and so is ``additionalProperties: false``: Gemini
-only ever writes the declared properties.
+only ever writes the declared properties. A ``$ref`` to the schema's own
+``$defs`` (how pydantic writes a nested model) is written out in place.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ GEMINI_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "b
 
 _COPIED = ("format", "description", "title", "default", "pattern", "minItems", "maxItems", "minLength", "maxLength",
            "minProperties", "maxProperties", "minimum", "maximum")  # fmt: skip
-_DROPPED = frozenset({"$schema", "$id", "$comment", "examples"})
+_DROPPED = frozenset({"$schema", "$id", "$comment", "examples", "$defs", "definitions"})
 _HANDLED = frozenset({"type", "enum", "const", "properties", "required", "items", "anyOf", "additionalProperties"})
 
 
@@ -39,15 +40,32 @@ def _refuse(path: str, what: str) -> ProviderConfigError:
     return ProviderConfigError(f"Gemini's schema dialect cannot express {what} (at {path or 'the root'})")
 
 
-def gemini_schema(schema: Any, path: str = "") -> dict[str, Any]:
+def gemini_schema(schema: Any) -> dict[str, Any]:
     """
     ``schema`` written in Gemini's dialect.
 
     Raises:
         ProviderConfigError: the schema says something the dialect cannot (the message names it and where).
     """
+    defs: dict[str, Any] = {}
+    if isinstance(schema, Mapping):
+        for key in ("definitions", "$defs"):
+            found = schema.get(key)
+            if isinstance(found, Mapping):
+                defs.update({f"#/{key}/{name}": sub for name, sub in found.items()})
+    return _write(schema, "", defs, ())
+
+
+def _write(schema: Any, path: str, defs: Mapping[str, Any], seen: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(schema, Mapping):
         raise _refused_value(path, schema)
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if ref in seen:
+            raise _refuse(path, f"a recursive schema ('$ref': {ref!r})")
+        if ref not in defs or len(schema) > 1:
+            raise _refuse(path, f"the keyword '$ref' ({ref!r}, not one of the schema's own $defs alone)")
+        return _write(defs[ref], path, defs, (*seen, ref))
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key in _DROPPED or key in _HANDLED:
@@ -76,13 +94,15 @@ def gemini_schema(schema: Any, path: str = "") -> dict[str, Any]:
     if properties is not None:
         if not isinstance(properties, Mapping):
             raise _refuse(path, f"'properties' that is not an object ({properties!r})")
-        out["properties"] = {name: gemini_schema(sub, f"{path}.{name}") for name, sub in properties.items()}
+        out["properties"] = {name: _write(sub, f"{path}.{name}", defs, seen) for name, sub in properties.items()}
+        if len(properties) > 1:
+            out["propertyOrdering"] = list(properties)  # Gemini writes keys alphabetically unless told
     if "required" in schema:
         out["required"] = list(schema["required"])
     if "items" in schema:
         if not isinstance(schema["items"], Mapping):
             raise _refuse(path, "'items' that is not one schema (a tuple)")
-        out["items"] = gemini_schema(schema["items"], f"{path}[]")
+        out["items"] = _write(schema["items"], f"{path}[]", defs, seen)
     if "anyOf" in schema:
         options = schema["anyOf"]
         if not isinstance(options, list) or not options:
@@ -90,7 +110,7 @@ def gemini_schema(schema: Any, path: str = "") -> dict[str, Any]:
         kept = [o for o in options if not (isinstance(o, Mapping) and o.get("type") == "null" and len(o) == 1)]
         if len(kept) < len(options):
             out["nullable"] = True
-        written = [gemini_schema(o, f"{path}.anyOf[{i}]") for i, o in enumerate(kept)]
+        written = [_write(o, f"{path}.anyOf[{i}]", defs, seen) for i, o in enumerate(kept)]
         if len(written) == 1:
             out.update(written[0])
         else:

@@ -41,6 +41,8 @@ class GeminiStream:
     def finish(self) -> tuple[int, Any]:
         """The assembled reply, once a ``finishReason`` (or a prompt block) came; else ``truncated``."""
         read_to_end(self._read, self._events.close)
+        if not self._whole and not self._parts and not self._candidate:
+            raise StreamBroken("the reply holds no Gemini chunks (not an event stream)")
         if not self._ended:
             raise StreamBroken("the stream ended before a finishReason", kind="truncated")
         whole = self._whole

@@ -42,6 +42,8 @@ class ResponsesStream:
     def finish(self) -> tuple[int, Any]:
         """The ending's response, once it came; else the stream was cut (``truncated``)."""
         read_to_end(self._read, self._events.close)
+        if not self._started and self._whole is None:
+            raise StreamBroken("the reply holds no Responses events (not an event stream)")
         if self._whole is None:
             raise StreamBroken("the stream ended before response.completed", kind="truncated")
         whole = self._whole

@@ -42,7 +42,9 @@ def test_adapter_specific_options_pass_through():
 
 def test_an_unknown_provider_names_the_known_ones():
     """A typo lists what is accepted."""
-    with pytest.raises(ProviderConfigError, match="expected one of anthropic, azure, gemini, ollama, openai, openai-responses"):
+    with pytest.raises(
+        ProviderConfigError, match="expected one of anthropic, azure, gemini, ollama, openai, openai-responses"
+    ):
         build_model("opneai", model="m")
     assert sorted(PROVIDERS) == ["anthropic", "azure", "gemini", "ollama", "openai", "openai-responses"]
 
