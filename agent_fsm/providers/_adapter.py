@@ -12,6 +12,7 @@ everything after it) is the same for both.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -415,3 +416,29 @@ def model_of(reply: Mapping[str, Any]) -> str | None:
 def cached_tokens(value: Any) -> int:
     """A reported count of cached prompt tokens (0 when missing or not a count)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def check_cache(cache: Any) -> bool | str:
+    """
+    The ``cache`` option as given: ``True``, ``False`` or a key of the caller's.
+
+    Raises:
+        ProviderConfigError: anything else (an empty key included).
+    """
+    if not isinstance(cache, (bool, str)) or cache == "":
+        raise ProviderConfigError(f"cache must be True, False or a non-empty key, got {cache!r}")
+    return cache
+
+
+def cache_key(cache: bool | str, model: str, system: Any, tools: Any) -> str:
+    """
+    OpenAI's ``prompt_cache_key``: the caller's key, else one shared by every run of one agent.
+
+    Runs of one agent (its model, system prompt and tools) open with the same
+    prefix; sending them under one key routes them to the same cache, which is
+    what makes OpenAI's automatic caching hit across runs.
+    """
+    if isinstance(cache, str):
+        return cache
+    text = json.dumps([model, system, tools], sort_keys=True, separators=(",", ":"), default=str)
+    return "agent_fsm-" + hashlib.sha256(text.encode()).hexdigest()[:24]

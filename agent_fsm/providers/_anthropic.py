@@ -27,6 +27,7 @@ from agent_fsm.providers._adapter import (
     TextListener,
     arguments_object,
     cached_tokens,
+    check_cache,
     check_tool_names,
     model_of,
     object_of,
@@ -193,6 +194,44 @@ def from_anthropic_message(reply: Mapping[str, Any]) -> dict[str, Any] | None:
     return message
 
 
+MAX_BREAKPOINTS = 4
+"""Anthropic's limit on ``cache_control`` breakpoints in one request."""
+
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def place_breakpoints(body: dict[str, Any]) -> int:
+    """
+    Mark ``body``'s stable prefix with ``cache_control`` breakpoints; return how many were placed.
+
+    Anthropic caches a request's prefix up to each breakpoint and serves a
+    later request that repeats it from the cache. An agent's prompt only
+    grows, so the breakpoints go where the next request will repeat it: the
+    last tool declaration (tools come first), the system prompt, the last
+    block of the newest user turn (the whole conversation so far: the next
+    request reads it back) and the one of the user turn before it (what the
+    previous request wrote, read back now). That is at most four, Anthropic's
+    limit; a block a breakpoint cannot sit on (thinking) is never marked.
+    """
+    placed = 0
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        tools[-1] = {**tools[-1], "cache_control": dict(_EPHEMERAL)}
+        placed += 1
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": dict(_EPHEMERAL)}]
+        placed += 1
+    turns = [m for m in body.get("messages", []) if m.get("role") == "user" and m.get("content")]
+    for message in reversed(turns[-2:]):
+        if placed >= MAX_BREAKPOINTS:
+            break
+        blocks = message["content"]
+        blocks[-1] = {**blocks[-1], "cache_control": dict(_EPHEMERAL)}
+        placed += 1
+    return placed
+
+
 class _Turn:
     """One assistant turn over its ``pause_turn`` parts: the next request, and the blocks so far."""
 
@@ -230,6 +269,9 @@ class AnthropicMessages(HttpModel):
     continued, up to ``max_continuations`` more requests, and the parts are
     returned as one reply. ``seed`` is not offered by the API. With
     ``stream=True`` the reply comes as an event stream, assembled into the same message.
+    ``cache=True`` marks the prompt's stable prefix for Anthropic's prompt
+    cache (see :func:`place_breakpoints`); cached tokens come back in the
+    reply's usage and are priced as such.
     See :class:`HttpModel` for the transport options.
     """
 
@@ -240,7 +282,9 @@ class AnthropicMessages(HttpModel):
     api_key_env = "ANTHROPIC_API_KEY"
     path = "/v1/messages"
 
-    def __init__(self, *, max_tokens: int = 1024, max_continuations: int = 4, **options: Any) -> None:
+    def __init__(
+        self, *, max_tokens: int = 1024, max_continuations: int = 4, cache: bool = False, **options: Any
+    ) -> None:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise ProviderConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if not isinstance(max_continuations, int) or isinstance(max_continuations, bool) or max_continuations < 0:
@@ -250,6 +294,9 @@ class AnthropicMessages(HttpModel):
             raise ProviderConfigError("the Anthropic Messages API takes no seed; leave seed unset")
         self.max_tokens = max_tokens
         self.max_continuations = max_continuations
+        if not isinstance(check_cache(cache), bool):
+            raise ProviderConfigError(f"cache must be True or False for Anthropic (no key), got {cache!r}")
+        self.cache = cache
 
     def headers(self) -> dict[str, str]:
         """``x-api-key`` (when a key is set) and the API version."""
@@ -290,6 +337,8 @@ class AnthropicMessages(HttpModel):
             if self.parallel_tool_calls is False:
                 choice["disable_parallel_tool_use"] = True
             body["tool_choice"] = choice
+        if self.cache:
+            place_breakpoints(body)
         return self._with_options(body)
 
     def typed_reply(self, reply: ModelReply, output: Any, tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:

@@ -21,7 +21,6 @@ finish ``length``, ``content_filter`` as ``content_filter``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,6 +28,8 @@ from typing import Any
 from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._adapter import (
     HttpModel,
+    cache_key,
+    check_cache,
     check_tool_names,
     model_of,
     object_of,
@@ -41,7 +42,7 @@ from agent_fsm.providers._http import ProviderConfigError
 from agent_fsm.providers._openai import wire_arguments
 from agent_fsm.providers._responses_stream import ResponsesStream
 
-__all__ = ["OpenAIResponses", "cache_key", "to_responses_input"]
+__all__ = ["OpenAIResponses", "to_responses_input"]
 
 OUTPUT_KEY = "responses_output"
 """The assistant message field that keeps a reply's output items to be sent back verbatim."""
@@ -50,17 +51,6 @@ _PLAIN_ITEMS = frozenset({"message", "function_call"})
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 # Output fields the API sets on a reply but refuses (or ignores) in an input item.
 _OUTPUT_ONLY = frozenset({"status", "logprobs"})
-
-
-def cache_key(model: str, instructions: Any, tools: Any) -> str:
-    """
-    A ``prompt_cache_key`` shared by every run of one agent: its model, system prompt and tools.
-
-    Runs of the same agent start with the same prefix, so sending them to the
-    same cache machine is what makes OpenAI's automatic caching hit.
-    """
-    text = json.dumps([model, instructions, tools], sort_keys=True, separators=(",", ":"), default=str)
-    return "agent_fsm-" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def _input_item(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,13 +209,11 @@ class OpenAIResponses(HttpModel):
     ) -> None:
         if reasoning is not None and not isinstance(reasoning, Mapping):
             raise ProviderConfigError(f"reasoning must be a mapping such as {{'effort': 'low'}}, got {reasoning!r}")
-        if not isinstance(cache, (bool, str)) or cache == "":
-            raise ProviderConfigError(f"cache must be True, False or a non-empty key, got {cache!r}")
         super().__init__(**options)
         if self.seed is not None:
             raise ProviderConfigError("the Responses API takes no seed; leave seed unset")
         self.reasoning = dict(reasoning) if reasoning is not None else None
-        self.cache = cache
+        self.cache = check_cache(cache)
 
     def request_body(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], output: Any = None
@@ -271,9 +259,7 @@ class OpenAIResponses(HttpModel):
                 }
             }
         if self.cache:
-            body["prompt_cache_key"] = (
-                self.cache if isinstance(self.cache, str) else cache_key(self.model, instructions, body.get("tools"))
-            )
+            body["prompt_cache_key"] = cache_key(self.cache, self.model, instructions, body.get("tools"))
         return self._with_options(body)
 
     def stream_assembler(self) -> ResponsesStream:
