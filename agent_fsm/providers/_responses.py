@@ -65,7 +65,7 @@ def _assistant_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     text = assistant_text(message)
     if text:
-        items.append({"role": "assistant", "content": text})
+        items.append({"type": "message", "role": "assistant", "content": text})
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
         call = object_of(call) or {}
@@ -104,7 +104,7 @@ def to_responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
             )
         else:
             text = assistant_text(message)
-            items.append({"role": "user", "content": text})
+            items.append({"type": "message", "role": "user", "content": text})
     return ("\n\n".join(system) or None), items
 
 
