@@ -241,3 +241,37 @@ def test_a_blocked_prompt_is_a_content_filter_ending(server):
     server.script(_edited(recording, 0, block))
     reply = make_native(recording, server.url).chat(ASKED)
     assert (reply.finish, reply.message["content"]) == ("content_filter", None)
+
+
+def _streamed_replies(recording: Recording) -> list[Reply]:
+    """The recording's replies as streams: a whole reply exploded into the provider's events, an error as it was."""
+    out = []
+    for index, reply in enumerate(recording.replies()):
+        if expected(recording, index) is None or streamed(recording, index):
+            out.append(reply)
+        else:
+            body = explode(recording.adapter, whole_body(recording, index), [3, 11])
+            out.append(Reply(200, body, (("content-type", "text/event-stream"),)))
+    return out
+
+
+WHOLE_RUNS = [param for param in RUNS if not streamed(param.values[0], 0)]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("recording", WHOLE_RUNS)
+def test_a_run_streamed_ends_exactly_as_the_run_whole(server, recording, driver):
+    """The same recorded run with ``stream=True`` (its replies as event streams): the same stop and transcript."""
+    limits = Limits(max_turns=len(recording.interactions), max_prompt_tokens=10**7)
+    results = []
+    for stream, replies in ((False, recording.replies()), (True, _streamed_replies(recording))):
+        server.script(*replies)
+        model = make_native(recording, server.url, stream=stream)
+        options: dict[str, Any] = {"gate": allow_all, "limits": limits}
+        if driver == "sync":
+            results.append(run("recorded task", model, recording.registry([]), **options))
+        else:
+            results.append(asyncio.run(arun("recorded task", model, recording.registry([]), **options)))
+    whole, streamed_run = results
+    assert streamed_run.stop is whole.stop
+    assert streamed_run.state.messages == whole.state.messages

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from agent_fsm.providers._gemini_schema import gemini_schema
 from .loopback import Reply, json_reply, text_reply, trickled, truncated
 from .native import KEY, make_native
 from .recordings import NATIVE_RECORDINGS
+from .test_total_timeout import AT_ONCE, HEADS, TOTAL, Trickler
 
 BY_NAME = {r.name: r for r in NATIVE_RECORDINGS}
 ASKED = [{"role": "user", "content": "recorded"}]
@@ -320,3 +322,26 @@ def test_output_cap_lands_in_each_provider_s_field(server):
     make_native(gemini, server.url).chat(ASKED, max_output_tokens=64)
     assert server.requests[0].body["max_output_tokens"] == 64
     assert server.requests[1].body["generationConfig"]["maxOutputTokens"] == 64
+
+
+@pytest.fixture(params=sorted(HEADS))
+def trickler(request: pytest.FixtureRequest) -> Iterator[Trickler]:
+    """A server that holds the head of its reply open a byte at a time (status line, headers, 100 Continue)."""
+    server = Trickler(HEADS[request.param], AT_ONCE.get(request.param, b""))
+    server.thread.start()
+    yield server
+    server.stopping.set()
+    server.thread.join(timeout=5)
+    server.sock.close()
+
+
+@pytest.mark.parametrize("adapter", sorted(STREAMS))
+def test_total_timeout_holds_against_trickled_headers(trickler, adapter):
+    """However slowly the status line and headers come, the call ends ``timeout`` at about ``total_timeout``."""
+    recording, _ = _stream_of(adapter)
+    model = make_native(recording, trickler.url.removesuffix("/v1"), stream=True, total_timeout=TOTAL)
+    started = time.monotonic()
+    with pytest.raises(ProviderFailure) as caught:
+        model.chat(ASKED)
+    assert caught.value.kind == "timeout" and f"total_timeout={TOTAL:g}s" in caught.value.message
+    assert time.monotonic() - started < TOTAL + 1.5
