@@ -83,6 +83,17 @@ def expected(recording: Recording, index: int) -> dict[str, Any] | None:
             "reasoning": usage["output_tokens_details"]["reasoning_tokens"],
             "reasoning_items": [i for i in output if i["type"] == "reasoning"],
         }
+    if not body.get("candidates"):  # the prompt was blocked: no candidate at all
+        assert body["promptFeedback"]["blockReason"]
+        prompt = body.get("usageMetadata", {}).get("promptTokenCount")
+        return {
+            "text": None,
+            "calls": [],
+            "finish": "content_filter",
+            "prompt": prompt,
+            "reasoning": None,
+            "signed": [],
+        }
     candidate = body["candidates"][0]
     parts = candidate.get("content", {}).get("parts", [])
     texts = [p["text"] for p in parts if "text" in p and not p.get("thought")]
@@ -133,6 +144,8 @@ def _responses_events(body: dict[str, Any], cuts: list[int]) -> list[dict[str, A
 
 
 def _gemini_chunks(body: dict[str, Any], cuts: list[int]) -> list[dict[str, Any]]:
+    if not body.get("candidates"):
+        return [body]  # a blocked prompt arrives as one chunk with its promptFeedback
     candidate = body["candidates"][0]
     head = {k: v for k, v in body.items() if k != "candidates"}
     chunks = []

@@ -190,7 +190,10 @@ def test_the_hosts_table_counts_the_recordings(doc):
         "Crusoe": ["crusoe"],
         "Ollama Cloud and local `/v1`": ["ollama-cloud", "ollama-v1"],
     }
-    native = {"api.openai.com (`/v1/responses`)": "responses", "generativelanguage.googleapis.com": "gemini"}
+    native = {
+        "api.openai.com (`/v1/responses`)": "responses",
+        "generativelanguage.googleapis.com and Vertex AI": "gemini",
+    }
     expected = {name: sum(1 for r in RECORDINGS if r.host in keys) for name, keys in hosts.items()}
     expected.update({name: sum(1 for r in NATIVE_RECORDINGS if r.adapter == a) for name, a in native.items()})
     assert counts == expected
