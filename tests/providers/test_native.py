@@ -231,7 +231,7 @@ def test_a_safety_block_is_a_content_filter_ending(server):
 
 
 def test_a_blocked_prompt_is_a_content_filter_ending(server):
-    """Vertex's recorded Model Armor block (``promptFeedback.blockReason``, no candidate) reads as ``content_filter``."""
+    """Vertex's recorded Model Armor block (``promptFeedback.blockReason``, no candidate): ``content_filter``."""
     recording = _recording("google__test_google_model_armor_prompt_template_text_gets_blocked")
     server.script(*recording.replies())
     reply = make_native(recording, server.url).chat(ASKED)
