@@ -442,3 +442,27 @@ def cache_key(cache: bool | str, model: str, system: Any, tools: Any) -> str:
         return cache
     text = json.dumps([model, system, tools], sort_keys=True, separators=(",", ":"), default=str)
     return "agent_fsm-" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def kept_parts(message: Mapping[str, Any], key: str) -> list[dict[str, Any]] | None:
+    """
+    The provider's own parts an assistant message keeps under ``key`` (to be sent back as they came), or ``None``.
+
+    A reply with signed reasoning (Anthropic's thinking blocks, Gemini's thought
+    signatures, OpenAI's encrypted reasoning items) keeps its parts whole,
+    because the provider refuses them changed or missing on the next turn.
+    """
+    kept = message.get(key)
+    if isinstance(kept, list) and kept:
+        return [dict(part) for part in kept if isinstance(part, Mapping)]
+    return None
+
+
+def merge_turn(turns: list[dict[str, Any]], role: str, field: str, parts: list[dict[str, Any]]) -> None:
+    """Append ``parts`` as a turn of ``role``, joined to the last turn when it has that role (roles must alternate)."""
+    if not parts:
+        return
+    if turns and turns[-1]["role"] == role:
+        turns[-1][field].extend(parts)
+    else:
+        turns.append({"role": role, field: parts})

@@ -29,6 +29,8 @@ from agent_fsm.providers._adapter import (
     cached_tokens,
     check_cache,
     check_tool_names,
+    kept_parts,
+    merge_turn,
     model_of,
     object_of,
     prompt_tokens,
@@ -77,9 +79,9 @@ def _text_blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _assistant_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    kept = message.get(CONTENT_KEY)
-    if isinstance(kept, list) and kept:
-        return [dict(block) for block in kept if isinstance(block, Mapping)]
+    kept = kept_parts(message, CONTENT_KEY)
+    if kept is not None:
+        return kept
     blocks = _text_blocks(message.get("content"))
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
@@ -128,12 +130,7 @@ def to_anthropic_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str | 
             role, blocks = "user", [result]
         else:
             role, blocks = "user", _text_blocks(message.get("content"))
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
+        merge_turn(out, role, "content", blocks)
     return ("\n\n".join(system) or None), out
 
 

@@ -32,6 +32,8 @@ from agent_fsm.providers._adapter import (
     HttpModel,
     arguments_object,
     check_tool_names,
+    kept_parts,
+    merge_turn,
     model_of,
     object_of,
     prompt_tokens,
@@ -69,9 +71,9 @@ def _response_object(content: Any) -> dict[str, Any]:
 
 
 def _model_parts(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    kept = message.get(PARTS_KEY)
-    if isinstance(kept, list) and kept:
-        return [dict(part) for part in kept if isinstance(part, Mapping)]
+    kept = kept_parts(message, PARTS_KEY)
+    if kept is not None:
+        return kept
     parts: list[dict[str, Any]] = []
     text = assistant_text(message)
     if text:
@@ -126,12 +128,7 @@ def to_gemini_contents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
         else:
             text = assistant_text(message)
             role, parts = "user", [{"text": text}] if text else []
-        if not parts:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["parts"].extend(parts)
-        else:
-            out.append({"role": role, "parts": parts})
+        merge_turn(out, role, "parts", parts)
     return ("\n\n".join(system) or None), out
 
 

@@ -31,6 +31,7 @@ from agent_fsm.providers._adapter import (
     cache_key,
     check_cache,
     check_tool_names,
+    kept_parts,
     model_of,
     object_of,
     output_name,
@@ -59,9 +60,9 @@ def _input_item(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _assistant_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    kept = message.get(OUTPUT_KEY)
-    if isinstance(kept, list) and kept:
-        return [_input_item(item) for item in kept if isinstance(item, Mapping)]
+    kept = kept_parts(message, OUTPUT_KEY)
+    if kept is not None:
+        return [_input_item(item) for item in kept]
     items: list[dict[str, Any]] = []
     text = assistant_text(message)
     if text:

@@ -16,21 +16,14 @@ from agent_fsm.providers import GeminiGenerate, OpenAIResponses
 
 from .recordings import Recording
 from .streaming import pieces, sse
+from .test_recorded import recorded_settings
 
-KEY = "sk-proj-Zq8WvT3nLx0RkY5bHc2MdP7eJf4G"
 _GEMINI_FINISH = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter"}
 
 
 def make_native(recording: Recording, url: str, **options: Any) -> OpenAIResponses | GeminiGenerate:
     """The adapter that speaks ``recording``'s wire format, pointed at ``url``."""
-    settings: dict[str, Any] = {
-        "model": "recorded-model",
-        "api_key": KEY,
-        "read_timeout": 5.0,
-        "max_retries": 0,
-        "sleep": lambda seconds: None,
-        **options,
-    }
+    settings = recorded_settings(**options)
     if recording.adapter == "responses":
         return OpenAIResponses(base_url=url + "/v1", **settings)
     return GeminiGenerate(base_url=url + "/v1beta", **settings)

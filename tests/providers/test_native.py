@@ -21,8 +21,9 @@ from agent_fsm import Limits, ModelReply, ProviderFailure, Stop, allow_all, arun
 from agent_fsm.providers import FAILURE_KINDS
 
 from .loopback import Reply
-from .native import KEY, expected, explode, make_native, streamed, whole_body
+from .native import expected, explode, make_native, streamed, whole_body
 from .recordings import FIXTURES, NATIVE_RECORDINGS, Recording
+from .test_recorded import KEY
 
 ASKED = [{"role": "user", "content": "recorded"}]
 

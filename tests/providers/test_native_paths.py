@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,9 +23,10 @@ from agent_fsm.providers import FAILURE_KINDS, GeminiGenerate, OpenAIResponses, 
 from agent_fsm.providers._gemini_schema import gemini_schema
 
 from .loopback import Reply, json_reply, text_reply, trickled, truncated
-from .native import KEY, make_native
+from .native import make_native
 from .recordings import NATIVE_RECORDINGS
-from .test_total_timeout import AT_ONCE, HEADS, TOTAL, Trickler
+from .test_recorded import KEY
+from .test_total_timeout import TOTAL, trickler  # noqa: F401 (the fixture, shared)
 
 BY_NAME = {r.name: r for r in NATIVE_RECORDINGS}
 ASKED = [{"role": "user", "content": "recorded"}]
@@ -324,19 +324,8 @@ def test_output_cap_lands_in_each_provider_s_field(server):
     assert server.requests[1].body["generationConfig"]["maxOutputTokens"] == 64
 
 
-@pytest.fixture(params=sorted(HEADS))
-def trickler(request: pytest.FixtureRequest) -> Iterator[Trickler]:
-    """A server that holds the head of its reply open a byte at a time (status line, headers, 100 Continue)."""
-    server = Trickler(HEADS[request.param], AT_ONCE.get(request.param, b""))
-    server.thread.start()
-    yield server
-    server.stopping.set()
-    server.thread.join(timeout=5)
-    server.sock.close()
-
-
 @pytest.mark.parametrize("adapter", sorted(STREAMS))
-def test_total_timeout_holds_against_trickled_headers(trickler, adapter):
+def test_total_timeout_holds_against_trickled_headers(trickler, adapter):  # noqa: F811
     """However slowly the status line and headers come, the call ends ``timeout`` at about ``total_timeout``."""
     recording, _ = _stream_of(adapter)
     model = make_native(recording, trickler.url.removesuffix("/v1"), stream=True, total_timeout=TOTAL)
