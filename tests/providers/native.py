@@ -14,6 +14,7 @@ from typing import Any
 
 from agent_fsm.providers import GeminiGenerate, OpenAIResponses
 
+from .loopback import Reply
 from .recordings import Recording
 from .streaming import pieces, sse
 from .test_recorded import recorded_settings
@@ -101,6 +102,18 @@ def expected(recording: Recording, index: int) -> dict[str, Any] | None:
         "reasoning": usage.get("thoughtsTokenCount"),
         "signed": [p for p in parts if p.get("thoughtSignature")],
     }
+
+
+def streamed_replies(recording: Recording) -> list[Reply]:
+    """The recording's replies as streams: a whole reply exploded into the provider's events, an error as it was."""
+    out = []
+    for index, reply in enumerate(recording.replies()):
+        if expected(recording, index) is None or streamed(recording, index):
+            out.append(reply)
+        else:
+            body = explode(recording.adapter, whole_body(recording, index), [3, 11])
+            out.append(Reply(200, body, (("content-type", "text/event-stream"),)))
+    return out
 
 
 def explode(adapter: str, body: dict[str, Any], cuts: list[int]) -> bytes:

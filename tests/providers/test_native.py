@@ -21,7 +21,7 @@ from agent_fsm import Limits, ModelReply, ProviderFailure, Stop, allow_all, arun
 from agent_fsm.providers import FAILURE_KINDS
 
 from .loopback import Reply
-from .native import expected, explode, make_native, streamed, whole_body
+from .native import expected, explode, make_native, streamed, streamed_replies, whole_body
 from .recordings import FIXTURES, NATIVE_RECORDINGS, Recording
 from .test_recorded import KEY
 
@@ -141,13 +141,7 @@ def _recording(name: str) -> Recording:
 def test_reasoning_items_go_back_with_their_encrypted_content(server, stream):
     """The second request carries the recorded reasoning item exactly, the call, and its function_call_output."""
     recording = _recording("openai__test_openai_responses_thinking_with_tool_calls")
-    replies = recording.replies()
-    if stream:
-        replies = [
-            Reply(200, explode("responses", whole_body(recording, i), [7]), (("content-type", "text/event-stream"),))
-            for i in range(2)
-        ]
-    server.script(*replies)
+    server.script(*(streamed_replies(recording) if stream else recording.replies()))
     model = make_native(recording, server.url, stream=stream)
     run("recorded task", model, recording.registry([]), gate=allow_all, limits=Limits(max_turns=2))
     first, second = (r.body for r in server.requests)
@@ -242,18 +236,6 @@ def test_a_blocked_prompt_is_a_content_filter_ending(server):
     assert result.stop is Stop.ANSWER_REJECTED and result.state.finish == "content_filter"
 
 
-def _streamed_replies(recording: Recording) -> list[Reply]:
-    """The recording's replies as streams: a whole reply exploded into the provider's events, an error as it was."""
-    out = []
-    for index, reply in enumerate(recording.replies()):
-        if expected(recording, index) is None or streamed(recording, index):
-            out.append(reply)
-        else:
-            body = explode(recording.adapter, whole_body(recording, index), [3, 11])
-            out.append(Reply(200, body, (("content-type", "text/event-stream"),)))
-    return out
-
-
 WHOLE_RUNS = [param for param in RUNS if not streamed(param.values[0], 0)]
 
 
@@ -263,7 +245,7 @@ def test_a_run_streamed_ends_exactly_as_the_run_whole(server, recording, driver)
     """The same recorded run with ``stream=True`` (its replies as event streams): the same stop and transcript."""
     limits = Limits(max_turns=len(recording.interactions), max_prompt_tokens=10**7)
     results = []
-    for stream, replies in ((False, recording.replies()), (True, _streamed_replies(recording))):
+    for stream, replies in ((False, recording.replies()), (True, streamed_replies(recording))):
         server.script(*replies)
         model = make_native(recording, server.url, stream=stream)
         options: dict[str, Any] = {"gate": allow_all, "limits": limits}

@@ -23,7 +23,7 @@ from agent_fsm.providers import FAILURE_KINDS, GeminiGenerate, OpenAIResponses, 
 from agent_fsm.providers._gemini_schema import gemini_schema
 
 from .loopback import Reply, json_reply, text_reply, trickled, truncated
-from .native import make_native
+from .native import make_native, streamed_replies
 from .recordings import NATIVE_RECORDINGS
 from .test_recorded import KEY
 from .test_total_timeout import TOTAL, trickler  # noqa: F401 (the fixture, shared)
@@ -46,15 +46,7 @@ def _country_tool() -> dict[str, ToolSpec]:
 def test_responses_typed_output_goes_as_text_format_and_comes_back_typed(server, stream):
     """gpt-4o's recorded run under ``text.format`` json_schema: a call, then the JSON answer read as the type."""
     recording = BY_NAME["openai__test_native_output"]
-    replies = recording.replies()
-    if stream:
-        from .native import explode, whole_body
-
-        replies = [
-            Reply(200, explode("responses", whole_body(recording, i), [5]), (("content-type", "text/event-stream"),))
-            for i in range(2)
-        ]
-    server.script(*replies)
+    server.script(*(streamed_replies(recording) if stream else recording.replies()))
     model = make_native(recording, server.url, stream=stream)
     result = Agent(model, _country_tool(), output=CityLocation).run("What is the largest city in the user country?")
     assert result.stop is Stop.ANSWERED and result.output == CityLocation("Mexico City", "Mexico")
