@@ -305,7 +305,9 @@ class GeminiGenerate(HttpModel):
         if not final:
             return reply
         rest = [c for c in calls if c not in final]
-        message.pop(PARTS_KEY, None)  # the kept parts hold the final call, which gets no response
+        kept = message.pop(PARTS_KEY, None)
+        if rest and isinstance(kept, list):  # sent back less the final call, which gets no response
+            message[PARTS_KEY] = [p for p in kept if (p.get("functionCall") or {}).get("name") != FINAL_TOOL]
         if rest:
             message["tool_calls"] = rest
             finish = reply.finish

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agent_fsm import Agent, Limits, ProviderFailure, Stop, ToolSpec
+from agent_fsm.engine import output_spec
 from agent_fsm.providers import FAILURE_KINDS, GeminiGenerate, OpenAIResponses, ProviderConfigError
 from agent_fsm.providers._gemini_schema import gemini_schema
 
@@ -326,3 +327,21 @@ def test_total_timeout_holds_against_trickled_headers(trickler, adapter):  # noq
         model.chat(ASKED)
     assert caught.value.kind == "timeout" and f"total_timeout={TOTAL:g}s" in caught.value.message
     assert time.monotonic() - started < TOTAL + 1.5
+
+
+def test_a_final_call_beside_a_signed_call_keeps_the_signature(server):
+    """Gemini calling the final function beside a tool: the signed part is kept to be sent back, the final one not."""
+    recording = BY_NAME["google__test_google_text_output_function"]
+    body = json.loads(json.dumps(recording.response(0)))
+    signed = body["candidates"][0]["content"]["parts"][0]
+    final = {"functionCall": {"name": "final_result", "args": {"city": "Mexico City", "country": "Mexico"}}}
+    body["candidates"][0]["content"]["parts"].append(final)
+    server.script(json_reply(body))
+    model = make_native(recording, server.url)
+    reply = model.chat(ASKED, list(_declarations()), output=output_spec(CityLocation))
+    assert [c["function"]["name"] for c in reply.message["tool_calls"]] == ["get_user_country"]
+    assert reply.message["gemini_parts"] == [signed]
+
+
+def _declarations() -> list[dict[str, Any]]:
+    return [spec.declaration(name) for name, spec in _country_tool().items()]
