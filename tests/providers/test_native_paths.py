@@ -345,3 +345,11 @@ def test_a_final_call_beside_a_signed_call_keeps_the_signature(server):
 
 def _declarations() -> list[dict[str, Any]]:
     return [spec.declaration(name) for name, spec in _country_tool().items()]
+
+
+@pytest.mark.parametrize("adapter", sorted(STREAMS))
+def test_a_stream_where_a_whole_reply_was_asked_is_a_bad_response(server, adapter):
+    """The recorded event stream served to an adapter that did not ask for one: ``bad_response``, never a reply."""
+    recording, _ = _stream_of(adapter)
+    server.script(recording.reply(0))
+    assert _fails(make_native(recording, server.url)).kind == "bad_response"
