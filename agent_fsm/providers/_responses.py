@@ -11,9 +11,10 @@ other way: ``message`` items give the text (a ``refusal`` part ends the reply
 A reply that holds items beyond text and calls (``reasoning`` items with their
 encrypted content, the server's own tools) keeps its whole ``output`` in the
 assistant message's ``responses_output`` field, and those items are sent back
-as they came on the next turn: a reasoning model resumes from them, and the
-adapter never stores anything with the provider (``store`` is false, and the
-reasoning is asked for encrypted so that it can travel in the transcript).
+on the next turn: a reasoning model resumes from them. The adapter never
+stores anything with the provider (``store`` is false, and the reasoning is
+asked for encrypted so that it can travel in the transcript), so the items go
+back without their ids: the API would look an id up, and find nothing.
 
 A reply cut short is ``status: "incomplete"``: ``max_output_tokens`` reads as
 finish ``length``, ``content_filter`` as ``content_filter``.
@@ -50,19 +51,27 @@ OUTPUT_KEY = "responses_output"
 
 _PLAIN_ITEMS = frozenset({"message", "function_call"})
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
-# Output fields the API sets on a reply but refuses (or ignores) in an input item.
-_OUTPUT_ONLY = frozenset({"status", "logprobs"})
+# Output fields not sent back: the reply's status and log-probabilities, and item ids, which with
+# ``store: false`` name nothing the API kept (it answers "Item with id ... not found").
+_OUTPUT_ONLY = frozenset({"id", "status", "logprobs"})
 
 
-def _input_item(item: Mapping[str, Any]) -> dict[str, Any]:
-    """An output item as the input item that sends it back (output-only fields and nulls dropped)."""
+def _input_item(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """
+    An output item as the input item that sends it back (its id, output-only fields and nulls dropped).
+
+    A ``message`` goes back as plain assistant text (``None`` when it held only a refusal).
+    """
+    if item.get("type") == "message":
+        texts, _ = _message_parts(item)
+        return {"type": "message", "role": "assistant", "content": "".join(texts)} if texts else None
     return {k: v for k, v in item.items() if v is not None and k not in _OUTPUT_ONLY}
 
 
 def _assistant_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     kept = kept_parts(message, OUTPUT_KEY)
     if kept is not None:
-        return [_input_item(item) for item in kept]
+        return [sent for sent in map(_input_item, kept) if sent is not None]
     items: list[dict[str, Any]] = []
     text = assistant_text(message)
     if text:

@@ -139,7 +139,7 @@ def _recording(name: str) -> Recording:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_reasoning_items_go_back_with_their_encrypted_content(server, stream):
-    """The second request carries the recorded reasoning item exactly, the call, and its function_call_output."""
+    """The second request carries the recorded reasoning item (less its id), the call, and its function_call_output."""
     recording = _recording("openai__test_openai_responses_thinking_with_tool_calls")
     server.script(*(streamed_replies(recording) if stream else recording.replies()))
     model = make_native(recording, server.url, stream=stream)
@@ -148,7 +148,9 @@ def test_reasoning_items_go_back_with_their_encrypted_content(server, stream):
     assert (first["store"], first["include"]) == (False, ["reasoning.encrypted_content"])
     reasoning = next(i for i in recording.response(0)["output"] if i["type"] == "reasoning")
     sent = second["input"]
-    assert {k: v for k, v in reasoning.items() if v is not None} in sent
+    # Nothing is stored (store: false), so an item's id would be looked up and not found: ids stay home.
+    assert {k: v for k, v in reasoning.items() if v is not None and k != "id"} in sent
+    assert not any("id" in item for item in sent)
     call = next(i for i in sent if i.get("type") == "function_call")
     output = next(i for i in sent if i.get("type") == "function_call_output")
     assert call["call_id"] == output["call_id"] == "call_gL7JE6GDeGGsFubqO2XGytyO"
@@ -256,3 +258,14 @@ def test_a_run_streamed_ends_exactly_as_the_run_whole(server, recording, driver)
     whole, streamed_run = results
     assert streamed_run.stop is whole.stop
     assert streamed_run.state.messages == whole.state.messages
+
+
+def test_a_kept_message_goes_back_as_plain_text_without_ids():
+    """A reply kept whole (reasoning, then a message) goes back as the reasoning and the message's text; no ids."""
+    recording = _recording("openai__test_openai_responses_reasoning_effort")
+    model = make_native(recording, "http://127.0.0.1:9")
+    reply = model.read_reply(recording.response(0))
+    body = model.request_body([{"role": "user", "content": "recorded"}, dict(reply.message)], [])
+    reasoning, message = body["input"][1:]
+    assert reasoning == {"type": "reasoning", "summary": []}
+    assert message == {"type": "message", "role": "assistant", "content": reply.message["content"]}

@@ -12,6 +12,7 @@ types are the provider extensions the adapters send back on purpose.
 from __future__ import annotations
 
 import collections.abc
+import copy
 import json
 import typing
 from typing import Any
@@ -200,8 +201,15 @@ def test_responses_request_bodies_fit_the_sdk_request_type(server, recording):
     run("recorded task", model, recording.registry([]), gate=allow_all)
     assert len(server.requests) >= 2  # the turn after a call: the call and its output sent back
     for body in (r.body for r in server.requests):
-        adapter.validate_python(body)
-        assert unknown_keys(body, params) == []
+        # The SDK's type requires a reasoning item's id; with store: false the API looks an id up and refuses
+        # the request ("Item with id ... not found"), so none is sent. Validated with one put back.
+        typed = copy.deepcopy(body)
+        for item in typed["input"]:
+            if item.get("type") == "reasoning":
+                assert "id" not in item
+                item["id"] = "rs_placeholder"
+        adapter.validate_python(typed)
+        assert unknown_keys(typed, params) == []
 
 
 @pytest.mark.parametrize("recording", _second_requests("anthropic"))
