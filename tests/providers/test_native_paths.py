@@ -353,3 +353,32 @@ def test_a_stream_where_a_whole_reply_was_asked_is_a_bad_response(server, adapte
     recording, _ = _stream_of(adapter)
     server.script(recording.reply(0))
     assert _fails(make_native(recording, server.url)).kind == "bad_response"
+
+
+def test_a_failed_response_body_is_a_bad_response(server):
+    """A whole reply with ``status: failed`` (its ``error`` filled) ends the call typed, naming the error."""
+    recording = BY_NAME["openai__test_openai_responses_model_simple_response"]
+    body = json.loads(json.dumps(recording.response(0)))
+    body.update(status="failed", output=[], error={"code": "server_error", "message": "The model crashed"})
+    server.script(json_reply(body))
+    failure = _fails(make_native(recording, server.url))
+    assert failure.kind == "bad_response" and "The model crashed" in failure.message
+
+
+@pytest.mark.parametrize(
+    ("choice", "responses", "gemini"),
+    [
+        ("auto", "auto", {"mode": "AUTO"}),
+        ("none", "none", {"mode": "NONE"}),
+        ("required", "required", {"mode": "ANY"}),
+        ("look", {"type": "function", "name": "look"}, {"mode": "ANY", "allowedFunctionNames": ["look"]}),
+    ],
+)
+def test_tool_choice_in_each_api_s_own_form(choice, responses, gemini):
+    """``tool_choice`` as the Responses API's ``tool_choice`` and Gemini's ``functionCallingConfig``."""
+    tools = [{"type": "function", "function": {"name": "look", "parameters": {"type": "object", "properties": {}}}}]
+    asked = [{"role": "user", "content": "hi"}]
+    sent = OpenAIResponses(model="m", tool_choice=choice, parallel_tool_calls=True).request_body(asked, tools)
+    assert (sent["tool_choice"], sent["parallel_tool_calls"]) == (responses, True)
+    config = GeminiGenerate(model="gemini-2.5-flash", tool_choice=choice).request_body(asked, tools)["toolConfig"]
+    assert config == {"functionCallingConfig": gemini}
