@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine import ModelReply
+from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
@@ -466,3 +466,13 @@ def merge_turn(turns: list[dict[str, Any]], role: str, field: str, parts: list[d
         turns[-1][field].extend(parts)
     else:
         turns.append({"role": role, field: parts})
+
+
+SYSTEM_ROLES = ("system", "developer")
+"""The roles whose text an API that takes the system prompt apart (Responses, Gemini) gets as one text."""
+
+
+def system_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The transcript's system (and developer) messages as one text, blank-line separated; ``None`` when none."""
+    texts = [assistant_text(m) for m in messages if m.get("role") in SYSTEM_ROLES]
+    return "\n\n".join(t for t in texts if t) or None

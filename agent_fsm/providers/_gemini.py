@@ -29,6 +29,7 @@ from typing import Any
 
 from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._adapter import (
+    SYSTEM_ROLES,
     HttpModel,
     arguments_object,
     check_tool_names,
@@ -37,6 +38,7 @@ from agent_fsm.providers._adapter import (
     model_of,
     object_of,
     prompt_tokens,
+    system_text,
     usage_count,
     wire_tool_name,
 )
@@ -100,15 +102,11 @@ def to_gemini_contents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
     Consecutive messages of one role (a turn's function responses, then a
     user message) are merged, as Gemini wants roles to alternate.
     """
-    system: list[str] = []
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # call id -> function name, for the responses
     for message in messages:
         role = message.get("role")
-        if role in ("system", "developer"):
-            text = assistant_text(message)
-            if text:
-                system.append(text)
+        if role in SYSTEM_ROLES:
             continue
         if role == "assistant":
             calls = message.get("tool_calls")
@@ -129,7 +127,7 @@ def to_gemini_contents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
             text = assistant_text(message)
             role, parts = "user", [{"text": text}] if text else []
         merge_turn(out, role, "parts", parts)
-    return ("\n\n".join(system) or None), out
+    return system_text(messages), out
 
 
 def to_gemini_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

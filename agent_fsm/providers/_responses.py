@@ -28,6 +28,7 @@ from typing import Any
 
 from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._adapter import (
+    SYSTEM_ROLES,
     HttpModel,
     cache_key,
     check_cache,
@@ -37,6 +38,7 @@ from agent_fsm.providers._adapter import (
     object_of,
     output_name,
     prompt_tokens,
+    system_text,
     usage_count,
     wire_tool_name,
 )
@@ -93,15 +95,12 @@ def _assistant_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def to_responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
     """Split an OpenAI-wire transcript into the Responses API's ``instructions`` and ``input`` items."""
-    system: list[str] = []
     items: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
-        if role in ("system", "developer"):
-            text = assistant_text(message)
-            if text:
-                system.append(text)
-        elif role == "assistant":
+        if role in SYSTEM_ROLES:
+            continue
+        if role == "assistant":
             items.extend(_assistant_items(message))
         elif role == "tool":
             content = message.get("content")
@@ -115,7 +114,7 @@ def to_responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
         else:
             text = assistant_text(message)
             items.append({"type": "message", "role": "user", "content": text})
-    return ("\n\n".join(system) or None), items
+    return system_text(messages), items
 
 
 def to_responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
