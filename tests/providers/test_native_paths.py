@@ -382,3 +382,33 @@ def test_tool_choice_in_each_api_s_own_form(choice, responses, gemini):
     assert (sent["tool_choice"], sent["parallel_tool_calls"]) == (responses, True)
     config = GeminiGenerate(model="gemini-2.5-flash", tool_choice=choice).request_body(asked, tools)["toolConfig"]
     assert config == {"functionCallingConfig": gemini}
+
+
+MALFORMED = [
+    pytest.param("responses", '"type":"response.created",', '"type":"response.created",,', id="responses-broken-json"),
+    pytest.param(
+        "responses", 'data: {"type":"response.created"', 'data: ["response.created"', id="responses-not-object"
+    ),
+    pytest.param("responses", '"output_index":0', '"output_index":"0"', id="responses-bad-index"),
+    pytest.param("gemini", '"candidates": [{', '"candidates": {"x": [{', id="gemini-bad-candidates"),
+    pytest.param("gemini", 'data: {"candidates"', 'data: {{"candidates"', id="gemini-broken-json"),
+]
+
+
+@pytest.mark.parametrize(("adapter", "old", "new"), MALFORMED)
+def test_a_malformed_event_is_a_bad_response_never_a_reply(server, adapter, old, new):
+    """The recorded stream with one event broken (not JSON, not an object, a bad index): ``bad_response``."""
+    recording, text = _stream_of(adapter)
+    assert old in text
+    server.script(_served(text.replace(old, new, 1)))
+    assert _fails(make_native(recording, server.url, stream=True)).kind == "bad_response"
+
+
+@pytest.mark.parametrize("adapter", sorted(STREAMS))
+def test_bytes_that_are_not_utf8_are_a_bad_response(server, adapter):
+    """A stream with a byte that is not UTF-8 in an event: ``bad_response``."""
+    recording, text = _stream_of(adapter)
+    raw = text.encode()
+    cut = raw.index(b"data:") + 5
+    server.script(Reply(200, raw[:cut] + b"\xff\xfe" + raw[cut:], (("content-type", "text/event-stream"),)))
+    assert _fails(make_native(recording, server.url, stream=True)).kind == "bad_response"
