@@ -47,7 +47,9 @@ class Provider(str, enum.Enum):
     """Model providers a spec can be run against instead of its scripted model."""
 
     openai = "openai"
+    openai_responses = "openai-responses"
     anthropic = "anthropic"
+    gemini = "gemini"
     ollama = "ollama"
 
 

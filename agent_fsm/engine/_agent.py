@@ -118,6 +118,7 @@ class Agent:
     Raises:
         TypeError: a part is not what the engine can use (checked here, once, not at the first run).
         ToolDefinitionError: a tool name or value in ``tools`` is unusable.
+        ProviderConfigError: the model's provider cannot express a tool's parameters or the output's schema.
     """
 
     model: Model
@@ -171,8 +172,11 @@ class Agent:
         if self.tools_for is not None and not callable(self.tools_for):
             raise _refused("tools_for", "callable or None", self.tools_for)
         check_offer(self.tool_rules, self.tools)
-        if self.output is not None:
-            output_spec(self.output)  # a hostile schema or a type with no JSON form is refused here, once
+        # A hostile schema or a type with no JSON form is refused here, once.
+        output = output_spec(self.output) if self.output is not None else None
+        check_tools = getattr(model, "check_tools", None)
+        if callable(check_tools):  # a provider whose schema dialect is narrower refuses here, not at a run
+            check_tools([spec.declaration(name) for name, spec in self.tools.items()], output)
         if self.prices is not None and not isinstance(self.prices, Prices):
             raise _refused("prices", "a Prices or None", self.prices)
 

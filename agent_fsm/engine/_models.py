@@ -39,7 +39,8 @@ class ModelReply:
     the prompt's tokens the provider served from its cache) are the usage
     figures a run's cost is computed from; ``model`` names the model that
     answered, which picks its price. ``None``: not reported (the engine
-    estimates, or prices by the model asked).
+    estimates, or prices by the model asked). ``reasoning_tokens`` is the
+    part of ``output_tokens`` the model spent thinking, when the provider says.
     """
 
     message: Mapping[str, Any]
@@ -48,6 +49,7 @@ class ModelReply:
     output_tokens: int | None = None
     cached_tokens: int | None = None
     model: str | None = None
+    reasoning_tokens: int | None = None
 
 
 @runtime_checkable

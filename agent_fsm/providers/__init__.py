@@ -1,5 +1,6 @@
 """
-Real model adapters over HTTP: OpenAI-compatible servers (Azure OpenAI too), Anthropic Messages, Ollama.
+Real model adapters over HTTP: OpenAI-compatible servers (Azure OpenAI too), the OpenAI Responses API,
+Anthropic Messages, Gemini, Ollama.
 
 Each adapter is a :class:`agent_fsm.Model`: it takes the engine's
 OpenAI-wire transcript and tool declarations, returns an assistant message
@@ -21,9 +22,11 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised in a subproc
 from agent_fsm.providers._adapter import HttpModel
 from agent_fsm.providers._anthropic import AnthropicMessages, from_anthropic_message, to_anthropic_messages
 from agent_fsm.providers._factory import PROVIDERS, build_model
+from agent_fsm.providers._gemini import GeminiGenerate
 from agent_fsm.providers._http import FAILURE_KINDS, ProviderConfigError
 from agent_fsm.providers._ollama import OllamaChat
 from agent_fsm.providers._openai import AzureOpenAIChat, OpenAIChat
+from agent_fsm.providers._responses import OpenAIResponses
 
 __all__ = [
     # Adapters
@@ -31,6 +34,8 @@ __all__ = [
     "AzureOpenAIChat",
     "AnthropicMessages",
     "OllamaChat",
+    "OpenAIResponses",
+    "GeminiGenerate",
     "HttpModel",
     # Building one by name
     "build_model",

@@ -12,6 +12,7 @@ everything after it) is the same for both.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine import ModelReply
+from agent_fsm.engine import ModelReply, assistant_text
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
@@ -306,17 +307,21 @@ class HttpModel:
         reply = self._reply_to(messages, data, status)
         return reply if output is None else self.typed_reply(reply, output, tools)
 
+    def _path(self) -> str:
+        """Where the request goes, under the base URL (``path``; an adapter whose URL names the model overrides)."""
+        return self.path
+
     def _post(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
         stream = self.stream_assembler if self.streams else None
         return post(
-            self._http, self.path, body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
+            self._http, self._path(), body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
             on_delta=on_delta,
         )  # fmt: skip
 
     async def _apost(self, body: Mapping[str, Any], on_delta: TextListener | None) -> tuple[int, Any]:
         stream = self.stream_assembler if self.streams else None
         return await apost(
-            self._http, self.path, body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
+            self._http, self._path(), body, self.headers(), accept_error=self._reads_as_reply, stream=stream,
             on_delta=on_delta,
         )  # fmt: skip
 
@@ -411,3 +416,63 @@ def model_of(reply: Mapping[str, Any]) -> str | None:
 def cached_tokens(value: Any) -> int:
     """A reported count of cached prompt tokens (0 when missing or not a count)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def check_cache(cache: Any) -> bool | str:
+    """
+    The ``cache`` option as given: ``True``, ``False`` or a key of the caller's.
+
+    Raises:
+        ProviderConfigError: anything else (an empty key included).
+    """
+    if not isinstance(cache, (bool, str)) or cache == "":
+        raise ProviderConfigError(f"cache must be True, False or a non-empty key, got {cache!r}")
+    return cache
+
+
+def cache_key(cache: bool | str, model: str, system: Any, tools: Any) -> str:
+    """
+    OpenAI's ``prompt_cache_key``: the caller's key, else one shared by every run of one agent.
+
+    Runs of one agent (its model, system prompt and tools) open with the same
+    prefix; sending them under one key routes them to the same cache, which is
+    what makes OpenAI's automatic caching hit across runs.
+    """
+    if isinstance(cache, str):
+        return cache
+    text = json.dumps([model, system, tools], sort_keys=True, separators=(",", ":"), default=str)
+    return "agent_fsm-" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def kept_parts(message: Mapping[str, Any], key: str) -> list[dict[str, Any]] | None:
+    """
+    The provider's own parts an assistant message keeps under ``key`` (to be sent back as they came), or ``None``.
+
+    A reply with signed reasoning (Anthropic's thinking blocks, Gemini's thought
+    signatures, OpenAI's encrypted reasoning items) keeps its parts whole,
+    because the provider refuses them changed or missing on the next turn.
+    """
+    kept = message.get(key)
+    if isinstance(kept, list) and kept:
+        return [dict(part) for part in kept if isinstance(part, Mapping)]
+    return None
+
+
+def merge_turn(turns: list[dict[str, Any]], role: str, field: str, parts: list[dict[str, Any]]) -> None:
+    """Append ``parts`` as a turn of ``role``, joined to the last turn when it has that role (roles must alternate)."""
+    if not parts:
+        return
+    if turns and turns[-1]["role"] == role:
+        turns[-1][field].extend(parts)
+    else:
+        turns.append({"role": role, field: parts})
+
+
+SYSTEM_ROLES = ("system", "developer")
+"""The roles whose text an API that takes the system prompt apart (Responses, Gemini) gets as one text."""
+
+
+def system_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The transcript's system (and developer) messages as one text, blank-line separated; ``None`` when none."""
+    texts = [assistant_text(m) for m in messages if m.get("role") in SYSTEM_ROLES]
+    return "\n\n".join(t for t in texts if t) or None

@@ -27,7 +27,10 @@ from agent_fsm.providers._adapter import (
     TextListener,
     arguments_object,
     cached_tokens,
+    check_cache,
     check_tool_names,
+    kept_parts,
+    merge_turn,
     model_of,
     object_of,
     prompt_tokens,
@@ -76,9 +79,9 @@ def _text_blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _assistant_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    kept = message.get(CONTENT_KEY)
-    if isinstance(kept, list) and kept:
-        return [dict(block) for block in kept if isinstance(block, Mapping)]
+    kept = kept_parts(message, CONTENT_KEY)
+    if kept is not None:
+        return kept
     blocks = _text_blocks(message.get("content"))
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
@@ -127,12 +130,7 @@ def to_anthropic_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str | 
             role, blocks = "user", [result]
         else:
             role, blocks = "user", _text_blocks(message.get("content"))
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
+        merge_turn(out, role, "content", blocks)
     return ("\n\n".join(system) or None), out
 
 
@@ -193,6 +191,44 @@ def from_anthropic_message(reply: Mapping[str, Any]) -> dict[str, Any] | None:
     return message
 
 
+MAX_BREAKPOINTS = 4
+"""Anthropic's limit on ``cache_control`` breakpoints in one request."""
+
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def place_breakpoints(body: dict[str, Any]) -> int:
+    """
+    Mark ``body``'s stable prefix with ``cache_control`` breakpoints; return how many were placed.
+
+    Anthropic caches a request's prefix up to each breakpoint and serves a
+    later request that repeats it from the cache. An agent's prompt only
+    grows, so the breakpoints go where the next request will repeat it: the
+    last tool declaration (tools come first), the system prompt, the last
+    block of the newest user turn (the whole conversation so far: the next
+    request reads it back) and the one of the user turn before it (what the
+    previous request wrote, read back now). That is at most four, Anthropic's
+    limit; a block a breakpoint cannot sit on (thinking) is never marked.
+    """
+    placed = 0
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        tools[-1] = {**tools[-1], "cache_control": dict(_EPHEMERAL)}
+        placed += 1
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": dict(_EPHEMERAL)}]
+        placed += 1
+    turns = [m for m in body.get("messages", []) if m.get("role") == "user" and m.get("content")]
+    for message in reversed(turns[-2:]):
+        if placed >= MAX_BREAKPOINTS:
+            break
+        blocks = message["content"]
+        blocks[-1] = {**blocks[-1], "cache_control": dict(_EPHEMERAL)}
+        placed += 1
+    return placed
+
+
 class _Turn:
     """One assistant turn over its ``pause_turn`` parts: the next request, and the blocks so far."""
 
@@ -230,6 +266,9 @@ class AnthropicMessages(HttpModel):
     continued, up to ``max_continuations`` more requests, and the parts are
     returned as one reply. ``seed`` is not offered by the API. With
     ``stream=True`` the reply comes as an event stream, assembled into the same message.
+    ``cache=True`` marks the prompt's stable prefix for Anthropic's prompt
+    cache (see :func:`place_breakpoints`); cached tokens come back in the
+    reply's usage and are priced as such.
     See :class:`HttpModel` for the transport options.
     """
 
@@ -240,7 +279,9 @@ class AnthropicMessages(HttpModel):
     api_key_env = "ANTHROPIC_API_KEY"
     path = "/v1/messages"
 
-    def __init__(self, *, max_tokens: int = 1024, max_continuations: int = 4, **options: Any) -> None:
+    def __init__(
+        self, *, max_tokens: int = 1024, max_continuations: int = 4, cache: bool = False, **options: Any
+    ) -> None:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise ProviderConfigError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if not isinstance(max_continuations, int) or isinstance(max_continuations, bool) or max_continuations < 0:
@@ -250,6 +291,9 @@ class AnthropicMessages(HttpModel):
             raise ProviderConfigError("the Anthropic Messages API takes no seed; leave seed unset")
         self.max_tokens = max_tokens
         self.max_continuations = max_continuations
+        if not isinstance(check_cache(cache), bool):
+            raise ProviderConfigError(f"cache must be True or False for Anthropic (no key), got {cache!r}")
+        self.cache = cache
 
     def headers(self) -> dict[str, str]:
         """``x-api-key`` (when a key is set) and the API version."""
@@ -290,6 +334,8 @@ class AnthropicMessages(HttpModel):
             if self.parallel_tool_calls is False:
                 choice["disable_parallel_tool_use"] = True
             body["tool_choice"] = choice
+        if self.cache:
+            place_breakpoints(body)
         return self._with_options(body)
 
     def typed_reply(self, reply: ModelReply, output: Any, tools: Sequence[Mapping[str, Any]] = ()) -> ModelReply:

@@ -8,9 +8,11 @@ from typing import Any
 
 from agent_fsm.providers._adapter import HttpModel
 from agent_fsm.providers._anthropic import AnthropicMessages
+from agent_fsm.providers._gemini import GeminiGenerate
 from agent_fsm.providers._http import ProviderConfigError
 from agent_fsm.providers._ollama import OllamaChat
 from agent_fsm.providers._openai import AzureOpenAIChat, OpenAIChat
+from agent_fsm.providers._responses import OpenAIResponses
 
 __all__ = ["PROVIDERS", "build_model"]
 
@@ -19,6 +21,8 @@ PROVIDERS: dict[str, type[HttpModel]] = {
     "azure": AzureOpenAIChat,
     "anthropic": AnthropicMessages,
     "ollama": OllamaChat,
+    "openai-responses": OpenAIResponses,
+    "gemini": GeminiGenerate,
 }
 """Provider names :func:`build_model` accepts, and the adapter each one builds."""
 
@@ -32,7 +36,7 @@ def build_model(
     **options: Any,
 ) -> HttpModel:
     """
-    The adapter for ``provider`` ("openai", "azure", "anthropic" or "ollama").
+    The adapter for ``provider`` ("openai", "openai-responses", "azure", "anthropic", "gemini" or "ollama").
 
     ``base_url``, ``model`` and ``api_key`` fall back to the provider's
     environment variables; ``options`` go to the adapter unchanged (timeouts,

@@ -65,9 +65,15 @@ class ProviderConfigError(AgentFSMError, ValueError):
 
 
 def join_url(base_url: str, path: str) -> str:
-    """``path`` appended to the base URL's path, its query string (Azure's ``api-version``) kept."""
+    """
+    ``path`` appended to the base URL's path, its query string (Azure's ``api-version``) kept.
+
+    A query in ``path`` (Gemini's ``?alt=sse``) joins the base URL's.
+    """
     parts = urlsplit(base_url)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, parts.query, ""))
+    path, _, query = path.partition("?")
+    query = "&".join(q for q in (parts.query, query) if q)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, query, ""))
 
 
 def display_url(url: str) -> str:

@@ -34,6 +34,8 @@ from typing import Any
 from agent_fsm.engine import ModelReply
 from agent_fsm.providers._adapter import (
     HttpModel,
+    cache_key,
+    check_cache,
     check_tool_names,
     model_of,
     object_of,
@@ -61,7 +63,7 @@ _FINISH = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_ca
 _SYSTEM_ROLES = ("system", "developer", "user")
 
 
-def _wire_arguments(arguments: Any) -> str:
+def wire_arguments(arguments: Any) -> str:
     """Arguments as a JSON object string every server parses; unparsable text becomes ``"{}"``."""
     if isinstance(arguments, Mapping):
         return json.dumps(dict(arguments))
@@ -82,7 +84,7 @@ def _wire_call(call: Any) -> dict[str, Any]:
         "type": "function",
         "function": {
             "name": wire_tool_name(function.get("name")),
-            "arguments": _wire_arguments(function.get("arguments")),
+            "arguments": wire_arguments(function.get("arguments")),
         },
     }
     if "extra_content" in call:  # Gemini's thought signature rides on the call it belongs to
@@ -152,6 +154,8 @@ class OpenAIChat(HttpModel):
     server-sent chunks, assembled into the same message. ``system_role="developer"`` sends the
     system prompt in the ``developer`` role (OpenAI's reasoning models),
     ``"user"`` as a user message (models that accept neither, like o1-mini).
+    ``cache=True`` sets ``prompt_cache_key`` (OpenAI's) to one key per agent, its
+    model, system prompt and tools; a string is used as the key itself.
     See :class:`HttpModel` for the transport and sampling options.
     """
 
@@ -162,9 +166,10 @@ class OpenAIChat(HttpModel):
     api_key_env = "OPENAI_API_KEY"
     path = "/chat/completions"
 
-    def __init__(self, *, system_role: str = "system", **options: Any) -> None:
+    def __init__(self, *, system_role: str = "system", cache: bool | str = False, **options: Any) -> None:
         if system_role not in _SYSTEM_ROLES:
             raise ProviderConfigError(f"system_role must be one of {', '.join(_SYSTEM_ROLES)}, got {system_role!r}")
+        self.cache = check_cache(cache)
         super().__init__(**options)
         self.system_role = system_role
 
@@ -202,6 +207,9 @@ class OpenAIChat(HttpModel):
                 "type": "json_schema",
                 "json_schema": {"name": output_name(output), "schema": output.schema, "strict": output.strict},
             }
+        if self.cache:
+            system = [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
+            body["prompt_cache_key"] = cache_key(self.cache, self.model, system, body.get("tools"))
         return self._with_options(body)
 
     def stream_fields(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def desk() -> SupportDesk:
 @pytest.fixture(autouse=True)
 def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """A developer's own provider settings or proxy must not leak into loopback tests."""
-    for provider in ("OPENAI", "ANTHROPIC", "OLLAMA"):
+    for provider in ("OPENAI", "ANTHROPIC", "OLLAMA", "GEMINI"):
         for suffix in ("BASE_URL", "MODEL", "API_KEY"):
             monkeypatch.delenv(f"{provider}_{suffix}", raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)

@@ -87,10 +87,10 @@ class Recording:
         return tools
 
 
-def load_recordings(root: Path = FIXTURES) -> list[Recording]:
-    """Every fixture under ``root``, in a stable order."""
+def load_recordings(root: Path = FIXTURES, adapters: tuple[str, ...] = ADAPTERS) -> list[Recording]:
+    """Every fixture under ``root`` for ``adapters``, in a stable order."""
     found = []
-    for adapter in ADAPTERS:
+    for adapter in adapters:
         for path in sorted((root / adapter).glob("*.json")):
             data = json.loads(path.read_text())
             found.append(Recording(adapter, path.stem, data["host"], data["origin"], data["interactions"]))
@@ -100,6 +100,9 @@ def load_recordings(root: Path = FIXTURES) -> list[Recording]:
 RECORDINGS = load_recordings()
 STREAMS = load_recordings(FIXTURES / "streams")
 """Recorded streamed replies (``stream: true``): SSE from OpenAI-compatible hosts and Anthropic, NDJSON from Ollama."""
+NATIVE = ("responses", "gemini")
+"""The wire formats of OpenAI's Responses API and Gemini's generateContent, recorded apart."""
+NATIVE_RECORDINGS = load_recordings(FIXTURES, NATIVE) + load_recordings(FIXTURES / "streams", NATIVE)
 
 
 def is_stream(recording: Recording, index: int) -> bool:

@@ -17,7 +17,7 @@ from .loopback import (
     openai_answer,
     openai_tool_call,
 )
-from .recordings import RECORDINGS, STREAMS
+from .recordings import NATIVE_RECORDINGS, RECORDINGS, STREAMS
 
 ROOT = Path(__file__).resolve().parents[2]
 BY_NAME = {r.name: r for r in RECORDINGS}
@@ -61,8 +61,9 @@ def test_readme_example_runs_against_a_local_openai_compatible_server(server, ca
 
 
 def test_docs_has_one_example_per_topic(doc):
-    """Eight runnable examples: OpenAI-compatible, Anthropic, Ollama, Azure, a cut-off reply, a failure, streaming."""
-    assert len(_python_blocks(doc)) == 8
+    """Ten runnable examples: OpenAI-compatible, Anthropic, Ollama, Azure, a cut-off reply, a failure, streaming
+    (two), the Responses API and Gemini."""
+    assert len(_python_blocks(doc)) == 10
 
 
 def test_streaming_example_prints_each_fragment_of_a_recorded_stream(server, doc, capsys):
@@ -189,5 +190,35 @@ def test_the_hosts_table_counts_the_recordings(doc):
         "Crusoe": ["crusoe"],
         "Ollama Cloud and local `/v1`": ["ollama-cloud", "ollama-v1"],
     }
-    assert counts == {name: sum(1 for r in RECORDINGS if r.host in keys) for name, keys in hosts.items()}
+    native = {
+        "api.openai.com (`/v1/responses`)": "responses",
+        "generativelanguage.googleapis.com and Vertex AI": "gemini",
+    }
+    expected = {name: sum(1 for r in RECORDINGS if r.host in keys) for name, keys in hosts.items()}
+    expected.update({name: sum(1 for r in NATIVE_RECORDINGS if r.adapter == a) for name, a in native.items()})
+    assert counts == expected
     assert f"replays {len(RECORDINGS)} recordings" in table
+
+
+def test_responses_example_runs_the_recorded_tool_call_and_sends_a_cache_key(server, doc, capsys):
+    """The Responses example over api.openai.com's recorded run: the call, its output, the answer; one cache key."""
+    recording = next(r for r in NATIVE_RECORDINGS if r.name.endswith("simple_response_with_tool_call"))
+    server.script(*recording.replies())
+    block = _section(doc, "## OpenAI Responses API")
+    _execute(_python_blocks(block)[0], {'model="gpt-4o"': f'model="gpt-4o", base_url="{server.url}/v1", api_key="k"'})
+    assert capsys.readouterr().out == "answered The capital of PotatoLand is Potato City.\n"
+    first, second = (r.body for r in server.requests)
+    assert first["prompt_cache_key"] == second["prompt_cache_key"]
+    assert [i.get("type") for i in second["input"]][-2:] == ["function_call", "function_call_output"]
+
+
+def test_gemini_example_sends_the_recorded_signature_back(server, doc, capsys):
+    """The Gemini example over gemini-2.5-pro's recorded run: the answer, and the signed call part sent back."""
+    recording = next(r for r in NATIVE_RECORDINGS if r.name == "google__test_google_text_output_function")
+    server.script(*recording.replies())
+    block = _section(doc, "## Gemini")
+    _execute(_python_blocks(block)[0], {'model="gemini-2.5-pro"': f'model="gemini-2.5-pro", base_url="{server.url}"'})
+    assert capsys.readouterr().out == "answered The largest city in Mexico is Mexico City.\n1 signed part sent back\n"
+    signed = recording.response(0)["candidates"][0]["content"]["parts"][0]
+    assert signed in server.requests[1].body["contents"][1]["parts"]
+    assert server.requests[0].body["generationConfig"]["thinkingConfig"] == {"includeThoughts": True}

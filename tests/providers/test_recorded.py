@@ -26,9 +26,9 @@ _ANTHROPIC_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens":
 EXTRAS = ("reasoning_content", "reasoning", "reasoning_details", "refusal", "extra_content")
 
 
-def make_adapter(recording: Recording, url: str, **options: Any) -> OpenAIChat | AnthropicMessages | OllamaChat:
-    """The adapter that speaks ``recording``'s wire format, pointed at ``url``."""
-    settings: dict[str, Any] = {
+def recorded_settings(**options: Any) -> dict[str, Any]:
+    """An adapter's settings for a replay: a made-up model and key, no retries, no waiting; ``options`` win."""
+    return {
         "model": "recorded-model",
         "api_key": KEY,
         "read_timeout": 5.0,
@@ -36,6 +36,11 @@ def make_adapter(recording: Recording, url: str, **options: Any) -> OpenAIChat |
         "sleep": lambda seconds: None,
         **options,
     }
+
+
+def make_adapter(recording: Recording, url: str, **options: Any) -> OpenAIChat | AnthropicMessages | OllamaChat:
+    """The adapter that speaks ``recording``'s wire format, pointed at ``url``."""
+    settings = recorded_settings(**options)
     if recording.adapter == "openai":
         return OpenAIChat(base_url=url + "/v1", **settings)
     if recording.adapter == "anthropic":
