@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 
@@ -13,10 +14,12 @@ from agent_fsm import (
     ToolSpec,
     UngatedApproval,
     UngatedEffects,
+    Verdict,
     answer_message,
     deny_effects,
     resume,
     run,
+    tool_call_message,
 )
 from agent_fsm.engine import DecisionRefused
 from agent_fsm.store import SqliteStore, approve, reject
@@ -91,3 +94,22 @@ def test_an_explicit_gate_or_effect_free_tools_build_in_silence():
         Agent(ScriptedModel(SCRIPT), {"balance": tools["balance"]})
         reads = {"balance": ToolSpec("Read.", {"account": str}, lambda account: 1)}
         run("t", ScriptedModel([answer_message("ok")]), reads)
+
+
+def test_a_nested_pause_approved_where_the_nested_agent_has_no_gate_raises_at_the_top():
+    """The approval goes down to the nested call; an agent there with no gate could not run it: refused up front."""
+    from tests.test_nesting import child_agent, delegate, parent_of
+
+    log: list[dict[str, Any]] = []
+    script = [tool_call_message("w", "write", {"n": 1}), answer_message("wrote one")]
+    child = child_agent(log, script, gate=lambda call: Verdict.ask("a person decides"))
+    parent = parent_of(child, [delegate(), answer_message("done")])
+    paused = parent.run("task")
+    assert paused.stop is Stop.AWAITING_APPROVAL and paused.blocked_path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UngatedEffects)
+        careless = parent.replace(tools={"child": child.replace(gate=None).as_tool()})
+    with pytest.raises(UngatedApproval, match="'write'"):
+        careless.resume(paused.state, approve=True)
+    assert log == [] and not paused.state.consumed
+    assert parent.resume(paused.state, approve=True).stop is Stop.ANSWERED and len(log) == 1
