@@ -123,16 +123,25 @@ _ACCEPTS: dict[Any, frozenset[str]] = {
     None: frozenset({"null"}),
 }
 _ANY_JSON = frozenset({"string", "boolean", "integer", "number", "array", "object", "null"})
+# The commonest annotations written as text, read without compiling them (a tool is defined per test example).
+_PLAIN_NAMES: dict[str, Any] = {t.__name__: t for t in (str, bool, int, float, list, tuple, dict)} | {"None": None}
 
 
-def _annotation(handler: Callable[..., Any], parameter: inspect.Parameter) -> Any:
-    """The parameter's annotation as an object (a string one resolved in the handler's module), or ``None``."""
+def _namespace(handler: Callable[..., Any]) -> dict[str, Any]:
+    """Where the handler's annotations written as text are read: its module's globals."""
+    function = inspect.unwrap(getattr(handler, "__func__", handler))
+    return getattr(function, "__globals__", None) or {"__builtins__": builtins}
+
+
+def _annotation(namespace: dict[str, Any], parameter: inspect.Parameter) -> Any:
+    """The parameter's annotation as an object (a string one resolved in ``namespace``), or ``None``."""
     annotation = parameter.annotation
     if isinstance(annotation, str):  # ``from __future__ import annotations``
-        function = inspect.unwrap(getattr(handler, "__func__", handler))
-        namespace = getattr(function, "__globals__", None) or vars(builtins)
+        plain = _PLAIN_NAMES.get(annotation, parameter.empty)
+        if plain is not parameter.empty and annotation not in namespace:  # a builtin's name, not shadowed
+            return plain
         try:
-            annotation = eval(annotation, dict(namespace))  # the handler author's own annotation text
+            annotation = eval(annotation, namespace)  # the handler author's own annotation text, in its module
         except Exception:  # a name only its scope knows: not a type the engine can read
             return None
     return None if annotation is parameter.empty else annotation
@@ -196,12 +205,13 @@ def _check_typed(handler: Callable[..., Any], parameters: list[inspect.Parameter
     required = schema.get("required", [])
     # An open object lets a call carry any undeclared argument, untyped (a schema or patterns would type it).
     extras_untyped = schema.get("additionalProperties", True) is True and "patternProperties" not in schema
+    namespace = _namespace(handler)
     for parameter in parameters:
-        annotation = _annotation(handler, parameter)
+        annotation = _annotation(namespace, parameter)
         accepted = _accepted(annotation) if annotation is not None else None
-        wanted = json.dumps(sorted(accepted)[0] if accepted else "string")
         if parameter.name not in properties:
             if parameter.name in required or extras_untyped:
+                wanted = json.dumps(sorted(accepted)[0] if accepted else "string")
                 raise ToolDefinitionError(
                     f"handler parameter {parameter.name!r} is not typed by the schema (it is not in 'properties'),"
                     f" so a call could pass it any JSON value; declare it, e.g."
@@ -212,6 +222,7 @@ def _check_typed(handler: Callable[..., Any], parameters: list[inspect.Parameter
         if accepted is None or declared is None or declared <= accepted:
             continue
         shown = getattr(annotation, "__name__", None) or repr(annotation)
+        wanted = json.dumps(sorted(accepted)[0])
         untyped = declared == _ANY_JSON
         lets = "does not type it (no type, enum or const)" if untyped else f"lets it be {sorted(declared - accepted)}"
         raise ToolDefinitionError(
