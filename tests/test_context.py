@@ -249,6 +249,23 @@ def test_a_summarizer_that_takes_the_output_cap_is_told_it():
     assert writer.caps and set(writer.caps) == {150}
 
 
+class HostileSummarizer(Summarizer):
+    """A summarizer whose reply reports an output count that is not a count."""
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Any) -> Any:
+        return ModelReply(super().chat(messages, tools), output_tokens=float("inf"))
+
+
+def test_a_summary_reporting_a_hostile_figure_is_refused_and_the_state_saves():
+    """An infinite output count from the summarizer: the run ends provider_error, nothing charged, the state saves."""
+    limits = Limits(max_turns=60, max_prompt_tokens=1500)
+    agent = Agent(Walker(30), archive(), limits=limits, compact=summarize(HostileSummarizer(), keep=2), compact_at=1200)
+    result = agent.run(TASK)
+    assert result.stop is Stop.PROVIDER_ERROR and "output_tokens" in (result.reason or "")
+    assert not any(c.charged for c in result.state.compactions)
+    assert RunState.from_json(result.state.to_json()) == result.state
+
+
 def test_with_no_turn_left_the_middle_goes_without_a_summary():
     """A summary needs a turn: with the last turn to spend, the middle is dropped and the model asked."""
     model, writer = Walker(100), Summarizer()

@@ -113,3 +113,20 @@ def test_a_nested_pause_approved_where_the_nested_agent_has_no_gate_raises_at_th
         careless.resume(paused.state, approve=True)
     assert log == [] and not paused.state.consumed
     assert parent.resume(paused.state, approve=True).stop is Stop.ANSWERED and len(log) == 1
+
+
+def test_the_warning_points_at_the_callers_line_whichever_way_the_agent_is_built():
+    """Agent(...), run(...) and run(..., tool_rules=...) all warn at the line that built the agent, here."""
+    from agent_fsm import ends_run
+
+    tools, _ = make_payments()
+    for build in (
+        lambda: Agent(ScriptedModel(SCRIPT), tools),
+        lambda: run("t", ScriptedModel([answer_message("no")]), tools),
+        lambda: run("t", ScriptedModel([answer_message("no")]), tools, tool_rules=[ends_run("pay")]),
+    ):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UngatedEffects)
+            build()
+        [warned] = [w for w in caught if w.category is UngatedEffects]
+        assert warned.filename == __file__

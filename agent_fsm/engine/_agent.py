@@ -641,10 +641,12 @@ def _split(model: Model, tools: Registry, options: Mapping[str, Any]) -> tuple[A
             given[key] = value
         else:
             per_run[key] = value
-    if not _CHECKED.isdisjoint(given):  # rules are refused at definition, whoever defines the agent
-        return Agent(**given), per_run
     if given.get("gate") is None:
         warn_ungated(tools, stacklevel=3)  # above here and run(): the caller's line
+    if not _CHECKED.isdisjoint(given):  # rules are refused at definition, whoever defines the agent
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UngatedEffects)  # said above, at the caller's line
+            return Agent(**given), per_run
     agent = object.__new__(Agent)
     parts = agent.__dict__
     parts.update(_DEFAULTS)
