@@ -130,3 +130,20 @@ def test_the_warning_points_at_the_callers_line_whichever_way_the_agent_is_built
             build()
         [warned] = [w for w in caught if w.category is UngatedEffects]
         assert warned.filename == __file__
+
+
+def test_the_web_inbox_says_an_ungated_approval_cannot_be_taken(tmp_path):
+    """The inbox's decision with an agent that has no gate: a 422 saying so, nothing decided, the run still paused."""
+    from agent_fsm.web.decisions import FormRefused, Request, apply
+
+    tools, ledger = make_payments()
+    path = tmp_path / "runs.db"
+    paused = run("Pay ACME.", ScriptedModel(SCRIPT), tools, gate=pay_gate, store=SqliteStore(path), run_id="r1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UngatedEffects)
+        ungated = Agent(ScriptedModel(SCRIPT), tools)
+    request = Request("r1", paused.state.pause_id, "approve")
+    with pytest.raises(FormRefused) as refused:
+        apply(request, reviewer="ana", open_store=lambda: SqliteStore(path), agent=ungated)
+    assert refused.value.status == 422 and refused.value.title == "This call cannot be approved here"
+    assert SqliteStore(path).load("r1").status == "paused" and ledger == []
