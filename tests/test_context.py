@@ -262,6 +262,7 @@ def test_a_summary_reporting_a_hostile_figure_is_refused_and_the_state_saves():
     agent = Agent(Walker(30), archive(), limits=limits, compact=summarize(HostileSummarizer(), keep=2), compact_at=1200)
     result = agent.run(TASK)
     assert result.stop is Stop.PROVIDER_ERROR and "output_tokens" in (result.reason or "")
+    assert result.state.fault is not None and result.state.fault.kind == "bad_response"
     assert not any(c.charged for c in result.state.compactions)
     assert RunState.from_json(result.state.to_json()) == result.state
 

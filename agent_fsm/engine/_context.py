@@ -430,14 +430,15 @@ def compact_state(
     estimator: TokenEstimator,
     perform: Perform | None,
     spender: Spender | None = None,
-) -> Steps[Compaction | str]:
+) -> Steps[Compaction | tuple[str, str]]:
     """
     Compact ``state``'s prompt by ``compact`` (``spare``: the tokens a prompt carries besides its messages).
 
     The answer is checked (:func:`prompt_problem`), measured, recorded in
     ``state.compactions`` and becomes ``state.prompt``; a summary is charged
     a turn and, to ``spender``, its cost (which it must admit before the call).
-    Returns the record, or why the summarizer could not be reached.
+    Returns the record, or why the summarizer's reply could not be had: the
+    provider failure's kind (``timeout``, ``transport``, ``bad_response``...) and message.
 
     Raises:
         RunError: the compaction raised, or answered a prompt that breaks a rule.
@@ -505,7 +506,7 @@ def compacting(
     summary_budget: int | None,
     spender: Spender | None = None,
     output_cap: int | None = None,
-) -> Steps[tuple[list[PromptEntry], int | None, str | None, Any]]:
+) -> Steps[tuple[list[PromptEntry], int | None, tuple[str, str] | None, Any]]:
     """
     The new entries ``compact`` answers for ``window``; with a summary, the tokens of its prompt (to charge).
 
@@ -545,10 +546,11 @@ def compacting(
         if type(reply) is Handed:
             reply = yield reply or request
     except OSError as exc:
-        return [], None, f"the summarizer could not be reached: {type(exc).__name__}: {exc}", None
+        kind = getattr(exc, "kind", "timeout" if isinstance(exc, TimeoutError) else "transport")
+        return [], None, (str(kind), f"the summarizer could not be reached: {type(exc).__name__}: {exc}"), None
     problem = reply.problem() if isinstance(reply, ModelReply) else None
     if problem is not None:
-        return [], None, f"the summarizer's reply was refused: {problem}", None
+        return [], None, ("bad_response", f"the summarizer's reply was refused: {problem}"), None
     message = reply.message if isinstance(reply, ModelReply) else reply
     text = assistant_text(message) if isinstance(message, Mapping) else None
     if not text:

@@ -597,8 +597,9 @@ def compact_prompt(run: RunContext) -> Steps[None]:
     record = yield from compact_state(
         state, run.compact, run.compact_at, run.limits, spare, run.estimator, run.perform, run
     )
-    if isinstance(record, str):  # the summarizer could not be reached
-        state.fault = ProviderFault(type="ProviderFailure", kind="transport", message=record)
+    if isinstance(record, tuple):  # the summarizer's reply could not be had: its kind of failure, and why
+        kind, message = record
+        state.fault = ProviderFault(type="ProviderFailure", kind=kind, message=message)
         return
     run.sent = sent_messages(state.messages, state.prompt or ())
     if run.outbox is not None:
