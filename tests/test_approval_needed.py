@@ -135,3 +135,21 @@ def test_attempt_outside_a_run_refuses_the_call() -> None:
     observation = attempt(call, tools, allow_all)
     assert observation.kind == "denied" and "needs a person's approval" in str(observation.content)
     assert bank.moved == []
+
+
+def test_a_reason_that_is_not_text_is_a_handler_error_not_an_unreadable_pause() -> None:
+    """raise ApprovalNeeded(5): checked as a gate's reason is, a HandlerError with the state; no pause is made."""
+    import pytest
+
+    from agent_fsm import HandlerError
+
+    def transfer(to: str, cents: int) -> str:
+        raise ApprovalNeeded(5)  # type: ignore[arg-type]
+
+    model = ScriptedModel([tool_call_message("c1", "transfer", {"to": "bob", "cents": 5}), answer_message("done")])
+    tools = {"transfer": ToolSpec("Move money.", TRANSFER, transfer, effectful=True)}
+    with pytest.raises(HandlerError, match="reason") as caught:
+        Agent(model, tools, gate=allow_all).run("pay bob")
+    state = caught.value.state
+    assert state is not None and state.pause is None and state.machine_state != "AwaitingApproval"
+    assert RunState.from_json(state.to_json()) == state

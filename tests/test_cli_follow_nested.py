@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from agent_fsm import Agent, ScriptedModel, Verdict, tool_call_message
+from agent_fsm import Agent, ScriptedModel, Verdict, answer_message, tool_call_message
 from agent_fsm.cli.follow import Follower, event_line, nesting_mark
 from tests.nested_world import desk_agent
 from tests.test_events import Streaming
@@ -33,7 +33,7 @@ def test_a_nested_runs_streamed_text_is_marked_too() -> None:
     """A nested agent that streams: its text line carries the mark before the text."""
     echo = Agent(Streaming("hello from below"), {}, name="echo")
     top = Agent(
-        ScriptedModel([tool_call_message("e1", "echo", {"task": "say hi"})]),
+        ScriptedModel([tool_call_message("e1", "echo", {"task": "say hi"}), answer_message("It said hello.")]),
         {"echo": echo.as_tool()},
         gate=lambda call: Verdict.allow(),
         name="top",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -13,8 +14,12 @@ from hypothesis import strategies as st
 
 from agent_fsm import (
     Agent,
+    Charged,
     Compacted,
     Limits,
+    ModelReply,
+    Price,
+    Prices,
     PromptWindow,
     RunState,
     StandIn,
@@ -170,6 +175,96 @@ def test_a_summarizer_that_cannot_be_reached_ends_the_run_provider_error():
     result = agent.run(TASK)
     assert result.stop is Stop.PROVIDER_ERROR and "summarizer down" in (result.reason or "")
     assert result.state.path[-2:] == ["Compacting", "ProviderError"]
+
+
+class PricedSummarizer(Summarizer):
+    """A summarizer that goes by a model name and reports its own usage figures."""
+
+    model = "writer"
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Any) -> Any:
+        return ModelReply(super().chat(messages, tools), prompt_tokens=tokens(messages), output_tokens=40)
+
+
+WALKER_PRICE = Price(input=Decimal("1"), output=Decimal("1"))
+WRITER_PRICE = Price(input=Decimal("10000"), output=Decimal("10000"))
+
+
+def test_a_summary_is_priced_and_added_to_usage():
+    """Each summary is charged at its model's price (a Charged event for it), and usage adds up to the charges."""
+    writer = PricedSummarizer()
+    limits = Limits(max_turns=60, max_prompt_tokens=1500)
+    prices = Prices({"writer": WRITER_PRICE}, default=WALKER_PRICE)
+    agent = Agent(
+        Walker(30), archive(), limits=limits, compact=summarize(writer, keep=2), compact_at=1200, prices=prices
+    )
+    events: list[Any] = []
+    result = agent.run(TASK, on_event=events.append)
+    charges = [e for e in events if isinstance(e, Charged)]
+    written = [e for e in charges if e.model == "writer"]
+    assert result.stop is Stop.ANSWERED and len(written) == len(writer.prompts) > 0
+    assert all(e.output_tokens == 40 for e in written)
+    assert result.usage.cost == sum(Decimal(e.cost) for e in charges)
+    assert result.usage.input_tokens == sum(e.input_tokens for e in charges)
+    assert result.usage.cost > sum(Decimal(e.cost) for e in charges if e.model != "writer")
+
+
+def test_a_summary_that_could_pass_the_cost_budget_is_not_made():
+    """Under max_cost a summary's worst case is checked before it is asked for: the budget is never passed."""
+    writer = PricedSummarizer()
+    limits = Limits(max_turns=60, max_prompt_tokens=1500, max_output_tokens=200, max_cost=Decimal("1"))
+    prices = Prices({"writer": WRITER_PRICE}, default=WALKER_PRICE)
+    agent = Agent(
+        Walker(30), archive(), limits=limits, compact=summarize(writer, keep=2), compact_at=1200, prices=prices
+    )
+    result = agent.run(TASK)
+    assert result.usage.cost <= Decimal("1")
+    assert writer.prompts == []  # a summary's worst case (hundreds of tokens at 10,000 per million) is over
+    assert result.state.compactions and not any(c.charged for c in result.state.compactions)
+
+
+class CappedSummarizer(PricedSummarizer):
+    """A summarizer that takes the output cap, and keeps the caps it was told."""
+
+    takes_output_cap = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caps: list[int] = []
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Any, max_output_tokens: int = -1) -> Any:
+        self.caps.append(max_output_tokens)
+        return super().chat(messages, tools)
+
+
+def test_a_summarizer_that_takes_the_output_cap_is_told_it():
+    """The worst case priced for a summary counts on the cap, so a summarizer that takes it is told it."""
+    writer = CappedSummarizer()
+    limits = Limits(max_turns=60, max_prompt_tokens=1500, max_output_tokens=150, max_cost=Decimal("100"))
+    prices = Prices(default=WALKER_PRICE)
+    agent = Agent(
+        Walker(30), archive(), limits=limits, compact=summarize(writer, keep=2), compact_at=1200, prices=prices
+    )
+    assert agent.run(TASK).stop is Stop.ANSWERED
+    assert writer.caps and set(writer.caps) == {150}
+
+
+class HostileSummarizer(Summarizer):
+    """A summarizer whose reply reports an output count that is not a count."""
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Any) -> Any:
+        return ModelReply(super().chat(messages, tools), output_tokens=float("inf"))
+
+
+def test_a_summary_reporting_a_hostile_figure_is_refused_and_the_state_saves():
+    """An infinite output count from the summarizer: the run ends provider_error, nothing charged, the state saves."""
+    limits = Limits(max_turns=60, max_prompt_tokens=1500)
+    agent = Agent(Walker(30), archive(), limits=limits, compact=summarize(HostileSummarizer(), keep=2), compact_at=1200)
+    result = agent.run(TASK)
+    assert result.stop is Stop.PROVIDER_ERROR and "output_tokens" in (result.reason or "")
+    assert result.state.fault is not None and result.state.fault.kind == "bad_response"
+    assert not any(c.charged for c in result.state.compactions)
+    assert RunState.from_json(result.state.to_json()) == result.state
 
 
 def test_with_no_turn_left_the_middle_goes_without_a_summary():

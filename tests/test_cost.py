@@ -254,3 +254,88 @@ def test_events_say_the_reply_then_its_charge() -> None:
     kinds = [type(e).__name__ for e in events if isinstance(e, (ModelReplied, Charged))]
     assert kinds == ["ModelReplied", "Charged", "ModelReplied", "Charged"]
     assert Decimal([e for e in events if isinstance(e, Charged)][-1].total) == result.usage.cost
+
+
+# --- usage figures are checked where they enter -------------------------------------------------
+
+HOSTILE_FIGURES = [1.5, "100", float("inf"), float("nan"), -1, True, 10**4400, 10**13, [7]]
+HOSTILE_NAMES = ["float", "text", "inf", "nan", "negative", "bool", "4401_digits", "ten_trillion", "list"]
+
+
+class Replying:
+    """A model whose every reply is the one ModelReply it was given (then, past it, a plain answer)."""
+
+    model = "gpt-test"
+
+    def __init__(self, replies: Sequence[Any]) -> None:
+        self.replies = list(replies)
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Any:
+        turn = sum(m.get("role") == "assistant" for m in messages)
+        return self.replies[turn] if turn < len(self.replies) else answer_message("done")
+
+
+@pytest.mark.parametrize("field", ["prompt_tokens", "output_tokens", "cached_tokens"])
+@pytest.mark.parametrize("value", HOSTILE_FIGURES, ids=HOSTILE_NAMES)
+def test_a_usage_figure_that_is_not_a_count_is_a_provider_fault(field: str, value: Any) -> None:
+    """A float, text, infinity, negative, bool or absurd count: the reply is refused as a bad_response, never taken."""
+    reply = ModelReply(_look(0), **{field: value})
+    result = Agent(Replying([reply]), TOOLS, prices=Prices(default=PRICE)).run("look")
+    assert result.stop is Stop.PROVIDER_ERROR and field in (result.reason or "")
+    assert result.state.fault is not None and result.state.fault.kind == "bad_response"
+    assert result.state.observations == [] and result.usage.tokens == 0  # nothing of the reply was taken
+    assert RunState.from_json(result.state.to_json()) == result.state
+
+
+@pytest.mark.parametrize("finish", [7, float("inf"), ["stop"]])
+def test_a_finish_that_is_not_text_is_a_provider_fault(finish: Any) -> None:
+    """How a reply ended is a word or nothing; anything else is the provider's fault, and the state still saves."""
+    result = Agent(Replying([ModelReply(answer_message("hi"), finish=finish)]), TOOLS).run("look")
+    assert result.stop is Stop.PROVIDER_ERROR and "finish" in (result.reason or "")
+    assert RunState.from_json(result.state.to_json()) == result.state
+
+
+def test_a_stored_run_given_a_hostile_count_ends_recorded_not_running(tmp_path: Any) -> None:
+    """A 4,401-digit count: the stored run ends provider_error and reads back; it is never stranded running."""
+    from agent_fsm.store import SqliteStore
+
+    store = SqliteStore(tmp_path / "runs.db")
+    model = Replying([ModelReply(_look(0), prompt_tokens=10**4400, output_tokens=10**4400)])
+    result = Agent(model, TOOLS, prices=Prices(default=PRICE)).run("look", store=store, run_id="r1")
+    assert result.stop is Stop.PROVIDER_ERROR
+    stored = store.load("r1")
+    assert stored.status != "running" and stored.state == result.state
+
+
+def _hostile_figure() -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.none(),
+        st.integers(0, 5000),
+        st.integers(-(10**6), 10**4400),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=4),
+        st.booleans(),
+    )
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    replies=st.lists(
+        st.builds(
+            ModelReply,
+            st.sampled_from([_look(0), _look(1), answer_message("done"), {"role": "assistant", "content": None}]),
+            prompt_tokens=_hostile_figure(),
+            finish=st.none() | st.sampled_from(["stop", "length", "tool_calls", "refusal"]) | st.integers(),
+            output_tokens=_hostile_figure(),
+            cached_tokens=_hostile_figure(),
+            model=st.none() | st.just("gpt-test") | st.integers(),
+        ),
+        max_size=4,
+    ),
+    priced=st.booleans(),
+)
+def test_every_state_made_from_hostile_replies_round_trips(replies: list[ModelReply], priced: bool) -> None:
+    """Whatever figures a provider reports, the run ends typed and its state saves and reads back equal."""
+    agent = Agent(Replying(replies), TOOLS, prices=Prices(default=PRICE) if priced else None)
+    result = agent.run("look")
+    assert RunState.from_json(result.state.to_json()) == result.state

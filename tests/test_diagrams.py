@@ -45,7 +45,7 @@ from agent_fsm.diagrams import (
 from agent_fsm.diagrams.catalog import machines, ships
 from agent_fsm.diagrams.charts import CHART_FILES
 from agent_fsm.diagrams.legend import option_legend
-from agent_fsm.engine import RUN_MACHINE, Edge, MachineSpec, StateSpec, answer_message, cycles
+from agent_fsm.engine import DEFAULT_LAST_WORD, RUN_MACHINE, Edge, MachineSpec, StateSpec, answer_message, cycles
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from tests.step_watchdog import watch_moves
@@ -483,7 +483,8 @@ def test_path_of_matches_the_engine_on_random_runs(turns, gate, limits, rejectio
         [
             ANSWER if turn is None else _reply(*((f"t{n}c{i}", *_PROPOSALS[p]) for i, p in enumerate(turn)))
             for n, turn in enumerate(turns)
-        ]
+        ],
+        last_word=DEFAULT_LAST_WORD,  # a random script need not end
     )
     tools = _desk_tools()
     chosen = {"refund": refund_gate, "ask": ask_for_effects(tools), "default": None}[gate]

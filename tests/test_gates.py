@@ -11,6 +11,7 @@ from agent_fsm import (
     ToolCall,
     Verdict,
     allow_all,
+    answer_message,
     as_verdict,
     ask_for_effects,
     deny_effects,
@@ -60,7 +61,11 @@ def test_gate_sees_only_validated_calls():
         return Verdict.allow()
 
     model = ScriptedModel(
-        [tool_call_message("c", "ship", {"qty": "lots"}), tool_call_message("d", "ship", ship_args())]
+        [
+            tool_call_message("c", "ship", {"qty": "lots"}),
+            tool_call_message("d", "ship", ship_args()),
+            answer_message("Shipped."),
+        ]
     )
     run("t", model, tools, gate=recording_gate)
     assert [c.call_id for c in seen] == ["d"]
@@ -90,6 +95,7 @@ def test_a_gate_returning_garbage_fails_the_run_with_the_state():
 def test_denied_effect_never_reaches_the_handler():
     """Whatever the model proposes, a denying gate keeps the effect log empty."""
     tools, effects = make_warehouse()
-    model = ScriptedModel([tool_call_message(f"c{i}", "ship", ship_args(qty=i)) for i in range(1, 6)])
+    proposals = [tool_call_message(f"c{i}", "ship", ship_args(qty=i)) for i in range(1, 6)]
+    model = ScriptedModel([*proposals, answer_message("I could not ship anything.")])
     result = run("t", model, tools, gate=lambda call: Verdict.deny("frozen"))
     assert effects == [] and result.stop is Stop.ANSWERED

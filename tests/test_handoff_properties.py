@@ -15,6 +15,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from agent_fsm import RUN_MACHINE, Agent, Limits, RunState, ScriptedModel, Stop, ToolSpec, Verdict
+from agent_fsm.engine import DEFAULT_LAST_WORD
 from agent_fsm.testing import assistant_messages, limits
 
 _NOTE = {"text": str}
@@ -66,9 +67,9 @@ def test_a_handoff_ends_as_its_holder_ended_within_the_top_budgets(
     gate: str,
     decisions: list[bool],
 ) -> None:
-    taker = Agent(ScriptedModel(holder), _HOLDER_TOOLS, name="holder", limits=own)
+    taker = Agent(ScriptedModel(holder, last_word=DEFAULT_LAST_WORD), _HOLDER_TOOLS, name="holder", limits=own)
     tools = {"note": _HOLDER_TOOLS["note"], "to_holder": taker.handoff()}
-    agent = Agent(ScriptedModel(front), tools, gate=_gate(gate), limits=top, name="front")
+    agent = Agent(ScriptedModel(front, last_word=DEFAULT_LAST_WORD), tools, gate=_gate(gate), limits=top, name="front")
     result = _decided(agent, "help me", list(decisions))
     state = result.state
     event(f"ended {result.stop.value}")
@@ -93,7 +94,9 @@ _SELF_SHAPE = {"note": _HOLDER_TOOLS["note"], "again": Agent(ScriptedModel([]), 
 )
 def test_an_agent_that_runs_itself_ends_within_its_top_budgets(script: list[dict[str, Any]], top: Limits) -> None:
     tools: dict[str, ToolSpec] = {"note": _HOLDER_TOOLS["note"]}
-    agent = Agent(ScriptedModel(script), tools, gate=_gate("allow"), limits=top, name="self")
+    agent = Agent(
+        ScriptedModel(script, last_word=DEFAULT_LAST_WORD), tools, gate=_gate("allow"), limits=top, name="self"
+    )
     tools["again"] = agent.as_tool()  # the registry is the agent's own mapping: it now runs itself
     result = agent.run("go")
     state = result.state

@@ -367,7 +367,12 @@ def test_a_schema_that_does_not_fit_its_handler_is_refused_at_definition():
         ToolSpec("d", OPEN_SCHEMA, lambda: 1)
     with pytest.raises(ToolDefinitionError, match="the schema does not require them"):
         ToolSpec("d", OPEN_SCHEMA, lambda order_id, qty: 1)
-    ToolSpec("d", OPEN_SCHEMA, lambda order_id, qty=1: 1)  # a default makes it fit
+    # A default makes it fit once the schema types it, or closes the object so no call can carry it.
+    typed = {**OPEN_SCHEMA, "properties": {**OPEN_SCHEMA["properties"], "qty": {"type": "integer"}}}
+    ToolSpec("d", typed, lambda order_id, qty=1: 1)
+    ToolSpec("d", {**OPEN_SCHEMA, "additionalProperties": False}, lambda order_id, qty=1: 1)
+    with pytest.raises(ToolDefinitionError, match="'qty' is not typed by the schema"):
+        ToolSpec("d", OPEN_SCHEMA, lambda order_id, qty=1: 1)  # open: a call could pass qty as anything
 
 
 # --- call ids --------------------------------------------------------------------------

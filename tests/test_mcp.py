@@ -273,7 +273,9 @@ def test_a_tool_list_that_changes_between_turns(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert "write" not in tools and tools["write_v2"].json_schema["required"] == ["note", "count"]
         # The paused call is judged afresh against the registry as it now stands: its tool is gone.
-        resumed = Agent(_model(), tools, gate=ask_for_effects(tools)).resume(paused.state, approve=True)
+        resumed = Agent(_model(("write", {"note": "later"})), tools, gate=ask_for_effects(tools)).resume(
+            paused.state, approve=True
+        )
         assert resumed.state.observations[-1].kind == "invalid"
         assert "unknown tool: 'write'" in resumed.state.observations[-1].content
         assert [e["tool"] for e in _ledger(ledger)] == []
@@ -447,10 +449,10 @@ def test_git_reads_run_and_the_commit_waits_for_a_person_once(repo: Path, tmp_pa
         agent = Agent(_model(*calls), tools, gate=ask_for_effects(tools))
         paused = agent.run("commit", store=store, run_id="git-1")
         assert paused.stop is Stop.AWAITING_APPROVAL and _commits(repo) == 1
-        done = approve(store, "git-1", Agent(_model(), tools, gate=ask_for_effects(tools)), reviewer="ana")
+        done = approve(store, "git-1", Agent(_model(*calls), tools, gate=ask_for_effects(tools)), reviewer="ana")
         assert done.state.observations[-1].kind == "result" and _commits(repo) == 2
         with pytest.raises(AlreadyDecided):
-            approve(store, "git-1", Agent(_model(), tools, gate=ask_for_effects(tools)), reviewer="bo")
+            approve(store, "git-1", Agent(_model(*calls), tools, gate=ask_for_effects(tools)), reviewer="bo")
         assert _commits(repo) == 2
         assert _git(repo, "log", "-1", "--format=%s").strip() == "second"
         store.close()
@@ -474,7 +476,7 @@ def test_git_commit_approved_once_through_the_inbox(repo: Path, tmp_path: Path) 
         with SqliteStore(tmp_path / "runs.db") as store:
             Agent(_model(commit), tools, gate=ask_for_effects(tools)).run("commit", store=store, run_id="git-2")
 
-        world = Agent(_model(), tools, gate=ask_for_effects(tools))
+        world = Agent(_model(commit), tools, gate=ask_for_effects(tools))
         app = inbox_app(lambda: open_store(url), world, reviewers=Reviewers.parse(f"ana:{token}"), wait=30)
         with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
             csrf = lambda text: re.search(r'name="csrf" value="([^"]+)"', text).group(1)
@@ -574,13 +576,14 @@ def test_sigkill_between_intent_and_result_leaves_an_outcome_unknown_pause(repo:
     store = SqliteStore(db)
     with _git_server(repo) as git:
         tools = git.tools()
-        [recovered] = recover(store, Agent(_model(), tools, gate=allow_all), older_than=0)
+        killed = ("git_commit", {"repo_path": str(repo), "message": "second"})  # the killed run's script
+        [recovered] = recover(store, Agent(_model(killed), tools, gate=allow_all), older_than=0)
         assert recovered.interrupted == "c0"
         assert recovered.result is not None and recovered.result.stop is Stop.AWAITING_APPROVAL
         assert (recovered.result.reason or "").startswith(OUTCOME_UNKNOWN)
         assert _commits(repo) == 2  # never run again by itself
         ended = reject(
-            store, "killed", Agent(_model(), tools, gate=allow_all), reviewer="ana", reason="it went through"
+            store, "killed", Agent(_model(killed), tools, gate=allow_all), reviewer="ana", reason="it went through"
         )
         assert ended.stop is Stop.ANSWERED and _commits(repo) == 2
     store.close()

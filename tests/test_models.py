@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agent_fsm import ScriptedModel, answer_message, tool_call_message
+import pytest
+
+from agent_fsm import RunError, ScriptedModel, ScriptExhausted, ToolSpec, answer_message, run, tool_call_message
 from agent_fsm.engine import DEFAULT_LAST_WORD
 
 LOOKUP = tool_call_message("c1", "lookup", {"id": "A"})
@@ -13,15 +15,39 @@ def tool(content: str, call_id: str = "c1") -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def test_turns_play_in_order_then_a_closing_answer():
-    """Each call returns the next turn; past the script the model says it has nothing to add."""
+def test_turns_play_in_order_then_the_script_is_exhausted():
+    """Each call returns the next turn; asked past the script, the model raises instead of making up an answer."""
     model = ScriptedModel([LOOKUP, answer_message("done")])
     transcript = [{"role": "user", "content": "go"}]
     assert model.chat(transcript) == LOOKUP
     transcript += [LOOKUP, tool("{}")]
     assert model.chat(transcript) == answer_message("done")
     transcript += [answer_message("done"), {"role": "user", "content": "more?"}]
+    with pytest.raises(ScriptExhausted, match=r"2 turns.*last_word="):
+        model.chat(transcript)
+
+
+def test_last_word_answers_past_the_script_when_asked_for():
+    """``last_word=`` keeps the closing answer for a script that means it: past the script, that text is the reply."""
+    model = ScriptedModel([LOOKUP], last_word=DEFAULT_LAST_WORD)
+    transcript = [{"role": "user", "content": "go"}, LOOKUP, tool("{}")]
     assert model.chat(transcript) == answer_message(DEFAULT_LAST_WORD)
+    assert "last_word=" in repr(model)
+
+
+def test_a_run_whose_script_lacks_its_answer_fails_loudly_with_its_state():
+    """A run that asks past its script is a RunError carrying the state, caused by ScriptExhausted; never answered."""
+    lookup = {"lookup": ToolSpec("look", {"id": str}, lambda id: id)}
+    with pytest.raises(RunError) as caught:
+        run("go", ScriptedModel([LOOKUP]), lookup)
+    assert isinstance(caught.value.__cause__, ScriptExhausted)
+    assert caught.value.state is not None and caught.value.state.turns == 2
+
+
+def test_last_word_must_be_text():
+    """A last word that is not a string is refused when the model is built, not when the script runs out."""
+    with pytest.raises(TypeError, match="last_word"):
+        ScriptedModel([], last_word=5)  # type: ignore[arg-type]
 
 
 def test_reaction_replies_without_consuming_a_turn():

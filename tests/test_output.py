@@ -32,7 +32,7 @@ from agent_fsm import (
     tool_call_message,
 )
 from agent_fsm.diagrams import path_of, reconstruct_path
-from agent_fsm.engine import RUN_MACHINE, check_machine, output_spec
+from agent_fsm.engine import DEFAULT_LAST_WORD, RUN_MACHINE, check_machine, output_spec
 
 
 class Size(enum.Enum):
@@ -338,7 +338,8 @@ _TEXTS = [
 def test_any_reply_sequence_ends_resting_with_output_iff_answered_with_valid_output(texts, retries, turns):
     """Whatever the model says, the run ends absorbing; output is set exactly when it answered with valid output."""
     limits = Limits(output_retries=retries, max_turns=turns)
-    result = Agent(_answers(*texts), {}, output=REFUND_SCHEMA, limits=limits).run("task")
+    model = ScriptedModel([answer_message(t) for t in texts], last_word=DEFAULT_LAST_WORD)  # the texts may run out
+    result = Agent(model, {}, output=REFUND_SCHEMA, limits=limits).run("task")
     assert RUN_MACHINE.state(result.state.machine_state).kind == "absorbing"
     assert (result.output is not None) == (result.stop is Stop.ANSWERED)
     if result.output is not None:

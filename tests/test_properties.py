@@ -21,7 +21,7 @@ from agent_fsm import (
     resume,
     run,
 )
-from agent_fsm.engine import RUN_MACHINE, tool_call_message
+from agent_fsm.engine import DEFAULT_LAST_WORD, RUN_MACHINE, tool_call_message
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 from agent_fsm.testing import (
     TableGate,
@@ -99,6 +99,11 @@ def _paused_runs(draw: st.DrawFn, name: str) -> tuple[list[dict[str, Any]], Tabl
     return [opening, *rest], gate, chosen
 
 
+def _model(turns: list[dict[str, Any]]) -> ScriptedModel:
+    """The drawn script, answering the last word past it (a random script need not end)."""
+    return ScriptedModel(turns, last_word=DEFAULT_LAST_WORD)
+
+
 # Each example runs two worlds side by side and resumes at every pause: half the profile's examples.
 @pytest.mark.parametrize("world", sorted(WORLDS))
 @settings(max_examples=max(10, settings.default.max_examples // 2))
@@ -107,7 +112,7 @@ def test_resuming_a_loaded_copy_ends_as_resuming_in_memory(world: str, data: st.
     """A paused run saved to JSON, loaded in a fresh world and resumed ends exactly as the one resumed in memory."""
     turns, gate, chosen = data.draw(_paused_runs(world))
     live, saved = world_of(WORLDS[world]()), world_of(WORLDS[world]())
-    live_result = run("task", ScriptedModel(turns), live.tools, gate=gate, limits=chosen)
+    live_result = run("task", _model(turns), live.tools, gate=gate, limits=chosen)
     assume(live_result.stop is Stop.AWAITING_APPROVAL)
     text = live_result.state.to_json()
     saved.effects.extend(copy.deepcopy(live.effects))  # the effects that landed before the pause
@@ -115,11 +120,9 @@ def test_resuming_a_loaded_copy_ends_as_resuming_in_memory(world: str, data: st.
     pauses = 0
     while live_result.stop is Stop.AWAITING_APPROVAL:
         approve = data.draw(st.booleans(), label="approve")
-        live_result = resume(
-            live_result.state, ScriptedModel(turns), live.tools, approve=approve, gate=gate, limits=chosen
-        )
+        live_result = resume(live_result.state, _model(turns), live.tools, approve=approve, gate=gate, limits=chosen)
         saved_state = RunState.from_json(text)
-        saved_result = resume(saved_state, ScriptedModel(turns), saved.tools, approve=approve, gate=gate, limits=chosen)
+        saved_result = resume(saved_state, _model(turns), saved.tools, approve=approve, gate=gate, limits=chosen)
         text = saved_result.state.to_json()
         pauses += 1
     assert pauses >= 1

@@ -465,7 +465,8 @@ def test_calls_left_when_a_run_stops_are_answered_as_not_run():
     assert result.state.observations[-1].content == "not run: the run stopped (no_progress)"
     assert result.state.tool_attempts == 1 and effects == []
     # the record is valid wire history: a follow-up run can carry it
-    again = run("and now?", ScriptedModel([answer_message("ok")]), tools, history=result.state.messages)
+    # The history's replies count as the script's turns played: a model that answers "ok" whatever it was told.
+    again = run("and now?", ScriptedModel([], last_word="ok"), tools, history=result.state.messages)
     assert all(check_run(again, [], Limits()).values())
 
 
@@ -475,6 +476,6 @@ def test_check_run_counts_only_this_runs_tool_messages():
     first = run(
         "t", ScriptedModel([tool_call_message("c", "count_stock", {"sku": "BOLT"}), answer_message("40")]), tools
     )
-    second = run("more", ScriptedModel([answer_message("ok")]), tools, history=first.state.messages)
+    second = run("more", ScriptedModel([], last_word="ok"), tools, history=first.state.messages)  # see above
     assert second.state.opening == len(first.state.messages) + 1
     assert check_run(second, [], Limits())["observations_correlated"] is True

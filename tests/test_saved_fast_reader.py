@@ -35,6 +35,7 @@ def _texts() -> list[str]:
         [
             tool_call_message("call_1", "lookup_order", {"order_id": "A-17"}),
             tool_call_message("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 9999}),
+            answer_message("I could not refund that amount."),
         ]
     )
 

@@ -123,7 +123,7 @@ def test_observation_content_is_stored_as_json_data():
     from agent_fsm import ToolSpec
 
     tools = {"pair": ToolSpec("d", {}, lambda: (1, 2))}
-    result = run("t", ScriptedModel([tool_call_message("c", "pair", {})]), tools)
+    result = run("t", ScriptedModel([tool_call_message("c", "pair", {}), answer_message("A pair.")]), tools)
     assert result.state.observations[0].content == [1, 2]
     assert RunState.from_json(result.state.to_json()) == result.state
 

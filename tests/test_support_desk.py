@@ -32,7 +32,8 @@ def test_refund_verified_needs_exactly_one_receipt() -> None:
     """Two refunds of 4999 are not the one intended receipt."""
     env = environment()
     refund = tool_call_message("c1", "refund_order", {"order_id": "A-17", "amount_cents": 4999})
-    result = env.agent(ScriptedModel([refund, refund]), gate=env.gates["refund"]).run(TASK)
+    model = ScriptedModel([refund, refund, answer_message("Refunded.")])
+    result = env.agent(model, gate=env.gates["refund"]).run(TASK)
     assert len(env.effects) == 2
     assert env.checks["refund_verified"](result) is False
 

@@ -21,6 +21,7 @@ from agent_fsm import (
     ToolCall,
     ToolSpec,
     Verdict,
+    answer_message,
     parse_tool_calls,
     run,
     validate_call,
@@ -170,6 +171,7 @@ def _denied_refund() -> tuple[RunResult, list[Any]]:
             tool_call_message("call_1", "lookup_order", {"order_id": "A-17"}, thought="Checking the order."),
             tool_call_message("call_2", "refund_order", {"order_id": "A-17", "amount_cents": 9000}),
             tool_call_message("call_3", "refund_order", {"order_id": "A-17", "amount_cents": 4999}),
+            answer_message("Refunded 4999 cents, the amount paid."),
         ]
     )
     return run("refund A-17", model, desk.tools, gate=refund_gate, limits=Limits()), desk.effects

@@ -48,7 +48,8 @@ def test_coverage_counts_edges_states_tools_and_boundaries() -> None:
     """A single run's path, its valid proposals and the boundary values they took are counted; the rest is named."""
     desk = make_support_desk()
     coverage = Coverage.of_tools(desk.tools, (2500, 2501))
-    model = ScriptedModel([tool_call_message("c", "refund_order", {"order_id": "A-17", "amount_cents": 2501})])
+    refund = tool_call_message("c", "refund_order", {"order_id": "A-17", "amount_cents": 2501})
+    model = ScriptedModel([refund, answer_message("Refunded.")])
     coverage.record_run(run("t", model, desk.tools, gate=coverage.counting(refund_gate)), desk.tools)
     assert coverage.runs == 1
     assert ("Ready", "next_turn", "Proposing") in coverage.edges

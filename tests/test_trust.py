@@ -17,6 +17,7 @@ from agent_fsm import (
     StateError,
     Stop,
     ToolCall,
+    UngatedApproval,
     Verdict,
     advance,
     answer_message,
@@ -130,8 +131,9 @@ def test_an_approval_does_not_outvote_a_deny():
     done = resume(result.state, _model(), tools, approve=True, gate=lambda call: Verdict.deny("frozen account"))
     assert ledger == [] and done.state.observations[0].content == "frozen account"
     again, tools2, ledger2 = paused(cents=50)
-    unguarded = resume(again.state, _model(), tools2, approve=True)  # gate=None: the secure default
-    assert ledger2 == [] and unguarded.state.observations[0].kind == "denied"
+    with pytest.raises(UngatedApproval):  # gate=None: the secure default refuses it, so the approval says so
+        resume(again.state, _model(), tools2, approve=True)
+    assert ledger2 == [] and not again.state.consumed
 
 
 def test_an_approval_covers_only_the_fingerprint_it_names():
@@ -383,7 +385,7 @@ def test_an_async_model_points_to_the_async_api():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(RunError, match="is asynchronous .* run it with arun") as raised:
-            run("t", Async(), tools)
+            run("t", Async(), tools, gate=pay_gate)
     assert isinstance(raised.value, NotSynchronous) and isinstance(raised.value, TypeError)
     assert raised.value.state is not None and raised.value.state.machine_state == "Ready"  # the call was undone
 

@@ -15,6 +15,7 @@ from agent_fsm import (
     ScriptedModel,
     StateError,
     ToolCall,
+    UngatedApproval,
     Verdict,
     advance,
     answer_message,
@@ -126,7 +127,7 @@ def test_tampered_states_never_buy_an_effect(edits, approve, edit, registry, gat
             resume(state, ScriptedModel(SCRIPT), now, approve=approve, gate=gate, arguments=edit if approve else None)
         else:
             advance(state, ScriptedModel(SCRIPT), now, gate=gate)
-    except (StateError, NotPaused):
+    except (StateError, NotPaused, UngatedApproval):  # the last: an effectful call approved with no gate
         event("refused by the driver")
         assert ledger == []
         return
@@ -182,7 +183,7 @@ def test_tampered_state_objects_never_buy_an_effect(edits, approve, gate_name):
             resume(state, ScriptedModel(SCRIPT), tools, approve=approve, gate=gate)
         else:
             advance(state, ScriptedModel(SCRIPT), tools, gate=gate)
-    except (StateError, NotPaused):
+    except (StateError, NotPaused, UngatedApproval):  # the last: an effectful call approved with no gate
         event("refused by the driver")
         assert ledger == []
         return

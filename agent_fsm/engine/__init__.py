@@ -99,9 +99,12 @@ from agent_fsm.engine._errors import (
     ProviderFailure,
     RunError,
     ScreenError,
+    ScriptExhausted,
     StateError,
     ToolDefinitionError,
     ToolError,
+    UngatedApproval,
+    UngatedEffects,
 )
 from agent_fsm.engine._events import (
     Charged,
@@ -138,7 +141,7 @@ from agent_fsm.engine._gates import (
 )
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
-from agent_fsm.engine._launch import DEFAULT_SYSTEM_PROMPT, continue_run, settle_intent, start_state
+from agent_fsm.engine._launch import DEFAULT_SYSTEM_PROMPT, continue_run, refuse_ungated, settle_intent, start_state
 from agent_fsm.engine._limits import Limits, Price, Prices, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
@@ -353,11 +356,13 @@ __all__ = [
     "RunResult",
     "RunState",
     "ScreenError",
+    "ScriptExhausted",
     "ScreenRecord",
     "Screened",
     "ScreenVerdict",
     "ScriptedModel",
     "Seen",
+    "refuse_ungated",
     "settle_intent",
     "start_state",
     "StateEntered",
@@ -380,6 +385,8 @@ __all__ = [
     "ToolDefinitionError",
     "OutputDefinitionError",
     "ToolError",
+    "UngatedApproval",
+    "UngatedEffects",
     "ToolSpec",
     "validate_call",
     "Verdict",

@@ -14,6 +14,7 @@ when first used, so a synchronous program never imports ``asyncio``).
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
@@ -22,7 +23,7 @@ import attrs
 from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
-from agent_fsm.engine._errors import ToolDefinitionError
+from agent_fsm.engine._errors import ToolDefinitionError, UngatedEffects
 from agent_fsm.engine._events import Ended, RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._launch import (
@@ -69,6 +70,29 @@ __all__ = [
 
 EventSink = Callable[[RunEvent], Any]
 """Receives each :class:`agent_fsm.RunEvent` as the run moves (``on_event=``); may be ``async`` under arun."""
+
+
+def warn_ungated(tools: Registry, stacklevel: int) -> None:
+    """
+    Warn (:class:`UngatedEffects`) that the effectful tools of an agent with no gate will always be refused.
+
+    The refusal is the secure default; the warning is so a developer can tell
+    it from success before a run does. An explicit gate (even
+    ``deny_effects(tools)``) silences it. ``stacklevel`` counts frames above this function's caller.
+    """
+    try:
+        refused = sorted(str(name) for name, spec in tools.items() if getattr(spec, "effectful", False) is True)
+    except AttributeError:  # not a mapping: check_registry says so where the registry is used
+        return
+    if refused:
+        warnings.warn(
+            UngatedEffects(
+                f"effectful tools {refused} and no gate: the default gate refuses every call to them, and no"
+                " approval can change that; pass the gate that allows them (gate=...), or"
+                " gate=deny_effects(tools) if refusing them is what you mean"
+            ),
+            stacklevel=stacklevel + 1,
+        )
 
 
 def _refused(part: str, expected: str, value: Any) -> TypeError:
@@ -148,7 +172,9 @@ class Agent:
         if not callable(getattr(model, "chat", None)) and not callable(getattr(model, "achat", None)):
             raise _refused("model", "a model with a chat() or an async achat() method", model)
         check_registry(self.tools)
-        if self.gate is not None and not callable(self.gate):
+        if self.gate is None:
+            warn_ungated(self.tools, stacklevel=3)  # above here and attrs' __init__: the caller's line
+        elif not callable(self.gate):
             raise _refused("gate", "callable or None", self.gate)
         if self.limits is not None and type(self.limits) is not Limits and not isinstance(self.limits, Limits):
             raise _refused("limits", "a Limits or None", self.limits)
@@ -642,8 +668,12 @@ def _split(model: Model, tools: Registry, options: Mapping[str, Any]) -> tuple[A
             given[key] = value
         else:
             per_run[key] = value
+    if given.get("gate") is None:
+        warn_ungated(tools, stacklevel=3)  # above here and run(): the caller's line
     if not _CHECKED.isdisjoint(given):  # rules are refused at definition, whoever defines the agent
-        return Agent(**given), per_run
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UngatedEffects)  # said above, at the caller's line
+            return Agent(**given), per_run
     agent = object.__new__(Agent)
     parts = agent.__dict__
     parts.update(_DEFAULTS)

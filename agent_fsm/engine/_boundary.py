@@ -426,8 +426,17 @@ def execution(
         result = perform(request) if perform is not None else (yield request)
         if type(result) is Handed:
             result = yield result or request
-    except (NotSynchronous, ApprovalNeeded):
-        raise  # an async handler under the sync driver (nothing ran), or a tool asking for a person first
+    except NotSynchronous:
+        raise  # an async handler under the sync driver: nothing ran
+    except ApprovalNeeded as exc:  # a tool asking for a person first: its reason is read as a gate's is
+        if not isinstance(exc.reason, str):
+            raise HandlerError(
+                f"handler of {call.name!r} raised ApprovalNeeded with a {type(exc.reason).__name__} for its"
+                " reason; the reason a person reads must be a str",
+                state=state,
+                call=call,
+            ) from exc
+        raise
     except EXPECTED_TOOL_ERRORS as exc:
         if spec.effectful and isinstance(exc, _MAY_HAVE_HAPPENED):
             why = f"{call.name} ({call.call_id}) raised {type(exc).__name__}: {_error_content(exc)}"

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
@@ -337,9 +337,12 @@ class Summarize:
     The summarizing compaction (:func:`summarize`): the engine asks ``model`` for the summary.
 
     The call is a model call of the run: it spends a turn, its prompt is
-    held to ``max_prompt_tokens`` (the oldest of the middle is cut to fit) and
-    a provider failure ends the run ``provider_error``. With no turn left the
-    middle is left out without a summary.
+    held to ``max_prompt_tokens`` (the oldest of the middle is cut to fit),
+    it is priced like any model call (by ``model``'s name) and added to the
+    run's usage, and a provider failure ends the run ``provider_error``.
+    With no turn left, or when the call's worst case (its prompt in, the
+    output cap out) would pass ``max_cost``, the middle is left out without a
+    summary.
     """
 
     model: Model
@@ -408,6 +411,16 @@ def threshold(limits: Limits, compact_at: int | None) -> int:
     return limit if compact_at is None or compact_at > limit else compact_at
 
 
+class Spender(Protocol):
+    """What a summary's model call is checked against before it is made, and charged to after (the run)."""
+
+    def admits(self, model: Any, prompt_tokens: int) -> bool:
+        """Whether a call to ``model`` of ``prompt_tokens`` fits the cost budget at its worst case."""
+
+    def charge_call(self, model: Any, reply: ModelReply | None, estimate: int, measured: int) -> None:
+        """Add the call just made to ``model`` to the run's usage (its figures where reported)."""
+
+
 def compact_state(
     state: RunState,
     compact: Any,
@@ -416,13 +429,16 @@ def compact_state(
     spare: int,
     estimator: TokenEstimator,
     perform: Perform | None,
-) -> Steps[Compaction | str]:
+    spender: Spender | None = None,
+) -> Steps[Compaction | tuple[str, str]]:
     """
     Compact ``state``'s prompt by ``compact`` (``spare``: the tokens a prompt carries besides its messages).
 
     The answer is checked (:func:`prompt_problem`), measured, recorded in
     ``state.compactions`` and becomes ``state.prompt``; a summary is charged
-    a turn. Returns the record, or why the summarizer could not be reached.
+    a turn and, to ``spender``, its cost (which it must admit before the call).
+    Returns the record, or why the summarizer's reply could not be had: the
+    provider failure's kind (``timeout``, ``transport``, ``bad_response``...) and message.
 
     Raises:
         RunError: the compaction raised, or answered a prompt that breaks a rule.
@@ -431,7 +447,8 @@ def compact_state(
     name = strategy_name(compact)
     summary_budget = limits.max_prompt_tokens if state.turns < limits.max_turns else None  # a summary needs a turn
     try:
-        entries, charged, fault = yield from compacting(compact, window, perform, summary_budget)
+        cap = limits.max_output_tokens
+        entries, charged, fault, reply = yield from compacting(compact, window, perform, summary_budget, spender, cap)
         problem = prompt_problem(state.messages, entries, state.opening)
         tokens = sum(measure(estimator, m) for m in sent_messages(state.messages, entries))
     except (NotSynchronous, RunError):
@@ -442,9 +459,13 @@ def compact_state(
         return fault
     if problem is not None:
         raise RunError(f"the compaction {name} answered a prompt that breaks a rule: {problem}", state=state)
-    if charged is not None:  # the summary was a model call of this run: it spends a turn
+    if charged is not None:  # the summary was a model call of this run: it spends a turn, and money
         state.turns += 1
         state.prompt_token_log.append(charged)
+        if spender is not None:
+            message = reply.message if isinstance(reply, ModelReply) else reply
+            reported = reply if isinstance(reply, ModelReply) else None
+            spender.charge_call(compact.model, reported, charged, measure(estimator, message))
     before = state.message_tokens
     record = compaction_record(state.turns + 1, name, window.prompt, entries, before, tokens, charged is not None)
     state.compactions.append(record)
@@ -479,16 +500,23 @@ def compaction_record(
 
 
 def compacting(
-    compact: Any, window: PromptWindow, perform: Perform | None, summary_budget: int | None
-) -> Steps[tuple[list[PromptEntry], int | None, str | None]]:
+    compact: Any,
+    window: PromptWindow,
+    perform: Perform | None,
+    summary_budget: int | None,
+    spender: Spender | None = None,
+    output_cap: int | None = None,
+) -> Steps[tuple[list[PromptEntry], int | None, tuple[str, str] | None, Any]]:
     """
     The new entries ``compact`` answers for ``window``; with a summary, the tokens of its prompt (to charge).
 
     A :class:`Summarize` asks its model (``summary_budget`` is the token
-    budget of that call, ``None``: no turn left, so no summary); anything
-    else is called with the window. Returns the entries, the summary call's
-    prompt tokens (``None``: no call made) and, if the summarizer could
-    not be reached, why (the run then ends ``provider_error``).
+    budget of that call, ``None``: no turn left, so no summary; no summary
+    either when ``spender`` does not admit the call's worst case); anything
+    else is called with the window. A summarizer that ``takes_output_cap`` is
+    told ``output_cap``, as the run's model is. Returns the entries, the summary call's
+    prompt tokens (``None``: no call made), if the summarizer could
+    not be reached, why (the run then ends ``provider_error``), and its reply.
 
     Raises:
         Exception: whatever the compaction or the summarizer's model raised, to be reported with the run.
@@ -498,26 +526,36 @@ def compacting(
         entries = perform(request) if perform is not None else (yield request)
         if type(entries) is Handed:  # the performer left it to the driver
             entries = yield entries or request
-        return list(entries), None, None
+        return list(entries), None, None, None
     head, middle, tail = compact.split(window)
     if not middle or summary_budget is None:
-        return [*head, *tail], None, None
+        return [*head, *tail], None, None, None
     messages = compact.request(window, middle, summary_budget)
+    tokens = sum(window.estimator(m) for m in messages)
+    if spender is not None and not spender.admits(compact.model, tokens):
+        return [*head, *tail], None, None, None  # its worst case would pass max_cost: no summary, as with no turn
     chat = getattr(compact.model, "chat", None) or getattr(compact.model, "achat")  # noqa: B009
-    request = call_of("summarizer", chat, messages, [])
+    told = (
+        {"max_output_tokens": output_cap}
+        if output_cap is not None and getattr(compact.model, "takes_output_cap", False)
+        else {}
+    )
+    request = call_of("summarizer", chat, messages, [], **told)
     try:
         reply = perform(request) if perform is not None else (yield request)
         if type(reply) is Handed:
             reply = yield reply or request
     except OSError as exc:
-        return [], None, f"the summarizer could not be reached: {type(exc).__name__}: {exc}"
-    if isinstance(reply, ModelReply):
-        reply = reply.message
-    text = assistant_text(reply) if isinstance(reply, Mapping) else None
+        kind = getattr(exc, "kind", "timeout" if isinstance(exc, TimeoutError) else "transport")
+        return [], None, (str(kind), f"the summarizer could not be reached: {type(exc).__name__}: {exc}"), None
+    problem = reply.problem() if isinstance(reply, ModelReply) else None
+    if problem is not None:
+        return [], None, ("bad_response", f"the summarizer's reply was refused: {problem}"), None
+    message = reply.message if isinstance(reply, ModelReply) else reply
+    text = assistant_text(message) if isinstance(message, Mapping) else None
     if not text:
-        raise ValueError(f"the summarizer's reply holds no text: {reply!r:.200}")
-    tokens = sum(window.estimator(m) for m in messages)
-    return [*head, compact.stand_in(middle, text), *tail], tokens, None
+        raise ValueError(f"the summarizer's reply holds no text: {message!r:.200}")
+    return [*head, compact.stand_in(middle, text), *tail], tokens, None, reply
 
 
 # --- the saved form of the prompt and its record (read by agent_fsm.engine._state) ---

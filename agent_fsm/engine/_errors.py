@@ -23,6 +23,11 @@ definition. The tree::
         - NotPaused (also ValueError)         -- resume() on a run that is not awaiting approval
         - StateError (also ValueError)        -- a run state that disagrees with its own transcript
       + ProviderFailure (also OSError)        -- a model provider could not deliver a reply
+      + ScriptExhausted (also LookupError)    -- a ScriptedModel was asked past the end of its script
+      + DecisionRefused (also ValueError)     -- a human's decision on a paused run was not taken
+        - AlreadyDecided                      -- the pause it names is not open any more
+        - UngatedApproval                     -- an approval of a call no gate given could allow
+    * UngatedEffects (a UserWarning)          -- an agent with effectful tools and no gate: they are always refused
     * ToolError                               -- raised *by handlers* for an expected failure
     * ApprovalNeeded                          -- raised *by handlers* before an effect a person must approve
 
@@ -60,9 +65,12 @@ __all__ = [
     "ProviderFailure",
     "RunError",
     "ScreenError",
+    "ScriptExhausted",
     "StateError",
     "ToolDefinitionError",
     "ToolError",
+    "UngatedApproval",
+    "UngatedEffects",
 ]
 
 
@@ -107,6 +115,19 @@ class ProviderFailure(AgentFSMError, OSError):
         self.message = message
         self.kind = kind
         self.status = status
+
+
+class ScriptExhausted(AgentFSMError, LookupError):
+    """
+    A :class:`agent_fsm.ScriptedModel` was asked for a turn its script does not hold.
+
+    A script that lacks its final answer is a mistake in the test, not an
+    answer: the model raises rather than make one up (the run fails with a
+    :class:`RunError` caused by this one). Pass ``last_word=`` to the model
+    when a closing answer past the script is what the test means.
+
+    .. versionadded:: 0.2
+    """
 
 
 class ToolError(Exception):
@@ -257,3 +278,31 @@ class AlreadyDecided(DecisionRefused):
 
     def __init__(self, message: str, kind: str = "AlreadyDecided", *, state: RunState | None = None) -> None:
         super().__init__(message, kind, state=state)
+
+
+class UngatedApproval(DecisionRefused):
+    """
+    An approval that could not be carried out: the blocked call changes the world and no gate was given.
+
+    With no gate the engine's default refuses every effectful call, and an
+    approval only turns a gate's ``ask`` into permission; taking the approval
+    would end the call as a quiet denial. Raised before anything is decided
+    (the pause stays open): decide again with the gate the run paused under.
+
+    .. versionadded:: 0.2
+    """
+
+    def __init__(self, message: str, kind: str = "UngatedApproval", *, state: RunState | None = None) -> None:
+        super().__init__(message, kind, state=state)
+
+
+class UngatedEffects(UserWarning):
+    """
+    An agent was built with effectful tools and no gate: every call to them will be refused.
+
+    That is the secure default, but rarely what was meant; pass the gate that
+    allows them, or ``gate=deny_effects(tools)`` to say the refusal is meant
+    (which silences this warning).
+
+    .. versionadded:: 0.2
+    """

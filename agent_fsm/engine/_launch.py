@@ -66,6 +66,7 @@ from agent_fsm.engine._errors import (
     RunError,
     ScreenError,
     StateError,
+    UngatedApproval,
 )
 from agent_fsm.engine._gates import (
     screen_observation,
@@ -89,7 +90,7 @@ from agent_fsm.engine._schema import OutputSpec
 from agent_fsm.engine._spending import charge_nested
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, state_problem
 from agent_fsm.engine._steps import Steps, drive
-from agent_fsm.engine._tools import ToolCall, call_fingerprint, measure
+from agent_fsm.engine._tools import Subrun, ToolCall, call_fingerprint, measure
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -423,6 +424,8 @@ def deciding(
         raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
     _still_paused(state)
     _check(state)
+    if approve:
+        refuse_ungated(agent, state)
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
     work.pause = None
@@ -430,6 +433,38 @@ def deciding(
     work.limits = chosen
     context = _context(agent, work, chosen, store, run_id, listening)
     return context, _decided(context, state, approve, reason, arguments, seen, agent.endings)
+
+
+def refuse_ungated(agent: Agent, state: RunState) -> None:
+    """
+    Refuse an approval no gate could carry out: an effectful blocked call judged by an agent with no gate.
+
+    With no gate the default refuses every effectful call, and an approval
+    only turns a gate's ``ask`` into permission: the approval would end as a
+    quiet denial. Checked down a nested pause's path (each call is judged by
+    the agent whose tool it is), before anything is decided.
+
+    Raises:
+        UngatedApproval: such a call is on the path; the pause stays open.
+    """
+    paused, judge_with = state, agent
+    while paused.pending:
+        call = paused.pending[0]
+        spec = judge_with.tools.get(call.name)
+        if spec is None:  # judged afresh, an unknown tool is an invalid observation: not silent
+            return
+        if spec.effectful and judge_with.gate is None:
+            raise UngatedApproval(
+                f"approving the call to {call.name!r} cannot run it: the tool is effectful and the agent deciding"
+                " it has no gate, so the default gate refuses it whatever a person approves. Decide with the"
+                " gate the run paused under (gate=...), whose ask the approval answers",
+                state=state,
+            )
+        child = paused.children.get(call.call_id) if paused.children else None
+        inner = getattr(spec.handler, "agent", None) if isinstance(spec.handler, Subrun) else None
+        if child is None or child.machine_state != "AwaitingApproval" or inner is None:
+            return
+        paused, judge_with = child, inner
 
 
 def _still_paused(state: RunState) -> None:

@@ -10,9 +10,20 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from agent_fsm.engine._errors import ScriptExhausted
 from agent_fsm.engine._messages import answer_message
 
-__all__ = ["FALLBACK_KINDS", "FallbackModel", "Model", "ModelReply", "ScriptedModel", "model_name", "not_a_message"]
+__all__ = [
+    "FALLBACK_KINDS",
+    "MAX_REPORTED",
+    "FallbackModel",
+    "Model",
+    "ModelReply",
+    "ScriptedModel",
+    "is_count",
+    "model_name",
+    "not_a_message",
+]
 
 
 # --- models ---
@@ -41,6 +52,11 @@ class ModelReply:
     answered, which picks its price. ``None``: not reported (the engine
     estimates, or prices by the model asked). ``reasoning_tokens`` is the
     part of ``output_tokens`` the model spent thinking, when the provider says.
+    A figure that is not a whole number from 0 to :data:`MAX_REPORTED` (a
+    float, text, an infinity, an absurd count) or a ``finish`` or ``model``
+    that is not text makes the engine refuse the reply as a ``bad_response``
+    provider failure (see :meth:`problem`): taken, it could make the run's
+    state unsaveable.
     """
 
     message: Mapping[str, Any]
@@ -50,6 +66,40 @@ class ModelReply:
     cached_tokens: int | None = None
     model: str | None = None
     reasoning_tokens: int | None = None
+
+    def problem(self) -> str | None:
+        """Why the engine cannot take what this reply reports (``None``: it can), checked where replies enter."""
+        for name in ("prompt_tokens", "output_tokens", "cached_tokens", "reasoning_tokens"):
+            value = getattr(self, name)
+            if value is not None and not is_count(value):
+                return (
+                    f"the provider reported {name} = {_shown(value)}: a usage figure must be a whole number"
+                    f" from 0 to {MAX_REPORTED:,}"
+                )
+        for name in ("finish", "model"):
+            value = getattr(self, name)
+            if value is not None and type(value) is not str:
+                return f"the provider reported {name} = {_shown(value)}: it must be text or absent"
+        return None
+
+
+MAX_REPORTED = 10**12
+"""The largest usage figure a reply may report: no model call takes or writes a trillion tokens."""
+
+
+def is_count(value: Any) -> bool:
+    """A usage figure the engine takes: a whole number (not a bool) from 0 to :data:`MAX_REPORTED`."""
+    return type(value) is int and 0 <= value <= MAX_REPORTED
+
+
+def _shown(value: Any) -> str:
+    """A short, safe rendering of a reported value (a count past Python's 4,300-digit limit has no repr)."""
+    if type(value) is int and not -(10**18) < value < 10**18:
+        return f"a whole number of {value.bit_length()} bits"
+    try:
+        return f"{value!r:.60} ({type(value).__name__})"
+    except Exception:  # a value whose repr fails: its type says enough
+        return f"a {type(value).__name__}"
 
 
 @runtime_checkable
@@ -94,8 +144,11 @@ class ScriptedModel:
     ``turns`` are played in order. Before the next turn, if the latest
     message is a tool message whose text contains a key of ``reactions``, the
     reply listed under that key is given in its place (no turn is used up), so
-    a script can answer denials and still be fully deterministic. When the script is
-    spent it answers ``DEFAULT_LAST_WORD``.
+    a script can answer denials and still be fully deterministic. Asked again
+    once the script is spent, it raises :class:`agent_fsm.ScriptExhausted`
+    (a script that lacks its final answer is a broken test, not an answer),
+    unless ``last_word`` is given: then that text is its answer
+    (``last_word=DEFAULT_LAST_WORD`` for the closing line earlier versions made up).
 
     The model keeps no hidden position: which turn comes next is read off the
     transcript it is given, so a run saved, loaded elsewhere and resumed with a
@@ -103,8 +156,17 @@ class ScriptedModel:
     """
 
     def __init__(
-        self, turns: Sequence[Mapping[str, Any]], reactions: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        turns: Sequence[Mapping[str, Any]],
+        reactions: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        last_word: str | None = None,
     ) -> None:
+        if last_word is not None and not isinstance(last_word, str):
+            raise TypeError(
+                f"'last_word' must be a str or None (got {last_word!r} that is a {type(last_word).__name__})"
+            )
+        self.last_word = last_word
         self.turns = [dict(t) for t in turns]
         self.reactions = {k: dict(v) for k, v in (reactions or {}).items()}
         # Incremental replay cache: the transcript last read, how far, its last
@@ -113,7 +175,8 @@ class ScriptedModel:
         self._seen: tuple[Any, int, Any, int] = (None, 0, None, 0)
 
     def __repr__(self) -> str:
-        return f"ScriptedModel(turns={self.turns!r}, reactions={self.reactions!r})"
+        last = "" if self.last_word is None else f", last_word={self.last_word!r}"
+        return f"ScriptedModel(turns={self.turns!r}, reactions={self.reactions!r}{last})"
 
     def _reaction_to(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
         if message.get("role") != "tool":
@@ -138,7 +201,12 @@ class ScriptedModel:
         return used
 
     def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-        """The next scripted message, a reaction, or the closing answer (the engine copies what it keeps)."""
+        """
+        The next scripted message, a reaction, or ``last_word`` past the script (the engine copies what it keeps).
+
+        Raises:
+            ScriptExhausted: the script is spent and no ``last_word`` was given.
+        """
         if messages:
             reaction = self._reaction_to(messages[-1])
             if reaction is not None:
@@ -146,7 +214,13 @@ class ScriptedModel:
         used = self._turns_used(messages)
         if used < len(self.turns):
             return self.turns[used]
-        return answer_message(DEFAULT_LAST_WORD)
+        if self.last_word is None:
+            raise ScriptExhausted(
+                f"the script's {len(self.turns)} turns are spent and the model was asked for turn {used + 1}:"
+                " end the script with its final answer (answer_message(...)), or pass last_word=... to"
+                " ScriptedModel if a closing answer past the script is what the test means"
+            )
+        return answer_message(self.last_word)
 
 
 def model_name(model: Any) -> str | None:

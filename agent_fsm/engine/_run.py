@@ -103,7 +103,7 @@ from agent_fsm.engine._messages import (
 )
 from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_message
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
-from agent_fsm.engine._spending import cap_refusal, charge, fall_back, may_fall_back, over_budget
+from agent_fsm.engine._spending import admits, cap_refusal, charge, fall_back, may_fall_back, over_budget
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import Handed, Perform, Steps, call_of, model_call
 from agent_fsm.engine._tools import Registry, Subrun, ToolCall, measure, shown_to_model
@@ -466,6 +466,15 @@ class RunContext:
         """Estimated size of the prompt the next model call would send."""
         return self.state.message_tokens + self.declaration_tokens + self.state.usage_offset
 
+    # A summary's model call is spent through the run (see compact_state): checked, then charged.
+    def admits(self, model: Any, prompt_tokens: int) -> bool:
+        """Whether a call to ``model`` of ``prompt_tokens`` fits ``max_cost`` at its worst case."""
+        return admits(self, model, prompt_tokens)
+
+    def charge_call(self, model: Any, reply: ModelReply | None, estimate: int, measured: int) -> None:
+        """Add a call to ``model`` (not the run's own) to the run's usage."""
+        charge(self, reply, estimate, measured, model)
+
 
 # --- progress ---
 
@@ -627,9 +636,12 @@ def compact_prompt(run: RunContext) -> Steps[None]:
     """Shrink the prompt by the agent's compaction (the transcript keeps everything), checked and recorded."""
     state = run.state
     spare = run.declaration_tokens + state.usage_offset
-    record = yield from compact_state(state, run.compact, run.compact_at, run.limits, spare, run.estimator, run.perform)
-    if isinstance(record, str):  # the summarizer could not be reached
-        state.fault = ProviderFault(type="ProviderFailure", kind="transport", message=record)
+    record = yield from compact_state(
+        state, run.compact, run.compact_at, run.limits, spare, run.estimator, run.perform, run
+    )
+    if isinstance(record, tuple):  # the summarizer's reply could not be had: its kind of failure, and why
+        kind, message = record
+        state.fault = ProviderFault(type="ProviderFailure", kind=kind, message=message)
         return
     run.sent = sent_messages(state.messages, state.prompt or ())
     if run.outbox is not None:
@@ -682,6 +694,10 @@ def _ask_model(run: RunContext) -> Steps[None]:
     reported: ModelReply | None = None
     if type(reply) is not dict:  # a plain dict is the common reply: no other checks for it
         if isinstance(reply, ModelReply):
+            problem = reply.problem()
+            if problem is not None:  # checked where it enters: taken, it could leave the state unsaveable
+                state.fault = ProviderFault(type="ProviderFailure", kind="bad_response", message=problem)
+                return
             reported = reply
             counted = reply.prompt_tokens
             if counted is not None and _plausible_count(counted, estimate):

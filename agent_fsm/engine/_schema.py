@@ -585,7 +585,8 @@ def _meta_problem(schema: Any) -> str | None:
         # Python's re, whose dialect is not JSON Schema's; RE2 compiles them below instead.
         _jsonschema()[0].check_schema(schema, format_checker=None)
     except jsonschema.SchemaError as exc:
-        return exc.message
+        where = "/".join(map(str, exc.absolute_path))
+        return f"at {where}: {exc.message}" if where else exc.message
     return next(_ref_problems(schema), None)
 
 

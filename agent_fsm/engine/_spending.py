@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._errors import RunError
 from agent_fsm.engine._limits import Price
-from agent_fsm.engine._models import ModelReply, model_name
+from agent_fsm.engine._models import ModelReply, is_count, model_name
 from agent_fsm.engine._tools import ToolCall
 
 if TYPE_CHECKING:
     from agent_fsm.engine._run import RunContext
     from agent_fsm.engine._state import RunState
 
-__all__ = ["cap_refusal", "charge", "charge_nested", "fall_back", "may_fall_back", "over_budget", "price_of"]
+__all__ = ["admits", "cap_refusal", "charge", "charge_nested", "fall_back", "may_fall_back", "over_budget", "price_of"]
 
 
 # --- spending ---
@@ -54,10 +54,17 @@ def price_of(run: RunContext, name: str | None) -> Price | None:
 
 def over_budget(run: RunContext, model: Any) -> bool:
     """Whether the next call to ``model`` could take the run past ``max_cost``: prompt estimate in, output cap out."""
+    return not admits(run, model, run.next_prompt_tokens())
+
+
+def admits(run: RunContext, model: Any, prompt_tokens: int) -> bool:
+    """Whether a call to ``model`` with ``prompt_tokens`` in and the output cap out stays within ``max_cost``."""
     limit, cap = run.limits.max_cost, run.limits.max_output_tokens
+    if limit is None:
+        return True
     price = price_of(run, model_name(model))
-    assert limit is not None and cap is not None and price is not None, "Limits requires max_output_tokens"
-    return run.state.usage.cost + price.worst_case(run.next_prompt_tokens(), cap) > limit
+    assert cap is not None and price is not None, "Limits requires max_output_tokens; price_of raises for no price"
+    return run.state.usage.cost + price.worst_case(prompt_tokens, cap) <= limit
 
 
 def may_fall_back(run: RunContext) -> bool:
@@ -86,28 +93,24 @@ def fall_back(run: RunContext) -> None:
 _ZERO = Decimal(0)
 
 
-def _count(value: Any) -> bool:
-    """A usage figure a provider reported: a whole number >= 0 (anything else is not taken)."""
-    return type(value) is int and value >= 0
-
-
-def charge(run: RunContext, reply: ModelReply | None, estimate: int, measured: int) -> None:
+def charge(run: RunContext, reply: ModelReply | None, estimate: int, measured: int, model: Any = None) -> None:
     """
     Add the call just made to the run's usage: the provider's figures where reported, else the estimates.
 
     An unreported output is the reply's ``measured`` size, at most the output
-    cap (a capped model cannot have written more).
+    cap (a capped model cannot have written more). ``model``: the model
+    called, when it is not the run's (a summarizer's call).
     """
     state = run.state
-    name = model_name(run.model)
+    name = model_name(run.model if model is None else model)
     given, output, cached, reported = estimate, measured, 0, False
     if reply is not None:
         name = reply.model if isinstance(reply.model, str) else name
-        given = reply.prompt_tokens if _count(reply.prompt_tokens) else estimate  # type: ignore[assignment]
-        reported = _count(reply.output_tokens)
+        given = reply.prompt_tokens if is_count(reply.prompt_tokens) else estimate  # type: ignore[assignment]
+        reported = is_count(reply.output_tokens)
         if reported:
             output = reply.output_tokens  # type: ignore[assignment]
-        if _count(reply.cached_tokens):
+        if is_count(reply.cached_tokens):
             cached = min(reply.cached_tokens, given)  # type: ignore[type-var,assignment]
     cap = run.limits.max_output_tokens
     if cap is not None and output > cap and not reported:
@@ -120,7 +123,8 @@ def charge(run: RunContext, reply: ModelReply | None, estimate: int, measured: i
     cost = _ZERO if price is None else price.cost(given, output, cached)
     if price is not None:
         usage.cost += cost
-    state.model_attempt = 0
+    if model is None:
+        state.model_attempt = 0  # a reply of the run's model: the next turn starts from a chain's primary
     if run.outbox is not None:
         spent, total = format(cost, "f"), format(state.usage.cost, "f")
         run.post(events.Charged(run.run_id, time.time(), state.turns, name, given, output, cached, spent, total))

@@ -73,9 +73,9 @@ A performer may hand a request back (a :class:`Handed` answer); the step then yi
 """
 
 
-def call_of(what: str, function: Callable[..., Any], *args: Any) -> Request:
-    """Ask for ``function(*args)``, e.g. a gate's verdict; ``what`` names its role if it turns out asynchronous."""
-    return (CALL, function, args, {}, what, False, False)
+def call_of(what: str, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Request:
+    """Ask for ``function(*args, **kwargs)``, e.g. a gate's verdict; ``what`` names its role if it turns out async."""
+    return (CALL, function, args, kwargs, what, False, False)
 
 
 def handler_call(function: Callable[..., Any], kwargs: Mapping[str, Any], blocking: bool) -> Request:

@@ -21,12 +21,14 @@ lets each be tested on its own.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import json
 import re
 import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, Union
 
 import attrs
 
@@ -134,7 +136,130 @@ def handler_arguments(handler: Callable[..., Any], schema: Mapping[str, Any]) ->
                 f"handler parameters {needed} have no default, but the schema does not require them:"
                 " a valid call could leave them out"
             )
+        _check_typed(handler, by_name, schema)
     return names
+
+
+# The JSON types a value of each readable annotation may arrive as (an int is a fine float).
+_ACCEPTS: dict[Any, frozenset[str]] = {
+    str: frozenset({"string"}),
+    bool: frozenset({"boolean"}),
+    int: frozenset({"integer"}),
+    float: frozenset({"number", "integer"}),
+    list: frozenset({"array"}),
+    tuple: frozenset({"array"}),
+    dict: frozenset({"object"}),
+    type(None): frozenset({"null"}),
+    None: frozenset({"null"}),
+}
+_ANY_JSON = frozenset({"string", "boolean", "integer", "number", "array", "object", "null"})
+# The commonest annotations written as text, read without compiling them (a tool is defined per test example).
+_PLAIN_NAMES: dict[str, Any] = {t.__name__: t for t in (str, bool, int, float, list, tuple, dict)} | {"None": None}
+
+
+def _namespace(handler: Callable[..., Any]) -> dict[str, Any]:
+    """Where the handler's annotations written as text are read: its module's globals."""
+    function = inspect.unwrap(getattr(handler, "__func__", handler))
+    return getattr(function, "__globals__", None) or {"__builtins__": builtins}
+
+
+def _annotation(namespace: dict[str, Any], parameter: inspect.Parameter) -> Any:
+    """The parameter's annotation as an object (a string one resolved in ``namespace``), or ``None``."""
+    annotation = parameter.annotation
+    if isinstance(annotation, str):  # ``from __future__ import annotations``
+        plain = _PLAIN_NAMES.get(annotation, parameter.empty)
+        if plain is not parameter.empty and annotation not in namespace:  # a builtin's name, not shadowed
+            return plain
+        try:
+            annotation = eval(annotation, namespace)  # the handler author's own annotation text, in its module
+        except Exception:  # a name only its scope knows: not a type the engine can read
+            return None
+    return None if annotation is parameter.empty else annotation
+
+
+def _accepted(annotation: Any) -> frozenset[str] | None:
+    """The JSON types a handler annotated ``annotation`` can take; ``None``: the engine cannot tell (not judged)."""
+    if annotation is Any:
+        return None
+    try:
+        if annotation in _ACCEPTS:
+            return _ACCEPTS[annotation]
+    except TypeError:  # an unhashable annotation
+        return None
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, dict):
+        return _ACCEPTS[origin]
+    if origin is Literal:
+        return frozenset(_json_type(value) for value in typing.get_args(annotation))
+    if origin in (Union, types.UnionType):
+        parts = [_accepted(arg) for arg in typing.get_args(annotation)]
+        return None if any(part is None for part in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "boolean"
+    for kind, name in ((int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return "object"
+
+
+def _declared(prop: Any) -> frozenset[str] | None:
+    """The JSON types a property's schema admits (all of them when it sets none); ``None``: composed, not judged."""
+    if not isinstance(prop, Mapping):
+        return _ANY_JSON if prop is True else None
+    kind = prop.get("type")
+    if isinstance(kind, str):
+        return frozenset({kind}) | (frozenset({"integer"}) if kind == "number" else frozenset())
+    if isinstance(kind, list):
+        return frozenset(kind) | (frozenset({"integer"}) if "number" in kind else frozenset())
+    if "const" in prop:
+        return frozenset({_json_type(prop["const"])})
+    if isinstance(prop.get("enum"), list):
+        return frozenset(_json_type(value) for value in prop["enum"])
+    return None if _COMPOSING & prop.keys() else _ANY_JSON
+
+
+def _check_typed(handler: Callable[..., Any], parameters: list[inspect.Parameter], schema: Mapping[str, Any]) -> None:
+    """
+    Refuse a handler parameter a valid call could fill with a value its annotation does not take.
+
+    Rationale: the schema is what is enforced before the handler runs; a
+    parameter it does not type (absent from ``properties`` where a call may
+    still carry it, or typed otherwise than a readable annotation) would let
+    the model's raw value through to the handler.
+    """
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    # An open object lets a call carry any undeclared argument, untyped (a schema or patterns would type it).
+    extras_untyped = schema.get("additionalProperties", True) is True and "patternProperties" not in schema
+    namespace = _namespace(handler)
+    for parameter in parameters:
+        annotation = _annotation(namespace, parameter)
+        accepted = _accepted(annotation) if annotation is not None else None
+        if parameter.name not in properties:
+            if parameter.name in required or extras_untyped:
+                wanted = json.dumps(sorted(accepted)[0] if accepted else "string")
+                raise ToolDefinitionError(
+                    f"handler parameter {parameter.name!r} is not typed by the schema (it is not in 'properties'),"
+                    f" so a call could pass it any JSON value; declare it, e.g."
+                    f' "properties": {{"{parameter.name}": {{"type": {wanted}}}}}'
+                )
+            continue
+        declared = _declared(properties[parameter.name])
+        if accepted is None or declared is None or declared <= accepted:
+            continue
+        shown = getattr(annotation, "__name__", None) or repr(annotation)
+        wanted = json.dumps(sorted(accepted)[0])
+        untyped = declared == _ANY_JSON
+        lets = "does not type it (no type, enum or const)" if untyped else f"lets it be {sorted(declared - accepted)}"
+        raise ToolDefinitionError(
+            f"handler parameter {parameter.name!r} is annotated {shown} but its schema {lets}:"
+            f' a valid call would hand the handler a value it does not take; write "type": {wanted}'
+            f" (JSON types it takes: {sorted(accepted)})"
+        )
 
 
 def reads_context(handler: Callable[..., Any]) -> bool:
@@ -190,15 +315,71 @@ def _shorthand_to_schema(shorthand: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# Type names written where a JSON Schema wants its own: the JSON name to write instead.
+_JSON_NAME = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "list": "array",
+    "tuple": "array",
+    "dict": "object",
+    "None": "null",
+    "NoneType": "null",
+}
+_PY_NAME = {json_name: py for py, json_name in _JSON_NAME.items() if py not in ("tuple", "NoneType")}
+
+
+def _names_for_types(schema: Mapping[str, Any]) -> str | None:
+    """
+    What to write instead, when ``schema`` is a shorthand written with type *names* (``{"account": "string"}``).
+
+    Rationale: it is the commonest first mistake, and read as a JSON Schema
+    it only says "not an object", which points nowhere near the fix.
+    """
+    if "type" in schema or "properties" in schema or not schema:
+        return None
+    named = {name: kind for name, kind in schema.items() if isinstance(kind, str)}
+    if len(named) != len(schema) or not all(kind in _JSON_NAME or kind in _PY_NAME for kind in named.values()):
+        return None
+    first, kind = next(iter(named.items()))
+    json_kind = _JSON_NAME.get(kind, kind)
+    return (
+        f"property {first!r} is given as the string {kind!r}, a type's name: the shorthand takes Python types,"
+        f" {{{first!r}: {_PY_NAME.get(json_kind, 'str')}}}, and a JSON Schema describes an object:"
+        f' {{"type": "object", "properties": {{"{first}": {{"type": "{json_kind}"}}}}, "required": ["{first}"]}}'
+    )
+
+
+def _python_type_name(schema: Any, where: str = "") -> str | None:
+    """Where ``schema`` gives a ``type`` as a Python name (``"int"``), and the JSON name to write; or ``None``."""
+    if isinstance(schema, Mapping):
+        kind = schema.get("type")
+        for name in [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else []:
+            if isinstance(name, str) and name in _JSON_NAME:
+                return f"at {where + 'type'}: {name!r} is Python's name; JSON Schema's is \"{_JSON_NAME[name]}\""
+        for key in ("properties", "$defs", "patternProperties"):
+            for name, inner in (schema.get(key) or {}).items() if isinstance(schema.get(key), Mapping) else ():
+                found = _python_type_name(inner, f"{where}{key}/{name}/")
+                if found:
+                    return found
+        if "items" in schema:
+            return _python_type_name(schema["items"], f"{where}items/")
+    return None
+
+
 def _normalise_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(schema, Mapping):
         raise ToolDefinitionError(f"schema must be a mapping, got {type(schema).__name__}")
     if not schema or any(_is_type_like(v) for v in schema.values()):
         return _shorthand_to_schema(schema)
+    confused = _names_for_types(schema)
+    if confused is not None:
+        raise ToolDefinitionError(confused)
     json_schema = dict(schema)
     problem = schema_problem(json_schema)
     if problem is not None:
-        raise ToolDefinitionError(f"invalid JSON Schema: {problem}")
+        raise ToolDefinitionError(f"invalid JSON Schema: {_python_type_name(json_schema) or problem}")
     if json_schema.get("type") != "object":
         raise ToolDefinitionError(
             f'a tool\'s schema must describe an object ("type": "object"), got {json_schema.get("type")!r}'

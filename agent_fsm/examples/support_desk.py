@@ -235,7 +235,9 @@ def _stubborn() -> ScriptedModel:
 
 def _wanderer() -> ScriptedModel:
     again = tool_call_message("call_w", "lookup_order", {"order_id": "A-17"})
-    return ScriptedModel([again], reactions={"order_id": again})
+    # Every lookup's result names the order, so it looks again; refused (a cap), it says what it has.
+    done = answer_message("Order A-17: I looked it up as often as I was allowed; it is as the lookups show.")
+    return ScriptedModel([again, done], reactions={"order_id": again})
 
 
 def environment() -> Environment:

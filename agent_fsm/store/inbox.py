@@ -24,6 +24,7 @@ from agent_fsm.engine import (
     blocked_call,
     deny_effects,
     judge,
+    refuse_ungated,
 )
 from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
@@ -118,10 +119,12 @@ def approve(
 
     Raises:
         AlreadyDecided: the pause was decided by someone else first, or is not open.
+        UngatedApproval: the call is effectful and the agent deciding it has no gate (nothing is decided).
         ValueError: no reviewer was named, or the edited call is invalid or denied.
         TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
     """
     stored = _open_pause(store, run_id, agent, pause_id, reviewer)
+    refuse_ungated(agent, stored.state)  # before the decision is recorded: it could not be carried out
     edited = None
     if arguments is not None:
         call, deciding = _blocked(stored.state, agent)

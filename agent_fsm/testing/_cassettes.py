@@ -26,7 +26,7 @@ import attrs
 from hypothesis import strategies as st
 
 from agent_fsm import ScriptedModel, ToolCall, Verdict
-from agent_fsm.engine import Gate, Model, ModelReply, Registry
+from agent_fsm.engine import DEFAULT_LAST_WORD, Gate, Model, ModelReply, Registry
 from agent_fsm.testing._schema import schema_values
 
 __all__ = [
@@ -234,8 +234,14 @@ class Perturbation:
     change: str = "as recorded"
 
     def model(self) -> ScriptedModel:
-        """A scripted model playing the replies."""
-        return ScriptedModel(self.replies)
+        """
+        A scripted model playing the replies, closing with the last word past them.
+
+        A recording moved a little (a reply dropped, a call denied) may be
+        asked one turn more than was recorded: the model then answers
+        :data:`~agent_fsm.engine.DEFAULT_LAST_WORD`, as a model with nothing left to do would.
+        """
+        return ScriptedModel(self.replies, last_word=DEFAULT_LAST_WORD)
 
     def gate(self, gate: Gate) -> Gate:
         """``gate``, but denying the calls this perturbation denies."""

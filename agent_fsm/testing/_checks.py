@@ -17,7 +17,7 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from agent_fsm import ScriptedModel, answer_message, as_verdict, tool_call_message
-from agent_fsm.engine import Gate, Limits, Model, Registry, Stop, ToolCall
+from agent_fsm.engine import DEFAULT_LAST_WORD, Gate, Limits, Model, Registry, Stop, ToolCall
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import (
@@ -196,7 +196,11 @@ def check_gate_contains(
             if found is not None:
                 try:
                     checked(
-                        ScriptedModel([tool_call_message("call_0", found.name, found.arguments or {})]), _fixed(limits)
+                        ScriptedModel(
+                            [tool_call_message("call_0", found.name, found.arguments or {})],
+                            last_word=DEFAULT_LAST_WORD,  # the one call is what is checked; then it answers
+                        ),
+                        _fixed(limits),
                     )
                 except InvariantViolation as exc:
                     exc.add_note("found by enumerating the finite part of the contract, before any random search")

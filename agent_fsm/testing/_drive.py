@@ -162,7 +162,7 @@ def _driven(
     try:
         if driver is not None:
             return Outcome(driver(task, watched, world.tools, gate=judging, limits=limits), world, chosen)
-        base = world.agent if world.agent is not None else Agent(watched, world.tools)
+        base = world.agent if world.agent is not None else Agent(watched, world.tools, gate=judging)
         agent = base.replace(model=watched, gate=judging, limits=limits)
         result = agent.run(task)
         approved: list[str] = []

@@ -160,8 +160,9 @@ class RunHarness(RuleBasedStateMachine):
         with the harness's model, the gate under test and ``limits`` in their place.
         """
         world = self.world if world is None else world
-        base = world.agent if world.agent is not None else Agent(model, world.tools)
-        return base.replace(model=model, gate=self.gate if gate is None else gate, limits=limits)
+        judge = self.gate if gate is None else gate
+        base = world.agent if world.agent is not None else Agent(model, world.tools, gate=judge)
+        return base.replace(model=model, gate=judge, limits=limits)
 
     def _limits_for(self, replies: int) -> Limits:
         """The real limits with a turn budget of at most ``replies`` more model calls."""

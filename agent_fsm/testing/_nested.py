@@ -26,6 +26,7 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from agent_fsm.engine import (
+    DEFAULT_LAST_WORD,
     RUN_MACHINE,
     Agent,
     Limits,
@@ -183,7 +184,10 @@ def nested_world(
 def _shape(level: int, nests: bool) -> Registry:
     """A registry shaped as level ``level``'s (the strategies read only names and contracts): built once."""
     scratch = NestedWorld(top=Agent(ScriptedModel([]), {}))
-    below = Agent(ScriptedModel([]), level_tools(scratch, level + 1, None), name=f"level{level + 1}") if nests else None
+    below = None
+    if nests:  # a stand-in, read for its contracts only: its gate is never asked
+        shaped = level_tools(scratch, level + 1, None)
+        below = Agent(ScriptedModel([]), shaped, gate=deny_effects(shaped), name=f"level{level + 1}")
     return level_tools(scratch, level, below)
 
 
@@ -207,7 +211,8 @@ def _level_strategies(level: int, nests: bool, max_script: int) -> tuple[st.Sear
         turns = st.builds(lambda first, then: [first, *then], delegation, rest)  # a level that nests does, first
     else:
         turns = st.lists(st.one_of(choices), min_size=1, max_size=max_script)
-    models = st.builds(ScriptedModel, turns, st.dictionaries(_REACTIONS, own, max_size=1))
+    reactions = st.dictionaries(_REACTIONS, own, max_size=1)
+    models = st.builds(ScriptedModel, turns, reactions, last_word=st.just(DEFAULT_LAST_WORD))  # a script need not end
     gate = st.builds(TableGate, st.fixed_dictionaries(table), decisions)
     return models, gate
 

@@ -51,7 +51,7 @@ from agent_fsm import (
     summarize,
     tool_call_message,
 )
-from agent_fsm.engine import Agent, Gate, Nested, Registry, ToolCall, ToolSpec
+from agent_fsm.engine import DEFAULT_LAST_WORD, Agent, Gate, Nested, Registry, ToolCall, ToolSpec
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import DEFAULT_TASK, GateContext, GateFactory, World, world_of
@@ -191,7 +191,7 @@ class Route:
     def model(self) -> RouteModel | FallbackModel:
         """A fresh model playing the replies (with a backup that answers, when the route has one)."""
         played = RouteModel(self.replies)
-        return FallbackModel(played, ScriptedModel([])) if self.backup else played
+        return FallbackModel(played, ScriptedModel([], last_word=DEFAULT_LAST_WORD)) if self.backup else played
 
     def run(self, tools_factory: Callable[[], Any], task: str = DEFAULT_TASK) -> RunResult:
         """Run the route again in a fresh world, deciding each pause as recorded (then rejecting)."""
@@ -220,7 +220,7 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     check = _refuse_answers if route.refuse_answers else None
     gate = route.gate if coverage is None else coverage.counting(route.gate)
     # A world's own agent keeps its answer check, endings, prompt and estimator; the route sets the rest.
-    base = world.agent if world.agent is not None else Agent(model, tools)
+    base = world.agent if world.agent is not None else Agent(model, tools, gate=gate)
     changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits}
     changes.update(_SCREENS[route.screening])
     changes.update(route.options)
@@ -237,7 +237,9 @@ def _play(route: Route, world: World, task: str, coverage: Coverage | None = Non
     return result
 
 
-_HOLDER = Agent(ScriptedModel([]), {}, name="kit_holder")  # the agent a handoff hands over to: it answers
+_HOLDER = Agent(
+    ScriptedModel([], last_word=DEFAULT_LAST_WORD), {}, name="kit_holder"
+)  # the agent a handoff hands over to: it answers
 _PRICES = Prices(default=Price(Decimal(1), Decimal(1)))  # every model's tokens cost something: a budget can bind
 
 

@@ -17,6 +17,7 @@ import attrs
 from hypothesis import strategies as st
 
 from agent_fsm.engine import (
+    DEFAULT_LAST_WORD,
     FallbackModel,
     Limits,
     Model,
@@ -278,15 +279,16 @@ def scripted_models(
     """
     :class:`agent_fsm.ScriptedModel` s playing a random script, sometimes with
     (up to ``max_reactions``) reactions to a denied or invalid observation (a model that changes tack).
+    Past its script it answers :data:`~agent_fsm.engine.DEFAULT_LAST_WORD` (a random script need not end).
     """
     kinds, constants = tuple(kinds), tuple(constants)
     turns = scripts(tools, kinds=kinds, min_size=min_size, max_size=max_size, constants=constants)
     if max_reactions <= 0:
-        return st.builds(ScriptedModel, turns, st.just({}))
+        return st.builds(ScriptedModel, turns, st.just({}), last_word=st.just(DEFAULT_LAST_WORD))
     reaction_keys = st.sampled_from(['"kind": "denied"', '"kind": "invalid"', '"kind": "error"'])
     messages = assistant_messages(tools, kinds=kinds, constants=constants)
     reactions = st.dictionaries(reaction_keys, messages, max_size=max_reactions)
-    return st.builds(ScriptedModel, turns, reactions)
+    return st.builds(ScriptedModel, turns, reactions, last_word=st.just(DEFAULT_LAST_WORD))
 
 
 def limits(

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from agent_fsm import Agent
-from agent_fsm.engine import DEPTH_CEILING, RunResult, nesting_exceeds
+from agent_fsm.engine import DEPTH_CEILING, RunResult, UngatedApproval, nesting_exceeds
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
 from agent_fsm.store.protocol import RunStore
 
@@ -102,7 +102,8 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
     Decide ``request`` as ``reviewer`` and continue the run as ``agent`` (in this thread) until it rests again.
 
     Raises:
-        FormRefused: the pause is not open (409), the run is unknown (404), the edit is refused (422).
+        FormRefused: the pause is not open (409), the run is unknown (404), the edit is refused or the
+            call cannot be approved by ``agent`` (no gate for an effectful call) (422).
         StoreError: the store failed.
     """
     how: dict[str, Any] = {"reviewer": reviewer, "pause_id": request.pause_id}
@@ -117,6 +118,8 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
         ) from None
     except RunNotFound as exc:
         raise FormRefused(404, "No such run", str(exc)) from None
+    except UngatedApproval as exc:  # the inbox's agent has no gate: its approval could not run the call
+        raise FormRefused(422, "This call cannot be approved here", f"{exc}. Nothing was decided.") from None
     except StoreError:
         raise
     except ValueError as exc:
