@@ -73,7 +73,7 @@ def eval_command(
     if run_href is not None and "{run_id}" not in run_href:
         raise typer.BadParameter("the link needs {run_id} where the run's id goes", param_hint="--run-href")
     allowed = _allowed(dataset, allow_module or ())
-    kept = open_url(store) if store is not None else None
+    kept = open_url(store, create=True) if store is not None else None
     try:
         baseline = EvalReport.load(against) if against is not None else None
         loaded = load_dataset(dataset)

@@ -63,10 +63,15 @@ def _store_errors() -> Iterator[None]:
         raise _fail(str(exc)) from None
 
 
-def open_url(url: str) -> SqlStore:
-    """The store at ``url`` (never created: a mistyped path is not an empty store), or exit 1 saying why not."""
+def open_url(url: str, *, create: bool = False) -> SqlStore:
+    """
+    The store at ``url``, or exit 1 saying why not.
+
+    Commands that only read or decide never create one (a mistyped path is not
+    an empty store); a command that starts runs passes ``create=True``.
+    """
     try:
-        return open_store(url, create=False)
+        return open_store(url, create=create)
     except (ValueError, StoreError) as exc:
         raise _fail(str(exc)) from None
 
