@@ -106,7 +106,10 @@ class Agent:
     attrs class, a ``TypedDict`` or a pydantic model; the answer must be
     JSON that validates, and ``RunResult.output`` holds the value (see docs/output.md);
     ``prices`` (a :class:`~agent_fsm.Prices` table) prices each model call,
-    so a run reports its cost and ``Limits(max_cost=...)`` can bound it.
+    so a run reports its cost and ``Limits(max_cost=...)`` can bound it;
+    ``parallel_calls=True`` runs the effect-free calls of one reply
+    concurrently (``ToolSpec(parallel=True)`` opts in one tool), with the
+    observations, budgets and rules as if they ran in order (see docs/machine.md).
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -134,6 +137,7 @@ class Agent:
     tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=_rules)
     output: Any = attrs.field(default=None, kw_only=True)
     prices: Prices | None = attrs.field(default=None, kw_only=True)
+    parallel_calls: bool = attrs.field(default=False, kw_only=True)
     # The digest, and the registry's version it was computed at (see Agent.digest).
     _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
@@ -172,6 +176,8 @@ class Agent:
             output_spec(self.output)  # a hostile schema or a type with no JSON form is refused here, once
         if self.prices is not None and not isinstance(self.prices, Prices):
             raise _refused("prices", "a Prices or None", self.prices)
+        if type(self.parallel_calls) is not bool:
+            raise _refused("parallel_calls", "True or False", self.parallel_calls)
 
     @property
     def ending_tools(self) -> frozenset[str]:
@@ -561,6 +567,7 @@ class AgentParts(TypedDict, total=False):
     tools_for: ToolsFor | None
     tool_rules: tuple[ToolRule, ...]
     prices: Prices | None
+    parallel_calls: bool
 
 
 class ContinueOptions(AgentParts, total=False):
