@@ -111,6 +111,7 @@ from agent_fsm.engine._events import (
     Observed,
     Paused,
     Proposed,
+    RateWaited,
     RunEvent,
     Screened,
     StateEntered,
@@ -136,7 +137,7 @@ from agent_fsm.engine._gates import (
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.engine._launch import DEFAULT_SYSTEM_PROMPT, continue_run, settle_intent, start_state
-from agent_fsm.engine._limits import Limits, Price, Prices, Stop, Usage
+from agent_fsm.engine._limits import Limits, Price, Prices, RateLimit, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
     Observation,
@@ -311,6 +312,8 @@ __all__ = [
     "ModelReplied",
     "ModelReply",
     "ModelRequested",
+    "RateLimit",
+    "RateWaited",
     "named",
     "normalise_reply",
     "NotPaused",

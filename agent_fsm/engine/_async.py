@@ -88,6 +88,9 @@ async def _aperform(request: Request) -> tuple[Any, asyncio.CancelledError | Non
         return await work, None
     if request[0] == TOGETHER:
         return await _finish(asyncio.ensure_future(_together(request[1])))
+    if not request[2]:  # a wait nothing depends on finishing (a rate limit's): a cancellation cuts it short
+        await asyncio.sleep(request[1])
+        return None, None
     return await _finish(asyncio.ensure_future(asyncio.sleep(request[1])))
 
 
@@ -246,7 +249,9 @@ async def _driving(
 
 def _shielded(request: Request) -> bool:
     kind = request[0]
-    return kind in (SLEEP, TOGETHER) or (kind == CALL and bool(request[5])) or (kind == AWAIT and bool(request[2]))
+    if kind == SLEEP:
+        return bool(request[2])
+    return kind == TOGETHER or (kind == CALL and bool(request[5])) or (kind == AWAIT and bool(request[2]))
 
 
 def _deliverer(on_event: Any) -> Callable[[RunEvent], Awaitable[None]]:

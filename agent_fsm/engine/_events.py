@@ -31,6 +31,7 @@ __all__ = [
     "ModelReplied",
     "ModelRequested",
     "Observed",
+    "RateWaited",
     "Paused",
     "Proposed",
     "RunEvent",
@@ -136,6 +137,21 @@ class FellBack(RunEvent):
     attempt: int
     kind: str
     message: str
+
+
+@attrs.frozen(repr=False, eq=False)
+class RateWaited(RunEvent):
+    """
+    Model call ``turn`` waited ``seconds`` for its model's rate limit before it was made.
+
+    ``cut``: the wait would have passed the run's time budget, so the run
+    waited out what was left of it and ends ``time_limit`` without the call.
+    """
+
+    type: ClassVar[str] = "rate_waited"
+    turn: int
+    seconds: float
+    cut: bool
 
 
 @attrs.frozen(repr=False, eq=False)
@@ -270,6 +286,7 @@ class Ended(RunEvent):
 _EVENT_CLASSES = (
     StateEntered,
     ModelRequested,
+    RateWaited,
     ModelReplied,
     TextDelta,
     Proposed,

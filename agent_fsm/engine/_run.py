@@ -103,7 +103,17 @@ from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_mes
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
 from agent_fsm.engine._spending import cap_refusal, charge, fall_back, may_fall_back, over_budget
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
-from agent_fsm.engine._steps import Handed, Perform, Steps, answered, call_of, model_call, together
+from agent_fsm.engine._steps import (
+    DECLINED,
+    Handed,
+    Perform,
+    Steps,
+    answered,
+    call_of,
+    model_call,
+    pause_for,
+    together,
+)
 from agent_fsm.engine._tools import Registry, Subrun, ToolCall, measure, shown_to_model
 
 if TYPE_CHECKING:
@@ -625,6 +635,17 @@ def _ask_model(run: RunContext) -> Steps[None]:
         _offer_tools(run)
     if run.outbox is not None:
         run.post(events.ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
+    limit = getattr(run.model, "rate_limit", None)
+    reserved = 0
+    if limit is not None:  # the model's rate limit, shared with every run that uses it: wait for a slot
+        reserved = estimate + (run.limits.max_output_tokens or 0)
+        try:
+            admitted = yield from _wait_for_rate(run, limit.reserve(reserved))
+        except BaseException:
+            _unask(state)  # cancelled while waiting: the call was never made
+            raise
+        if not admitted:
+            return
     request = model_call(run)
     try:
         reply = run.perform(request) if run.perform is not None else (yield request)
@@ -670,6 +691,8 @@ def _ask_model(run: RunContext) -> Steps[None]:
         text = assistant_text(message)
         tokens = state.prompt_token_log[-1]
         run.post(events.ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
+    if limit is not None:  # what the call used beyond its reservation is charged to the bucket
+        limit.charge(state.prompt_token_log[-1] + measured - reserved)
     agent, limits = run.agent, run.limits
     if reported is None and run.outbox is None and limits.max_cost is None and (agent is None or agent.prices is None):
         usage = state.usage  # nothing reported, priced or heard: the estimates counted in place
@@ -679,6 +702,33 @@ def _ask_model(run: RunContext) -> Steps[None]:
         state.model_attempt = 0  # a reply: the next turn starts from a chain's primary
     else:
         charge(run, reported, estimate, measured)  # after the reply is announced: the Charged event follows it
+
+
+def _wait_for_rate(run: RunContext, seconds: float) -> Steps[bool]:
+    """
+    Wait ``seconds`` for the model's rate limit (an event, spent from the time budget); ``False``: no call.
+
+    A wait that would pass the time budget is not made whole: the run waits
+    out what is left, and the model call is recorded as cut off, so the run
+    ends ``time_limit`` (the machine's first judgement after a model call).
+    """
+    if seconds <= 0:
+        return True
+    state = run.state
+    remaining = run.remaining_seconds()
+    cut = remaining is not None and seconds > remaining
+    # A cut wait lasts a little past the budget's end, so the clock read after it has surely passed it.
+    waited = max(remaining, 0.0) + 0.005 if cut and remaining is not None else seconds
+    if run.outbox is not None:
+        run.post(events.RateWaited(run.run_id, time.time(), state.turns, waited, cut))
+    request = pause_for(waited, shielded=False)
+    handed = DECLINED if run.perform is None else run.perform(request)
+    if type(handed) is Handed:
+        yield handed or request
+    if cut:
+        message = f"the model's rate limit asked for a wait of {seconds:.3f} s, past the time budget"
+        state.fault = ProviderFault(type="RateLimitWait", kind="timeout", message=message)
+    return not cut
 
 
 def _unask(state: RunState) -> None:

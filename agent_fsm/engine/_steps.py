@@ -125,9 +125,13 @@ def model_call(run: RunContext) -> Request:
     return (MODEL, run)
 
 
-def pause_for(seconds: float) -> Request:
-    """Wait ``seconds`` inside an effect (a retry's back-off): shielded, so never cut short by a cancellation."""
-    return (SLEEP, seconds)
+def pause_for(seconds: float, shielded: bool = True) -> Request:
+    """
+    Wait ``seconds``: inside an effect (a retry's back-off) shielded, so never cut short by a cancellation.
+
+    Unshielded (a wait before a model call, for its rate limit), a cancellation ends the wait at once.
+    """
+    return (SLEEP, seconds, shielded)
 
 
 def is_awaitable(value: Any) -> bool:
