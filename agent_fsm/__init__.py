@@ -24,6 +24,7 @@ from agent_fsm.engine import (
     Agent,
     AgentFSMError,
     AnswerCheck,
+    AnswerWithheld,
     ApprovalNeeded,
     Charged,
     Checkpointer,
@@ -152,6 +153,7 @@ if TYPE_CHECKING:
 __all__ = [
     # The agent, and running it
     "Agent",
+    "AnswerWithheld",
     "run",
     "resume",
     "advance",

@@ -101,6 +101,7 @@ from agent_fsm.engine._errors import (
     ToolError,
 )
 from agent_fsm.engine._events import (
+    AnswerWithheld,
     Charged,
     Compacted,
     Ended,
@@ -239,6 +240,7 @@ __all__ = [
     "adrive",
     "advance",
     "Agent",
+    "AnswerWithheld",
     "AgentFSMError",
     "allow_all",
     "answer_message",

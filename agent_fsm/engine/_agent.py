@@ -23,7 +23,7 @@ from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._errors import ToolDefinitionError
-from agent_fsm.engine._events import Ended, RunEvent
+from agent_fsm.engine._events import AnswerHold, Ended, RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
@@ -325,18 +325,24 @@ class Agent:
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
         run_id: str | None = None,
+        hold_answer: bool = False,
     ) -> Iterator[RunEvent]:
         """
         :meth:`run`, as an iterator of its events; the last one is :class:`agent_fsm.events.Ended` with the result.
 
         Nothing runs until the first event is asked for. A streaming model's
         text deltas arrive when its call returns (pass ``on_event=`` to
-        :meth:`run` to see them as they come).
+        :meth:`run` to see them as they come). ``hold_answer=True`` releases
+        an answer's text only once the answer check and the typed output
+        accepted it; a rejected answer's text is never released, and an
+        :class:`~agent_fsm.AnswerWithheld` event says so (see :class:`~agent_fsm.engine._events.AnswerHold`).
         """
         context, steps = self._starting(task, history, store, run_id, True)
+        hold = AnswerHold(context.run_id) if hold_answer else None
         try:
             for event in iterate(steps, context.outbox):
-                yield _rested(event, context.run_id)
+                for released in (event,) if hold is None else hold.feed(event):
+                    yield _rested(released, context.run_id)
         finally:
             context.settle_clock()
 
@@ -429,19 +435,23 @@ class Agent:
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
         run_id: str | None = None,
+        hold_answer: bool = False,
     ) -> AsyncIterator[RunEvent]:
         """
         :meth:`arun`, as an async iterator of its events, text deltas as they arrive; the last is ``Ended``.
 
         The run goes on in a task of its own; leaving the loop early cancels it.
         An exception the run raised is raised here after its last event.
+        ``hold_answer=True`` holds an answer's deltas until it is accepted, as :meth:`stream` does.
         """
         from agent_fsm.engine._async import streamed
 
         launch = self._starting(task, history, store, run_id, True)
         run = launch[0].run_id
+        hold = AnswerHold(run) if hold_answer else None
         async for event in streamed(launch):
-            yield _rested(event, run)
+            for released in (event,) if hold is None else hold.feed(event):
+                yield _rested(released, run)
 
     async def aadvance(
         self,
@@ -590,6 +600,7 @@ class StreamOptions(AgentParts, total=False):
     history: Sequence[Mapping[str, Any]]
     store: Checkpointer | None
     run_id: str | None
+    hold_answer: bool
 
 
 class DecisionOptions(ContinueOptions, total=False):
