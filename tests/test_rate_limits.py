@@ -28,6 +28,15 @@ def _limited(turns: list[dict[str, Any]], limit: RateLimit) -> ScriptedModel:
     return model
 
 
+def _on_threads(work: Any, count: int) -> None:
+    """Run ``work`` on ``count`` threads at once and wait for them all."""
+    threads = [threading.Thread(target=work) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 TOOLS = {"look": ToolSpec("Look.", {"key": str}, lambda key: key)}
 TWO_TURNS = [tool_call_message("c1", "look", {"key": "a"}), answer_message("done")]
 
@@ -61,11 +70,7 @@ def test_reservations_from_many_threads_are_spaced_at_the_rate() -> None:
         with lock:
             waits.append(wait)
 
-    threads = [threading.Thread(target=reserve) for _ in range(50)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _on_threads(reserve, 50)
     waits.sort()
     assert sum(w < 0.001 for w in waits) <= 3  # the burst, and no more, goes at once
     steps = [b - a for a, b in zip(waits[3:], waits[4:], strict=False)]
@@ -141,11 +146,7 @@ def test_runs_on_threads_share_one_limit() -> None:
     model = Noting([answer_message("done")])
     model.rate_limit = limit  # type: ignore[attr-defined]
     agent = Agent(model, TOOLS)
-    threads = [threading.Thread(target=agent.run, args=("go",)) for _ in range(10)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _on_threads(lambda: agent.run("go"), 10)
     starts.sort()
     assert len(starts) == 10
     assert all(b - a > 0.04 for a, b in zip(starts, starts[1:], strict=False))
