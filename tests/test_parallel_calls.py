@@ -347,3 +347,11 @@ def test_a_time_budget_is_checked_as_if_the_calls_ran_in_order(parallel: bool) -
     result = agent.run("look up a, b and c")
     assert result.stop.value == "time_limit"
     assert result.state.turns == 1 and len(result.state.observations) == 3
+
+
+def test_the_options_take_only_true_or_false() -> None:
+    """parallel_calls and ToolSpec(parallel=...) are flags: anything else is refused when the agent or tool is made."""
+    with pytest.raises(TypeError, match="parallel_calls"):
+        Agent(ScriptedModel([answer_message("done")]), {}, parallel_calls="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ToolSpec("Look.", {"key": str}, lambda key: key, parallel=1)  # type: ignore[arg-type]
