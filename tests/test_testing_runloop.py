@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -77,3 +78,23 @@ def test_reservations_keep_the_rate_and_a_burst_does_not() -> None:
     with pytest.raises(InvariantViolation) as caught:
         assert_rate_kept([now] * 300, limit, window=0.05)
     assert caught.value.invariant == "rate_kept"
+
+
+def test_parallel_call_messages_propose_several_valid_calls() -> None:
+    """The strategy's messages propose two to four calls, each of a known tool with arguments its schema accepts."""
+    from hypothesis import given
+
+    from agent_fsm import validate_call
+    from agent_fsm.engine import normalise_reply
+    from agent_fsm.testing import parallel_call_messages
+
+    tools = _lookups()
+
+    @FEW
+    @given(parallel_call_messages(tools))
+    def check(message: dict[str, Any]) -> None:
+        _, calls = normalise_reply(message, 1)
+        assert 2 <= len(calls) <= 4
+        assert all(validate_call(call, tools) is None for call in calls)
+
+    check()

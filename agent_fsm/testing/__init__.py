@@ -94,6 +94,7 @@ from agent_fsm.testing._runloop import (
     assert_same_run,
     check_parallel_calls,
     most_in_window,
+    parallel_call_messages,
 )
 from agent_fsm.testing._schema import (
     UnsupportedSchema,
@@ -219,6 +220,7 @@ __all__ = [
     "assert_same_run",
     "check_parallel_calls",
     "most_in_window",
+    "parallel_call_messages",
     # Stateful harness
     "RunHarness",
     "run_harness",

@@ -30,7 +30,14 @@ from agent_fsm.testing._strategies import assistant_messages, tool_arguments
 from agent_fsm.testing._strategies import gates as gate_tables
 from agent_fsm.testing._strategies import limits as limit_ranges
 
-__all__ = ["assert_answer_held", "assert_rate_kept", "assert_same_run", "check_parallel_calls", "most_in_window"]
+__all__ = [
+    "assert_answer_held",
+    "assert_rate_kept",
+    "assert_same_run",
+    "check_parallel_calls",
+    "most_in_window",
+    "parallel_call_messages",
+]
 
 _TIMING = ("elapsed", "run_id")  # what two runs of the same script may differ in
 
@@ -71,7 +78,7 @@ def check_parallel_calls(
     """
     tools = tools_factory()
     # Replies proposing several valid calls at once are what is checked: drawn often, beside every other kind.
-    replies = st.one_of(_together(tools), assistant_messages(tools))
+    replies = st.one_of(parallel_call_messages(tools), assistant_messages(tools))
     models = st.lists(replies, min_size=1, max_size=4).map(ScriptedModel)
     limit_strategy = _limits_strategy(limits if limits is not None else limit_ranges())
     gate_strategy = st.just(gate) if gate is not None else gate_tables(tools, decisions=("allow", "deny"))
@@ -89,9 +96,13 @@ def check_parallel_calls(
     run_property(property_, settings)
 
 
+def parallel_call_messages(tools: Registry) -> st.SearchStrategy[dict[str, Any]]:
+    """Assistant messages proposing two to four valid calls of ``tools`` at once (what parallel calls run)."""
+    return _together(tools)
+
+
 @st.composite
 def _together(draw: st.DrawFn, tools: Registry) -> dict[str, Any]:
-    """An assistant message proposing two to four valid calls of ``tools`` at once."""
     calls = []
     for index in range(draw(st.integers(2, 4))):
         name = draw(st.sampled_from(sorted(tools)))
