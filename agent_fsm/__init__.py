@@ -25,6 +25,7 @@ from agent_fsm.engine import (
     Agent,
     AgentFSMError,
     AnswerCheck,
+    AnswerWithheld,
     ApprovalNeeded,
     Charged,
     Checkpointer,
@@ -70,6 +71,8 @@ from agent_fsm.engine import (
     Proposed,
     ProviderFailure,
     ProviderFault,
+    RateLimit,
+    RateWaited,
     Redact,
     Registry,
     ResultScreen,
@@ -155,6 +158,7 @@ if TYPE_CHECKING:
 __all__ = [
     # The agent, and running it
     "Agent",
+    "AnswerWithheld",
     "run",
     "resume",
     "advance",
@@ -171,6 +175,8 @@ __all__ = [
     "RunEvent",
     "StateEntered",
     "ModelRequested",
+    "RateLimit",
+    "RateWaited",
     "ModelReplied",
     "TextDelta",
     "ToolProgress",

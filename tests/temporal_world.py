@@ -156,6 +156,11 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "crash-model": [_look("c1"), _refund("c2", 4999), answer_message("Refunded.")],
     "long": [_look(f"c{i}") for i in range(1, 13)] + [answer_message("Looked twelve times.")],
     "bug": [tool_call_message("c1", "explode", {})],
+    # Two effect-free lookups proposed at once, run together (the agent has parallel_calls=True).
+    "parallel": [
+        {**_look("c1"), "tool_calls": [*_look("c1")["tool_calls"], *_look("c2", "A-18")["tool_calls"]]},
+        answer_message("Both orders were paid 4999 cents."),
+    ],
     # bench/temporal_scale.py: three turns, two effect-free calls, nothing written anywhere.
     "bench": [_look("c1"), _look("c2", "A-18"), answer_message("Both orders were paid 4999 cents.")],
 }
@@ -182,7 +187,15 @@ def model_of(name: str) -> Any:
 
 def agent(name: str) -> Agent:
     """The scripted desk ``name``, as it also runs in-process."""
-    return Agent(model_of(name), TOOLS, gate=gate, limits=LIMITS.get(name), answer_check=_honest, name=name)
+    return Agent(
+        model_of(name),
+        TOOLS,
+        gate=gate,
+        limits=LIMITS.get(name),
+        answer_check=_honest,
+        name=name,
+        parallel_calls=name == "parallel",
+    )
 
 
 AGENTS: dict[str, Agent | AgentDefinition] = {

@@ -14,9 +14,9 @@ DOC = ROOT / "docs" / "observability.md"
 
 
 def test_code_blocks_run_as_written() -> None:
-    """Logging, events, spans and a paused-then-resumed run's spans, in one namespace."""
+    """Logging, events, a held-back answer, spans and a paused-then-resumed run's spans, in one namespace."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     namespace: dict[str, object] = {"__name__": "docs_observability"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)

@@ -80,6 +80,7 @@ def _same(remote: Any, local: Any) -> None:
 ENDINGS = [
     ("answers", Stop.ANSWERED),
     ("prompted", Stop.ANSWERED),
+    ("parallel", Stop.ANSWERED),
     ("step-limit", Stop.STEP_LIMIT),
     ("token-limit", Stop.TOKEN_LIMIT),
     ("no-progress", Stop.NO_PROGRESS),

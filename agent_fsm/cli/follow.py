@@ -21,6 +21,7 @@ from typing import Any
 
 from agent_fsm.cli._text import clean
 from agent_fsm.engine import (
+    AnswerWithheld,
     Charged,
     Compacted,
     Ended,
@@ -31,6 +32,7 @@ from agent_fsm.engine import (
     Observed,
     Paused,
     Proposed,
+    RateWaited,
     RunEvent,
     Screened,
     StateEntered,
@@ -108,6 +110,12 @@ def event_line(event: RunEvent, *, streamed: bool = False, top: str | None = Non
         model = f" by {_safe(event.model)}" if event.model else ""
         tokens = f"{event.input_tokens} in ({event.cached_tokens} cached), {event.output_tokens} out"
         return f"{_label('spent')} call {event.turn}{model}: {tokens}; cost {event.cost}, run total {event.total}"
+    if isinstance(event, AnswerWithheld):
+        more = "; another answer is coming" if event.retrying else ""
+        return f"{_label('model')} answer of call {event.turn} withheld: not accepted ({event.state}){more}"
+    if isinstance(event, RateWaited):
+        cut = "; past the time budget, not made" if event.cut else ""
+        return f"{_label('model')} call {event.turn} waited {event.seconds:.3f} s for its rate limit{cut}"
     if isinstance(event, FellBack):
         return f"{_label('model')} call {event.turn} failed ({event.kind}): {_short(event.message)}; next model"
     if isinstance(event, Compacted):

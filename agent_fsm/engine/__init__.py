@@ -107,6 +107,7 @@ from agent_fsm.engine._errors import (
     UngatedEffects,
 )
 from agent_fsm.engine._events import (
+    AnswerWithheld,
     Charged,
     Compacted,
     Ended,
@@ -117,6 +118,7 @@ from agent_fsm.engine._events import (
     Observed,
     Paused,
     Proposed,
+    RateWaited,
     RunEvent,
     Screened,
     StateEntered,
@@ -142,7 +144,7 @@ from agent_fsm.engine._gates import (
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.engine._launch import DEFAULT_SYSTEM_PROMPT, continue_run, refuse_ungated, settle_intent, start_state
-from agent_fsm.engine._limits import Limits, Price, Prices, Stop, Usage
+from agent_fsm.engine._limits import Limits, Price, Prices, RateLimit, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
     Observation,
@@ -253,6 +255,7 @@ __all__ = [
     "adrive",
     "advance",
     "Agent",
+    "AnswerWithheld",
     "AgentFSMError",
     "allow_all",
     "answer_message",
@@ -326,6 +329,8 @@ __all__ = [
     "ModelReplied",
     "ModelReply",
     "ModelRequested",
+    "RateLimit",
+    "RateWaited",
     "named",
     "normalise_reply",
     "NotPaused",

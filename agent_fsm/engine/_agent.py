@@ -24,7 +24,7 @@ from agent_fsm.engine._boundary import Checkpointer, Seen
 from agent_fsm.engine._context import Compactor, Summarize, ToolRule, ToolsFor
 from agent_fsm.engine._endings import EndingRule
 from agent_fsm.engine._errors import ToolDefinitionError, UngatedEffects
-from agent_fsm.engine._events import Ended, RunEvent
+from agent_fsm.engine._events import AnswerHold, Ended, RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
@@ -133,7 +133,10 @@ class Agent:
     attrs class, a ``TypedDict`` or a pydantic model; the answer must be
     JSON that validates, and ``RunResult.output`` holds the value (see docs/output.md);
     ``prices`` (a :class:`~agent_fsm.Prices` table) prices each model call,
-    so a run reports its cost and ``Limits(max_cost=...)`` can bound it.
+    so a run reports its cost and ``Limits(max_cost=...)`` can bound it;
+    ``parallel_calls=True`` runs the effect-free calls of one reply
+    concurrently (``ToolSpec(parallel=True)`` opts in one tool), with the
+    observations, budgets and rules as if they ran in order (see docs/machine.md).
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -162,6 +165,7 @@ class Agent:
     tool_rules: tuple[ToolRule, ...] = attrs.field(default=(), kw_only=True, converter=_rules)
     output: Any = attrs.field(default=None, kw_only=True)
     prices: Prices | None = attrs.field(default=None, kw_only=True)
+    parallel_calls: bool = attrs.field(default=False, kw_only=True)
     # The digest, and the registry's version it was computed at (see Agent.digest).
     _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
@@ -205,6 +209,8 @@ class Agent:
             check_tools([spec.declaration(name) for name, spec in self.tools.items()], output)
         if self.prices is not None and not isinstance(self.prices, Prices):
             raise _refused("prices", "a Prices or None", self.prices)
+        if type(self.parallel_calls) is not bool:
+            raise _refused("parallel_calls", "True or False", self.parallel_calls)
 
     @property
     def ending_tools(self) -> frozenset[str]:
@@ -368,18 +374,24 @@ class Agent:
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
         run_id: str | None = None,
+        hold_answer: bool = False,
     ) -> Iterator[RunEvent]:
         """
         :meth:`run`, as an iterator of its events; the last one is :class:`agent_fsm.Ended` with the result.
 
         Nothing runs until the first event is asked for. A streaming model's
         text deltas arrive when its call returns (pass ``on_event=`` to
-        :meth:`run` to see them as they come).
+        :meth:`run` to see them as they come). ``hold_answer=True`` releases
+        an answer's text only once the answer check and the typed output
+        accepted it; a rejected answer's text is never released, and an
+        :class:`~agent_fsm.AnswerWithheld` event says so (see :class:`~agent_fsm.engine._events.AnswerHold`).
         """
         context, steps = self._starting(task, history, store, run_id, True)
+        hold = AnswerHold(context.run_id) if hold_answer else None
         try:
             for event in iterate(steps, context.outbox):
-                yield _rested(event, context.run_id)
+                for released in (event,) if hold is None else hold.feed(event):
+                    yield _rested(released, context.run_id)
         except Exception as exc:
             failed(context, exc)
             raise
@@ -475,19 +487,23 @@ class Agent:
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
         run_id: str | None = None,
+        hold_answer: bool = False,
     ) -> AsyncIterator[RunEvent]:
         """
         :meth:`arun`, as an async iterator of its events, text deltas as they arrive; the last is ``Ended``.
 
         The run goes on in a task of its own; leaving the loop early cancels it.
         An exception the run raised is raised here after its last event.
+        ``hold_answer=True`` holds an answer's deltas until it is accepted, as :meth:`stream` does.
         """
         from agent_fsm.engine._async import streamed
 
         launch = self._starting(task, history, store, run_id, True)
         run = launch[0].run_id
+        hold = AnswerHold(run) if hold_answer else None
         async for event in streamed(launch):
-            yield _rested(event, run)
+            for released in (event,) if hold is None else hold.feed(event):
+                yield _rested(released, run)
 
     async def aadvance(
         self,
@@ -614,6 +630,7 @@ class AgentParts(TypedDict, total=False):
     tools_for: ToolsFor | None
     tool_rules: tuple[ToolRule, ...]
     prices: Prices | None
+    parallel_calls: bool
 
 
 class ContinueOptions(AgentParts, total=False):
@@ -636,6 +653,7 @@ class StreamOptions(AgentParts, total=False):
     history: Sequence[Mapping[str, Any]]
     store: Checkpointer | None
     run_id: str | None
+    hold_answer: bool
 
 
 class DecisionOptions(ContinueOptions, total=False):

@@ -41,6 +41,7 @@ from agent_fsm.engine._steps import (
     DECLINED,
     MODEL,
     SLEEP,
+    TOGETHER,
     Handed,
     Request,
     Steps,
@@ -85,7 +86,29 @@ async def _aperform(request: Request) -> tuple[Any, asyncio.CancelledError | Non
         if shielded:
             return await _finish(asyncio.ensure_future(work))
         return await work, None
+    if request[0] == TOGETHER:
+        return await _finish(asyncio.ensure_future(_together(request[1])))
+    if not request[2]:  # a wait nothing depends on finishing (a rate limit's): a cancellation cuts it short
+        await asyncio.sleep(request[1])
+        return None, None
     return await _finish(asyncio.ensure_future(asyncio.sleep(request[1])))
+
+
+async def _branch(request: Request) -> tuple[bool, Any]:
+    """One call of a :func:`~agent_fsm.engine._steps.together` request: its result, or what it raised."""
+    function, args, kwargs, _what, _shielded, in_thread = request[1:]
+    try:
+        result = await asyncio.to_thread(function, *args, **kwargs) if in_thread else function(*args, **kwargs)
+        if is_awaitable(result):
+            result = await result
+    except Exception as exc:  # the branch's failure, given back in its place
+        return False, exc
+    return True, result
+
+
+async def _together(requests: list[Request]) -> list[tuple[bool, Any]]:
+    """The async driver's parallel calls: one task per call (a plain handler in a worker thread)."""
+    return list(await asyncio.gather(*map(_branch, requests)))
 
 
 def _model_reply(run: RunContext, deliver: Callable[[RunEvent], Awaitable[None]] | None) -> Any:
@@ -226,7 +249,9 @@ async def _driving(
 
 def _shielded(request: Request) -> bool:
     kind = request[0]
-    return kind == SLEEP or (kind == CALL and bool(request[5])) or (kind == AWAIT and bool(request[2]))
+    if kind == SLEEP:
+        return bool(request[2])
+    return kind == TOGETHER or (kind == CALL and bool(request[5])) or (kind == AWAIT and bool(request[2]))
 
 
 def _deliverer(on_event: Any) -> Callable[[RunEvent], Awaitable[None]]:

@@ -56,8 +56,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -68,7 +69,17 @@ from agent_fsm.engine._json import storable
 from agent_fsm.engine._limits import Limits
 from agent_fsm.engine._messages import Observation, to_json_data
 from agent_fsm.engine._state import Judgement, Pause, RunState
-from agent_fsm.engine._steps import DECLINED, Handed, Perform, Steps, call_of, drive, handler_call, pause_for
+from agent_fsm.engine._steps import (
+    DECLINED,
+    Handed,
+    Perform,
+    Request,
+    Steps,
+    call_of,
+    drive,
+    handler_call,
+    pause_for,
+)
 from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, check_registry, validate_call
 
 __all__ = [
@@ -83,9 +94,11 @@ __all__ = [
     "approved_judging",
     "attempt",
     "attempting",
+    "call_context",
     "commit_intent",
     "commit_observation",
     "current_call_id",
+    "early_request",
     "enter_call",
     "execute",
     "executing",
@@ -274,7 +287,7 @@ class Checkpointer(Protocol):
         """Commit ``state``; ``intent`` is the effect about to run (``None``: none in flight)."""
 
 
-def idempotency_key(run_id: str, state: RunState, call: ToolCall) -> str:
+def idempotency_key(run_id: str, state: RunState, call: ToolCall, ahead: int = 0) -> str:
     """
     The key of ``call`` at the head of ``state.pending``: stable across retries, crashes and approvals.
 
@@ -283,9 +296,10 @@ def idempotency_key(run_id: str, state: RunState, call: ToolCall) -> str:
     run), the call's place in the run (how many observations precede it: a
     model may reuse call ids across turns) and its fingerprint, so nothing
     needs to be stored to find it again. A state saved before runs had a
-    nonce keys its calls as it did then.
+    nonce keys its calls as it did then. ``ahead``: the call is that many
+    places behind the head (a parallel call started early).
     """
-    text = f"{run_id}\x00{len(state.observations)}\x00{call_fingerprint(call)}"
+    text = f"{run_id}\x00{len(state.observations) + ahead}\x00{call_fingerprint(call)}"
     if state.nonce:
         text = f"{state.nonce}\x00{text}"
     import hashlib  # pauses and intents only: a plain run never keys a call
@@ -503,6 +517,56 @@ def commit_observation(checkpointer: Checkpointer | None, run_id: str, state: Ru
         checkpointer.save(run_id, state)
 
 
+def call_context(
+    takes_context: bool, run_id: str, state: RunState, call: ToolCall, approved: bool, ahead: int = 0
+) -> ToolContext | None:
+    """The context a handler that asks for one is given (the key costs a digest: made only then)."""
+    if not takes_context:
+        return None
+    return ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call, ahead), approved)
+
+
+def early_request(call: ToolCall, tools: Registry, context: ToolContext | None, sink: ProgressSink | None) -> Request:
+    """
+    The handler request of ``call`` started before its turn (see :func:`agent_fsm.engine._steps.together`).
+
+    The handler is called with the same arguments as at its turn, the call
+    made current (and its progress heard) in whatever thread or task runs it;
+    a plain handler runs in a worker thread under the async driver, so the calls overlap.
+    """
+    steps = execution(call, tools, context=context, unknown_raises=True)
+    request = next(steps)  # the handler's call: nothing before it waits on the world
+    steps.close()
+    function = request[1]
+    return handler_call(_in_call(function, call.call_id, sink), request[3], not inspect.iscoroutinefunction(function))
+
+
+def _in_call(function: Callable[..., Any], call_id: str, sink: ProgressSink | None) -> Callable[..., Any]:
+    def called(**kwargs: Any) -> Any:
+        with _current(call_id, sink):
+            result = function(**kwargs)
+        return _awaited(result, call_id, sink) if hasattr(result, "__await__") else result
+
+    return called
+
+
+async def _awaited(result: Awaitable[Any], call_id: str, sink: ProgressSink | None) -> Any:
+    with _current(call_id, sink):
+        return await result
+
+
+@contextlib.contextmanager
+def _current(call_id: str, sink: ProgressSink | None) -> Iterator[None]:
+    token = enter_call(call_id)
+    heard = None if sink is None else hear_progress(sink)
+    try:
+        yield
+    finally:
+        if heard is not None:
+            unhear_progress(heard)
+        leave_call(token)
+
+
 def run_call(
     call: ToolCall,
     tools: Registry,
@@ -527,12 +591,7 @@ def run_call(
         ApprovalNeeded: the handler asks a person before its effect (never retried).
     """
     spec = tools[call.name]
-    # The key costs a digest of the call: made only for a handler that asks for its context.
-    context = (
-        ToolContext(run_id, call.call_id, idempotency_key(run_id, state, call), approved)
-        if spec.takes_context
-        else None
-    )
+    context = call_context(spec.takes_context, run_id, state, call, approved)
     retries = spec.retries if spec.idempotent else 0
     attempt = 0
     while True:

@@ -23,6 +23,8 @@ from agent_fsm.engine._state import RunResult, RunState, blocked_call
 
 __all__ = [
     "EVENT_TYPES",
+    "AnswerHold",
+    "AnswerWithheld",
     "Compacted",
     "Charged",
     "Ended",
@@ -31,6 +33,7 @@ __all__ = [
     "ModelReplied",
     "ModelRequested",
     "Observed",
+    "RateWaited",
     "Paused",
     "Proposed",
     "RunEvent",
@@ -139,12 +142,43 @@ class FellBack(RunEvent):
 
 
 @attrs.frozen(repr=False, eq=False)
+class RateWaited(RunEvent):
+    """
+    Model call ``turn`` waited ``seconds`` for its model's rate limit before it was made.
+
+    ``cut``: the wait would have passed the run's time budget, so the run
+    waited out what was left of it and ends ``time_limit`` without the call.
+    """
+
+    type: ClassVar[str] = "rate_waited"
+    turn: int
+    seconds: float
+    cut: bool
+
+
+@attrs.frozen(repr=False, eq=False)
 class TextDelta(RunEvent):
     """A fragment of the reply text of model call ``turn``, from a streaming model, as it arrived."""
 
     type: ClassVar[str] = "text_delta"
     turn: int
     text: str
+
+
+@attrs.frozen(repr=False, eq=False)
+class AnswerWithheld(RunEvent):
+    """
+    The text of model call ``turn``, held back (``hold_answer=True``), is not released: it was not accepted.
+
+    The run went to ``state`` instead (``OutputInvalid``: the typed output
+    failed; ``AnswerRejected``: the answer check refused it; a budget's
+    stop); ``retrying``: the model is asked again, so another answer is coming.
+    """
+
+    type: ClassVar[str] = "answer_withheld"
+    turn: int
+    state: str
+    retrying: bool
 
 
 @attrs.frozen(repr=False, eq=False)
@@ -270,6 +304,7 @@ class Ended(RunEvent):
 _EVENT_CLASSES = (
     StateEntered,
     ModelRequested,
+    RateWaited,
     ModelReplied,
     TextDelta,
     Proposed,
@@ -282,9 +317,59 @@ _EVENT_CLASSES = (
     ToolsOffered,
     Charged,
     FellBack,
+    AnswerWithheld,
 )
 EVENT_TYPES: dict[str, type[RunEvent]] = {cls.type: cls for cls in (*_EVENT_CLASSES, Ended)}
 """Every event class by its ``type`` name, as :func:`event_to_json` writes it."""
+
+
+_RETRIED_FROM = frozenset({"OutputInvalid", "Proposing"})  # the reply failed and the model is asked again
+
+
+class AnswerHold:
+    """
+    Holds back a run's answer text until the run accepts it: what ``stream(..., hold_answer=True)`` delivers.
+
+    A reply's text deltas (and its ``ModelReplied``, which carries the text)
+    are held from its first delta. A reply proposing calls is no answer: what
+    was held goes out at once, and its calls stream as ever. A reply with no
+    calls is held until the machine leaves ``Proposing``: into ``Answered``
+    (after the answer check and the typed output accepted it) everything
+    held goes out; anywhere else the deltas are dropped, the ``ModelReplied``
+    goes out without its text, and an :class:`AnswerWithheld` says so. Only
+    the run ``run_id``'s own replies are held (a nested run's answer is its
+    parent's tool result). One object per stream; the sync and async streams
+    feed it alike.
+    """
+
+    __slots__ = ("held", "run_id")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.held: list[RunEvent] | None = None
+
+    def feed(self, event: RunEvent) -> list[RunEvent]:
+        """The events to deliver now that ``event`` arrived (none while it is held)."""
+        held = self.held
+        if event.run_id != self.run_id:
+            return [event]
+        if held is None:
+            if type(event) is TextDelta or (type(event) is ModelReplied and event.calls == 0):
+                self.held = [event]
+                return []
+            return [event]
+        if type(event) is ModelReplied and event.calls:
+            self.held = None  # the text came with calls: no answer to wait for
+            return [*held, event]
+        if type(event) is not StateEntered or event.source != "Proposing":
+            held.append(event)
+            return []
+        self.held = None
+        if event.state == "Answered":
+            return [*held, event]
+        kept = [attrs.evolve(e, text=None) if type(e) is ModelReplied else e for e in held if type(e) is not TextDelta]
+        withheld = AnswerWithheld(event.run_id, event.at, event.turn, event.state, event.state in _RETRIED_FROM)
+        return [*kept, withheld, event]
 
 
 def event_to_json(event: RunEvent) -> dict[str, Any]:

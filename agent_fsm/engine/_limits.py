@@ -1,11 +1,13 @@
 """
-Budgets, and the fixed set of typed reasons a run ends.
+Budgets, and the fixed set of typed reasons a run ends; and the rate limits a model carries.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import threading
+import time
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -15,7 +17,7 @@ from attrs import validators as v
 
 from agent_fsm.engine._json import DEPTH_CEILING
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "Price", "Prices", "Stop", "Usage"]
+__all__ = ["DEFAULT_LIMITS", "Limits", "Price", "Prices", "RateLimit", "Stop", "Usage"]
 
 
 # --- limits ---
@@ -215,3 +217,127 @@ class Usage:
     def tokens(self) -> int:
         """Tokens in and out."""
         return self.input_tokens + self.output_tokens
+
+
+# --- rate limits ---
+#
+# Client-side rate limits: a token bucket a model carries, shared by every run and thread that uses the model.
+#
+# A provider limits requests and tokens per minute; many runs in one process
+# (a server, an evaluation, the kit) would pass those limits together and
+# meet 429s. A :class:`RateLimit` is handed to the model (``rate_limit=`` on
+# the provider adapters, or a ``rate_limit`` attribute on any model): before
+# each model call the run reserves a request and the tokens it may use, and
+# waits, if it must, until the bucket admits them. The wait is a step of the
+# run (a :class:`~agent_fsm.RateWaited` event, spent from its time budget).
+#
+# Rationale: a reservation is made under a lock and gives each call its own
+# start time, never earlier than the previous reservation's, so callers
+# racing from threads or tasks are spaced out as one queue would space them:
+# no window ever holds more than the bucket's burst plus its rate times the
+# window. Nothing waits while holding the lock, so the same object serves
+# the sync and the async drivers.
+
+
+class _Bucket:
+    """One dimension (requests or tokens): ``rate`` units a second, ``burst`` units at once."""
+
+    __slots__ = ("burst", "rate", "tat")
+
+    def __init__(self, per_minute: float, burst: float) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = burst
+        self.tat = -math.inf  # when the bucket is next empty (the "theoretical arrival time")
+
+    def earliest(self, amount: float, now: float) -> float:
+        """The earliest moment from ``now`` at which ``amount`` fits in the bucket."""
+        return max(now, self.tat + (amount - self.burst) / self.rate)
+
+    def take(self, amount: float, at: float) -> None:
+        self.tat = max(self.tat, at) + amount / self.rate
+
+
+class RateLimit:
+    """
+    Requests and tokens per minute for one model (or one account), as token buckets.
+
+    Args:
+        requests_per_minute: model calls a minute (``None``: unlimited).
+        tokens_per_minute: prompt plus output tokens a minute (``None``: unlimited); a call
+            reserves its prompt estimate (and the run's ``max_output_tokens`` when set) and
+            is charged the rest of what it used once it replied.
+        burst: the calls that may start at once from a full bucket (default: one second's
+            worth, at least 1); the tokens' burst is the same share of their minute.
+
+    Share one instance between every model that spends the same provider limit.
+
+    Raises:
+        ValueError: no limit given, or a limit or burst that is not a positive number.
+    """
+
+    def __init__(
+        self,
+        *,
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        burst: float | None = None,
+    ) -> None:
+        for name, value in (("requests_per_minute", requests_per_minute), ("tokens_per_minute", tokens_per_minute)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+                raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+        if requests_per_minute is None and tokens_per_minute is None:
+            raise ValueError("a RateLimit needs requests_per_minute, tokens_per_minute or both")
+        share = 1.0 / 60.0  # one second's worth
+        if burst is not None:
+            if isinstance(burst, bool) or not isinstance(burst, int | float) or not burst >= 1:
+                raise ValueError(f"burst must be a number >= 1, got {burst!r}")
+            share = burst / requests_per_minute if requests_per_minute is not None else share
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_minute = tokens_per_minute
+        self.burst = burst
+        self._requests = (
+            None
+            if requests_per_minute is None
+            else _Bucket(requests_per_minute, burst if burst is not None else max(1.0, requests_per_minute * share))
+        )
+        self._tokens = (
+            None if tokens_per_minute is None else _Bucket(tokens_per_minute, max(1.0, tokens_per_minute * share))
+        )
+        self._last = -math.inf  # the latest start handed out: starts are given in the order they are asked for
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"RateLimit(requests_per_minute={self.requests_per_minute!r}, "
+            f"tokens_per_minute={self.tokens_per_minute!r}, burst={self.burst!r})"
+        )
+
+    def reserve(self, tokens: int = 0) -> float:
+        """
+        Reserve one call using ``tokens``: the seconds to wait before making it (0.0: at once).
+
+        The reservation stands whether or not the call is made: a caller that gives up spends it.
+        """
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._last)
+            requests, bucket = self._requests, self._tokens
+            if requests is not None:
+                start = max(start, requests.earliest(1, now))
+            if bucket is not None:
+                # A call bigger than the whole burst waits for an empty bucket, then goes.
+                start = max(start, bucket.earliest(min(tokens, bucket.burst), now))
+            if requests is not None:
+                requests.take(1, start)
+            if bucket is not None:
+                bucket.take(tokens, start)
+            self._last = start
+            return start - now
+
+    def charge(self, tokens: int) -> None:
+        """Charge ``tokens`` a call used beyond what it reserved (a reply longer than foreseen)."""
+        bucket = self._tokens
+        if bucket is None or tokens <= 0:
+            return
+        with self._lock:
+            bucket.take(tokens, time.monotonic())

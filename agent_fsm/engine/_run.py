@@ -64,8 +64,10 @@ from agent_fsm.engine import _events as events
 from agent_fsm.engine._boundary import (
     OUTCOME_UNKNOWN,
     Checkpointer,
+    call_context,
     commit_intent,
     commit_observation,
+    early_request,
     enter_call,
     hear_progress,
     idempotency_key,
@@ -105,7 +107,17 @@ from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_mes
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
 from agent_fsm.engine._spending import admits, cap_refusal, charge, fall_back, may_fall_back, over_budget
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
-from agent_fsm.engine._steps import Handed, Perform, Steps, call_of, model_call
+from agent_fsm.engine._steps import (
+    DECLINED,
+    Handed,
+    Perform,
+    Steps,
+    answered,
+    call_of,
+    model_call,
+    pause_for,
+    together,
+)
 from agent_fsm.engine._tools import Registry, Subrun, ToolCall, measure, shown_to_model
 
 if TYPE_CHECKING:
@@ -236,7 +248,9 @@ class RunContext:
         "output",
         "output_failed",
         "output_value",
+        "parallel",
         "perform",
+        "prefetched",
         "recovering",
         "relay",
         "run_id",
@@ -328,6 +342,10 @@ class RunContext:
         self.recovering: Any = None
         self.handed: str | None = None
         self.depth = 0  # how many runs this one is nested in (0: the top run)
+        # Agent.parallel_calls; and the outcomes of the calls of this reply started
+        # early, with the head call (call id: the call and its handler's outcome).
+        self.parallel = False
+        self.prefetched: dict[str, tuple[ToolCall, tuple[bool, Any]]] | None = None
 
     def equip(self, agent: Agent) -> None:
         """Take the agent's screens, output, compaction and tool offer; what the run did is read afresh."""
@@ -335,6 +353,7 @@ class RunContext:
         self.screen_input, self.screen_result = agent.screen_input, agent.screen_result
         self.compact, self.compact_at = agent.compact, agent.compact_at
         self.output = agent.output_spec
+        self.parallel = agent.parallel_calls
         if agent.tool_rules or agent.tools_for is not None:
             self.offer, self.usage = agent, Usage.of(self.state)
         self.table = MACHINE.without(ruled_out(agent, self.limits))
@@ -660,6 +679,7 @@ def _offer_tools(run: RunContext) -> None:
 
 def _ask_model(run: RunContext) -> Steps[None]:
     state = run.state
+    run.prefetched = None  # a new reply: what the last one started early and never used is dropped
     if run.fallback is not None:  # the model of the chain this attempt is for (a saved count is clamped)
         run.model = run.fallback.models[min(state.model_attempt, len(run.fallback.models) - 1)]
     estimate = run.next_prompt_tokens()
@@ -669,6 +689,17 @@ def _ask_model(run: RunContext) -> Steps[None]:
         _offer_tools(run)
     if run.outbox is not None:
         run.post(events.ModelRequested(run.run_id, time.time(), state.turns, estimate, len(state.messages)))
+    limit = getattr(run.model, "rate_limit", None)
+    reserved = 0
+    if limit is not None:  # the model's rate limit, shared with every run that uses it: wait for a slot
+        reserved = estimate + (run.limits.max_output_tokens or 0)
+        try:
+            admitted = yield from _wait_for_rate(run, limit.reserve(reserved))
+        except BaseException:
+            _unask(state)  # cancelled while waiting: the call was never made
+            raise
+        if not admitted:
+            return
     request = model_call(run)
     try:
         reply = run.perform(request) if run.perform is not None else (yield request)
@@ -718,6 +749,8 @@ def _ask_model(run: RunContext) -> Steps[None]:
         text = assistant_text(message)
         tokens = state.prompt_token_log[-1]
         run.post(events.ModelReplied(run.run_id, time.time(), state.turns, tokens, state.finish, len(calls), text))
+    if limit is not None:  # what the call used beyond its reservation is charged to the bucket
+        limit.charge(state.prompt_token_log[-1] + measured - reserved)
     agent, limits = run.agent, run.limits
     if reported is None and run.outbox is None and limits.max_cost is None and (agent is None or agent.prices is None):
         usage = state.usage  # nothing reported, priced or heard: the estimates counted in place
@@ -727,6 +760,33 @@ def _ask_model(run: RunContext) -> Steps[None]:
         state.model_attempt = 0  # a reply: the next turn starts from a chain's primary
     else:
         charge(run, reported, estimate, measured)  # after the reply is announced: the Charged event follows it
+
+
+def _wait_for_rate(run: RunContext, seconds: float) -> Steps[bool]:
+    """
+    Wait ``seconds`` for the model's rate limit (an event, spent from the time budget); ``False``: no call.
+
+    A wait that would pass the time budget is not made whole: the run waits
+    out what is left, and the model call is recorded as cut off, so the run
+    ends ``time_limit`` (the machine's first judgement after a model call).
+    """
+    if seconds <= 0:
+        return True
+    state = run.state
+    remaining = run.remaining_seconds()
+    cut = remaining is not None and seconds > remaining
+    # A cut wait lasts a little past the budget's end, so the clock read after it has surely passed it.
+    waited = max(remaining, 0.0) + 0.005 if cut and remaining is not None else seconds
+    if run.outbox is not None:
+        run.post(events.RateWaited(run.run_id, time.time(), state.turns, waited, cut))
+    request = pause_for(waited, shielded=False)
+    handed = DECLINED if run.perform is None else run.perform(request)
+    if type(handed) is Handed:
+        yield handed or request
+    if cut:
+        message = f"the model's rate limit asked for a wait of {seconds:.3f} s, past the time budget"
+        state.fault = ProviderFault(type="RateLimitWait", kind="timeout", message=message)
+    return not cut
 
 
 def _unask(state: RunState) -> None:
@@ -909,10 +969,17 @@ def execute_call(run: RunContext) -> Steps[None]:
     checkpointer = run.checkpointer
     # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
     intent = None if checkpointer is None else commit_intent(checkpointer, run.run_id, state, call, run.tools)
+    early = run.prefetched.pop(call.call_id, None) if run.prefetched else None
+    if early is None and not approved and len(state.pending) > 1 and _runs_together(run, call):
+        yield from _start_together(run)
+        early = run.prefetched.pop(call.call_id, None) if run.prefetched else None
+    perform = run.perform
+    if early is not None and early[0] is call and not approved:  # started early, for this very call
+        perform = answered(early[1], perform)
     token = enter_call(call.call_id)
     heard = hear_progress(run.progress_sink(call)) if run.outbox is not None else None
     try:
-        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, run.perform, approved)
+        observation = yield from run_call(call, run.tools, state, run.run_id, run.limits, perform, approved)
     except OutcomeUnknown as exc:
         # The effect may have happened: nothing is recorded as done or not done; a person decides.
         ask_about_unknown(run, call, f"{exc}", "")
@@ -929,6 +996,54 @@ def execute_call(run: RunContext) -> Steps[None]:
     _observe(run, observation)
     if intent is not None:
         commit_observation(checkpointer, run.run_id, state, intent)
+
+
+def _runs_together(run: RunContext, call: ToolCall) -> bool:
+    """Whether ``call`` may overlap its neighbours: an effect-free tool that the agent or the tool opted in."""
+    spec = run.tools.get(call.name)
+    return (
+        spec is not None
+        and (run.parallel or spec.parallel)
+        and not spec.effectful
+        and not isinstance(spec.handler, Subrun)
+    )
+
+
+def _start_together(run: RunContext) -> Steps[None]:
+    """
+    Start the head call's handler together with those of the effect-free calls right behind it.
+
+    Rationale: only the waiting overlaps. The machine still takes every call
+    at its turn, in order: judged again there, counted against the budgets
+    and caps, observed; a call started early is used only if that judgement
+    allows it (its result is dropped otherwise), so the run's state is the
+    one running them one by one would give. A call joins only if the gate
+    allows it now: no handler runs that the gate has not allowed. The first
+    effectful call (or one that is not allowed now) ends the batch, since
+    what follows it may depend on its effect.
+    """
+    state = run.state
+    batch = [state.pending[0]]
+    for call in state.pending[1:]:
+        if not _runs_together(run, call) or (run.offer is not None and _not_offered(run, call) is not None):
+            break
+        judgement = yield from judging(call, run.tools, run.gate, state=state, limits=run.limits, perform=run.perform)
+        if judgement.kind != "allow":
+            break
+        batch.append(call)
+    if len(batch) < 2:
+        return
+    requests = []
+    for ahead, call in enumerate(batch):
+        spec = run.tools[call.name]
+        context = call_context(spec.takes_context, run.run_id, state, call, False, ahead)
+        sink = run.progress_sink(call) if run.outbox is not None else None
+        requests.append(early_request(call, run.tools, context, sink))
+    request = together(requests)
+    outcomes = run.perform(request) if run.perform is not None else (yield request)
+    if type(outcomes) is Handed:
+        outcomes = yield outcomes or request
+    run.prefetched = {call.call_id: (call, outcome) for call, outcome in zip(batch, outcomes, strict=True)}
 
 
 def _record_use(run: RunContext, call: ToolCall) -> None:

@@ -15,6 +15,7 @@ cancellation wait for it.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,8 +31,10 @@ __all__ = [
     "Handed",
     "Request",
     "Steps",
+    "answered",
     "call_of",
     "drive",
+    "together",
     "handler_call",
     "iterate",
     "model_call",
@@ -50,7 +53,7 @@ Request = tuple[Any, ...]
 Steps = Generator[Request, Any, T]
 """A piece of a run's logic: yields requests, receives their answers, returns its value."""
 
-CALL, MODEL, SLEEP, AWAIT = 0, 1, 2, 3
+CALL, MODEL, SLEEP, AWAIT, TOGETHER = 0, 1, 2, 3, 4
 
 
 class Handed(tuple[Any, ...]):
@@ -87,14 +90,48 @@ def handler_call(function: Callable[..., Any], kwargs: Mapping[str, Any], blocki
     return (CALL, function, (), kwargs, "handler", True, blocking)
 
 
+def together(requests: list[Request]) -> Request:
+    """
+    Ask for several handler calls at once, run concurrently: shielded, so a cancellation waits for all of them.
+
+    The answer is one ``(True, result)`` or ``(False, exception)`` per request,
+    in their order: one branch raising never loses the others' results.
+    """
+    return (TOGETHER, requests)
+
+
+def answered(outcome: tuple[bool, Any], perform: Perform | None) -> Perform:
+    """
+    A performer that answers the first handler request with ``outcome`` (a call started early), the rest as ``perform``.
+
+    The outcome arrives where the handler's call would have: a result is
+    returned, an exception raised, so the call is observed exactly as if it ran at its turn.
+    """
+    unused = [outcome]
+
+    def answer(request: Request) -> Any:
+        if unused and request[0] == CALL and request[4] == "handler":
+            ok, value = unused.pop()
+            if ok:
+                return value
+            raise value
+        return DECLINED if perform is None else perform(request)
+
+    return answer
+
+
 def model_call(run: RunContext) -> Request:
     """Ask the run's model for its next reply to the run's transcript."""
     return (MODEL, run)
 
 
-def pause_for(seconds: float) -> Request:
-    """Wait ``seconds`` inside an effect (a retry's back-off): shielded, so never cut short by a cancellation."""
-    return (SLEEP, seconds)
+def pause_for(seconds: float, shielded: bool = True) -> Request:
+    """
+    Wait ``seconds``: inside an effect (a retry's back-off) shielded, so never cut short by a cancellation.
+
+    Unshielded (a wait before a model call, for its rate limit), a cancellation ends the wait at once.
+    """
+    return (SLEEP, seconds, shielded)
 
 
 def is_awaitable(value: Any) -> bool:
@@ -159,8 +196,26 @@ def perform_now(request: Request, live: Callable[[RunEvent], Any] | None = None)
         if hasattr(result, "__await__"):
             raise _refuse(result, "model", chat)
         return result
+    if kind == TOGETHER:
+        return _run_together(request[1])
     time.sleep(request[1])
     return None
+
+
+def _outcome(request: Request) -> tuple[bool, Any]:
+    try:
+        return True, perform_now(request)
+    except Exception as exc:  # the branch's failure, given back in its place
+        return False, exc
+
+
+def _run_together(requests: list[Request]) -> list[tuple[bool, Any]]:
+    """The sync driver's :func:`together`: one worker thread per call (each in a copy of this context)."""
+    from concurrent.futures import ThreadPoolExecutor  # only a run that opted in to parallel calls pays for it
+
+    with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="agent_fsm-call") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, _outcome, r) for r in requests]
+        return [f.result() for f in futures]
 
 
 _perform = perform_now

@@ -424,6 +424,10 @@ class ToolSpec:
     ``max_calls`` caps how many calls of this tool a run executes: a call
     past it is refused (``denied``, with a reason the model reads) and counted
     like any refusal, so a model that keeps asking ends ``no_progress``.
+    ``parallel=True`` lets calls of this effect-free tool run concurrently
+    with the effect-free calls beside them in one reply (as
+    ``Agent(parallel_calls=True)`` does for every effect-free tool); an
+    effectful tool always runs alone, in order.
 
     Raises:
         ToolDefinitionError: the schema is not usable, or a valid call would not fit the handler.
@@ -443,6 +447,7 @@ class ToolSpec:
     backoff: float = 0.1
     blocking: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     max_calls: int | None = attrs.field(default=None, validator=lambda _, __, value: _check_max_calls(value))
+    parallel: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     # The schema compiled once into a predicate (None: jsonschema decides), and the names
     # the handler is given (None: all of them).
     _checker: Any = attrs.field(init=False, repr=False, eq=False, alias="_checker")
@@ -456,6 +461,11 @@ class ToolSpec:
     def __attrs_post_init__(self) -> None:
         if not callable(self.handler):
             raise ToolDefinitionError(f"handler must be callable, got {self.handler!r}")
+        if self.parallel and self.effectful:
+            raise ToolDefinitionError(
+                "parallel=True on an effectful tool: its effects must happen one at a time, each gated just before"
+                " it runs; drop parallel (effect-free calls beside it still run together)"
+            )
         json_schema = _normalise_schema(self.schema)
         object.__setattr__(self, "json_schema", json_schema)
         object.__setattr__(self, "_validator", None)  # built on the first failed call: jsonschema loads lazily

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine import ModelReply, assistant_text
+from agent_fsm.engine import ModelReply, RateLimit, assistant_text
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
@@ -75,6 +75,8 @@ class HttpModel:
         async_client: an ``httpx.AsyncClient`` for ``achat`` to use instead (the caller closes it).
         sleep: how to wait between retries (``time.sleep``; under ``achat`` the default waits with
             ``asyncio.sleep``, and a given function's result is awaited when it is awaitable).
+        rate_limit: a :class:`~agent_fsm.RateLimit` (requests and tokens per minute) every run using this
+            adapter waits on before each model call; pass one instance to every adapter sharing a provider limit.
     """
 
     provider: ClassVar[str]
@@ -111,6 +113,7 @@ class HttpModel:
         async_transport: httpx.AsyncBaseTransport | None = None,
         async_client: httpx.AsyncClient | None = None,
         sleep: Callable[[float], object] = time.sleep,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         source = "base_url" if base_url is not None else self.base_url_env
         url = base_url if base_url is not None else os.environ.get(self.base_url_env) or self.default_base_url
@@ -139,6 +142,9 @@ class HttpModel:
         self.takes_output = native_output
         self.tool_choice = tool_choice
         self.parallel_tool_calls = parallel_tool_calls
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise ProviderConfigError(f"rate_limit must be a RateLimit or None, got {rate_limit!r}")
+        self.rate_limit = rate_limit  # read by the run driver before each model call
         self.seed = seed
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})

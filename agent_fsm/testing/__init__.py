@@ -20,6 +20,8 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
 * :func:`injection_payloads`, :func:`planted_results` and :func:`check_screen`:
   tool results with a payload planted in them, and the check that a result
   screen never lets the model be shown what you mark;
+* :func:`check_parallel_calls`, :func:`assert_answer_held` and :func:`assert_rate_kept`:
+  calls run together as one by one, an answer held until accepted, a rate limit kept;
 * :func:`nested_worlds`, :func:`drive_nested` and :func:`assert_nested_invariants`
   (or :func:`check_nesting` in one call): agents run as tools of agents, to a
   depth, under random scripts, gates, budgets and a person's decisions.
@@ -86,6 +88,14 @@ from agent_fsm.testing._nested import (
     nested_worlds,
 )
 from agent_fsm.testing._paths import PROVIDER_DOWN, Route, RouteModel, check_reaches_all, paths_to, routes
+from agent_fsm.testing._runloop import (
+    assert_answer_held,
+    assert_rate_kept,
+    assert_same_run,
+    check_parallel_calls,
+    most_in_window,
+    parallel_call_messages,
+)
 from agent_fsm.testing._schema import (
     UnsupportedSchema,
     schema_values,
@@ -204,6 +214,13 @@ __all__ = [
     "level_tools",
     "nested_world",
     "nested_worlds",
+    # The run loop's options: parallel calls, a held answer, a rate limit
+    "assert_answer_held",
+    "assert_rate_kept",
+    "assert_same_run",
+    "check_parallel_calls",
+    "most_in_window",
+    "parallel_call_messages",
     # Stateful harness
     "RunHarness",
     "run_harness",

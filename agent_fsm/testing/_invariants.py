@@ -74,6 +74,10 @@ INVARIANTS: dict[str, str] = {
     "reachable_state": "some run in the world enters each state of the run machine",
     "screen_never_shows": "once a result screen has read a tool result, the model is never shown what 'never' marks",
     "screen_keeps_raw": "a screened observation keeps the raw result, whatever the model was shown",
+    # the run loop's options (agent_fsm.testing.check_parallel_calls, assert_answer_held, assert_rate_kept)
+    "parallel_equals_sequential": "running effect-free calls together leaves the run one-by-one gives, timing aside",
+    "answer_held": "with hold_answer, no text of an answer the run did not accept reaches the consumer",
+    "rate_kept": "no window holds more calls than the rate limit's burst plus its rate over the window",
     # agents nested in agents (agent_fsm.testing.assert_nested_invariants)
     "ends_absorbing": "the run and every run nested in it end in an absorbing state once every pause is decided",
     "nested_budgets": "each nested run spends at most its own limits and what its parent had left when it began",
