@@ -16,6 +16,7 @@ from agent_fsm import (
     Agent,
     Limits,
     ScriptedModel,
+    ToolCall,
     ToolDefinitionError,
     ToolError,
     ToolSpec,
@@ -229,9 +230,9 @@ def _replies(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 def _comparable(state: RunState) -> dict[str, Any]:
-    """The whole state but its timing and its random id."""
+    """The whole state but its timing, its id and its nonce (random per run)."""
     data = attrs.asdict(state)
-    for timing in ("elapsed", "run_id"):
+    for timing in ("elapsed", "run_id", "nonce"):
         data.pop(timing)
     return data
 
@@ -299,8 +300,17 @@ def test_a_call_started_early_gets_the_key_it_would_get_at_its_turn() -> None:
         Agent(ScriptedModel([reply, answer_message("done")]), tools, parallel_calls=p).run("go", run_id="k")
         for p in (False, True)
     ]
-    keys = [[o.content for o in r.state.observations] for r in runs]
-    assert keys[0] == keys[1] and len(set(keys[0])) == 3
+    from agent_fsm.engine._boundary import idempotency_key
+
+    calls = [ToolCall("c1", "keyed", {"key": "a"}), ToolCall("c2", "keyed", {"key": "a"})]
+    calls.append(ToolCall("c3", "keyed", {"key": "b"}))
+    for run in runs:  # each run has its own nonce, so each is held to the keys of its own places
+        state = run.state
+        at_turn = [
+            idempotency_key("k", attrs.evolve(state, observations=state.observations[:place]), call)
+            for place, call in enumerate(calls)
+        ]
+        assert [o.content for o in state.observations] == at_turn and len(set(at_turn)) == 3
 
 
 # --- cancellation and time budgets ----------------------------------------------------

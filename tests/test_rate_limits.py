@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
@@ -57,8 +58,13 @@ def test_a_limit_that_is_not_one_is_refused(options: dict[str, Any], message: st
         RateLimit(**options)
 
 
-def test_reservations_from_many_threads_are_spaced_at_the_rate() -> None:
+def test_reservations_from_many_threads_are_spaced_at_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     """50 threads reserving at once get starts a rate's step apart after the burst: none shares a slot."""
+    from agent_fsm.engine import _limits
+
+    # The limiter's clock held still: the 50 reservations are made at one instant whatever the scheduler does
+    # (on a loaded machine the threads reach the lock over tens of milliseconds, which would blur the steps).
+    monkeypatch.setattr(_limits, "time", types.SimpleNamespace(monotonic=lambda: 1000.0))
     limit = RateLimit(requests_per_minute=6000, burst=3)  # 100 a second
     waits: list[float] = []
     lock = threading.Lock()
@@ -74,7 +80,7 @@ def test_reservations_from_many_threads_are_spaced_at_the_rate() -> None:
     waits.sort()
     assert sum(w < 0.001 for w in waits) <= 3  # the burst, and no more, goes at once
     steps = [b - a for a, b in zip(waits[3:], waits[4:], strict=False)]
-    assert all(step > 0.0099 for step in steps)  # then one every 10 ms (the clock moves on meanwhile: never less)
+    assert all(abs(step - 0.01) < 1e-9 for step in steps)  # then one every 10 ms, each slot taken once
 
 
 def test_tokens_per_minute_waits_for_the_tokens_a_call_may_use() -> None:

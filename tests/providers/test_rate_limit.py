@@ -60,9 +60,11 @@ def test_two_hundred_concurrent_runs_keep_to_the_rate(timed_server: _TimedServer
     arrivals = timed_server.arrivals
     assert sorted(answers, key=str) == sorted((f"answer {i}" for i in range(RUNS)), key=str)
     assert len(arrivals) == RUNS
-    # Starts are spaced 20 ms apart; arrivals may bunch by the loop's and the network's jitter (0.1 s allowed).
-    assert_rate_kept(arrivals, limit, window=1.0, jitter=0.1)
-    assert_rate_kept(arrivals, limit, window=0.1, jitter=0.1)
+    # Starts are spaced 20 ms apart; arrivals may bunch by the loop's and the network's jitter. On a loaded
+    # machine (a busy CI box) a thread may wait half a second for the processor, so 0.5 s is allowed: a limiter
+    # that let the runs through at once would still show all 200 in one window, four times the bound.
+    assert_rate_kept(arrivals, limit, window=1.0, jitter=0.5)
+    assert_rate_kept(arrivals, limit, window=0.1, jitter=0.5)
     rate = (RUNS - 1) / (max(arrivals) - min(arrivals))
     assert rate <= PER_SECOND * 1.1
     assert len(waits) >= RUNS - BURST - 1 and all(not w.cut for w in waits)
