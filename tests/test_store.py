@@ -237,7 +237,7 @@ def test_the_schema_is_migrated_from_an_older_version(opener: Opener, monkeypatc
         )
     monkeypatch.undo()
     store = opener()
-    assert store.schema_version() == len(MIGRATIONS) == 5  # type: ignore[attr-defined]
+    assert store.schema_version() == len(MIGRATIONS)  # type: ignore[attr-defined]
     assert store.load("kept").state == kept
     assert store.effects("kept") == []  # the table migration 2 added
     assert store.checkpoints("kept") == []  # migration 3's: a run stored before it has no checkpoints kept
@@ -249,7 +249,7 @@ def test_a_newer_schema_is_refused(opener: Opener, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sql_module, "MIGRATIONS", [*MIGRATIONS, ("SELECT 1",)])
     opener()
     monkeypatch.undo()
-    with pytest.raises(SchemaError, match="version 6.*up to 5"):
+    with pytest.raises(SchemaError, match=f"version {len(MIGRATIONS) + 1}.*up to {len(MIGRATIONS)}"):
         opener()
 
 
