@@ -71,12 +71,11 @@ def _rows(browser: Any) -> list[str]:
     return [row.get_attribute("data-run") for row in browser.find_elements("css selector", "tr.paused-run")]
 
 
-def test_a_reviewer_pages_through_the_inbox_and_filters_it(browser: Any, desk: dict[str, str], tmp_path: Path) -> None:
+def test_a_reviewer_pages_through_the_inbox_and_filters_it(browser: Any, desk: dict[str, str]) -> None:
     """Three pages of three, each run once, the count on each; filtered by tool, then by the reason's words."""
     _sign_in(browser, desk["base"])
     assert browser.find_element("id", "total").text == "9"
     seen = [_rows(browser)]
-    full_page_screenshot(browser, screenshot_folder(tmp_path) / "inbox-pages.png")
     while browser.find_elements("id", "next-page"):
         before = browser.current_url
         browser.find_element("id", "next-page").click()
@@ -100,7 +99,7 @@ def test_a_reviewer_pages_through_the_inbox_and_filters_it(browser: Any, desk: d
 
 
 def test_a_reviewer_claims_a_run_sees_another_claim_and_the_page_keeps_its_place(
-    browser: Any, desk: dict[str, str]
+    browser: Any, desk: dict[str, str], tmp_path: Path
 ) -> None:
     """bo's claim shows with no claim button; ana claims refund-4 on page 2, stays there, then releases it; a run
     decided elsewhere reloads page 2 with its filter and place kept."""
@@ -115,6 +114,7 @@ def test_a_reviewer_claims_a_run_sees_another_claim_and_the_page_keeps_its_place
     row.find_element("css selector", "button.claim").click()
     _wait(browser, lambda b: "ana until" in b.find_element("css selector", 'tr[data-run="refund-4"]').text)
     assert browser.current_url == page_two
+    full_page_screenshot(browser, screenshot_folder(tmp_path) / "inbox-pages.png")
     with open_store(desk["url"]) as store:
         claim = store.claim_of("refund-4")
         assert claim is not None and claim.reviewer == "ana"
