@@ -17,21 +17,14 @@ import pytest
 
 import agent_fsm.web.listing
 from agent_fsm.store import SqliteStore, open_store, reject
-from agent_fsm.web import Reviewers, inbox_app
-from tests.browser import TIMEOUT, full_page_screenshot, open_browser, policy_violations, screenshot_folder
+from agent_fsm.web import inbox_app
+from tests import test_web_browser as single
+from tests.browser import full_page_screenshot, policy_violations, screenshot_folder, sign_in, wait_for
 from tests.web_server import serving
 from tests.web_world import HOSTILE_TASK, REFUND_TASK, world
 
-TOKEN = "ana-token-0123456789"
-REVIEWERS = Reviewers.parse(f"ana:{TOKEN} bo:bo-token-9876543210")
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: tuple[str, str]) -> Iterator[Any]:
-    """One headless chromium for the module's tests."""
-    session = open_browser(*chromium)
-    yield session
-    session.quit()
+TOKEN, REVIEWERS = single.TOKEN, single.REVIEWERS
+browser = single.browser  # one headless chromium for the module's tests, the same fixture
 
 
 @pytest.fixture
@@ -51,20 +44,11 @@ def desk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
 
 
 def _wait(browser: Any, condition: Any) -> Any:
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    waiting = WebDriverWait(browser, TIMEOUT, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
-    return waiting.until(condition)
+    return wait_for(browser, condition)
 
 
 def _sign_in(browser: Any, base: str) -> None:
-    browser.delete_all_cookies()
-    browser.get(base + "/")
-    browser.find_element("id", "reviewer").send_keys("ana")
-    browser.find_element("id", "token").send_keys(TOKEN)
-    browser.find_element("id", "sign-in").click()
-    _wait(browser, lambda b: b.current_url == base + "/")
+    sign_in(browser, base, "ana", TOKEN)
 
 
 def _rows(browser: Any) -> list[str]:

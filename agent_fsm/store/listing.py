@@ -77,6 +77,10 @@ class PausedFilter:
     ``older_than``: paused at least that many seconds ago. ``reason``: the
     gate's reason holds this text (any case). ``claimed``: a reviewer's name
     (their live claims), ``True`` (claimed by anyone) or ``False`` (unclaimed).
+
+    A new filter (the kind of decision a pause asks for, say) is a field
+    here, a condition in :func:`_where` and, to stay fast, a column written
+    with the pause and an index like the tool's; cursors follow by themselves.
     """
 
     agent: str | None = None
