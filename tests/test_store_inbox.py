@@ -11,7 +11,10 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from agent_fsm import Agent, ScriptedModel, ToolSpec, Verdict, answer_message, tool_call_message
 from agent_fsm.store import (
     AlreadyDecided,
     BadCursor,
@@ -233,3 +236,65 @@ def test_a_claimed_run_can_still_be_decided_by_anyone(opener: Opener) -> None:
     store.claim("t1", "ana")
     approve(store, "t1", world(), reviewer="bo")
     assert store.claim_of("t1") is None and store.paused() == []
+
+
+def _twice() -> Agent:
+    """An agent asking for a gated payment twice: approved once, its run pauses again (later: at the front)."""
+    pay = ToolSpec("Pay.", {"cents": int}, lambda cents: {"paid": cents}, effectful=True)
+    model = ScriptedModel(
+        [
+            tool_call_message("p1", "pay", {"cents": 5000}),
+            tool_call_message("p2", "pay", {"cents": 6000}),
+            answer_message("Paid."),
+        ]
+    )
+    return Agent(model, {"pay": pay}, gate=lambda call: Verdict.ask("every payment needs a person"))
+
+
+# Between two page fetches: pause a new run, or decide the n-th paused run (newest first) one way or the other.
+_MOVES = st.lists(
+    st.tuples(st.sampled_from(["pause", "approve", "reject"]), st.integers(min_value=0, max_value=30)),
+    max_size=12,
+)
+
+
+@settings(max_examples=max(settings().max_examples // 10, 10), deadline=None, database=None)
+@given(start=st.integers(min_value=0, max_value=12), size=st.integers(min_value=1, max_value=4), moves=_MOVES)
+def test_no_run_is_listed_twice_and_none_paused_throughout_is_missed(
+    tmp_path_factory: pytest.TempPathFactory, start: int, size: int, moves: list[tuple[str, int]]
+) -> None:
+    """Whatever happens between page fetches (runs paused, approved and so paused again at the front, rejected),
+    a listing holds no run twice and every run paused from its first page to its last."""
+    store = SqliteStore(tmp_path_factory.mktemp("pages") / "runs.db")
+    agent, made = _twice(), 0
+
+    def pause() -> None:
+        nonlocal made
+        assert agent.run("Pay the supplier.", store=store, run_id=f"r{made:03}").stop.value == "awaiting_approval"
+        made += 1
+
+    for _ in range(start):
+        pause()
+    before = {s.run_id for s in store.paused()}
+    touched: set[str] = set()
+    remaining = list(moves)
+
+    def between(_: int) -> None:
+        if not remaining:
+            return
+        move, index = remaining.pop(0)
+        waiting = store.paused()
+        if move == "pause" or not waiting:
+            pause()
+            return
+        run_id = waiting[index % len(waiting)].run_id
+        touched.add(run_id)
+        if move == "approve":
+            approve(store, run_id, agent, reviewer="ana")
+        else:
+            reject(store, run_id, agent, reviewer="ana", reason="no")
+
+    listed = _all_pages(store, size, between)
+    assert len(listed) == len(set(listed)), listed
+    assert before - touched <= set(listed)
+    store.close()
