@@ -159,3 +159,24 @@ def test_runs_list_pages_and_filters(desk: dict[str, Any]) -> None:
     assert code == 1 and "1 to 500" in err
     code, _, err = runs("list", "--store", desk["url"], "--status", "ended", "--limit", "5")
     assert code == 1 and "paused runs" in err
+
+
+def test_pages_read_through_stores_kept_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten pages in a row open one store; a request whose store raised (a bad cursor) gets it closed, not reused."""
+    monkeypatch.setenv("AGENT_FSM_REFUNDS", str(tmp_path / "refunds.jsonl"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with open_store(url) as store:
+        world().run(REFUND_TASK, store=store, run_id="refund-0")
+    opened: list[RunStore] = []
+
+    def opener() -> RunStore:
+        opened.append(open_store(url))
+        return opened[-1]
+
+    with serving(inbox_app(opener, world(), reviewers=REVIEWERS)) as base:
+        ana = _signed_in(base, "ana", ANA)
+        for _ in range(10):
+            assert _listed(ana.get("/").text) == ["refund-0"]
+        assert len(opened) == 1
+        assert ana.get("/?after=nonsense").status_code == 400
+        assert ana.get("/").status_code == 200 and len(opened) == 2

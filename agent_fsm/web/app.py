@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import queue
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
@@ -40,13 +41,16 @@ from agent_fsm.web.listing import back_to, listed_row, listing, page_stamp, read
 from agent_fsm.web.pages import render_page, run_context
 from agent_fsm.web.timeline import pretty_json
 
-__all__ = ["APP_POLICY", "inbox_app"]
+__all__ = ["APP_POLICY", "KEPT_OPEN", "inbox_app"]
 
 APP_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 """The inbox's Content-Security-Policy: scripts and styles only from its own files, never inline."""
+
+KEPT_OPEN = 4
+"""Stores the inbox keeps open between requests for its pages (one per request served at once)."""
 
 COOKIE = "agent_fsm_session"
 _HEADERS = [
@@ -113,7 +117,11 @@ def inbox_app(
     secure_cookies: bool = False,
 ) -> Starlette:
     """
-    The inbox over the store ``open_store()`` opens (once per request), deciding runs as ``agent``.
+    The inbox over the store ``open_store()`` opens, deciding runs as ``agent``.
+
+    Pages read through up to :data:`KEPT_OPEN` stores kept open between
+    requests (a store that raised is closed, and the next request opens a
+    new one); each decision opens its own.
 
     ``agent`` judges each decided call afresh and continues the run, as
     :func:`agent_fsm.store.approve` does (``agent-fsm inbox --world`` names
@@ -148,12 +156,25 @@ def inbox_app(
     ) -> HTMLResponse:
         return page(request, "error.html", session, status, title=title, message=message, run_id=run_id)
 
+    # Stores kept open between requests for reading and claiming (opening one is a connection and a schema
+    # check: on PostgreSQL about as long as a page's whole listing). A decision opens its own (see apply).
+    readers: queue.SimpleQueue[RunStore] = queue.SimpleQueue()
+
     def with_store(read: Callable[[RunStore], Any]) -> Any:
-        store = open_store()
         try:
-            return read(store)
-        finally:
+            store = readers.get_nowait()
+        except queue.Empty:
+            store = open_store()
+        try:
+            result = read(store)
+        except BaseException:
+            store.close()  # whatever failed, a store that saw it is not trusted again: the next request opens one
+            raise
+        if readers.qsize() < KEPT_OPEN:
+            readers.put(store)
+        else:
             store.close()
+        return result
 
     def signed_in(
         handler: Callable[[Request, Session], Awaitable[Response]],
@@ -359,6 +380,8 @@ def inbox_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         workers.shutdown(wait=True)  # a decision under way finishes: its run rests in the store
+        while not readers.empty():
+            readers.get_nowait().close()
 
     static = StaticFiles(directory=str(resources.files("agent_fsm.web") / "static"))
     routes = [
