@@ -14,8 +14,9 @@ into the rows' states too) and spread over the past days, a few sharing one
 
 Each page is asked of the inbox served for real (uvicorn on 127.0.0.1, a
 reviewer signed in). The server's time is kept by a middleware around the
-app, from the request's arrival to the response's last byte (opening the
-store, the listing and its count, the page rendered); the client's round
+app, from the request's arrival to the response's last byte (the listing
+and its count, through a store the inbox keeps open, and the page
+rendered); the client's round
 trip is printed beside it (on loopback it carries a fixed ~40 ms: the
 client acknowledging the response's body late, TCP's delayed ACK). The
 line also gives the listing's own time (``store.paused``, which the page
