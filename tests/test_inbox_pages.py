@@ -92,11 +92,8 @@ def test_the_pages_list_every_paused_run_once_while_one_is_decided(desk: dict[st
 
 
 def test_filters_and_search_page_too(desk: dict[str, Any]) -> None:
-    """The first page offers each tool with its count; by tool, by the reason's text (any case) and by claim: only
-    those runs, counted, paged with the filter kept."""
+    """By tool, by the reason's text (any case) and by claim: only those runs, counted, paged with the filter kept."""
     ana = _signed_in(desk["base"], "ana", ANA)
-    first = ana.get("/").text
-    assert '<option value="pay">pay (3)</option>' in first and '<option value="refund_order">refund_order (9)' in first
     listed, totals = _walk(ana, "/?tool=pay")
     assert sorted(listed) == ["pay-0", "pay-1", "pay-2"] and totals == ["3"]
     listed, totals = _walk(ana, "/?tool=refund_order")

@@ -29,7 +29,7 @@ from agent_fsm.store.errors import (
 )
 from agent_fsm.store.forks import fork
 from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, approve, reject
-from agent_fsm.store.listing import MAX_PAGE, PausedCounts, PausedFilter, PausedPage
+from agent_fsm.store.listing import MAX_PAGE, PausedFilter, PausedPage
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import Checkpoint, Claim, Decision, Effect, Fork, RunSummary, StoredRun
@@ -49,7 +49,6 @@ __all__ = [
     "RunSummary",
     "PausedPage",
     "PausedFilter",
-    "PausedCounts",
     "MAX_PAGE",
     "Claim",
     "StoredRun",

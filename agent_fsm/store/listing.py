@@ -39,11 +39,9 @@ from agent_fsm.store.rows import SUMMARY, holdable, listed, text_column
 __all__ = [
     "CLAIM_SECONDS",
     "MAX_PAGE",
-    "PausedCounts",
     "PausedFilter",
     "PausedPage",
     "claim_in",
-    "counts_in",
     "claim_of",
     "inbox_columns",
     "page_in",
@@ -246,26 +244,6 @@ def page_in(tx: Transaction, chosen: PausedFilter, *, limit: int | None, cursor:
         last = rows[-1]
         following = _encode(float(last[9]), str(last[0]), chosen.fingerprint())
     return PausedPage(runs, next=following, total=total)
-
-
-@attrs.frozen
-class PausedCounts:
-    """How many runs wait on each tool and for each agent, most first (at most :data:`MAX_PAGE` of each)."""
-
-    tools: dict[str, int]
-    agents: dict[str, int]
-
-
-def counts_in(tx: Transaction) -> PausedCounts:
-    """The paused runs counted by tool and by agent (each one index-only pass over the paused runs)."""
-    found = []
-    for column in ("tool", "agent"):
-        rows = tx.rows(
-            f"SELECT {column}, COUNT(*) FROM agent_fsm_runs WHERE status = 'paused' AND {column} IS NOT NULL"
-            f" GROUP BY {column} ORDER BY COUNT(*) DESC, {column} LIMIT {MAX_PAGE}"
-        )
-        found.append({str(name): int(count) for name, count in rows})
-    return PausedCounts(*found)
 
 
 def _summary(row: Sequence[Any]) -> RunSummary:

@@ -9,7 +9,7 @@ from agent_fsm.engine import Intent, RunState
 from agent_fsm.store.records import Checkpoint, Claim, Decision, Effect, Fork, RunSummary, StoredRun
 
 if TYPE_CHECKING:
-    from agent_fsm.store.listing import PausedCounts, PausedPage
+    from agent_fsm.store.listing import PausedPage
 
 __all__ = ["RunStore", "Transaction"]
 
@@ -53,9 +53,6 @@ class RunStore(Protocol):
         count: bool = False,
     ) -> PausedPage:
         """The approval inbox: every paused run, or a page of them after ``cursor``, filtered (see ``SqlStore``)."""
-
-    def paused_counts(self) -> PausedCounts:
-        """How many runs wait on each tool and for each agent."""
 
     def claim(self, run_id: str, reviewer: str, *, pause_id: str | None = None, seconds: float = ...) -> Claim:
         """Claim a paused run for ``reviewer`` (``ClaimTaken`` if another's claim is live)."""

@@ -38,12 +38,10 @@ from agent_fsm.store.errors import (
 from agent_fsm.store.forks import forked_state
 from agent_fsm.store.listing import (
     CLAIM_SECONDS,
-    PausedCounts,
     PausedFilter,
     PausedPage,
     claim_in,
     claim_of,
-    counts_in,
     inbox_columns,
     page_in,
     release_in,
@@ -494,11 +492,6 @@ class SqlStore:
         chosen = PausedFilter(agent, tool, older_than, reason, claimed)
         with self._transaction(write=False) as tx:
             return page_in(tx, chosen, limit=limit, cursor=cursor, count=count)
-
-    def paused_counts(self) -> PausedCounts:
-        """How many runs wait on each tool and for each agent: what the inbox's filters offer."""
-        with self._transaction(write=False) as tx:
-            return counts_in(tx)
 
     def claim(
         self, run_id: str, reviewer: str, *, pause_id: str | None = None, seconds: float = CLAIM_SECONDS

@@ -240,11 +240,7 @@ def inbox_app(
     async def inbox(request: Request, session: Session) -> Response:
         try:
             wanted = read_query(request.query_params, session.reviewer)
-            # The first page also offers the tools and agents runs wait on, with their counts, to filter by.
-            page_of, counts = await run_in_threadpool(
-                with_store,
-                lambda store: (listing(store, wanted), store.paused_counts() if wanted.cursor is None else None),
-            )
+            page_of = await run_in_threadpool(with_store, lambda store: listing(store, wanted))
         except BadCursor as exc:
             return error(request, session, 400, "This page of the inbox cannot be found", f"{exc}.")
         except ValueError as exc:
@@ -260,7 +256,6 @@ def inbox_app(
             session,
             waiting=waiting,
             total=page_of.total,
-            counts=counts,
             filters=wanted.shown,
             next_url=wanted.url_after(page_of.next) if page_of.next is not None else None,
             first_url=wanted.url_after(None) if wanted.cursor is not None else None,
