@@ -62,3 +62,23 @@ def textarea_json(session: Any, element_id: str) -> Any:
     from selenium.webdriver.common.by import By
 
     return json.loads(session.find_element(By.ID, element_id).get_attribute("value"))
+
+
+def wait_for(session: Any, condition: Any) -> Any:
+    """Wait (up to ``TIMEOUT``) until ``condition(session)`` holds; its value."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # A live page swaps its <main> as the store moves: an element found just before a swap is asked again.
+    waiting = WebDriverWait(session, TIMEOUT, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
+    return waiting.until(condition)
+
+
+def sign_in(session: Any, base: str, name: str, token: str) -> None:
+    """Sign in to the inbox at ``base`` as ``name`` with a fresh session, and wait for the inbox."""
+    session.delete_all_cookies()
+    session.get(base + "/")
+    session.find_element("id", "reviewer").send_keys(name)
+    session.find_element("id", "token").send_keys(token)
+    session.find_element("id", "sign-in").click()
+    wait_for(session, lambda s: s.current_url == base + "/")

@@ -13,9 +13,9 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "inbox.md"
 
 
 def test_code_blocks_run_as_written(graphviz_dot: str) -> None:
-    """The saved page and the app's construction run in one namespace."""
+    """The saved page, the paged listing and the app's construction run in one namespace."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     namespace: dict[str, object] = {"__name__": "docs_inbox"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)
@@ -24,8 +24,8 @@ def test_code_blocks_run_as_written(graphviz_dot: str) -> None:
 def test_every_screenshot_shown_is_committed() -> None:
     """Each image the page shows is a PNG in docs/images, taken by the browser tests."""
     shown = re.findall(r"!\[[^\]]*\]\((images/[^)]+)\)", DOC.read_text())
-    assert len(shown) == 5
-    tests = (Path(__file__).parent / "test_web_browser.py").read_text()
+    assert len(shown) == 6
+    tests = "".join(path.read_text() for path in Path(__file__).parent.glob("test_web_browser*.py"))
     for image in shown:
         assert (DOC.parent / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
         assert f'"{Path(image).name}"' in tests, f"{image} is not taken by the browser tests"

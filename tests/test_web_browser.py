@@ -21,12 +21,13 @@ from agent_fsm.engine import RUN_MACHINE
 from agent_fsm.store import SqliteStore, open_store, reject
 from agent_fsm.web import Reviewers, inbox_app, render_view
 from tests.browser import (
-    TIMEOUT,
     full_page_screenshot,
     open_browser,
     policy_violations,
     screenshot_folder,
+    sign_in,
     textarea_json,
+    wait_for,
 )
 from tests.web_server import serving
 from tests.web_world import ANSWER, HOSTILE_TASK, IMG, NOTE, REASON, SCRIPT, THOUGHTS, slow_world, start, world
@@ -60,12 +61,7 @@ def _serve(url: str, **options: Any) -> Any:
 
 
 def _wait(browser: Any, condition: Any) -> Any:
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    # The live page swaps its <main> as the run moves: an element found just before a swap is asked again.
-    waiting = WebDriverWait(browser, TIMEOUT, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
-    return waiting.until(condition)
+    return wait_for(browser, condition)
 
 
 def _by_id(browser: Any, element_id: str) -> Any:
@@ -75,12 +71,7 @@ def _by_id(browser: Any, element_id: str) -> Any:
 
 
 def _sign_in(browser: Any, base: str) -> None:
-    browser.delete_all_cookies()
-    browser.get(base + "/")
-    _by_id(browser, "reviewer").send_keys("ana")
-    _by_id(browser, "token").send_keys(TOKEN)
-    _by_id(browser, "sign-in").click()
-    _wait(browser, lambda b: b.current_url == base + "/")
+    sign_in(browser, base, "ana", TOKEN)
 
 
 def _main_text(browser: Any) -> str:

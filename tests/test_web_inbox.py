@@ -317,7 +317,7 @@ def test_one_unreadable_blocked_column_is_one_broken_row(base: str, store_url: s
     assert page.status_code == 200 and _has_security_headers(page)
     assert "ticket-2" in page.text and "ticket-1" in page.text and "cannot be read" in page.text
     stamp = ana.get("/inbox.json")
-    assert stamp.status_code == 200 and stamp.json()["paused"] == 1
+    assert stamp.status_code == 200 and stamp.json()["paused"] == 2  # both wait, the unreadable one too
 
 
 @pytest.mark.parametrize(("column", "value"), [("state", "{}"), ("state", "[" * 50_000), ("intent", "nope")])

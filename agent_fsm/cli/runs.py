@@ -118,6 +118,8 @@ def _line(summary: RunSummary) -> str:
             f"\n    pause {summary.pause_id}: {call.name} {json.dumps(call.arguments)}{nested}"
             f"\n    reason: {summary.reason}"
         )
+        if summary.claim is not None:
+            text += f"\n    claimed by {summary.claim.reviewer} until {_when(summary.claim.expires_at)}"
     return text
 
 
@@ -141,14 +143,45 @@ def _ended(run_id: str, result: RunResult) -> str:
 def list_command(
     store: StoreOption,
     status: Annotated[str | None, typer.Option("--status", help="running, paused, ended or failed")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Paused runs per page (1-500); prints the next page's --cursor.")
+    ] = None,
+    cursor: Annotated[str | None, typer.Option("--cursor", help="Where the page before ended.")] = None,
+    tool: Annotated[str | None, typer.Option("--tool", help="Paused runs blocked on this tool.")] = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="Paused runs of this agent.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Paused runs whose gate's reason holds this.")] = None,
+    claimed: Annotated[str | None, typer.Option("--claimed-by", help="Paused runs this reviewer has claimed.")] = None,
 ) -> None:
-    """List the stored runs, most recent first; a paused run shows its blocked call and the reason."""
+    """List the stored runs, most recent first; a paused run shows its blocked call and the reason.
+
+    Any of --limit, --cursor, --tool, --agent, --reason, --claimed-by lists the paused runs a page at a time.
+    """
+    paging = any(option is not None for option in (limit, cursor, tool, agent, reason, claimed))
+    if paging and status not in (None, "paused"):
+        raise _fail(f"--limit, --cursor and the filters list paused runs; --status {status} cannot be paged")
     with open_url(store) as opened, _store_errors():
-        summaries = opened.runs(status)
+        if paging:
+            try:
+                page = opened.paused(
+                    limit=50 if limit is None else limit,
+                    cursor=cursor,
+                    tool=tool,
+                    agent=agent,
+                    reason=reason,
+                    claimed=claimed,
+                    count=True,
+                )
+            except ValueError as exc:  # a bad cursor (BadCursor is one) or limit
+                raise _fail(str(exc)) from None
+            summaries: list[RunSummary] = list(page)
+        else:
+            summaries = opened.runs(status)
     for summary in summaries:
         _say(_line(summary))
     if not summaries:
-        typer.echo("no runs" + (f" {status}" if status else ""))
+        typer.echo("no runs" + (f" {status}" if status else "") + (" on this page" if cursor else ""))
+    if paging:
+        typer.echo(f"{page.total} paused run(s) match" + (f"; next page: --cursor {page.next}" if page.next else ""))
     broken = [summary.run_id for summary in summaries if summary.problem is not None]
     if broken:
         raise _fail(f"{len(broken)} stored run(s) cannot be read: {', '.join(broken)}")

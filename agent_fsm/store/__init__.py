@@ -17,6 +17,8 @@ a person decides) are stated in docs/durability.md.
 from agent_fsm.engine import OUTCOME_UNKNOWN, Checkpointer, Intent, ToolContext
 from agent_fsm.store.errors import (
     AlreadyDecided,
+    BadCursor,
+    ClaimTaken,
     DamagedRun,
     DatabaseError,
     RunExists,
@@ -27,9 +29,10 @@ from agent_fsm.store.errors import (
 )
 from agent_fsm.store.forks import fork
 from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, approve, reject
+from agent_fsm.store.listing import MAX_PAGE, PausedFilter, PausedPage
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
-from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
+from agent_fsm.store.records import Checkpoint, Claim, Decision, Effect, Fork, RunSummary, StoredRun
 from agent_fsm.store.recovery import Recovered, recover
 from agent_fsm.store.sql import SqlStore
 from agent_fsm.store.sqlite import SqliteStore
@@ -44,6 +47,10 @@ __all__ = [
     "open_store",
     # Records
     "RunSummary",
+    "PausedPage",
+    "PausedFilter",
+    "MAX_PAGE",
+    "Claim",
     "StoredRun",
     "Decision",
     "Effect",
@@ -70,4 +77,6 @@ __all__ = [
     "SchemaError",
     "DamagedRun",
     "DatabaseError",
+    "BadCursor",
+    "ClaimTaken",
 ]

@@ -13,6 +13,8 @@ else under :class:`StoreError`::
                                             run's state in its row, a blocked call its state does not hold)
       + DatabaseError (also OSError)     -- the database cannot be opened, read or written (not a database,
                                             damaged, read-only, a directory, the disk full)
+      + BadCursor (also ValueError)      -- a listing's cursor is damaged, forged or made for another filter
+      + ClaimTaken                       -- another reviewer holds a live claim on the paused run
 
 A driver's own exceptions (``sqlite3.*``, ``psycopg.*``) never escape a store:
 each is mapped to one of these, chained (``raise ... from``) to the original.
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AlreadyDecided",
+    "BadCursor",
+    "ClaimTaken",
     "DamagedRun",
     "DatabaseError",
     "RunExists",
@@ -84,3 +88,20 @@ class DamagedRun(StoreError, ValueError):
 
 class DatabaseError(StoreError, OSError):
     """The database cannot be opened, read or written: not a database, damaged, read-only, a directory, full."""
+
+
+class BadCursor(StoreError, ValueError):
+    """A cursor given to a listing is not one it made: damaged, forged, or made under another filter."""
+
+
+class ClaimTaken(StoreError):
+    """
+    Another reviewer holds a live claim on the paused run; ``reviewer`` is who, ``expires_at`` until when.
+
+    Nothing was claimed; the run can still be decided by anyone (a claim is advisory).
+    """
+
+    def __init__(self, message: str, *, reviewer: str, expires_at: float) -> None:
+        super().__init__(message)
+        self.reviewer = reviewer
+        self.expires_at = expires_at

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent_fsm.engine import Intent, RunState
-from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
+from agent_fsm.store.records import Checkpoint, Claim, Decision, Effect, Fork, RunSummary, StoredRun
+
+if TYPE_CHECKING:
+    from agent_fsm.store.listing import PausedPage
 
 __all__ = ["RunStore", "Transaction"]
 
@@ -37,8 +40,28 @@ class RunStore(Protocol):
     def runs(self, status: str | None = None) -> list[RunSummary]:
         """Every run, or those with ``status`` (``running``, ``paused``, ``ended``, ``failed``)."""
 
-    def paused(self) -> list[RunSummary]:
-        """The approval inbox."""
+    def paused(
+        self,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        older_than: float | None = None,
+        reason: str | None = None,
+        claimed: str | bool | None = None,
+        count: bool = False,
+    ) -> PausedPage:
+        """The approval inbox: every paused run, or a page of them after ``cursor``, filtered (see ``SqlStore``)."""
+
+    def claim(self, run_id: str, reviewer: str, *, pause_id: str | None = None, seconds: float = ...) -> Claim:
+        """Claim a paused run for ``reviewer`` (``ClaimTaken`` if another's claim is live)."""
+
+    def release(self, run_id: str, reviewer: str) -> bool:
+        """Drop ``reviewer``'s claim on the run."""
+
+    def claim_of(self, run_id: str) -> Claim | None:
+        """The live claim on the run's open pause."""
 
     def history(self, run_id: str) -> list[Decision]:
         """The decisions taken on the run's pauses."""

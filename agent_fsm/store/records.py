@@ -8,7 +8,7 @@ import attrs
 
 from agent_fsm.engine import Intent, RunState, ToolCall
 
-__all__ = ["Checkpoint", "Decision", "Effect", "Fork", "RunSummary", "StoredRun"]
+__all__ = ["Checkpoint", "Claim", "Decision", "Effect", "Fork", "RunSummary", "StoredRun"]
 
 
 @attrs.frozen
@@ -31,6 +31,9 @@ class RunSummary:
     store wrote it), else ``None``: a list shows one broken row and goes on.
     Text a column cannot hold (NUL, lone surrogates) is shown escaped
     (``\\u0000``); the state holds it exactly.
+
+    ``agent`` (the paused run's agent) and ``claim`` (the live claim on its
+    pause) are filled by :meth:`~agent_fsm.store.RunStore.paused`, the inbox's listing.
     """
 
     run_id: str
@@ -46,6 +49,19 @@ class RunSummary:
     version: int
     problem: str | None = None
     blocked_path: tuple[str, ...] = ()
+    agent: str | None = None
+    claim: Claim | None = None
+
+
+@attrs.frozen
+class Claim:
+    """A reviewer's claim on a paused run's pause ``pause_id``: who, since when, until when (epoch seconds)."""
+
+    run_id: str
+    pause_id: str
+    reviewer: str
+    claimed_at: float
+    expires_at: float
 
 
 @attrs.frozen

@@ -36,8 +36,18 @@ from agent_fsm.store.errors import (
     StoreError,
 )
 from agent_fsm.store.forks import forked_state
+from agent_fsm.store.listing import (
+    CLAIM_SECONDS,
+    PausedFilter,
+    PausedPage,
+    claim_in,
+    claim_of,
+    inbox_columns,
+    page_in,
+    release_in,
+)
 from agent_fsm.store.protocol import Transaction
-from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
+from agent_fsm.store.records import Checkpoint, Claim, Decision, Effect, Fork, RunSummary, StoredRun
 from agent_fsm.store.rows import (
     CHECKED,
     CHECKPOINTS,
@@ -371,7 +381,8 @@ class SqlStore:
             changed = tx.run(
                 ("UPDATE agent_fsm_runs SET " if still else "UPDATE agent_fsm_runs SET status = ?, ")
                 + "stop = ?, machine_state = ?, state = ?, messages = ?, observations = ?, new_messages = ?,"
-                " new_observations = ?, pause_id = ?, reason = ?, blocked = ?, intent = ?, updated_at = ?,"
+                " new_observations = ?, pause_id = ?, reason = ?, blocked = ?, tool = ?, agent = ?, intent = ?,"
+                " updated_at = ?,"
                 " version = version + 1"
                 " WHERE run_id = ? AND owner = ? AND version = ?",
                 (
@@ -383,6 +394,7 @@ class SqlStore:
                     *rest,
                     state.pause_id if paused else None,
                     *pause_columns(state),  # the reason and the innermost call a person decides
+                    *inbox_columns(state),  # what the inbox filters a paused run by
                     json.dumps(intent_data(intent)) if intent is not None else None,
                     now,
                     run_id,
@@ -451,9 +463,59 @@ class SqlStore:
             rows = tx.rows(f"SELECT {SUMMARY} FROM agent_fsm_runs {where} ORDER BY updated_at DESC", params)
         return [listed(row) for row in rows]
 
-    def paused(self) -> list[RunSummary]:
-        """The approval inbox: every run waiting for a person, with the blocked call and the reason."""
-        return self.runs("paused")
+    def paused(
+        self,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        older_than: float | None = None,
+        reason: str | None = None,
+        claimed: str | bool | None = None,
+        count: bool = False,
+    ) -> PausedPage:
+        """
+        The approval inbox: the runs waiting for a person, newest pause first, a page at a time.
+
+        Without arguments, every paused run. ``limit`` makes it a page of at
+        most that many; pass its ``next`` as ``cursor`` for the page after.
+        The filters (see :class:`~agent_fsm.store.PausedFilter`) keep the runs
+        of one ``agent``, blocked on one ``tool``, paused ``older_than``
+        seconds ago or more, whose gate's ``reason`` holds a text, or
+        ``claimed`` by a reviewer; ``count`` also counts every run they let through.
+
+        Raises:
+            BadCursor: ``cursor`` is damaged or was made under other filters.
+            ValueError: ``limit`` is not 1 to 500, or a filter is malformed.
+        """
+        chosen = PausedFilter(agent, tool, older_than, reason, claimed)
+        with self._transaction(write=False) as tx:
+            return page_in(tx, chosen, limit=limit, cursor=cursor, count=count)
+
+    def claim(
+        self, run_id: str, reviewer: str, *, pause_id: str | None = None, seconds: float = CLAIM_SECONDS
+    ) -> Claim:
+        """
+        Claim the paused run for ``reviewer`` for ``seconds`` (renewing their own claim): others see it claimed.
+
+        Raises:
+            ClaimTaken: another reviewer's claim on this pause is live.
+            AlreadyDecided: the run is not paused (or not at ``pause_id``).
+            RunNotFound: no such run.
+        """
+        with self._transaction() as tx:
+            return claim_in(tx, run_id, reviewer, pause_id=pause_id, seconds=seconds)
+
+    def release(self, run_id: str, reviewer: str) -> bool:
+        """Drop ``reviewer``'s claim on the run (whether there was one)."""
+        with self._transaction() as tx:
+            return release_in(tx, run_id, reviewer)
+
+    def claim_of(self, run_id: str) -> Claim | None:
+        """The live claim on the run's open pause, if any."""
+        with self._transaction(write=False) as tx:
+            return claim_of(tx, run_id)
 
     def history(self, run_id: str) -> list[Decision]:
         """The decisions taken on the run's pauses, oldest first."""
@@ -562,8 +624,8 @@ class SqlStore:
                 text, counts, pieces = _what(state, (0, 0), StateWriter())
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
-                    " new_messages, new_observations, pause_id, reason, blocked, owner, created_at, updated_at,"
-                    " version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    " new_messages, new_observations, pause_id, reason, blocked, tool, agent, owner, created_at,"
+                    " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         new_run_id,
                         status,
@@ -574,6 +636,7 @@ class SqlStore:
                         *(("", "") if counts[0] is not None else (None, None)),
                         state.pause_id if paused else None,
                         *pause_columns(state),
+                        *inbox_columns(state),
                         self.owner,
                         now,
                         now,

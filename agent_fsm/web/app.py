@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
+import queue
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
@@ -33,21 +33,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_fsm import Agent
 from agent_fsm.engine import blocked_call
-from agent_fsm.store import DamagedRun, RunNotFound, StoreError
+from agent_fsm.store import AlreadyDecided, BadCursor, ClaimTaken, DamagedRun, RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
-from agent_fsm.store.records import RunSummary
 from agent_fsm.web.auth import Reviewers, Session, Sessions
 from agent_fsm.web.decisions import FormRefused, apply, read_form
+from agent_fsm.web.listing import back_to, listed_row, listing, page_stamp, read_query, shown_claim
 from agent_fsm.web.pages import render_page, run_context
 from agent_fsm.web.timeline import pretty_json
 
-__all__ = ["APP_POLICY", "inbox_app"]
+__all__ = ["APP_POLICY", "KEPT_OPEN", "inbox_app"]
 
 APP_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 """The inbox's Content-Security-Policy: scripts and styles only from its own files, never inline."""
+
+KEPT_OPEN = 4
+"""Stores the inbox keeps open between requests for its pages (one per request served at once)."""
 
 COOKIE = "agent_fsm_session"
 _HEADERS = [
@@ -103,19 +106,6 @@ class _SecurityHeaders:
             raise
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
-
-
-def _stamp(summaries: list[RunSummary]) -> str:
-    text = "|".join(f"{s.run_id}:{s.version}" for s in sorted(summaries, key=lambda s: s.run_id))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def inbox_app(
     open_store: Callable[[], RunStore],
     agent: Agent,
@@ -127,7 +117,11 @@ def inbox_app(
     secure_cookies: bool = False,
 ) -> Starlette:
     """
-    The inbox over the store ``open_store()`` opens (once per request), deciding runs as ``agent``.
+    The inbox over the store ``open_store()`` opens, deciding runs as ``agent``.
+
+    Pages read through up to :data:`KEPT_OPEN` stores kept open between
+    requests (a store that raised is closed, and the next request opens a
+    new one); each decision opens its own.
 
     ``agent`` judges each decided call afresh and continues the run, as
     :func:`agent_fsm.store.approve` does (``agent-fsm inbox --world`` names
@@ -162,12 +156,25 @@ def inbox_app(
     ) -> HTMLResponse:
         return page(request, "error.html", session, status, title=title, message=message, run_id=run_id)
 
+    # Stores kept open between requests for reading and claiming (opening one is a connection and a schema
+    # check: on PostgreSQL about as long as a page's whole listing). A decision opens its own (see apply).
+    readers: queue.SimpleQueue[RunStore] = queue.SimpleQueue()
+
     def with_store(read: Callable[[RunStore], Any]) -> Any:
-        store = open_store()
         try:
-            return read(store)
-        finally:
+            store = readers.get_nowait()
+        except queue.Empty:
+            store = open_store()
+        try:
+            result = read(store)
+        except BaseException:
+            store.close()  # whatever failed, a store that saw it is not trusted again: the next request opens one
+            raise
+        if readers.qsize() < KEPT_OPEN:
+            readers.put(store)
+        else:
             store.close()
+        return result
 
     def signed_in(
         handler: Callable[[Request, Session], Awaitable[Response]],
@@ -232,32 +239,70 @@ def inbox_app(
 
     async def inbox(request: Request, session: Session) -> Response:
         try:
-            summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+            wanted = read_query(request.query_params, session.reviewer)
+            page_of = await run_in_threadpool(with_store, lambda store: listing(store, wanted))
+        except BadCursor as exc:
+            return error(request, session, 400, "This page of the inbox cannot be found", f"{exc}.")
+        except ValueError as exc:
+            return error(request, session, 400, "The filter cannot be read", str(exc))
         except StoreError as exc:
             return unreadable(request, session, exc)
         now = time.time()
-        waiting = [
-            {"run": s, "age": _age(now - s.updated_at), "arguments": pretty_json(s.blocked.arguments)}
-            for s in summaries
-            if s.status == "paused" and s.blocked is not None
-        ]
-        # A row that cannot be read is listed (first, whatever its age) with what is wrong with it.
-        broken = [{"run": s, "age": "?"} for s in summaries if s.problem is not None]
-        rest = [s for s in summaries if s.status != "paused" and s.problem is None]
-        others = broken + [{"run": s, "age": _age(now - s.updated_at)} for s in rest][:25]
-        return page(request, "inbox.html", session, waiting=waiting, others=others, stamp=_stamp(summaries))
+        waiting = [listed_row(s, now) for s in page_of]
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return page(
+            request,
+            "inbox.html",
+            session,
+            waiting=waiting,
+            total=page_of.total,
+            filters=wanted.shown,
+            next_url=wanted.url_after(page_of.next) if page_of.next is not None else None,
+            first_url=wanted.url_after(None) if wanted.cursor is not None else None,
+            here=here,
+            live_url="/inbox.json" + (f"?{request.url.query}" if request.url.query else ""),
+            stamp=page_stamp(page_of),
+        )
 
     async def inbox_stamp(request: Request, session: Session) -> Response:
         try:
-            summaries = await run_in_threadpool(with_store, lambda store: store.runs())
+            wanted = read_query(request.query_params, session.reviewer)
+            page_of = await run_in_threadpool(with_store, lambda store: listing(store, wanted))
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
         except StoreError as exc:
             return JSONResponse({"error": str(exc)}, status_code=503)
-        return JSONResponse({"stamp": _stamp(summaries), "paused": sum(s.status == "paused" for s in summaries)})
+        return JSONResponse({"stamp": page_stamp(page_of), "paused": page_of.total})
+
+    async def claim(request: Request, session: Session) -> Response:
+        run_id = request.path_params["run_id"]
+        reviewer = session.reviewer
+        assert reviewer is not None
+        try:
+            form = await checked_form(request, session)
+            pause_id, back = form.get("pause_id"), form.get("back")
+            if not isinstance(pause_id, str) or not pause_id:
+                raise FormRefused(422, "No pause named", "the form does not say which pause it claims; reload")
+            if request.url.path.endswith("/release"):
+                await run_in_threadpool(with_store, lambda store: store.release(run_id, reviewer))
+            else:
+                await run_in_threadpool(with_store, lambda store: store.claim(run_id, reviewer, pause_id=pause_id))
+        except FormRefused as refused:
+            return error(request, session, refused.status, refused.title, refused.message, run_id=run_id)
+        except ClaimTaken as exc:
+            return error(request, session, 409, "Claimed by someone else", f"{exc}.", run_id=run_id)
+        except AlreadyDecided as exc:
+            return error(request, session, 409, "This pause is no longer open", f"{exc}.", run_id=run_id)
+        except RunNotFound as exc:
+            return error(request, session, 404, "No such run", str(exc))
+        except StoreError as exc:
+            return unreadable(request, session, exc, run_id=run_id)
+        return RedirectResponse(back_to(back, run_id), status_code=303)
 
     def _read_run(run_id: str) -> Any:
         def read(store: RunStore) -> Any:
             stored = store.load(run_id)
-            lineage = store.forked_from(run_id), store.forks(run_id)
+            lineage = store.forked_from(run_id), store.forks(run_id), store.claim_of(run_id)
             return stored, store.effects(run_id), store.history(run_id), lineage
 
         return with_store(read)
@@ -265,7 +310,7 @@ def inbox_app(
     async def run_page(request: Request, session: Session) -> Response:
         run_id = request.path_params["run_id"]
         try:
-            stored, effects, history, (forked_from, forks) = await run_in_threadpool(_read_run, run_id)
+            stored, effects, history, (forked_from, forks, claimed) = await run_in_threadpool(_read_run, run_id)
         except RunNotFound as exc:
             return error(request, session, 404, "No such run", str(exc))
         except StoreError as exc:
@@ -292,6 +337,8 @@ def inbox_app(
             stamp=str(stored.summary.version),
             forked_from=forked_from,
             forks=forks,
+            claim=shown_claim(claimed),
+            here=f"/runs/{quote(run_id, safe='')}",
             **context,
         )
 
@@ -333,6 +380,8 @@ def inbox_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         workers.shutdown(wait=True)  # a decision under way finishes: its run rests in the store
+        while not readers.empty():
+            readers.get_nowait().close()
 
     static = StaticFiles(directory=str(resources.files("agent_fsm.web") / "static"))
     routes = [
@@ -344,6 +393,8 @@ def inbox_app(
         Route("/runs/{run_id}", signed_in(run_page)),
         Route("/runs/{run_id}/status.json", signed_in(run_stamp)),
         Route("/runs/{run_id}/decide", signed_in(decide), methods=["POST"]),
+        Route("/runs/{run_id}/claim", signed_in(claim), methods=["POST"]),
+        Route("/runs/{run_id}/release", signed_in(claim), methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
     middleware = [Middleware(_SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]

@@ -6,6 +6,7 @@
   var url = root.getAttribute("data-live");
   var seen = root.getAttribute("data-stamp");
   var every = Number(root.getAttribute("data-every")) || 1500;
+  var again = root.getAttribute("data-reload") || window.location.pathname;  // the inbox keeps its filters and page
   var note = document.getElementById("live");
   var busy = false;
   var leaving = false;  // a form was sent: its answer is the next page, not a reload
@@ -18,7 +19,7 @@
       .then(function (data) {
         if (data && !leaving && String(data.stamp) !== seen) {
           if (note) { note.textContent = "the run moved on: reloading"; note.className = "live moved"; }
-          window.location.replace(window.location.pathname);
+          window.location.replace(again);
         }
       })
       .catch(function () { /* the server is away for a moment: try again at the next tick */ })
