@@ -255,7 +255,8 @@ class SqlStore:
             raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: its checkpoint {gap} is missing")
         pieces = [row[2:] for row in rows]
         if point is None and text == _AT_CHECKPOINT:  # the run's row at a checkpoint: the state is that checkpoint's
-            if not pieces or rows[-1][1] != count:  # none left, or the latest one (which holds the row's count) gone
+            # None left, or the latest gone (it held the row's messages; one committed since is longer, not shorter).
+            if not pieces or rows[-1][1] < count:
                 raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: its checkpoint is missing")
             text = pieces[-1][2]
         try:
