@@ -29,6 +29,7 @@ from agent_fsm import (
 )
 from agent_fsm.engine import ModelRequested, Observation, bounded_limits
 from agent_fsm.engine._codecs import NESTING_CEILING
+from agent_fsm.engine._state import nested_nonce
 from tests.nonces import one_nonce
 
 WRITE = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
@@ -75,6 +76,19 @@ def test_an_answered_child_is_the_calls_result() -> None:
     kept = result.state.children["c0"]
     assert kept.run_id == "R/c0" and kept.answer == "wrote one" and kept.machine_state == "Answered"
     assert kept.messages[1] == {"role": "user", "content": "do it"}
+
+
+def test_a_nested_run_keys_its_calls_under_a_nonce_derived_from_its_parents() -> None:
+    """A nested run's nonce comes from its parent's and its call (a replay nests it again alike); keys stay apart."""
+    runs = []
+    for _ in range(2):
+        child = child_agent([], [tool_call_message("w", "write", {"n": 1}), answer_message("wrote one")])
+        runs.append(parent_of(child, [delegate(), answer_message("done")]).run("task", run_id="R").state)
+    for state in runs:
+        nested = state.children["c0"]
+        assert nested.nonce == nested_nonce(state.nonce, "c0") and nested.nonce not in ("", state.nonce)
+    assert runs[0].children["c0"].nonce != runs[1].children["c0"].nonce  # two runs of one id: two nonces
+    assert nested_nonce("", "c0") == ""  # a parent saved before nonces nests runs keyed as they were
 
 
 def test_a_typed_child_gives_its_output_as_the_result() -> None:

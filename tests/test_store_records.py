@@ -263,3 +263,31 @@ def test_the_migration_gives_stored_runs_a_nonce_but_not_an_effect_in_flight(
     kept = store.load("in-flight")
     assert kept.state.nonce == "" and kept.intent is not None  # its key is the one the effect was sent with
     assert kept.intent.idempotency_key == in_flight.intent.idempotency_key
+
+
+def test_a_deleted_checkpoint_row_is_damage_not_a_shorter_run(opener: Opener, tmp_path: Path) -> None:
+    """A checkpoint row deleted from the middle: the run and every later checkpoint are DamagedRun, not shorter."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    points = [c.point for c in store.checkpoints("r")]
+    assert len(points) >= 4
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("DELETE FROM agent_fsm_checkpoints WHERE run_id = 'r' AND point = 1")
+    reader = opener()
+    assert reader.checkpoint("r", 0).machine_state == "Ready"  # before the gap: read as it was
+    with pytest.raises(DamagedRun, match="checkpoint 1 is missing"):
+        reader.checkpoint("r", 2)
+    with pytest.raises(DamagedRun, match="checkpoint 1 is missing"):
+        reader.load("r")
+    assert [summary.run_id for summary in reader.runs()] == ["r"]  # the list still reads
+
+
+def test_a_deleted_latest_checkpoint_row_is_damage_not_an_earlier_state(opener: Opener, tmp_path: Path) -> None:
+    """The latest checkpoint row deleted: the run is DamagedRun, not read back as the checkpoint before it."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    last = store.checkpoints("r")[-1].point
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("DELETE FROM agent_fsm_checkpoints WHERE run_id = 'r' AND point = ?", (last,))
+    with pytest.raises(DamagedRun, match="checkpoint is missing"):
+        opener().load("r")

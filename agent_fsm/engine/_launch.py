@@ -88,9 +88,9 @@ from agent_fsm.engine._run import (
 )
 from agent_fsm.engine._schema import OutputSpec
 from agent_fsm.engine._spending import charge_nested
-from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, state_problem
+from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, executed_calls, state_problem
 from agent_fsm.engine._steps import Steps, drive
-from agent_fsm.engine._tools import Subrun, ToolCall, call_fingerprint, measure
+from agent_fsm.engine._tools import Registry, Subrun, ToolCall, call_fingerprint, measure
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -292,10 +292,15 @@ def _trusted_limits(state: RunState, limits: Limits | None) -> Limits:
     return saved if saved is not None else DEFAULT_LIMITS
 
 
-def _check(state: RunState) -> None:
+def _check(state: RunState, tools: Registry) -> None:
     if not isinstance(state, RunState):
         raise TypeError(f"'state' must be a RunState (got {type(state).__name__})")
     problem = state_problem(state)
+    if problem is None:  # the count of a capped tool's calls, which the state alone cannot tell is kept
+        for name, count in executed_calls(state).items():
+            spec = tools.get(name)
+            if spec is not None and spec.max_calls is not None and state.tool_uses.get(name, 0) < count:
+                problem = f"tool_uses.{name}", f"{name} is capped and ran {count} time(s), but none is recorded"
     if problem is not None:
         raise StateError(f"the run state is inconsistent at {problem[0]}: {problem[1]}", state=state)
 
@@ -370,7 +375,7 @@ def continuing(
     A ``fresh`` state, built just now by :func:`start_state`, is consistent by construction and not checked again.
     """
     if not fresh:
-        _check(state)
+        _check(state, agent.tools)
     context = _context(agent, state, _trusted_limits(state, agent.limits), store, run_id, listening)
     return context, _advancing(context, agent.endings)
 
@@ -423,7 +428,7 @@ def deciding(
     if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
         raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
     _still_paused(state)
-    _check(state)
+    _check(state, agent.tools)
     if approve:
         refuse_ungated(agent, state)
     chosen = _trusted_limits(state, agent.limits)

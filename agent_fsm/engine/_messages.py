@@ -36,8 +36,10 @@ __all__ = [
     "answer_message",
     "assistant_text",
     "estimate_tokens",
+    "INVALID_OUTPUT_HEAD",
     "format_result",
     "format_transcript",
+    "invalid_output_message",
     "normalise_reply",
     "parse_tool_calls",
     "to_json_data",
@@ -145,6 +147,18 @@ def answer_message(text: str) -> Message:
 def tool_message(observation: Observation) -> Message:
     """The tool message that carries ``observation`` back to the model."""
     return {"role": "tool", "tool_call_id": observation.call_id, "content": observation.wire_content()}
+
+
+INVALID_OUTPUT_HEAD = '{"ok": false, "kind": "invalid", "content": '
+"""How the message sending an invalid typed answer back begins: a saved state's count of them is checked by it."""
+
+
+def invalid_output_message(reason: str) -> Message:
+    """The user message that sends an invalid typed answer back to the model, read as a tool's invalid observation."""
+    return {
+        "role": "user",
+        "content": json.dumps({"ok": False, "kind": "invalid", "content": reason}, ensure_ascii=False),
+    }
 
 
 def assistant_text(message: Mapping[str, Any]) -> str | None:

@@ -52,7 +52,6 @@ public functions that drive it are in :mod:`agent_fsm.engine._agent`.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -100,6 +99,7 @@ from agent_fsm.engine._messages import (
     TokenEstimator,
     assistant_text,
     estimate_tokens,
+    invalid_output_message,
     normalise_reply,
     tool_message,
 )
@@ -1107,8 +1107,7 @@ def return_invalid_output(run: RunContext) -> None:
     state.output_rejections += 1
     run.output_failed = False
     state.judgement = None
-    content = {"ok": False, "kind": "invalid", "content": judgement.reason}
-    run.append({"role": "user", "content": json.dumps(content, ensure_ascii=False)})
+    run.append(invalid_output_message(judgement.reason))
 
 
 MACHINE = compile_machine(

@@ -380,15 +380,17 @@ class FieldWriter:
     """
 
     __slots__ = ("_bare", "_seen", "_texts")
+    _seen: list[Any]
+    _texts: list[str]
 
     def __init__(self, form: SavedForm) -> None:
         self._bare = bare = _bare_of(form)
-        self._seen: list[Any] = [_UNTOLD] * len(bare.fields)
-        self._texts: list[str] = [""] * len(bare.fields)
-        if bare.fresh is None:  # the fields of a new state as the engine makes it, already written
+        fresh = bare.fresh
+        if fresh is None:  # the fields of a new state as the engine makes it, written once per form
+            self._seen, self._texts = [_UNTOLD] * len(bare.fields), [""] * len(bare.fields)
             self.bare(form.typical())
-            bare.fresh = tuple(self._seen), tuple(self._texts)
-        self._seen[:], self._texts[:] = bare.fresh
+            fresh = bare.fresh = tuple(self._seen), tuple(self._texts)
+        self._seen, self._texts = list(fresh[0]), list(fresh[1])
 
     def bare(self, state: Any) -> str:
         """

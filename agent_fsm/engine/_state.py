@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -62,7 +62,7 @@ from agent_fsm.engine._codecs import (
 from agent_fsm.engine._context import Compaction, PromptEntry, prompt_problem
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE
-from agent_fsm.engine._messages import Observation
+from agent_fsm.engine._messages import INVALID_OUTPUT_HEAD, Observation
 from agent_fsm.engine._saved import FieldWriter, SavedForm
 from agent_fsm.engine._tools import ToolCall, call_fingerprint
 
@@ -77,6 +77,7 @@ __all__ = [
     "ScreenRecord",
     "StateWriter",
     "blocked_call",
+    "executed_calls",
     "nested_nonce",
     "new_nonce",
     "state_problem",
@@ -364,7 +365,11 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     executed calls; observations answer this run's tool messages one to one;
     every pending call was proposed by the latest reply, is unanswered and
     carries the reply's text; a pause exactly while awaiting approval, bound
-    to the blocked call.
+    to the blocked call; no fewer calls of a counted tool (``tool_uses``) than
+    the transcript shows executed, and no fewer invalid typed answers
+    (``output_rejections``) than it shows sent back: an edited state never
+    gets a tool's cap or the output retries back. (A counted tool whose
+    count was removed is refused by the agent that caps it.)
     """
     turns, attempts, opening, tokens, alternation = (
         state.turns, state.tool_attempts, state.opening, state.message_tokens, state.alternation
@@ -388,6 +393,7 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     answered: list[Any] = []
     last_reply: dict[str, Any] | None = None
     since_reply = 0  # tool messages answering the latest reply
+    sent_back = 0  # invalid typed answers sent back to the model
     for message in messages[opening:] if opening else messages:
         role = message.get("role")
         if role == "assistant":
@@ -397,6 +403,9 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         elif role == "tool":
             answered.append(message.get("tool_call_id"))
             since_reply += 1
+        elif role == "user":
+            content = message.get("content")
+            sent_back += type(content) is str and content.startswith(INVALID_OUTPUT_HEAD)
     if replies > state.turns:
         return "turns", f"{state.turns} model calls but {replies} replies in the transcript"
     observations = state.observations
@@ -427,6 +436,13 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         return "output", f"typed output is recorded but the run is in {state.machine_state!r}"
     if type(state.output_rejections) is not int or state.output_rejections < 0:
         return "output_rejections", f"expected a whole number >= 0, got {state.output_rejections!r}"
+    if state.output_rejections < sent_back:  # fewer would give the model its typed-output retries back
+        return "output_rejections", f"{state.output_rejections} recorded but {sent_back} answers were sent back"
+    if state.tool_uses:
+        ran = executed_calls(state)
+        for name, count in state.tool_uses.items():
+            if count < ran.get(name, 0):  # fewer would give a capped tool its calls back
+                return f"tool_uses.{name}", f"{count} recorded but the transcript shows {ran[name]} executed"
     if not paused and state.pause is not None:
         return "pause", f"a pause is recorded but the run is in {state.machine_state!r}"
     if state.pause is not None and state.pause.fingerprint != call_fingerprint(state.pending[0]):
@@ -438,6 +454,33 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     if state.children:
         return _children_problem(state)
     return None
+
+
+def executed_calls(state: RunState) -> dict[str, int]:
+    """
+    How many calls of each tool this run executed (a ``result`` or ``error`` observation), read from its transcript.
+
+    Each observation answers the call of that id in the latest reply before its tool message (a model may
+    reuse ids across turns). Expects a state whose observations answer its tool messages (:func:`state_problem`).
+    """
+    names: list[Any] = []
+    proposed: dict[Any, Any] = {}
+    for message in state.messages[state.opening :]:
+        role = message.get("role")
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            proposed = {
+                c.get("id"): (c.get("function") or {}).get("name")
+                for c in (calls if isinstance(calls, list) else ())
+                if isinstance(c, dict) and isinstance(c.get("function") or {}, dict)
+            }
+        elif role == "tool":
+            names.append(proposed.get(message.get("tool_call_id")))
+    counts: dict[str, int] = {}
+    for observation, name in zip(state.observations, names, strict=False):
+        if observation.kind in ("result", "error") and isinstance(name, str):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _children_problem(state: RunState) -> tuple[str, str] | None:
@@ -514,12 +557,12 @@ class StateWriter(FieldWriter):
     __slots__ = ()
 
     def __init__(self) -> None:
-        super().__init__(SAVED)
+        FieldWriter.__init__(self, SAVED)
 
-    def added(self, state: Any, *since: int) -> tuple[str, str]:
-        """The JSON of the messages and observations after the first ``since`` of each (see the base class)."""
-        messages, observations = super().added(state, *since)
-        return messages, observations
+    if TYPE_CHECKING:  # the base's, at run time: no call more per commit
+
+        def added(self, state: Any, *since: int) -> tuple[str, str]:
+            """The JSON of the messages and observations after the first ``since`` of each (see the base class)."""
 
 
 def _sample() -> RunState:

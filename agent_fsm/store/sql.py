@@ -255,13 +255,18 @@ class SqlStore:
         if count is None:  # kept whole
             return text
         below = "" if point is None else " AND point <= ?"
-        pieces = tx.rows(
-            "SELECT new_messages, new_observations, state FROM agent_fsm_checkpoints"
+        rows = tx.rows(
+            "SELECT point, messages, new_messages, new_observations, state FROM agent_fsm_checkpoints"
             f" WHERE run_id = ?{below} ORDER BY point",
             (run_id,) if point is None else (run_id, point),
         )
+        gap = next((n for n, row in enumerate(rows) if row[0] != n), None)  # each checkpoint holds its piece
+        if gap is not None:
+            raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: its checkpoint {gap} is missing")
+        pieces = [row[2:] for row in rows]
         if point is None and text == _AT_CHECKPOINT:  # the run's row at a checkpoint: the state is that checkpoint's
-            if not pieces:
+            # None left, or the latest gone (it held the row's messages; one committed since is longer, not shorter).
+            if not pieces or rows[-1][1] < count:
                 raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: its checkpoint is missing")
             text = pieces[-1][2]
         try:
