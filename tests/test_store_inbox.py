@@ -26,6 +26,7 @@ from agent_fsm.store import (
     reject,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate
+from tests.store_versions import before_the_inbox
 from tests.web_world import HOSTILE_TASK, REFUND_TASK, world
 
 Opener = Callable[[], RunStore]
@@ -215,12 +216,7 @@ def test_an_older_database_gets_the_inbox_columns(tmp_path: Path) -> None:
     store = SqliteStore(path)
     _start(store, "old", hostile=True, name="payables")
     with store._transaction() as tx:  # the database as the migration before this one left it
-        tx.run("DROP TABLE agent_fsm_claims")
-        for index in ("paused", "paused_by_tool", "paused_by_agent"):
-            tx.run(f"DROP INDEX agent_fsm_runs_{index}")
-        tx.run("ALTER TABLE agent_fsm_runs DROP COLUMN tool")
-        tx.run("ALTER TABLE agent_fsm_runs DROP COLUMN agent")
-        tx.run("UPDATE agent_fsm_schema SET version = ?", (len(MIGRATIONS) - 1,))
+        before_the_inbox(tx, len(MIGRATIONS) - 1)
     store.close()
     reopened = SqliteStore(path)
     with reopened._transaction() as tx:

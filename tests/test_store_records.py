@@ -16,6 +16,7 @@ from agent_fsm.store import DamagedRun, RunStore, SqliteStore, fork
 from agent_fsm.store.schema import MIGRATIONS
 from agent_fsm.store.transcript import parts
 from tests.ledger_world import LedgerModel, ledger_agent, ledger_tools, pay_gate, task_for
+from tests.store_versions import before_the_inbox
 
 Opener = Callable[[], RunStore]
 
@@ -238,7 +239,6 @@ def test_the_migration_gives_stored_runs_a_nonce_but_not_an_effect_in_flight(
     opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Runs stored before nonces get one each (checkpoints too); a run with an effect in flight keeps its keys."""
-    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:5])
     old = opener()
     ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=old, run_id="paused")
 
@@ -251,7 +251,10 @@ def test_the_migration_gives_stored_runs_a_nonce_but_not_an_effect_in_flight(
             "pay 5", store=old, run_id="in-flight"
         )
     with old._transaction() as tx:  # type: ignore[attr-defined]
-        _strip_nonces(tx)
+        _strip_nonces(tx)  # every state as a store at migration 5 holds it
+    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:5])  # and read by a store that migrates no further
+    with old._transaction() as tx:  # type: ignore[attr-defined]
+        before_the_inbox(tx, 5)
     assert opener().load("paused").state.nonce == ""  # read as a state saved before nonces
     in_flight = opener().load("in-flight")
     assert in_flight.intent is not None and in_flight.state.nonce == ""
