@@ -87,7 +87,11 @@ def _racer(url: str, ledger: str, run_id: str, reviewer: str, barrier: Any, resu
         results.put((run_id, reviewer, "won"))
     except AlreadyDecided:
         results.put((run_id, reviewer, "refused"))
-    store.close()
+    except BaseException as exc:  # any other ending is the finding: said, not left as a queue that times out
+        results.put((run_id, reviewer, f"raised {exc!r}"))
+        raise
+    finally:
+        store.close()
 
 
 def _race(url: str, ledger: Path, run_id: str) -> list[tuple[str, str, str]]:
