@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"examples"},  # examples.compare meters the patterns on the support-desk example
     {"diagrams"},  # the catalog draws the pattern machines
     {"web"},  # the run viewer draws the run's path; the inbox decides through the store
+    {"serve"},  # the API reuses the inbox's decision form, its token rules and its server
     {"cli"},
 ]
 
