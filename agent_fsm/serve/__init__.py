@@ -13,8 +13,9 @@ judged afresh by the agent's gate. ``agent-fsm serve`` serves one agent.
 See docs/serving.md.
 """
 
-from agent_fsm.serve.app import MAX_BODY, Refused, serve_app
+from agent_fsm.serve.app import serve_app
 from agent_fsm.serve.clients import CLIENTS_VARIABLE, SCOPES, Client, Clients, ClientsMissing
+from agent_fsm.serve.core import MAX_BODY, Refused
 from agent_fsm.web.serve import is_loopback, serve
 
 __all__ = [

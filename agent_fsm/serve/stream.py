@@ -46,11 +46,20 @@ def event_data(event: RunEvent) -> dict[str, Any]:
 
 @attrs.frozen
 class Record:
-    """One event of a run as kept: its number in the run (from 1), its JSON data, the event itself."""
+    """
+    One event of a run as kept: its number in the run (from 1), its JSON data, the event itself.
+
+    A run a bug stopped ends with a ``failed`` record (no event): the store has it as failed.
+    """
 
     seq: int
     data: dict[str, Any]
-    event: RunEvent
+    event: RunEvent | None
+
+    @property
+    def rests(self) -> bool:
+        """Whether the run rests after this record (ended, paused, or failed)."""
+        return self.event is None or isinstance(self.event, Ended)
 
 
 class RunLog:
@@ -70,7 +79,7 @@ class RunLog:
     def resting(self) -> bool:
         """Whether the run rests after its last event (nothing more comes until a decision)."""
         with self._lock:
-            return bool(self._records) and isinstance(self._records[-1].event, Ended)
+            return bool(self._records) and self._records[-1].rests
 
     def _count(self) -> int:
         with self._lock:
@@ -80,6 +89,14 @@ class RunLog:
         """Keep ``event`` (from the thread driving the run) and wake the subscribers."""
         with self._lock:
             self._records.append(Record(len(self._records) + 1, event_data(event), event))
+        self._loop.call_soon_threadsafe(self._changed.set)
+
+    def fail(self, run_id: str, error: str) -> None:
+        """Close the stream of a run a bug stopped, saying what stopped it."""
+        with self._lock:
+            self._records.append(
+                Record(len(self._records) + 1, {"type": "failed", "run_id": run_id, "error": error}, None)
+            )
         self._loop.call_soon_threadsafe(self._changed.set)
 
     def after(self, seq: int) -> list[Record]:
@@ -93,7 +110,7 @@ class RunLog:
         """
         The records after ``seq`` as they come (``None`` every ``keepalive`` seconds of quiet).
 
-        With ``until_rest`` the iteration ends after an ``ended`` record that is
+        With ``until_rest`` the iteration ends after a resting record that is
         the log's last: the run rests (an earlier pause, since decided, does not end it).
         """
         while True:
@@ -101,7 +118,7 @@ class RunLog:
             for record in self.after(seq):
                 seq = record.seq
                 yield record
-                if until_rest and isinstance(record.event, Ended) and seq == self._count():
+                if until_rest and record.rests and seq == self._count():
                     return
             try:
                 await asyncio.wait_for(self._changed.wait(), keepalive)

@@ -111,5 +111,6 @@ class Workers:
             error = future.exception()
             if error is not None:  # a bug: the store has it as failed (see agent_fsm.store.SqlStore.fail)
                 _log.error("run %s stopped: %s: %s", run_id, type(error).__name__, error)
+                self.hub.open(run_id).fail(run_id, f"{type(error).__name__}: {error}")
 
         self._pool.submit(work).add_done_callback(report)
