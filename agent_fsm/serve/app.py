@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_fsm import Agent
+from agent_fsm.serve.a2a import a2a_routes
 from agent_fsm.serve.ag_ui import ag_ui_routes
 from agent_fsm.serve.clients import Clients
 from agent_fsm.serve.core import Api, Guarded, Refused
@@ -81,7 +82,7 @@ def serve_app(
             )
         )
     return Starlette(
-        routes=[*plain_routes(api), *ag_ui_routes(api)],
+        routes=[*plain_routes(api), *ag_ui_routes(api), *a2a_routes(api)],
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={HTTPException: not_found},

@@ -21,7 +21,10 @@ import attrs
 
 from agent_fsm.engine import Ended, RunEvent, RunResult, event_to_json
 
-__all__ = ["Hub", "Record", "RunLog", "event_data", "result_data"]
+__all__ = ["COMPLETED_STOPS", "Hub", "Record", "RunLog", "event_data", "result_data"]
+
+COMPLETED_STOPS = frozenset({"answered", "tool_ended", "handed_over"})
+"""The stops every protocol says as a success; a pause asks for a person, any other stop is a failure."""
 
 
 def result_data(result: RunResult) -> dict[str, Any]:

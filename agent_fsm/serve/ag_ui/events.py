@@ -26,11 +26,11 @@ from agent_fsm.engine import (
     TextDelta,
     blocked_call,
 )
-from agent_fsm.serve.stream import Record
+from agent_fsm.serve.stream import COMPLETED_STOPS, Record
 
 __all__ = ["SUCCESS_STOPS", "Translator", "interrupt_id", "split_interrupt_id"]
 
-SUCCESS_STOPS = frozenset({"answered", "tool_ended"})
+SUCCESS_STOPS = COMPLETED_STOPS
 """The stops an AG-UI run finishes with ``outcome: success``; a pause is an interrupt, any other a ``RUN_ERROR``."""
 
 _SEPARATOR = "|"  # neither in a served run's id (client name, a dot, hex) nor in a pause's id (hex)
