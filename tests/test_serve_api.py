@@ -8,11 +8,6 @@ effect is counted, not assumed. Runs are kept in SQLite on disk.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +20,7 @@ from agent_fsm.cli import app as cli
 from agent_fsm.serve import CLIENTS_VARIABLE, Clients, ClientsMissing, serve_app
 from agent_fsm.store import SqliteStore, open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
+from tests.serve_process import serve_process
 from tests.web_server import serving
 
 UI = "ui-token-0123456789abcdef"
@@ -261,33 +257,9 @@ def test_the_command_refuses_to_start_without_clients(tmp_path: Path, monkeypatc
 
 def test_the_command_serves_the_world_on_loopback(tmp_path: Path) -> None:
     """``agent-fsm serve`` in a process of its own answers on 127.0.0.1 and drives a run to its end."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     SqliteStore(tmp_path / "runs.db").close()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-        CLIENTS_VARIABLE: f"ui:{UI}:start+read",
-        "AGENT_FSM_LEDGER": str(tmp_path / "ledger.jsonl"),
-    }
-    command = [sys.executable, "-m", "agent_fsm.cli", "serve", "--store", url, "--world", "tests.serve_world:agent"]
-    process = subprocess.Popen([*command, "--port", str(port)], env=env, stderr=subprocess.PIPE)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(base + "/agents", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and process.poll() is None, "the server did not start"
-                time.sleep(0.1)
-        with _client(base) as http:
-            run_id = _start(http, ["A-7"])
-            assert _events(http, run_id)[-1]["stop"] == "answered"
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    env = {CLIENTS_VARIABLE: f"ui:{UI}:start+read", "AGENT_FSM_LEDGER": str(tmp_path / "ledger.jsonl")}
+    with serve_process(url, env) as (base, _), _client(base) as http:
+        run_id = _start(http, ["A-7"])
+        assert _events(http, run_id)[-1]["stop"] == "answered"

@@ -27,6 +27,9 @@ def serve_command(
     ),
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8766,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Runs driven at once by this process.")] = 8,
+    recover_after: Annotated[
+        float, typer.Option("--recover-after", min=0.1, help="Take over runs a dead process left this many seconds.")
+    ] = 60.0,
     cors: Annotated[
         list[str] | None, typer.Option("--cors", help="An origin browsers may call from (repeat; none: CORS off).")
     ] = None,
@@ -51,7 +54,12 @@ def serve_command(
     if not is_loopback(host):
         typer.echo(f"warning: listening on {host}: put TLS in front (tokens travel in every request)", err=True)
     app = serve_app(
-        agent, lambda: open_store(store, create=False), clients=clients, workers=workers, cors_origins=tuple(cors or ())
+        agent,
+        lambda: open_store(store, create=False),
+        clients=clients,
+        workers=workers,
+        cors_origins=tuple(cors or ()),
+        recover_after=recover_after,
     )
     names = ", ".join(sorted(c.name for c in clients.by_token.values()))
     typer.echo(f"serving on http://{host}:{port}/ (clients: {names})")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.applications import Starlette
@@ -29,9 +31,22 @@ from agent_fsm.serve.core import Api, Guarded, Refused
 from agent_fsm.serve.plain import plain_routes
 from agent_fsm.serve.stream import Hub
 from agent_fsm.serve.workers import Workers
+from agent_fsm.store import StoreError
 from agent_fsm.store.protocol import RunStore
 
 __all__ = ["serve_app"]
+
+_log = logging.getLogger("agent_fsm.serve")
+
+
+async def _sweep(pool: Workers, agents: Mapping[str, Agent], every: float) -> None:
+    """Take over stale runs now (a restart) and every ``every`` seconds; a store's failure waits for the next."""
+    while True:
+        try:
+            await run_in_threadpool(pool.sweep, agents, older_than=every)
+        except StoreError as exc:
+            _log.warning("taking over stale runs failed: %s", exc)
+        await asyncio.sleep(every)
 
 
 def serve_app(
@@ -41,13 +56,19 @@ def serve_app(
     clients: Clients,
     workers: int = 8,
     cors_origins: tuple[str, ...] = (),
+    recover_after: float | None = 60.0,
 ) -> Starlette:
     """
     An ASGI app serving ``agents`` (one, or several by name) on the store ``store()`` opens, to ``clients``.
 
     The store is opened at start-up and closed at shutdown, with the pool of
     ``workers`` threads that drive the runs. ``cors_origins`` names the
-    origins a browser may call from (none: CORS off).
+    origins a browser may call from (none: CORS off). Every ``recover_after``
+    seconds (None: never) the runs a dead process left ``running`` that long
+    are taken over (:meth:`agent_fsm.serve.workers.Workers.sweep`): choose it
+    above the longest a run may go without a commit, a wait in the pool's
+    queue included. Once started, the objects of start-up are moved out of the
+    collector's sight (``gc.freeze``), so its passes cost what the runs in flight hold.
     """
     served = {agents.name or "agent": agents} if isinstance(agents, Agent) else dict(agents)
     if not served or not all(isinstance(a, Agent) for a in served.values()):
@@ -58,9 +79,14 @@ def serve_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         opened = await run_in_threadpool(store)
         api.started = pool = Workers(opened, Hub(asyncio.get_running_loop()), size=workers)
+        sweeping = None if recover_after is None else asyncio.create_task(_sweep(pool, served, recover_after))
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
+            if sweeping is not None:
+                sweeping.cancel()
             await run_in_threadpool(pool.close)
             api.started = None
             opened.close()

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_fsm import Agent
-from agent_fsm.engine import RunEvent, RunResult
+from agent_fsm.engine import RunEvent, RunResult, continue_run
 from agent_fsm.serve.stream import Hub
 from agent_fsm.store import approve, reject
 from agent_fsm.store.protocol import RunStore
@@ -105,6 +106,29 @@ class Workers:
 
         self._submit(deciding, request.run_id)
         await decided
+
+    def sweep(self, agents: Mapping[str, Agent], *, older_than: float) -> list[str]:
+        """
+        Take over the runs a dead process left ``running`` (no commit for ``older_than`` seconds) and queue them.
+
+        Each is claimed by a compare-and-set (:meth:`agent_fsm.store.RunStore.claim_stale`), so of several
+        processes sweeping one store exactly one continues a run; it goes on from its last checkpoint as
+        :func:`agent_fsm.store.recover` continues one, by the served agent the run names (a run of an agent
+        not served here is left for a process that serves it, claimed by this one until it is stale again).
+        Blocking: call it from a thread.
+        """
+        taken = []
+        for stored in self.store.claim_stale(older_than):
+            agent = agents.get(stored.state.agent or "") or (next(iter(agents.values())) if len(agents) == 1 else None)
+            if agent is None:
+                _log.warning("run %s names agent %r, not served here", stored.run_id, stored.state.agent)
+                continue
+            go_on = functools.partial(
+                continue_run, agent, stored.state, store=self.store, run_id=stored.run_id, intent=stored.intent
+            )
+            self._submit(go_on, stored.run_id)
+            taken.append(stored.run_id)
+        return taken
 
     def _submit(self, work: Callable[[], RunResult | None], run_id: str) -> None:
         def report(future: concurrent.futures.Future[RunResult | None]) -> None:
