@@ -14,19 +14,30 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agent_fsm.serve import CLIENTS_VARIABLE
-from agent_fsm.store import SqliteStore
+from agent_fsm.store import SqliteStore, open_store
 from tests.ledger_world import read_ledger, task_for
 from tests.serve_process import serve_process
 
 TOKEN = "ui-token-0123456789abcdef"
 
 
-def test_a_run_of_a_killed_process_is_finished_by_another_with_effects_once(tmp_path: Path) -> None:
-    """A dies by SIGKILL inside a receipt; B, serving the same store, finishes the run; paid once, one receipt key."""
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store on SQLite (a file) or PostgreSQL (a fresh database on a real server)."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_dsn")
+        open_store(url).close()
+        return url
     SqliteStore(tmp_path / "runs.db").close()
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    return f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+def test_a_run_of_a_killed_process_is_finished_by_another_with_effects_once(tmp_path: Path, store_url: str) -> None:
+    """A dies by SIGKILL inside a receipt; B and C sweep the same store; the run is finished once, paid once."""
+    url = store_url
     ledger = tmp_path / "ledger.jsonl"
     env = {CLIENTS_VARIABLE: f"ui:{TOKEN}:start+read", "AGENT_FSM_LEDGER": str(ledger)}
     headers = {"authorization": f"Bearer {TOKEN}"}
