@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +41,7 @@ from agent_fsm import Agent  # noqa: E402
 from agent_fsm.store import open_store  # noqa: E402
 from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, task_for  # noqa: E402
 from tests.postgres_server import INSTALL_HINT, PostgresServer, find_bin  # noqa: E402
+from tests.serve_process import serve_process  # noqa: E402
 
 LATENCY = 0.005
 TOKEN = "bench-token-0123456789abcdef"
@@ -61,41 +62,6 @@ class SlowLedgerModel(LedgerModel):
 def agent() -> Agent:
     """The served agent: the ledger world's, its model 5 ms a reply, effects to ``AGENT_FSM_LEDGER``."""
     return Agent(SlowLedgerModel(), ledger_tools(Path(os.environ["AGENT_FSM_LEDGER"])), gate=pay_gate)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_servers(url: str, ledger: Path, processes: int, workers: int) -> list[tuple[str, subprocess.Popen[bytes]]]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}",
-        "AGENT_FSM_CLIENTS": f"bench:{TOKEN}:start+read",
-        "AGENT_FSM_LEDGER": str(ledger),
-    }
-    started = []
-    for _ in range(processes):
-        port = _free_port()
-        command = [sys.executable, "-m", "agent_fsm.cli", "serve", "--store", url, "--world", "serve_load:agent"]
-        options = ["--port", str(port), "--workers", str(workers), "--recover-after", "600"]
-        process = subprocess.Popen([*command, *options], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-        started.append((f"http://127.0.0.1:{port}", process))
-    for base, process in started:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(base + "/.well-known/agent-card.json", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise SystemExit(f"the server at {base} did not start") from None
-                time.sleep(0.1)
-    return started
 
 
 async def _one(http: httpx.AsyncClient, base: str, i: int, latencies: list[float]) -> str | None:
@@ -171,13 +137,18 @@ def main() -> None:
     try:
         url = f"sqlite:///{folder / 'runs.db'}" if server is None else server.new_database()
         open_store(url).close()
-        started = _start_servers(url, folder / "ledger.jsonl", args.processes, args.workers)
-        try:
-            rate, latencies, problems, client_cpu = asyncio.run(_through_http([b for b, _ in started], args.runs))
-        finally:
-            for _, process in started:
-                process.terminate()
-                process.wait(timeout=30)
+        env = {
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}",
+            "AGENT_FSM_CLIENTS": f"bench:{TOKEN}:start+read",
+            "AGENT_FSM_LEDGER": str(folder / "ledger.jsonl"),
+        }
+        options = ("--workers", str(args.workers), "--recover-after", "600")
+        with contextlib.ExitStack() as servers:
+            bases = [
+                servers.enter_context(serve_process(url, env, *options, world="serve_load:agent"))[0]
+                for _ in range(args.processes)
+            ]
+            rate, latencies, problems, client_cpu = asyncio.run(_through_http(bases, args.runs))
         python_url = f"sqlite:///{folder / 'python.db'}" if server is None else server.new_database()
         open_store(python_url).close()
         python_rate = asyncio.run(_through_python(python_url, args.runs))

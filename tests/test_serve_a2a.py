@@ -17,10 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_fsm.serve import Clients, serve_app
-from agent_fsm.store import open_store
-from tests.ledger_world import ledger_agent, read_ledger, task_for
-from tests.web_server import serving
+from agent_fsm.serve import Clients
+from tests.ledger_world import read_ledger, task_for
+from tests.serve_process import served_ledger
 
 a2a_client = pytest.importorskip("a2a.client")
 a2a_types = pytest.importorskip("a2a.types.a2a_pb2")
@@ -34,10 +33,8 @@ CLIENTS = Clients.parse(f"ui:{UI}:start+read+decide other:{OTHER}:start+read+dec
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """The ledger agent served on 127.0.0.1 over a SQLite file: (base URL, ledger)."""
-    ledger = tmp_path / "ledger.jsonl"
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    with serving(serve_app(ledger_agent(ledger), lambda: open_store(url), clients=CLIENTS, workers=2)) as base:
-        yield base, ledger
+    with served_ledger(tmp_path, CLIENTS) as got:
+        yield got
 
 
 def _paid(ledger: Path) -> list[dict[str, Any]]:

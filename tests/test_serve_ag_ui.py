@@ -24,6 +24,7 @@ from agent_fsm import Limits
 from agent_fsm.serve import Clients, serve_app
 from agent_fsm.store import open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
+from tests.serve_process import served_ledger
 from tests.system_parts import unavailable
 from tests.web_server import serving
 
@@ -36,10 +37,8 @@ CLIENTS = Clients.parse(f"ui:{UI}:start+read+decide starter:{STARTER}:start+read
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """The ledger agent served on 127.0.0.1 over a SQLite file: (base URL, ledger)."""
-    ledger = tmp_path / "ledger.jsonl"
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    with serving(serve_app(ledger_agent(ledger), lambda: open_store(url), clients=CLIENTS, workers=2)) as base:
-        yield base, ledger
+    with served_ledger(tmp_path, CLIENTS) as got:
+        yield got
 
 
 def drive(base: str, task: str, decision: str | None = None, token: str = UI) -> dict[str, Any]:

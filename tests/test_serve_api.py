@@ -263,3 +263,21 @@ def test_the_command_serves_the_world_on_loopback(tmp_path: Path) -> None:
     with serve_process(url, env) as (base, _), _client(base) as http:
         run_id = _start(http, ["A-7"])
         assert _events(http, run_id)[-1]["stop"] == "answered"
+
+
+class _BrokenListing(SqliteStore):
+    """A store whose listing fails as a bug would: the server must answer, not leak a traceback."""
+
+    def runs(self, status: str | None = None) -> list[Any]:
+        raise RuntimeError("a bug in the listing")
+
+
+def test_a_failure_is_a_json_500_with_the_headers(tmp_path: Path) -> None:
+    """An unexpected failure is answered with a typed JSON 500 carrying the security headers, no traceback."""
+    agent = ledger_agent(tmp_path / "ledger.jsonl")
+    with serving(serve_app(agent, lambda: _BrokenListing(tmp_path / "runs.db"), clients=CLIENTS)) as base:
+        answer = httpx.get(base + "/runs", headers={"authorization": f"Bearer {UI}"}, timeout=10)
+    assert answer.status_code == 500 and answer.json() == {
+        "error": {"code": "server_error", "message": "the server failed on this request; it was logged"}
+    }
+    assert answer.headers["x-frame-options"] == "DENY" and "bug in the listing" not in answer.text

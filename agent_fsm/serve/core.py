@@ -15,7 +15,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from agent_fsm import Agent
 from agent_fsm.serve.clients import Client, Clients
@@ -23,6 +23,7 @@ from agent_fsm.serve.workers import Workers
 from agent_fsm.store import RunNotFound
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
+from agent_fsm.web.app import SecurityHeaders
 
 __all__ = ["API_HEADERS", "MAX_BODY", "Api", "Guarded", "Refused", "read_json", "summary_data"]
 
@@ -56,30 +57,15 @@ class Refused(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
-class Guarded:
-    """ASGI middleware: security headers on every answer; an unexpected failure answered as a JSON 500."""
+class Guarded(SecurityHeaders):
+    """The inbox's middleware with the API's headers: an unexpected failure answered as a JSON 500."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    headers = API_HEADERS
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-
-        async def with_headers(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                message["headers"] = [*message.get("headers", []), *API_HEADERS]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, with_headers)
-        except Exception:
-            if scope["type"] != "http" or started:
-                raise
-            failure = Refused(500, "server_error", "the server failed on this request; it was logged")
-            await failure.response()(scope, receive, with_headers)
-            raise
+    async def failed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer the failed request with a typed JSON 500 (the failure goes on up to be logged)."""
+        failure = Refused(500, "server_error", "the server failed on this request; it was logged")
+        await failure.response()(scope, receive, send)
 
 
 async def read_json(request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
