@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from agent_fsm import Stop
+from agent_fsm import Agent, Stop
 from agent_fsm.serve import Clients, serve_app
 from agent_fsm.store import open_store
 from tests.ledger_world import ledger_agent
+from tests.test_serve_sessions import Counting
 from tests.web_server import serving
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
@@ -23,7 +24,7 @@ TOKEN = "ui-token-0123456789abcdef"
 def test_the_a2a_example_runs_against_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The page's A2A client example, pointed at a live server, reaches the pause of a gated payment."""
     pytest.importorskip("a2a.client")
-    [block] = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+    [block] = [b for b in _blocks() if "a2a.client" in b]
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     app = serve_app(
         ledger_agent(tmp_path / "l.jsonl"), lambda: open_store(url), clients=Clients.parse(f"ui:{TOKEN}:start+read")
@@ -36,6 +37,20 @@ def test_the_a2a_example_runs_against_a_live_server(tmp_path: Path, capsys: pyte
         exec(compile("async def example():\n" + textwrap.indent(source, "    "), str(DOC), "exec"), namespace)
         asyncio.run(namespace["example"]())
     assert "TASK_STATE_INPUT_REQUIRED" in capsys.readouterr().out
+
+
+def _blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+
+
+def test_the_session_example_continues_its_conversation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's session example runs as shown, and its second run sees the first exchange."""
+    [block] = [b for b in _blocks() if "Session(" in b]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {"agent": Agent(Counting(), {})}
+    exec(compile(block, str(DOC), "exec"), namespace)
+    assert namespace["chat"].run_ids() == ["ticket-42~1", "ticket-42~2"]
+    assert namespace["chat"].store.load("ticket-42~2").state.answer == "2 turns"
 
 
 def test_the_mapping_table_names_every_stop() -> None:

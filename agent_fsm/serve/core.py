@@ -8,6 +8,7 @@ bounded; every answer carries :data:`API_HEADERS`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 from agent_fsm import Agent
 from agent_fsm.serve.clients import Client, Clients
 from agent_fsm.serve.workers import Workers
-from agent_fsm.store import RunNotFound
+from agent_fsm.store import RunExists, RunNotFound, SessionBusy
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
 from agent_fsm.web.app import SecurityHeaders
@@ -149,6 +150,21 @@ class Api:
         if not isinstance(name, str) or name not in self.agents:
             raise Refused(422, "unknown_agent", f"no agent {name!r}; served: {sorted(self.agents)}")
         return self.agents[name]
+
+    async def start(self, agent: Agent, task: str, client: Client, session: str | None = None) -> str:
+        """
+        Begin a run of ``task`` for ``client`` (the next of its ``session``, a protocol's thread), return its id.
+
+        A session's key is hashed: any text a protocol sends names one, and none can reach another client's.
+
+        Raises:
+            Refused: (409) the session's last run is not at rest, or another start took its next run.
+        """
+        key = None if session is None else "s" + hashlib.sha256(session.encode()).hexdigest()[:24]
+        try:
+            return await run_in_threadpool(self.workers.start, agent, task, client=client.name, session=key)
+        except (SessionBusy, RunExists) as exc:
+            raise Refused(409, "session_busy", f"{exc}; nothing was started") from None
 
     async def summary(self, client: Client, run_id: str) -> RunSummary:
         """The client's run ``run_id`` (404 if none, or another client's)."""

@@ -90,7 +90,10 @@ def plain_routes(api: Api) -> list[Route]:
         task = body.get("task")
         if not isinstance(task, str) or not task.strip():
             raise Refused(422, "no_task", "the body needs a non-empty 'task' string")
-        run_id = await run_in_threadpool(api.workers.start, agent, task, client=client.name)
+        session = body.get("session")
+        if session is not None and (not isinstance(session, str) or not session):
+            raise Refused(422, "bad_session", "'session' names a conversation with a non-empty string")
+        run_id = await api.start(agent, task, client, session)
         return JSONResponse({"run_id": run_id, "status": "running", "events": f"/runs/{run_id}/events"}, 202)
 
     async def listing(request: Request) -> Response:

@@ -23,7 +23,7 @@ from typing import Any
 from agent_fsm import Agent
 from agent_fsm.engine import RunEvent, RunResult, continue_run
 from agent_fsm.serve.stream import Hub
-from agent_fsm.store import approve, reject
+from agent_fsm.store import Session, approve, reject
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.web.decisions import Request
 
@@ -49,14 +49,24 @@ class Workers:
         """Stop taking runs and wait for the ones in flight."""
         self._pool.shutdown(wait=True, cancel_futures=False)
 
-    def start(self, agent: Agent, task: str, *, client: str) -> str:
+    def start(self, agent: Agent, task: str, *, client: str, session: str | None = None) -> str:
         """
         Begin a run of ``task`` in the store (named for ``client``), queue it, and return its id.
 
+        With ``session`` the run is the next of the client's session of that
+        name (:class:`agent_fsm.store.Session`), starting from its history.
         Blocking: call it from a thread, not the event loop.
+
+        Raises:
+            SessionBusy: the session's last run is not at rest.
+            RunExists: another start took the session's next run first.
         """
-        run_id = f"{client}.{secrets.token_hex(12)}"
-        state = agent.start(task, run_id=run_id)
+        history: list[dict[str, Any]] = []
+        if session is None:
+            run_id = f"{client}.{secrets.token_hex(12)}"
+        else:
+            run_id, history = Session(self.store, agent, f"{client}.{session}").next_run()
+        state = agent.start(task, history=history, run_id=run_id)
         state.agent_digest = agent.digest  # a stored run names its contracts from the start, as Agent.run does
         self.store.begin(run_id, state)
         log = self.hub.open(run_id)

@@ -1,7 +1,8 @@
 """
 A2A 1.0 over JSON-RPC: the agent card, ``SendMessage``, ``SendStreamingMessage``, ``GetTask``, ``CancelTask``.
 
-A message without a task starts a run of its text (scope ``start``); a
+A message without a task starts a run of its text (scope ``start``), the
+next run of its context's session (a message without a context opens one); a
 message to a task waiting for input (``TASK_STATE_INPUT_REQUIRED``) decides
 its pause (scope ``decide``), with a data part ``{"decision": ...}`` as the
 plain API takes it or the text ``approve`` or ``reject: <reason>``, judged
@@ -119,8 +120,11 @@ def a2a_routes(api: Api) -> list[Route]:
                 raise Refused(403, "forbidden", "this token may not start runs")
             if not text.strip():
                 raise RpcError(INVALID_PARAMS, "the message has no text to run")
-            task_id = await run_in_threadpool(api.workers.start, agent, text, client=client.name)
             context = str(message.get("contextId") or uuid.uuid4().hex)
+            try:
+                task_id = await api.start(agent, text, client, session=context)
+            except Refused as refused:
+                raise RpcError(UNSUPPORTED, refused.message) from None
             contexts[task_id] = context
             log = api.workers.hub.open(task_id)
             seen = 0

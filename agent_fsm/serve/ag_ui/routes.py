@@ -2,11 +2,13 @@
 ``POST /ag-ui``: an AG-UI 1.0 ``RunAgentInput`` in, the run's AG-UI events out (SSE).
 
 A request without ``resume`` starts a run of its last user message (scope
-``start``); a request whose ``resume`` answers the interrupt a pause ended the
-previous AG-UI run with decides that pause (scope ``decide``), through the
-same decision as the plain API, judged afresh, and streams the run on from
-there. Client-declared tools are refused: a client tool would be an effect the
-agent's gate never judged. A refusal before the stream is a typed JSON 4xx.
+``start``), the next run of the thread's session: the conversation so far
+comes from the store, not from the messages the client sends; a request
+whose ``resume`` answers the interrupt a pause ended the previous AG-UI run
+with decides that pause (scope ``decide``), through the same decision as the
+plain API, judged afresh, and streams the run on from there. Client-declared
+tools are refused: a client tool would be an effect the agent's gate never
+judged. A refusal before the stream is a typed JSON 4xx.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -86,7 +87,7 @@ def ag_ui_routes(api: Api) -> list[Route]:
             await decide_as(api, client, served, decision, agent)
         else:
             task = _task(given.get("messages"))
-            served = await run_in_threadpool(api.workers.start, agent, task, client=client.name)
+            served = await api.start(agent, task, client, session=thread_id)
             log = api.workers.hub.open(served)
             seen = 0
         translator = Translator(thread_id, run_id, served)
