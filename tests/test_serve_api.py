@@ -8,6 +8,9 @@ effect is counted, not assumed. Runs are kept in SQLite on disk.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -281,3 +284,16 @@ def test_a_failure_is_a_json_500_with_the_headers(tmp_path: Path) -> None:
         "error": {"code": "server_error", "message": "the server failed on this request; it was logged"}
     }
     assert answer.headers["x-frame-options"] == "DENY" and "bug in the listing" not in answer.text
+
+
+def test_settling_the_collector_freezes_start_up_and_raises_the_thresholds() -> None:
+    """``settle_gc`` (what ``agent-fsm serve`` calls once started) freezes what is alive and sets GC_THRESHOLD."""
+    probe = (
+        "import gc; from agent_fsm.serve import GC_THRESHOLD, settle_gc; settle_gc(); "
+        "print(gc.get_threshold() == GC_THRESHOLD, gc.get_freeze_count() > 1000)"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}
+    )
+    assert done.stdout.split() == ["True", "True"], done.stderr

@@ -40,7 +40,7 @@ def serve_command(
     Exit status: 1 when no client is configured, the store cannot be opened or the world not loaded.
     """
     try:
-        from agent_fsm.serve import Clients, ClientsMissing, is_loopback, serve, serve_app
+        from agent_fsm.serve import Clients, ClientsMissing, is_loopback, serve, serve_app, settle_gc
     except ImportError as exc:
         typer.echo(f"error: serving needs the serve extra (pip install 'agent_fsm[serve]'): {exc}", err=True)
         raise typer.Exit(1) from None
@@ -63,4 +63,5 @@ def serve_command(
     )
     names = ", ".join(sorted(c.name for c in clients.by_token.values()))
     typer.echo(f"serving on http://{host}:{port}/ (clients: {names})")
+    settle_gc()  # start-up is done: what is alive now stays, and the runs in flight are what the collector walks
     serve(app, host=host, port=port)

@@ -13,13 +13,14 @@ judged afresh by the agent's gate. ``agent-fsm serve`` serves one agent.
 See docs/serving.md.
 """
 
-from agent_fsm.serve.app import serve_app
+from agent_fsm.serve.app import GC_THRESHOLD, serve_app, settle_gc
 from agent_fsm.serve.clients import CLIENTS_VARIABLE, SCOPES, Client, Clients, ClientsMissing
 from agent_fsm.serve.core import MAX_BODY, Refused
 from agent_fsm.web.serve import is_loopback, serve
 
 __all__ = [
     "CLIENTS_VARIABLE",
+    "GC_THRESHOLD",
     "MAX_BODY",
     "SCOPES",
     "Client",
@@ -29,4 +30,5 @@ __all__ = [
     "is_loopback",
     "serve",
     "serve_app",
+    "settle_gc",
 ]
