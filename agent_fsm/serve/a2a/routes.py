@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -73,7 +74,9 @@ def _decision(text: str, data: dict[str, Any] | None) -> dict[str, Any]:
 
 def a2a_routes(api: Api) -> list[Route]:
     """The agent card and the JSON-RPC endpoint over ``api``."""
-    contexts: dict[str, str] = {}  # the context each task was started in (this process's memory)
+    # The context each task was started in, in this process's memory (the oldest forgotten past 100,000:
+    # a task read later, or elsewhere, names its own id as its context).
+    contexts: OrderedDict[str, str] = OrderedDict()
 
     async def card(request: Request) -> Response:
         agent = api.agent(None) if len(api.agents) == 1 else next(iter(api.agents.values()))
@@ -126,6 +129,8 @@ def a2a_routes(api: Api) -> list[Route]:
             except Refused as refused:
                 raise RpcError(UNSUPPORTED, refused.message) from None
             contexts[task_id] = context
+            while len(contexts) > 100_000:
+                contexts.popitem(last=False)
             log = api.workers.hub.open(task_id)
             seen = 0
         tasks = Tasks(context)
