@@ -88,7 +88,8 @@ async def _one(http: httpx.AsyncClient, base: str, i: int, latencies: list[float
 async def _through_http(bases: list[str], runs: int) -> tuple[float, list[float], list[str], float]:
     latencies: list[float] = []
     cpu = time.process_time()
-    limits = httpx.Limits(max_connections=runs, max_keepalive_connections=runs)
+    # No reuse of idle connections: a server closes one idle past its keep-alive while a client may pick it.
+    limits = httpx.Limits(max_connections=runs, max_keepalive_connections=0)
     headers = {"authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(headers=headers, timeout=600, limits=limits) as http:
         began = time.perf_counter()
