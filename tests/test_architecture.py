@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"diagrams"},  # the catalog draws the pattern machines
     {"web"},  # the run viewer draws the run's path; the inbox decides through the store
     {"evals"},  # scores agents over datasets: the kit's cassettes, the scenario format, the viewer's stylesheet
+    {"serve"},  # the API reuses the inbox's decision form, its token rules and its server
     {"cli"},
 ]
 

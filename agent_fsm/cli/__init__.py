@@ -1,8 +1,8 @@
 """
 The ``agent-fsm`` command line.
 
-One module per command group (``diagram``, ``run``, ``eval``, ``charts``, ``runs``, ``view``, ``inbox``, ``mcp``,
-and ``reference`` for the reference systems' ``lookup`` and ``refine``); each is
+One module per command group (``diagram``, ``run``, ``eval``, ``charts``, ``runs``, ``view``, ``inbox``, ``serve``,
+``mcp``, and ``reference`` for the reference systems' ``lookup`` and ``refine``); each is
 registered here, so this file stays a table of contents. Exit codes: 0 success, 1 a failure
 reported in one line, 2 a usage error (from the CLI library).
 """
@@ -19,6 +19,7 @@ from agent_fsm.cli.mcp import mcp_app
 from agent_fsm.cli.reference import lookup_command, refine_command
 from agent_fsm.cli.run import run_command
 from agent_fsm.cli.runs import runs_app
+from agent_fsm.cli.serve import serve_command
 from agent_fsm.cli.view import view_command
 from agent_fsm.examples.compare import compare_command
 
@@ -52,6 +53,7 @@ app.command(name="charts")(charts_command)
 app.add_typer(runs_app, name="runs")
 app.command(name="view")(view_command)
 app.command(name="inbox")(inbox_command)
+app.command(name="serve")(serve_command)
 app.add_typer(mcp_app, name="mcp")
 app.command(name="lookup")(lookup_command)
 app.command(name="refine")(refine_command)

@@ -9,6 +9,7 @@ Durable runs: a store that keeps every run, its pauses and its effects, across p
         approve(store, waiting.run_id, agent, reviewer="ana")
     recover(store, agent)  # after a crash
     fork(store, "ticket-42", at=1, new_run_id="ticket-42b")  # a new run from an earlier checkpoint
+    Session(store, agent, "chat-7").run("and then?")  # a conversation continued across stored runs
 
 The guarantees (what is exactly-once, what needs an idempotent tool, what
 a person decides) are stated in docs/durability.md.
@@ -34,6 +35,7 @@ from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import Checkpoint, Claim, Decision, Effect, Fork, RunSummary, StoredRun
 from agent_fsm.store.recovery import Recovered, recover
+from agent_fsm.store.sessions import Session, SessionBusy
 from agent_fsm.store.sql import SqlStore
 from agent_fsm.store.sqlite import SqliteStore
 from agent_fsm.store.url import open_store
@@ -68,6 +70,9 @@ __all__ = [
     "Recovered",
     "fork",
     "OUTCOME_UNKNOWN",
+    # Conversations
+    "Session",
+    "SessionBusy",
     # Errors
     "StoreError",
     "RunNotFound",

@@ -17,6 +17,7 @@ from typing import Any
 from agent_fsm import Agent
 from agent_fsm.engine import (
     OUTCOME_UNKNOWN,
+    EventSink,
     Nested,
     RunResult,
     RunState,
@@ -103,6 +104,7 @@ def approve(
     reviewer: str,
     arguments: Mapping[str, Any] | None = None,
     pause_id: str | None = None,
+    on_event: EventSink | None = None,
 ) -> RunResult:
     """
     Approve the stored run's blocked call, and continue the run here, as ``agent``, until it rests again.
@@ -115,7 +117,7 @@ def approve(
     ``blocked_path``) is approved at the top: the decision goes down, the
     nested run resumes, then the run; an edit is of the nested call, held
     to the nested agent's contract and gate. ``pause_id`` (from the inbox) makes sure the
-    pause approved is the one the reviewer saw.
+    pause approved is the one the reviewer saw; ``on_event`` is told the continued run's events.
 
     Raises:
         AlreadyDecided: the pause was decided by someone else first, or is not open.
@@ -146,6 +148,7 @@ def approve(
         arguments=edited.arguments if edited is not None else None,  # judged afresh by resume, too
         store=store,
         run_id=run_id,
+        on_event=on_event,
     )
 
 
@@ -157,11 +160,12 @@ def reject(
     reviewer: str,
     reason: str,
     pause_id: str | None = None,
+    on_event: EventSink | None = None,
 ) -> RunResult:
     """
     Reject the stored run's blocked call (the model is told ``reason``), and continue the run here, as ``agent``.
 
-    A call whose outcome was unknown after a crash is recorded as not run.
+    A call whose outcome was unknown after a crash is recorded as not run; ``on_event`` is told the run's events.
 
     Raises:
         AlreadyDecided: the pause was decided by someone else first, or is not open.
@@ -173,4 +177,4 @@ def reject(
     told = reason
     if (stored.summary.reason or "").startswith(OUTCOME_UNKNOWN):
         told = f"recorded as not run ({reason or 'no reason given'})"
-    return agent.resume(decided.state, approve=False, reason=told, store=store, run_id=run_id)
+    return agent.resume(decided.state, approve=False, reason=told, store=store, run_id=run_id, on_event=on_event)

@@ -41,7 +41,7 @@ from agent_fsm.web.listing import back_to, listed_row, listing, page_stamp, read
 from agent_fsm.web.pages import render_page, run_context
 from agent_fsm.web.timeline import pretty_json
 
-__all__ = ["APP_POLICY", "KEPT_OPEN", "inbox_app"]
+__all__ = ["APP_POLICY", "KEPT_OPEN", "SecurityHeaders", "inbox_app"]
 
 APP_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -67,14 +67,17 @@ _NOTICES = {
 }
 
 
-class _SecurityHeaders:
+class SecurityHeaders:
     """
     ASGI middleware adding the security headers to every response, a failure's included.
 
     Starlette answers an unhandled exception outside every middleware given to
     it; so a failure is answered here (a bare 500 with the headers) before it
-    goes on up to be logged.
+    goes on up to be logged. An application with other headers or another
+    answer to a failure (the serving API's JSON) overrides ``headers`` and ``failed``.
     """
+
+    headers = _HEADERS
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -86,7 +89,7 @@ class _SecurityHeaders:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message["headers"] = [*message.get("headers", []), *_HEADERS]
+                message["headers"] = [*message.get("headers", []), *self.headers]
             await send(message)
 
         try:
@@ -94,16 +97,20 @@ class _SecurityHeaders:
         except Exception:
             if scope["type"] != "http" or started:
                 raise
-            body = b"The inbox failed on this request; it was logged. Reload, or ask whoever runs the inbox."
-            await with_headers(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8")],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await self.failed(scope, receive, with_headers)
             raise
+
+    async def failed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a request the application failed on (nothing was sent yet)."""
+        body = b"The inbox failed on this request; it was logged. Reload, or ask whoever runs the inbox."
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
 
 def inbox_app(
@@ -397,5 +404,5 @@ def inbox_app(
         Route("/runs/{run_id}/release", signed_in(claim), methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
-    middleware = [Middleware(_SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    middleware = [Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

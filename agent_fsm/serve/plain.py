@@ -1,0 +1,158 @@
+"""
+The plain API: start runs, list and read them, stream their events as SSE, decide their pauses; JSON throughout.
+
+A client sees and decides only its own runs (another's is 404, as an unknown
+one). The event stream is the run's own events, numbered, resumed from
+``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from agent_fsm import Agent
+from agent_fsm.serve.clients import Client
+from agent_fsm.serve.core import MAX_PAGE, Api, Refused, read_json, summary_data
+from agent_fsm.serve.stream import Record
+from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError
+from agent_fsm.web.decisions import FormRefused, read_form
+
+__all__ = ["decide_as", "guarded", "plain_routes"]
+
+
+def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` with its :class:`Refused` answered as typed JSON."""
+
+    async def answer(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Refused as refused:
+            return refused.response()
+
+    return answer
+
+
+def _sse(record: Record | None) -> bytes:
+    if record is None:
+        return b": keep-alive\n\n"
+    data = json.dumps(record.data, separators=(",", ":"))
+    return f"id: {record.seq}\nevent: {record.data['type']}\ndata: {data}\n\n".encode()
+
+
+async def decide_as(api: Api, client: Client, run_id: str, body: dict[str, Any], agent: Agent) -> str:
+    """
+    Decide the pause ``body`` names (``decision``, ``pause_id``, ``arguments``, ``reason``) as ``client``.
+
+    The one decision every protocol takes: read as the inbox reads its form,
+    applied by the store's functions, judged afresh; a new kind of decision is
+    one more case of :func:`agent_fsm.web.decisions.read_form`. Returns the
+    action taken, once it is committed.
+
+    Raises:
+        Refused: the body is not a decision (422), the pause is not open (409), the run is unknown (404),
+            the edit breaks the tool's contract or is denied by the gate (422).
+    """
+    arguments = body.get("arguments")
+    edit = json.dumps(arguments) if arguments is not None else None
+    form = {**body, "action": body.get("decision"), "arguments": edit}
+    try:
+        decision = read_form(run_id, form)
+        await api.workers.decide(agent, decision, client=client.name)
+    except FormRefused as exc:
+        raise Refused(exc.status, "decision_refused", exc.message) from None
+    except AlreadyDecided as exc:
+        raise Refused(409, "already_decided", f"{exc}; nothing was decided") from None
+    except RunNotFound:
+        raise Refused(404, "no_such_run", f"no run {run_id!r}") from None
+    except StoreError:
+        raise
+    except ValueError as exc:
+        raise Refused(422, "decision_refused", f"{exc}; nothing was decided") from None
+    return decision.action
+
+
+def plain_routes(api: Api) -> list[Route]:
+    async def agents(request: Request) -> Response:
+        api.client(request, "read")
+        return JSONResponse({"agents": [{"name": n, "digest": a.digest} for n, a in sorted(api.agents.items())]})
+
+    async def start(request: Request) -> Response:
+        client = api.client(request, "start")
+        body = await read_json(request)
+        agent = api.agent(body.get("agent"))
+        task = body.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise Refused(422, "no_task", "the body needs a non-empty 'task' string")
+        session = body.get("session")
+        if session is not None and (not isinstance(session, str) or not session):
+            raise Refused(422, "bad_session", "'session' names a conversation with a non-empty string")
+        run_id = await api.start(agent, task, client, session)
+        return JSONResponse({"run_id": run_id, "status": "running", "events": f"/runs/{run_id}/events"}, 202)
+
+    async def listing(request: Request) -> Response:
+        client = api.client(request, "read")
+        status = request.query_params.get("status")
+        if status not in (None, "running", "paused", "ended", "failed"):
+            raise Refused(422, "bad_status", "status is one of running, paused, ended, failed")
+        try:
+            limit = int(request.query_params.get("limit", "50"))
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= MAX_PAGE:
+            raise Refused(422, "bad_limit", f"limit is a whole number from 1 to {MAX_PAGE}")
+        after = request.query_params.get("after")
+        summaries = await run_in_threadpool(api.store.runs, status)
+        mine = sorted((s for s in summaries if client.owns(s.run_id)), key=lambda s: s.run_id)
+        if after is not None:
+            mine = [s for s in mine if s.run_id > after]
+        page = mine[:limit]
+        more = len(mine) > limit
+        return JSONResponse({"runs": [summary_data(s) for s in page], "next": page[-1].run_id if more else None})
+
+    async def read(request: Request) -> Response:
+        client = api.client(request, "read")
+        return JSONResponse(summary_data(await api.summary(client, request.path_params["run_id"])))
+
+    async def events(request: Request) -> Response:
+        client = api.client(request, "read")
+        run_id = request.path_params["run_id"]
+        summary = await api.summary(client, run_id)
+        seen_text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        if not seen_text.isdigit():
+            raise Refused(422, "bad_event_id", "Last-Event-ID is the number of the last event received")
+        log = api.workers.hub.get(run_id)
+        if log is None:  # driven by another process, or before this one started: its rest, as stored
+            raise Refused(
+                409, "not_streamed_here", f"run {run_id!r} is {summary.status} and its events are not held here"
+            )
+        follow = log.follow(int(seen_text))
+
+        async def body() -> AsyncIterator[bytes]:
+            async for record in follow:
+                yield _sse(record)
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+    async def decide(request: Request) -> Response:
+        client = api.client(request, "decide")
+        run_id = request.path_params["run_id"]
+        await api.summary(client, run_id)
+        body = await read_json(request)
+        action = await decide_as(api, client, run_id, body, api.agent(body.get("agent")))
+        return JSONResponse({"run_id": run_id, "decision": action, "events": f"/runs/{run_id}/events"}, 202)
+
+    return [
+        Route("/agents", guarded(agents), methods=["GET"]),
+        Route("/runs", guarded(start), methods=["POST"]),
+        Route("/runs", guarded(listing), methods=["GET"]),
+        Route("/runs/{run_id}", guarded(read), methods=["GET"]),
+        Route("/runs/{run_id}/events", guarded(events), methods=["GET"]),
+        Route("/runs/{run_id}/decision", guarded(decide), methods=["POST"]),
+    ]

@@ -1,0 +1,73 @@
+"""A served ledger agent for the tests: in this process (``served_ledger``) or as ``agent-fsm serve`` of its own."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from agent_fsm.serve import Clients, serve_app
+from agent_fsm.store import open_store
+from tests.ledger_world import ledger_agent
+from tests.web_server import serving
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def served_ledger(folder: Path, clients: Clients) -> Iterator[tuple[str, Path]]:
+    """The ledger agent served on 127.0.0.1 over a SQLite file in ``folder``: (base URL, ledger)."""
+    ledger = folder / "ledger.jsonl"
+    url = f"sqlite:///{folder / 'runs.db'}"
+    with serving(serve_app(ledger_agent(ledger), lambda: open_store(url), clients=clients, workers=2)) as base:
+        yield base, ledger
+
+
+@contextmanager
+def serve_process(
+    store_url: str, env: Mapping[str, str], *options: str, world: str = "tests.serve_world:agent"
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Start ``agent-fsm serve`` of ``world`` with ``env`` added; yield its base URL and process once it answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    command = [
+        sys.executable,
+        "-m",
+        "agent_fsm.cli",
+        "serve",
+        "--store",
+        store_url,
+        "--world",
+        "tests.serve_world:agent",
+    ]
+    process = subprocess.Popen(
+        [*command, "--port", str(port), *options],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/.well-known/agent-card.json", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and process.poll() is None, "the server did not start"
+                time.sleep(0.1)
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=20)

@@ -1,0 +1,168 @@
+"""
+A2A 1.0 through the official ``a2a-sdk`` client against a live server: the card, send, stream, input-required, decide.
+
+The client reads the agent card, picks the JSON-RPC interface it names, and
+parses every answer into the protocol's own types, so what it accepts is A2A
+as the SDK speaks it. A pause is a task waiting for input; the next message
+to the task decides it, judged afresh by the agent's gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agent_fsm.serve import Clients
+from tests.ledger_world import read_ledger, task_for
+from tests.serve_process import served_ledger
+
+a2a_client = pytest.importorskip("a2a.client")
+a2a_types = pytest.importorskip("a2a.types.a2a_pb2")
+json_format = pytest.importorskip("google.protobuf.json_format")
+
+UI = "ui-token-0123456789abcdef"
+OTHER = "other-token-0123456789ab"
+CLIENTS = Clients.parse(f"ui:{UI}:start+read+decide other:{OTHER}:start+read+decide")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The ledger agent served on 127.0.0.1 over a SQLite file: (base URL, ledger)."""
+    with served_ledger(tmp_path, CLIENTS) as got:
+        yield got
+
+
+def _paid(ledger: Path) -> list[dict[str, Any]]:
+    return [e["args"] for e in read_ledger(ledger) if e["event"] == "effect" and e["tool"] == "pay"]
+
+
+def _message(text: str = "", task_id: str = "", data: dict[str, Any] | None = None) -> Any:
+    parts = [a2a_types.Part(text=text)] if text else []
+    if data is not None:
+        part = a2a_types.Part()
+        part.data.struct_value.update(data)
+        parts.append(part)
+    message = a2a_types.Message(message_id=f"m-{text[:8]}", role=a2a_types.Role.ROLE_USER, parts=parts, task_id=task_id)
+    return a2a_types.SendMessageRequest(message=message)
+
+
+async def _talk(base: str, token: str, streaming: bool, *steps: Any) -> list[list[dict[str, Any]]]:
+    """Send each step (a request, or a function of the last task id to one); what came back to each, as dicts."""
+    said: list[list[dict[str, Any]]] = []
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
+        card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
+        client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+        task_id = ""
+        for step in steps:
+            request = step(task_id) if callable(step) else step
+            got = [json_format.MessageToDict(event) async for event in client.send_message(request)]
+            first = got[0]
+            task_id = first["task"]["id"] if "task" in first else first["statusUpdate"]["taskId"]
+            said.append(got)
+    return said
+
+
+def _states(events: list[dict[str, Any]]) -> list[str]:
+    return [(e.get("task") or e.get("statusUpdate", {})).get("status", {}).get("state", "") for e in events]
+
+
+def test_the_card_names_the_json_rpc_interface(served: tuple[str, Path]) -> None:
+    """The agent card is public, streams, and points at this server's JSON-RPC endpoint."""
+    base, _ = served
+
+    async def card() -> Any:
+        async with httpx.AsyncClient(timeout=10) as http:
+            return await a2a_client.A2ACardResolver(http, base).get_agent_card()
+
+    got = asyncio.run(card())
+    assert got.capabilities.streaming
+    [interface] = got.supported_interfaces
+    assert interface.url == f"{base}/a2a" and interface.protocol_binding == "JSONRPC"
+
+
+def test_a_streamed_task_pauses_for_input_and_the_next_message_decides_it(served: tuple[str, Path]) -> None:
+    """Streamed: working, then input-required naming the call; 'approve' to the task completes it, paid once."""
+    base, ledger = served
+    first, second = asyncio.run(
+        _talk(base, UI, True, _message(task_for(["BIG-1"])), lambda task: _message("approve", task))
+    )
+    assert _states(first)[0] == "TASK_STATE_WORKING" and _states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
+    pause = first[-1]["statusUpdate"]["status"]["message"]["parts"][1]["data"]
+    assert pause["call"]["name"] == "pay" and pause["decisions"] == ["approve", "edit", "reject"]
+    assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
+    artifacts = [e["artifactUpdate"]["artifact"] for e in second if "artifactUpdate" in e]
+    assert artifacts[0]["parts"] == [{"text": "Handled 1 invoices."}]
+    assert [p["invoice"] for p in _paid(ledger)] == ["BIG-1"]
+
+
+def test_a_sent_task_answers_when_it_rests_and_a_rejection_goes_on_unpaid(served: tuple[str, Path]) -> None:
+    """Not streamed: the task comes back input-required; a rejection as a data part completes it without paying."""
+    base, ledger = served
+    reject = {"decision": "reject", "reason": "not this month"}
+    first, second = asyncio.run(
+        _talk(base, UI, False, _message(task_for(["BIG-2"])), lambda task: _message(task_id=task, data=reject))
+    )
+    assert [e["task"]["status"]["state"] for e in first] == ["TASK_STATE_INPUT_REQUIRED"]
+    assert second[0]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert _paid(ledger) == []
+
+
+def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path]) -> None:
+    """GetTask reads the task; CancelTask, another client's task and a broken edit are A2A's typed errors."""
+    base, ledger = served
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {UI}"}, timeout=30) as http:
+            card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
+            client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
+            [event] = [e async for e in client.send_message(_message(task_for(["BIG-3"])))]
+            task_id = event.task.id
+            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
+            out["state"] = a2a_types.TaskState.Name(got.status.state)
+            for name, call in (
+                ("cancel", client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))),
+                ("edit", _drain(client.send_message(_message(task_id=task_id, data=_BAD_EDIT)))),
+                ("garbled", _drain(client.send_message(_message("pay it twice", task_id)))),
+            ):
+                try:
+                    await call
+                except Exception as exc:
+                    out[name] = type(exc).__name__
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {OTHER}"}, timeout=30) as http:
+            other = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
+            try:
+                await other.get_task(a2a_types.GetTaskRequest(id=task_id))
+            except Exception as exc:
+                out["other"] = type(exc).__name__
+        return out
+
+    out = asyncio.run(scenario())
+    assert out == {
+        "state": "TASK_STATE_INPUT_REQUIRED",
+        "cancel": "TaskNotCancelableError",
+        "edit": "InvalidParamsError",
+        "garbled": "InvalidParamsError",
+        "other": "TaskNotFoundError",
+    }
+    assert _paid(ledger) == []
+
+
+_BAD_EDIT = {"decision": "edit", "arguments": {"invoice": "BIG-3", "cents": "lots"}}
+
+
+async def _drain(events: Any) -> None:
+    async for _ in events:
+        pass
+
+
+def test_a2a_without_a_token_is_refused(served: tuple[str, Path]) -> None:
+    """The JSON-RPC endpoint answers a typed 401 without a known bearer token."""
+    base, _ = served
+    answer = httpx.post(base + "/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}}, timeout=10)
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthenticated"
