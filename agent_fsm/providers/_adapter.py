@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine import ModelReply, assistant_text
+from agent_fsm.engine import ModelReply, ProviderFailure, assistant_text, placeholder
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
@@ -356,6 +356,22 @@ def check_tool_names(adapter: HttpModel, tools: Sequence[Mapping[str, Any]]) -> 
             f"tool names must match ^[a-zA-Z0-9_-]{{1,64}}$ for this provider; not sent: {', '.join(bad)}",
             kind="invalid_request",
         )
+
+
+def refuse_part(adapter: HttpModel, part: Mapping[str, Any], where: str) -> ProviderFailure:
+    """
+    The typed refusal of an image or file the provider cannot take ``where`` it stands; nothing is sent.
+
+    The message names the part by its placeholder (type and size), never its bytes.
+    """
+    return adapter._http.failure(f"{placeholder(part)} cannot be sent {where}; not sent", kind="invalid_request")
+
+
+def data_url(part: Mapping[str, Any]) -> str:
+    """A part given as bytes written as a ``data:`` URL; a part given as a URL, that URL."""
+    if "url" in part:
+        return str(part["url"])
+    return f"data:{part['media_type']};base64,{part['data']}"
 
 
 def wire_tool_name(name: Any) -> str:

@@ -31,16 +31,18 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine import ModelReply
+from agent_fsm.engine import ModelReply, has_parts
 from agent_fsm.providers._adapter import (
     HttpModel,
     cache_key,
     check_cache,
     check_tool_names,
+    data_url,
     model_of,
     object_of,
     output_name,
     prompt_tokens,
+    refuse_part,
     usage_count,
     wire_tool_name,
 )
@@ -92,8 +94,25 @@ def _wire_call(call: Any) -> dict[str, Any]:
     return out
 
 
-def _wire_message(message: Mapping[str, Any], system_role: str) -> dict[str, Any]:
+def _chat_part(adapter: HttpModel, part: Mapping[str, Any]) -> dict[str, Any]:
+    """A content part in the Chat Completions form: ``text``, ``image_url``, or ``file`` (a PDF given as bytes)."""
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "text", "text": part["text"]}
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": data_url(part)}}
+    if "data" not in part:
+        raise refuse_part(adapter, part, "to Chat Completions, which takes a file only as bytes")
+    return {"type": "file", "file": {"filename": part.get("name", "document.pdf"), "file_data": data_url(part)}}
+
+
+def _wire_message(adapter: HttpModel, message: Mapping[str, Any], system_role: str) -> dict[str, Any]:
     role = message.get("role")
+    if has_parts(message):
+        if role != "user":  # system and tool messages take text parts only
+            part = next(p for p in message["content"] if p.get("type") != "text")
+            raise refuse_part(adapter, part, f"in a {role} message to Chat Completions, which takes it from the user")
+        return {"role": "user", "content": [_chat_part(adapter, p) for p in message["content"]]}
     if role == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
         calls = message.get("tool_calls")
@@ -188,7 +207,7 @@ class OpenAIChat(HttpModel):
         check_tool_names(self, tools)
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [_wire_message(m, self.system_role) for m in messages],
+            "messages": [_wire_message(self, m, self.system_role) for m in messages],
         }
         if tools:
             body["tools"] = [dict(t) for t in tools]

@@ -1,0 +1,131 @@
+"""
+Images and files sent through the adapters, checked against the requests the providers accepted.
+
+Each recording (``fixtures/SOURCES.md``) holds a request a provider answered with an
+image or a PDF in it: the adapter, given the same task as :class:`agent_fsm.Image` /
+:class:`agent_fsm.File` parts, must write the same content; the recorded reply is
+replayed from 127.0.0.1 through ``run`` and ``arun``, and streamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from agent_fsm import File, Image, ProviderFailure, Stop, arun, run
+from agent_fsm.engine import placeholder
+from agent_fsm.providers import OpenAIChat
+
+from .loopback import Reply
+from .recordings import FIXTURES, Recording, load_recordings
+from .streaming import explode
+from .test_recorded import recorded_settings
+
+BY_NAME = {r.name: r for r in load_recordings(FIXTURES, ("openai",))}
+
+
+def _recording(name: str) -> Recording:
+    return BY_NAME[name]
+
+
+def _decoded(url: str) -> tuple[str, bytes]:
+    head, data = url.split(",", 1)
+    return head.removeprefix("data:").removesuffix(";base64"), base64.b64decode(data)
+
+
+def _chat_task(recording: Recording) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The recorded last user message as a task of text, Image and File; the messages before it as history."""
+    messages = recording.request(len(recording.interactions) - 1)["messages"]
+    task: list[Any] = []
+    for part in messages[-1]["content"]:
+        if part["type"] == "text":
+            task.append(part["text"])
+        elif part["type"] == "image_url":
+            url = part["image_url"]["url"]
+            if url.startswith("data:"):
+                media_type, data = _decoded(url)
+                task.append(Image(data=data, media_type=media_type))
+            else:
+                task.append(Image(url=url))
+        else:
+            media_type, data = _decoded(part["file"]["file_data"])
+            task.append(File(data=data, media_type=media_type, name=part["file"]["filename"]))
+    return task, messages[:-1]
+
+
+CHAT = ["openai__test_image_url_input_force_download", "openai__test_document_as_binary_content_input",
+        "openai__test_image_url_tool_response"]  # fmt: skip
+
+
+def _chat(server: Any, **options: Any) -> OpenAIChat:
+    return OpenAIChat(base_url=server.url + "/v1", **recorded_settings(**options))
+
+
+@pytest.mark.parametrize("name", CHAT)
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_chat_sends_images_and_files_as_the_api_accepted_them(server, name, driver):
+    """The request's messages are the recorded ones, part for part; the recorded answer ends the run."""
+    recording = _recording(name)
+    last = len(recording.interactions) - 1
+    server.script(recording.reply(last))
+    task, history = _chat_task(recording)
+    options = {"system_prompt": "", "history": history}
+    model = _chat(server)
+    result = run(task, model, {}, **options) if driver == "sync" else asyncio.run(arun(task, model, {}, **options))
+    assert result.stop is Stop.ANSWERED
+    assert result.answer == recording.response(last)["choices"][0]["message"]["content"]
+    sent = server.requests[0].body["messages"]
+    assert sent[-1] == recording.request(last)["messages"][-1]
+    assert [m["role"] for m in sent] == [m["role"] for m in recording.request(last)["messages"]]
+
+
+def test_chat_streams_with_an_image_in_the_task(server):
+    """Streamed, the same request carries the image, and the streamed answer is the recorded text."""
+    recording = _recording("openai__test_image_url_input_force_download")
+    body = recording.response(0)
+    server.script(Reply(200, explode("openai", body, [7, 19]), (("Content-Type", "text/event-stream"),)))
+    task, _ = _chat_task(recording)
+    result = run(task, _chat(server, stream=True), {}, system_prompt="")
+    assert result.answer == body["choices"][0]["message"]["content"]
+    assert server.requests[0].body["messages"][-1] == recording.request(0)["messages"][-1]
+    assert server.requests[0].body["stream"] is True
+
+
+def test_chat_refuses_a_file_given_by_url_typed_and_sends_nothing(server):
+    """Chat Completions takes a PDF only as bytes: a URL is refused before any request, naming the part."""
+    pdf = File(url="https://example.com/report.pdf")
+    result = run(["Summarise this.", pdf], _chat(server), {})
+    assert result.stop is Stop.PROVIDER_ERROR
+    assert result.state.fault is not None and result.state.fault.kind == "invalid_request"
+    assert placeholder(pdf.part) in result.state.fault.message
+    assert server.requests == []
+
+
+def test_chat_refuses_an_image_in_a_system_message(server):
+    """An image in a history's system message cannot be sent to Chat Completions: typed, and never sent."""
+    image = Image(url="https://example.com/a.png")
+    history = [{"role": "system", "content": ["Brand guide:", image]}]
+    with pytest.raises(ProviderFailure, match="in a system message"):
+        _chat(server).chat(run_history(history), [])
+    assert server.requests == []
+
+
+def run_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The transcript a run would hold for ``history`` and a plain task."""
+    from agent_fsm.engine._launch import start_state
+
+    return start_state("Go.", history=history).messages
+
+
+def test_the_recordings_hold_real_base64_media():
+    """The fixtures carry the providers' own bytes: a JPEG and a PDF, decoded from the recorded requests."""
+    image = _recording("openai__test_image_url_input_force_download").request(0)["messages"][0]["content"][1]
+    media_type, data = _decoded(image["image_url"]["url"])
+    assert media_type == "image/jpeg" and data[:2] == b"\xff\xd8"
+    document = _recording("openai__test_document_as_binary_content_input").request(0)["messages"][0]["content"][1]
+    assert _decoded(document["file"]["file_data"])[1].startswith(b"%PDF")
+    assert json.dumps(document).count("base64") == 1
