@@ -47,8 +47,8 @@ KERNEL_THIRD_PARTY = {
 
 # The kernel's private modules, lowest first: each may import only those before it (see agent_fsm/engine/__init__.py).
 KERNEL_LAYERS = [
-    "_errors", "_json", "_schema", "_limits", "_endings", "_tools", "_steps", "_machine", "_messages",
-    "_models", "_context", "_codecs", "_saved", "_state", "_resting", "_events", "_spending", "_gates", "_boundary",
+    "_errors", "_json", "_schema", "_limits", "_endings", "_tools", "_steps", "_machine", "_messages", "_models",
+    "_context", "_codecs", "_saved", "_state", "_resting", "_events", "_spending", "_gates", "_boundary",
     "_invariants", "_analysis", "_run",
     "_launch", "_nesting", "_async", "_agent",
     "_policy",
