@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine import ModelReply, ProviderFailure, assistant_text, placeholder
+from agent_fsm.engine import ModelReply, ProviderFailure, assistant_text, has_parts, placeholder
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
@@ -365,6 +365,40 @@ def refuse_part(adapter: HttpModel, part: Mapping[str, Any], where: str) -> Prov
     The message names the part by its placeholder (type and size), never its bytes.
     """
     return adapter._http.failure(f"{placeholder(part)} cannot be sent {where}; not sent", kind="invalid_request")
+
+
+def check_parts(
+    adapter: HttpModel,
+    messages: Sequence[Mapping[str, Any]],
+    api: str,
+    *,
+    roles: tuple[str, ...] = ("user",),
+    kinds: tuple[str, ...] = ("image", "file"),
+    by_url: tuple[str, ...] = ("image", "file"),
+) -> None:
+    """
+    Refuse, before anything is sent, each image or file ``api`` cannot take where it stands.
+
+    ``roles``: the messages that may carry one; ``kinds``: the parts it reads at
+    all; ``by_url``: the kinds it takes by address (the others only as bytes).
+
+    Raises:
+        ProviderFailure: ``invalid_request``, naming the part by type and size.
+    """
+    for message in messages:
+        if not has_parts(message):
+            continue
+        role = message.get("role")
+        for part in message["content"]:
+            kind = part.get("type")
+            if kind == "text":
+                continue
+            if kind not in kinds:
+                raise refuse_part(adapter, part, f"to {api}, which reads no {kind}")
+            if role not in roles:
+                raise refuse_part(adapter, part, f"in a {role} message to {api}")
+            if "url" in part and kind not in by_url:
+                raise refuse_part(adapter, part, f"by URL to {api}, which takes a {kind} only as bytes")
 
 
 def data_url(part: Mapping[str, Any]) -> str:

@@ -36,13 +36,13 @@ from agent_fsm.providers._adapter import (
     HttpModel,
     cache_key,
     check_cache,
+    check_parts,
     check_tool_names,
     data_url,
     model_of,
     object_of,
     output_name,
     prompt_tokens,
-    refuse_part,
     usage_count,
     wire_tool_name,
 )
@@ -94,25 +94,20 @@ def _wire_call(call: Any) -> dict[str, Any]:
     return out
 
 
-def _chat_part(adapter: HttpModel, part: Mapping[str, Any]) -> dict[str, Any]:
+def _chat_part(part: Mapping[str, Any]) -> dict[str, Any]:
     """A content part in the Chat Completions form: ``text``, ``image_url``, or ``file`` (a PDF given as bytes)."""
     kind = part.get("type")
     if kind == "text":
         return {"type": "text", "text": part["text"]}
     if kind == "image":
         return {"type": "image_url", "image_url": {"url": data_url(part)}}
-    if "data" not in part:
-        raise refuse_part(adapter, part, "to Chat Completions, which takes a file only as bytes")
     return {"type": "file", "file": {"filename": part.get("name", "document.pdf"), "file_data": data_url(part)}}
 
 
-def _wire_message(adapter: HttpModel, message: Mapping[str, Any], system_role: str) -> dict[str, Any]:
+def _wire_message(message: Mapping[str, Any], system_role: str) -> dict[str, Any]:
     role = message.get("role")
-    if has_parts(message):
-        if role != "user":  # system and tool messages take text parts only
-            part = next(p for p in message["content"] if p.get("type") != "text")
-            raise refuse_part(adapter, part, f"in a {role} message to Chat Completions, which takes it from the user")
-        return {"role": "user", "content": [_chat_part(adapter, p) for p in message["content"]]}
+    if has_parts(message):  # only a user message (check_parts): system and tool messages take text
+        return {"role": "user", "content": [_chat_part(p) for p in message["content"]]}
     if role == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
         calls = message.get("tool_calls")
@@ -202,12 +197,14 @@ class OpenAIChat(HttpModel):
         ``{"type": "json_schema", ...}``, ``strict`` when the schema meets the strict rules.
 
         Raises:
-            ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses.
+            ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses,
+                or an image or file stands where Chat Completions cannot take it (a PDF by URL).
         """
         check_tool_names(self, tools)
+        check_parts(self, messages, "Chat Completions", by_url=("image",))
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [_wire_message(self, m, self.system_role) for m in messages],
+            "messages": [_wire_message(m, self.system_role) for m in messages],
         }
         if tools:
             body["tools"] = [dict(t) for t in tools]

@@ -18,14 +18,14 @@ import pytest
 
 from agent_fsm import File, Image, ProviderFailure, Stop, arun, run
 from agent_fsm.engine import placeholder
-from agent_fsm.providers import OpenAIChat
+from agent_fsm.providers import AnthropicMessages, OpenAIChat
 
 from .loopback import Reply
 from .recordings import FIXTURES, Recording, load_recordings
 from .streaming import explode
 from .test_recorded import recorded_settings
 
-BY_NAME = {r.name: r for r in load_recordings(FIXTURES, ("openai",))}
+BY_NAME = {r.name: r for r in load_recordings(FIXTURES, ("openai", "anthropic"))}
 
 
 def _recording(name: str) -> Recording:
@@ -129,3 +129,64 @@ def test_the_recordings_hold_real_base64_media():
     document = _recording("openai__test_document_as_binary_content_input").request(0)["messages"][0]["content"][1]
     assert _decoded(document["file"]["file_data"])[1].startswith(b"%PDF")
     assert json.dumps(document).count("base64") == 1
+
+
+def _anthropic_item(block: dict[str, Any]) -> Any:
+    """A recorded Anthropic content block as the task item that stands for it."""
+    if block["type"] == "text":
+        return block["text"]
+    source = block["source"]
+    make = Image if block["type"] == "image" else File
+    if source["type"] == "url":
+        return make(url=source["url"])
+    return make(data=base64.b64decode(source["data"]), media_type=source["media_type"])
+
+
+ANTHROPIC = ["anthropic__test_image_url_input", "anthropic__test_document_binary_content_input",
+             "anthropic__test_document_url_input"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ANTHROPIC)
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_anthropic_sends_image_and_document_blocks_as_the_api_accepted_them(server, name, driver):
+    """Images and PDFs, by URL or as base64, go out as the recorded blocks; the recorded answer ends the run."""
+    recording = _recording(name)
+    server.script(recording.reply(0))
+    recorded = recording.request(0)
+    task = [_anthropic_item(block) for block in recorded["messages"][-1]["content"]]
+    model = AnthropicMessages(base_url=server.url, **recorded_settings())
+    go = run if driver == "sync" else lambda *a, **k: asyncio.run(arun(*a, **k))
+    result = go(task, model, {}, system_prompt="")
+    assert result.stop is Stop.ANSWERED
+    assert result.answer == recording.response(0)["content"][0]["text"]
+    assert server.requests[0].body["messages"] == recorded["messages"]
+
+
+def test_anthropic_streams_with_a_document_in_the_task(server):
+    """Streamed, the request carries the document block and the streamed answer is the recorded text."""
+    recording = _recording("anthropic__test_document_url_input")
+    body = recording.response(0)
+    server.script(Reply(200, explode("anthropic", body, [5, 40]), (("Content-Type", "text/event-stream"),)))
+    task = [_anthropic_item(block) for block in recording.request(0)["messages"][-1]["content"]]
+    model = AnthropicMessages(base_url=server.url, stream=True, **recorded_settings())
+    result = run(task, model, {}, system_prompt="")
+    assert result.answer == body["content"][0]["text"]
+    assert server.requests[0].body["messages"] == recording.request(0)["messages"]
+
+
+def test_anthropic_shows_an_image_in_a_tool_result_and_refuses_one_in_the_system_prompt(server):
+    """A tool message's image goes inside its tool_result; an image in a system message is refused, typed."""
+    image = Image(url="https://example.com/chart.png")
+    model = AnthropicMessages(base_url=server.url, **recorded_settings())
+    history = [
+        {"role": "user", "content": "Fetch the chart."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "chart", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": ["The chart:", image]},
+    ]  # fmt: skip
+    body = model.request_body(run_history(history), [])
+    result = body["messages"][2]["content"][0]
+    assert result["type"] == "tool_result"
+    assert result["content"][1] == {"type": "image", "source": {"type": "url", "url": "https://example.com/chart.png"}}
+    with pytest.raises(ProviderFailure, match="in a system message"):
+        model.request_body(run_history([{"role": "system", "content": ["Logo:", image]}]), [])
