@@ -18,9 +18,12 @@ import pytest
 
 from agent_fsm import File, Image, ProviderFailure, Stop, arun, run
 from agent_fsm.engine import placeholder
-from agent_fsm.providers import AnthropicMessages, OpenAIChat
+from agent_fsm.providers import AnthropicMessages, OllamaChat, OpenAIChat
+from tests.media import png
 
 from .loopback import Reply
+from .native import explode as native_explode
+from .native import make_native
 from .recordings import FIXTURES, Recording, load_recordings
 from .streaming import explode
 from .test_recorded import recorded_settings
@@ -190,3 +193,126 @@ def test_anthropic_shows_an_image_in_a_tool_result_and_refuses_one_in_the_system
     assert result["content"][1] == {"type": "image", "source": {"type": "url", "url": "https://example.com/chart.png"}}
     with pytest.raises(ProviderFailure, match="in a system message"):
         model.request_body(run_history([{"role": "system", "content": ["Logo:", image]}]), [])
+
+
+NATIVE_BY_NAME = {r.name: r for r in load_recordings(FIXTURES, ("responses", "gemini"))}
+
+
+def _responses_item(part: dict[str, Any]) -> Any:
+    """A recorded Responses input part as the task item that stands for it."""
+    if part["type"] == "input_text":
+        return part["text"]
+    if part["type"] == "input_image":
+        return Image(url=part["image_url"])
+    media_type, data = _decoded(part["file_data"])
+    return File(data=data, media_type=media_type, name=part["filename"])
+
+
+def _responses_answer(body: dict[str, Any]) -> str:
+    return "".join(c["text"] for item in body["output"] if item["type"] == "message" for c in item["content"])
+
+
+RESPONSES = ["openai__test_openai_responses_image_url_input",
+             "openai__test_openai_responses_document_as_binary_content_input"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", RESPONSES)
+@pytest.mark.parametrize("mode", ["sync", "async", "stream"])
+def test_responses_sends_input_image_and_input_file_as_the_api_accepted_them(server, name, mode):
+    """The user message's content is the recorded input_text / input_image / input_file list, in every driver."""
+    recording = NATIVE_BY_NAME[name]
+    body = recording.response(0)
+    if mode == "stream":
+        server.script(Reply(200, native_explode("responses", body, [4, 11]), (("Content-Type", "text/event-stream"),)))
+    else:
+        server.script(recording.reply(0))
+    recorded = recording.request(0)["input"][0]["content"]
+    task = [_responses_item(part) for part in recorded]
+    model = make_native(recording, server.url, stream=mode == "stream")
+    go = (lambda *a, **k: asyncio.run(arun(*a, **k))) if mode == "async" else run
+    result = go(task, model, {}, system_prompt="")
+    assert result.answer == _responses_answer(body)
+    sent = server.requests[0].body["input"]
+    assert sent == [{"type": "message", "role": "user", "content": recorded}]
+
+
+def _snake(key: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+
+
+def _gemini_item(part: dict[str, Any]) -> Any:
+    """A recorded Gemini part as the task item that stands for it (the SDK writes url-safe base64)."""
+    if "text" in part:
+        return part["text"]
+    if "fileData" in part:
+        data = {_snake(k): v for k, v in part["fileData"].items()}
+        return (Image if data["mime_type"].startswith("image/") else File)(url=data["file_uri"])
+    inline = {_snake(k): v for k, v in part["inlineData"].items()}
+    raw = base64.urlsafe_b64decode(inline["data"])
+    return (Image if inline["mime_type"].startswith("image/") else File)(data=raw, media_type=inline["mime_type"])
+
+
+def _gemini_same(sent: dict[str, Any], recorded: dict[str, Any]) -> bool:
+    """Two Gemini parts mean the same: keys in either JSON spelling, base64 in either alphabet."""
+    if "text" in recorded:
+        return sent == recorded
+    (kind, value), (their_kind, theirs) = next(iter(sent.items())), next(iter(recorded.items()))
+    mine, theirs = {_snake(k): v for k, v in value.items()}, {_snake(k): v for k, v in theirs.items()}
+    if "data" in mine:
+        mine["data"], theirs["data"] = base64.b64decode(mine["data"]), base64.urlsafe_b64decode(theirs["data"])
+    return kind == their_kind and mine == theirs
+
+
+GEMINI = ["google__test_google_url_input_ImageUrl", "google__test_google_url_input_DocumentUrl",
+          "google__test_google_model_document_url_input"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", GEMINI)
+@pytest.mark.parametrize("mode", ["sync", "async", "stream"])
+def test_gemini_sends_inline_data_and_file_data_as_the_api_accepted_them(server, name, mode):
+    """Bytes go as inlineData, URLs as fileData with their media type; the recorded answer ends the run."""
+    recording = NATIVE_BY_NAME[name]
+    body = recording.response(0)
+    if mode == "stream":
+        server.script(Reply(200, native_explode("gemini", body, [6, 30]), (("Content-Type", "text/event-stream"),)))
+    else:
+        server.script(recording.reply(0))
+    recorded = recording.request(0)["contents"][0]["parts"]
+    task = [_gemini_item(part) for part in recorded]
+    model = make_native(recording, server.url, stream=mode == "stream")
+    go = (lambda *a, **k: asyncio.run(arun(*a, **k))) if mode == "async" else run
+    result = go(task, model, {}, system_prompt="")
+    assert result.answer == "".join(p["text"] for p in body["candidates"][0]["content"]["parts"])
+    sent = server.requests[0].body["contents"][0]["parts"]
+    assert len(sent) == len(recorded) and all(map(_gemini_same, sent, recorded))
+
+
+def test_gemini_refuses_an_image_url_that_names_no_media_type(server):
+    """fileData needs a mimeType: an address without a known suffix is refused, typed, and nothing is sent."""
+    model = make_native(NATIVE_BY_NAME[GEMINI[0]], server.url)
+    result = run(["What is this?", Image(url="https://example.com/render?id=7")], model, {})
+    assert result.stop is Stop.PROVIDER_ERROR and result.state.fault is not None
+    assert result.state.fault.kind == "invalid_request" and "names no media type" in result.state.fault.message
+    assert server.requests == []
+
+
+def test_ollama_sends_images_as_base64_beside_the_text(server):
+    """As in Ollama's API reference: the text in content, each image's base64 in images; files are refused."""
+    recording = load_recordings(FIXTURES, ("ollama",))
+    with_images = next(r for r in recording if r.name == "ollama__docs_with_images")
+    server.script(with_images.reply(0))
+    recorded = with_images.request(0)["messages"][0]
+    image = png_image()
+    model = OllamaChat(base_url=server.url, **recorded_settings())
+    result = run([recorded["content"], image], model, {}, system_prompt="")
+    assert result.answer == with_images.response(0)["message"]["content"]
+    sent = server.requests[0].body["messages"][0]
+    assert sent == {"role": "user", "content": recorded["content"], "images": [image.part["data"]]}
+    refused = run(["Read this.", File(data=b"%PDF-1.4\n")], model, {})
+    assert refused.state.fault is not None and refused.state.fault.kind == "invalid_request"
+    assert "reads no file" in refused.state.fault.message and len(server.requests) == 1
+
+
+def png_image() -> Image:
+    """A small real PNG (the recorded request's own image was shortened in the API reference)."""
+    return Image(data=png(8, 8), media_type="image/png")
