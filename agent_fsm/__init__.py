@@ -135,6 +135,7 @@ from agent_fsm.engine import (
     has_parts,
     image_tokens,
     judge,
+    media_estimator,
     parse_tool_calls,
     placeholder,
     report_progress,
@@ -268,6 +269,7 @@ __all__ = [
     "content_text",
     "has_parts",
     "image_tokens",
+    "media_estimator",
     "placeholder",
     # Machines
     "RUN_MACHINE",

@@ -12,17 +12,21 @@ from agent_fsm import (
     ContentPartError,
     File,
     Image,
+    Limits,
     RunState,
     ScriptedModel,
+    Stop,
     answer_message,
     estimate_tokens,
     image_tokens,
+    media_estimator,
     run,
 )
 from agent_fsm.engine import format_transcript
 from agent_fsm.engine._launch import start_state
 from agent_fsm.engine._messages import image_size, media_tokens
 from agent_fsm.engine._state import SAVED
+from agent_fsm.providers import AnthropicMessages, GeminiGenerate, OllamaChat, OpenAIChat, OpenAIResponses
 from tests.media import pdf, png
 
 PNG = png(1024, 1024)
@@ -161,3 +165,35 @@ def test_an_image_task_counts_against_the_prompt_budget():
     plain = start_state("What is in this?")
     pictured = start_state(["What is in this?", Image(data=PNG, media_type="image/png")])
     assert pictured.message_tokens >= plain.message_tokens + 765
+
+
+def test_each_provider_prices_the_same_image_by_its_own_rule():
+    """One 1024x1024 PNG: 765 tokens for OpenAI, 1399 for Anthropic, 1032 for Gemini; text counts alike."""
+    message = {"role": "user", "content": [Image(data=PNG, media_type="image/png").part]}
+    text = estimate_tokens({"role": "user", "content": []})
+    assert media_estimator("openai") is estimate_tokens
+    assert media_estimator("anthropic")(message) == text + 1399
+    assert media_estimator("gemini")(message) == text + 1032
+    plain = {"role": "user", "content": "the same text"}
+    assert {media_estimator(r)(plain) for r in ("openai", "anthropic", "gemini")} == {estimate_tokens(plain)}
+    assert media_tokens(File(data=pdf(3)).part, "gemini") == 3 * 258
+
+
+def test_the_adapters_estimators_follow_their_providers():
+    """Each adapter's estimator is its provider's rule, so Agent(estimator=model.estimator) prices images truly."""
+    settings = {"model": "m", "base_url": "http://127.0.0.1:9"}
+    assert OpenAIChat(**settings).estimator is estimate_tokens
+    assert OpenAIResponses(**settings).estimator is estimate_tokens
+    assert OllamaChat(**settings).estimator is estimate_tokens
+    assert AnthropicMessages(**settings).estimator is media_estimator("anthropic")
+    assert GeminiGenerate(**settings).estimator is media_estimator("gemini")
+
+
+def test_a_prompt_budget_binds_on_an_image():
+    """A budget the text alone fits in stops a run whose task holds a large image, before the model is asked."""
+    image = Image(data=png(2048, 2048), media_type="image/png")  # 765 tokens by OpenAI's rule
+    limits = Limits(max_prompt_tokens=600)
+    model = ScriptedModel([answer_message("Seen.")])
+    assert run("Describe it.", model, {}, limits=limits).stop is Stop.ANSWERED
+    result = run(["Describe it.", image], ScriptedModel([answer_message("Seen.")]), {}, limits=limits)
+    assert result.stop is not Stop.ANSWERED and result.state.turns == 0

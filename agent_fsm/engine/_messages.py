@@ -75,6 +75,7 @@ __all__ = [
     "image_size",
     "image_tokens",
     "media_estimate",
+    "media_estimator",
     "media_tokens",
     "normalise_reply",
     "parse_tool_calls",
@@ -359,8 +360,8 @@ def image_tokens(size: tuple[int, int] | None, rule: str = "openai") -> int:
     return 85 + 170 * math.ceil(fw * short / 512) * math.ceil(fh * short / 512)
 
 
-_PAGE_TOKENS = 3000
-"""A PDF page at the top of Anthropic's published 1,500-3,000 tokens a page (text plus its image)."""
+_PAGE_TOKENS = {"gemini": 258}
+"""A PDF page: Gemini's published 258; else the top of Anthropic's published 1,500-3,000 (text plus its image)."""
 
 
 def media_tokens(part: Mapping[str, Any], rule: str = "openai") -> int:
@@ -369,7 +370,7 @@ def media_tokens(part: Mapping[str, Any], rule: str = "openai") -> int:
     if part.get("type") == "image":
         return image_tokens(image_size(data) if data else None, rule)
     pages = data.count(b"/Type /Page") - data.count(b"/Type /Pages") if data else 0
-    return _PAGE_TOKENS * max(pages, 1)
+    return _PAGE_TOKENS.get(rule, 3000) * max(pages, 1)
 
 
 # --- observe ---
@@ -447,6 +448,31 @@ def media_estimate(message: Mapping[str, Any], rule: str) -> int:
     parts = message["content"]
     text = {**message, "content": [p for p in parts if p.get("type") == "text"]}
     return -(-len(json.dumps(text)) // 4) + sum(media_tokens(p, rule) for p in parts if p.get("type") != "text")
+
+
+def _by_rule(rule: str) -> TokenEstimator:
+    def estimate(message: Mapping[str, Any]) -> int:
+        if type(message.get("content")) is list and has_parts(message):
+            return media_estimate(message, rule)
+        return -(-len(json.dumps(message)) // 4)
+
+    estimate.__name__ = estimate.__qualname__ = f"estimate_tokens_{rule}"
+    return estimate
+
+
+_ESTIMATORS: dict[str, TokenEstimator] = {"openai": estimate_tokens, "anthropic": _by_rule("anthropic"),
+                                          "gemini": _by_rule("gemini")}  # fmt: skip
+
+
+def media_estimator(rule: str) -> TokenEstimator:
+    """
+    :func:`estimate_tokens` with images and files priced by a provider's rule (``openai``, ``anthropic``, ``gemini``).
+
+    One function per rule, the same each time (``openai``'s is ``estimate_tokens``
+    itself): text is counted alike, so only the price of images and PDFs differs.
+    An adapter's ``estimator`` is the one for its provider.
+    """
+    return _ESTIMATORS[rule]
 
 
 # --- wire ---

@@ -22,7 +22,15 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine import ModelReply, ProviderFailure, assistant_text, has_parts, placeholder
+from agent_fsm.engine import (
+    ModelReply,
+    ProviderFailure,
+    TokenEstimator,
+    assistant_text,
+    has_parts,
+    media_estimator,
+    placeholder,
+)
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
@@ -83,6 +91,19 @@ class HttpModel:
     model_env: ClassVar[str]
     api_key_env: ClassVar[str]
     path: ClassVar[str]
+    # The provider's published rule for what an image costs (see agent_fsm.engine.media_estimator).
+    image_rule: ClassVar[str] = "openai"
+
+    @property
+    def estimator(self) -> TokenEstimator:
+        """
+        The token estimate with images and files priced by this provider's rule.
+
+        ``Agent(model, tools, estimator=model.estimator)`` keeps prompt budgets
+        true to the provider when the conversation holds images or PDFs; for
+        text it counts as :func:`agent_fsm.estimate_tokens` does.
+        """
+        return media_estimator(self.image_rule)
 
     def __init__(
         self,

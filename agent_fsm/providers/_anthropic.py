@@ -289,6 +289,7 @@ class AnthropicMessages(HttpModel):
     """
 
     provider = "anthropic"
+    image_rule = "anthropic"
     base_url_env = "ANTHROPIC_BASE_URL"
     default_base_url = "https://api.anthropic.com"
     model_env = "ANTHROPIC_MODEL"

@@ -197,6 +197,7 @@ class GeminiGenerate(HttpModel):
     """
 
     provider = "gemini"
+    image_rule = "gemini"
     base_url_env = "GEMINI_BASE_URL"
     default_base_url = "https://generativelanguage.googleapis.com/v1beta"
     model_env = "GEMINI_MODEL"
