@@ -9,6 +9,7 @@ import pytest
 
 from agent_fsm import (
     MAX_PART_BYTES,
+    Agent,
     ContentPartError,
     File,
     Image,
@@ -23,10 +24,12 @@ from agent_fsm import (
     run,
 )
 from agent_fsm.engine import format_transcript
+from agent_fsm.engine._context import _line as summary_line
 from agent_fsm.engine._launch import start_state
 from agent_fsm.engine._messages import image_size, media_tokens
 from agent_fsm.engine._state import SAVED
 from agent_fsm.providers import AnthropicMessages, GeminiGenerate, OllamaChat, OpenAIChat, OpenAIResponses
+from agent_fsm.web import render_view, timeline_of
 from tests.media import pdf, png
 
 PNG = png(1024, 1024)
@@ -197,3 +200,35 @@ def test_a_prompt_budget_binds_on_an_image():
     assert run("Describe it.", model, {}, limits=limits).stop is Stop.ANSWERED
     result = run(["Describe it.", image], ScriptedModel([answer_message("Seen.")]), {}, limits=limits)
     assert result.stop is not Stop.ANSWERED and result.state.turns == 0
+
+
+def test_an_input_screen_reads_the_task_with_placeholders_not_bytes():
+    """The screen sees the task's text and each image or file as its placeholder, so it knows they are there."""
+    seen: list[str] = []
+
+    def screen(text: str, state: RunState) -> None:
+        seen.append(text)
+
+    agent = Agent(ScriptedModel([answer_message("Seen.")]), {}, screen_input=screen)
+    image = Image(data=PNG, media_type="image/png")
+    agent.run(["Is this safe?", image, File(url="https://example.com/a.pdf")])
+    assert seen == [f"Is this safe? [image image/png, {len(PNG)} bytes] [file at https://example.com/a.pdf]"]
+
+
+def test_a_summary_is_handed_placeholders_not_bytes():
+    """The line a summarizer reads for a message with an image names its type and size only."""
+    message = {
+        "role": "user",
+        "content": [{"type": "text", "text": "See:"}, Image(data=PNG, media_type="image/png").part],
+    }
+    line = summary_line(message)
+    assert line == f"user: See: [image image/png, {len(PNG)} bytes]"
+
+
+def test_the_run_viewer_shows_a_placeholder_never_the_bytes(tmp_path):
+    """The saved page names the task's image by type and size; no base64 of it is in the page."""
+    state = _state_with_parts()
+    page = render_view(state)
+    assert f"[image image/png, {len(PNG)} bytes]" in page
+    assert base64.b64encode(PNG).decode()[:40] not in page
+    assert timeline_of(state).task is not None and "[file application/pdf" in timeline_of(state).task
