@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+from hypothesis import given
 
 from agent_fsm import (
     MAX_PART_BYTES,
@@ -29,6 +30,7 @@ from agent_fsm.engine._launch import start_state
 from agent_fsm.engine._messages import image_size, media_tokens
 from agent_fsm.engine._state import SAVED
 from agent_fsm.providers import AnthropicMessages, GeminiGenerate, OllamaChat, OpenAIChat, OpenAIResponses
+from agent_fsm.testing import tasks
 from agent_fsm.web import render_view, timeline_of
 from tests.media import pdf, png
 
@@ -232,3 +234,16 @@ def test_the_run_viewer_shows_a_placeholder_never_the_bytes(tmp_path):
     assert f"[image image/png, {len(PNG)} bytes]" in page
     assert base64.b64encode(PNG).decode()[:40] not in page
     assert timeline_of(state).task is not None and "[file application/pdf" in timeline_of(state).task
+
+
+@given(tasks())
+def test_any_task_of_text_images_and_files_saves_losslessly_and_shows_no_bytes(task):
+    """For every task the kit draws: the run saves and loads equal, both readers agree, the screen text has no bytes."""
+    state = run(task, ScriptedModel([answer_message("Done.")]), {}).state
+    text = state.to_json()
+    assert RunState.from_json(text) == state and SAVED.quick(json.loads(text)) == state
+    shown = format_transcript(state.messages)
+    for item in task if isinstance(task, list) else ():
+        if not isinstance(item, str) and "data" in item.part:
+            assert item.part["data"] not in shown or len(item.part["data"]) < 8
+            assert f"{len(base64.b64decode(item.part['data']))} bytes" in shown
