@@ -18,11 +18,14 @@ from agent_fsm import (
     RunState,
     ScriptedModel,
     Stop,
+    ToolSpec,
+    allow_all,
     answer_message,
     estimate_tokens,
     image_tokens,
     media_estimator,
     run,
+    tool_call_message,
 )
 from agent_fsm.engine import format_transcript
 from agent_fsm.engine._context import _line as summary_line
@@ -247,3 +250,15 @@ def test_any_task_of_text_images_and_files_saves_losslessly_and_shows_no_bytes(t
         if not isinstance(item, str) and "data" in item.part:
             assert item.part["data"] not in shown or len(item.part["data"]) < 8
             assert f"{len(base64.b64decode(item.part['data']))} bytes" in shown
+
+
+def test_an_image_a_tool_returns_reaches_the_model_as_its_placeholder_not_its_bytes():
+    """A result holding an Image is stored as text (JSON cannot hold it): its placeholder, never the base64."""
+    image = Image(data=PNG, media_type="image/png")
+    tools = {"snap": ToolSpec("Takes a picture.", {"type": "object", "properties": {}}, lambda: image)}
+    script = ScriptedModel([tool_call_message("c1", "snap", {}), answer_message("Taken.")])
+    state = run("Snap.", script, tools, gate=allow_all).state
+    assert state.observations[0].content == f"[image image/png, {len(PNG)} bytes]"
+    assert state.observations[0].text_form
+    assert base64.b64encode(PNG).decode()[:40] not in state.to_json()
+    assert repr(image) == f"Image([image image/png, {len(PNG)} bytes])"

@@ -181,8 +181,20 @@ def _checked(
     return part
 
 
-@attrs.frozen(init=False)
-class Image:
+class _Shown:
+    """Text for an image or file: its placeholder, so a log, repr or tool result never shows the bytes."""
+
+    part: dict[str, Any]
+
+    def __str__(self) -> str:
+        return placeholder(self.part)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({placeholder(self.part)})"
+
+
+@attrs.frozen(init=False, repr=False)
+class Image(_Shown):
     """
     An image in a task, a history message or a tool result: a URL, or bytes with a media type.
 
@@ -199,8 +211,8 @@ class Image:
         self.__attrs_init__(_checked("image", url, data, media_type))
 
 
-@attrs.frozen(init=False)
-class File:
+@attrs.frozen(init=False, repr=False)
+class File(_Shown):
     """
     A file (a PDF) in a task, a history message or a tool result: a URL, or bytes.
 

@@ -198,6 +198,18 @@ def test_anthropic_shows_an_image_in_a_tool_result_and_refuses_one_in_the_system
 NATIVE_BY_NAME = {r.name: r for r in load_recordings(FIXTURES, ("responses", "gemini"))}
 
 
+def _native_run(server: Any, recording: Recording, task: list[Any], mode: str) -> Any:
+    """``task`` run over the recorded reply: whole (``run`` or ``arun``) or as the stream the provider sends."""
+    if mode == "stream":
+        stream = native_explode(recording.adapter, recording.response(0), [4, 11])
+        server.script(Reply(200, stream, (("Content-Type", "text/event-stream"),)))
+    else:
+        server.script(recording.reply(0))
+    model = make_native(recording, server.url, stream=mode == "stream")
+    go = (lambda *a, **k: asyncio.run(arun(*a, **k))) if mode == "async" else run
+    return go(task, model, {}, system_prompt="")
+
+
 def _responses_item(part: dict[str, Any]) -> Any:
     """A recorded Responses input part as the task item that stands for it."""
     if part["type"] == "input_text":
@@ -221,17 +233,9 @@ RESPONSES = ["openai__test_openai_responses_image_url_input",
 def test_responses_sends_input_image_and_input_file_as_the_api_accepted_them(server, name, mode):
     """The user message's content is the recorded input_text / input_image / input_file list, in every driver."""
     recording = NATIVE_BY_NAME[name]
-    body = recording.response(0)
-    if mode == "stream":
-        server.script(Reply(200, native_explode("responses", body, [4, 11]), (("Content-Type", "text/event-stream"),)))
-    else:
-        server.script(recording.reply(0))
     recorded = recording.request(0)["input"][0]["content"]
-    task = [_responses_item(part) for part in recorded]
-    model = make_native(recording, server.url, stream=mode == "stream")
-    go = (lambda *a, **k: asyncio.run(arun(*a, **k))) if mode == "async" else run
-    result = go(task, model, {}, system_prompt="")
-    assert result.answer == _responses_answer(body)
+    result = _native_run(server, recording, [_responses_item(part) for part in recorded], mode)
+    assert result.answer == _responses_answer(recording.response(0))
     sent = server.requests[0].body["input"]
     assert sent == [{"type": "message", "role": "user", "content": recorded}]
 
@@ -272,16 +276,9 @@ GEMINI = ["google__test_google_url_input_ImageUrl", "google__test_google_url_inp
 def test_gemini_sends_inline_data_and_file_data_as_the_api_accepted_them(server, name, mode):
     """Bytes go as inlineData, URLs as fileData with their media type; the recorded answer ends the run."""
     recording = NATIVE_BY_NAME[name]
-    body = recording.response(0)
-    if mode == "stream":
-        server.script(Reply(200, native_explode("gemini", body, [6, 30]), (("Content-Type", "text/event-stream"),)))
-    else:
-        server.script(recording.reply(0))
     recorded = recording.request(0)["contents"][0]["parts"]
-    task = [_gemini_item(part) for part in recorded]
-    model = make_native(recording, server.url, stream=mode == "stream")
-    go = (lambda *a, **k: asyncio.run(arun(*a, **k))) if mode == "async" else run
-    result = go(task, model, {}, system_prompt="")
+    result = _native_run(server, recording, [_gemini_item(part) for part in recorded], mode)
+    body = recording.response(0)
     assert result.answer == "".join(p["text"] for p in body["candidates"][0]["content"]["parts"])
     sent = server.requests[0].body["contents"][0]["parts"]
     assert len(sent) == len(recorded) and all(map(_gemini_same, sent, recorded))
