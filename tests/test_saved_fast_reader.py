@@ -13,7 +13,18 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from agent_fsm import Limits, Price, Prices, RunState, ScriptedModel, answer_message, run, tool_call_message
+from agent_fsm import (
+    File,
+    Image,
+    Limits,
+    Price,
+    Prices,
+    RunState,
+    ScriptedModel,
+    answer_message,
+    run,
+    tool_call_message,
+)
 from agent_fsm.engine import ToolCall, call_fingerprint
 from agent_fsm.engine import _codecs as state_fast_reader
 from agent_fsm.engine import _state as consistency
@@ -21,6 +32,7 @@ from agent_fsm.engine._codecs import BadField
 from agent_fsm.engine._state import SAVED
 from agent_fsm.engine._tools import _DIGESTED as _CANONICAL
 from agent_fsm.examples.support_desk import TASK, make_support_desk, refund_gate
+from tests.media import pdf, png
 from tests.payments import SCRIPT, make_payments, paused, pay_call, pay_gate
 
 dump_state, quick_state, read_state = SAVED.dump, SAVED.quick, SAVED.read
@@ -60,6 +72,9 @@ def _texts() -> list[str]:
             prices=Prices(default=Price(Decimal("0.15"), Decimal("0.6"))),
         ).state,
     ]
+    # a task with an image and a file: content parts in the transcript
+    task = ["Pay this.", Image(data=png(4, 4), media_type="image/png"), File(data=pdf(), name="invoice.pdf")]
+    states.append(run(task, ScriptedModel([pay_call(10), answer_message("Paid.")]), tools, gate=pay_gate).state)
     assert any(s.usage.cost > 0 for s in states) and any(s.tool_uses for s in states)
     assert {s.fault is not None for s in states} == {True, False}
     assert any(s.denials for s in states) and any(s.recent_rejections for s in states)
@@ -73,6 +88,8 @@ ODD: list[Any] = [
     *(None, True, False, 0, 1, -1, 1.0, 2.5, 1e308, "", "x", "5", "AwaitingApproval", "Ready", "result", "ask"),
     *("assistant", "tool", "call_1", "c1", "pay", "A-17", "a" * 65, "allow", "denied", "error"),
     *([], {}, [1], ["Ready"], ["x", "y", "z"], {"a": 1}, {"role": "user"}, [[]], {"x": 0}),
+    *({"type": "text", "text": "x"}, {"type": "image", "url": "https://a/b.png"}, {"type": "image"}, "image", "AAAA"),
+    *("image/png", "application/pdf", "data:image/png;base64,AAAA"),
 ]
 odd_values = st.sampled_from(ODD)
 
@@ -95,7 +112,8 @@ def edited(draw: st.DrawFn) -> dict[str, Any]:
     data = json.loads(draw(st.sampled_from(TEXTS)))
     for _ in range(draw(st.integers(1, 3))):
         # Inside a message only the role is the reader's business: edit there rarely, the records often.
-        places = [p for p in _places(data) if p and (p[0] != "messages" or len(p) <= 3)]
+        # (and inside a message's content parts, the reader's business too).
+        places = [p for p in _places(data) if p and (p[0] != "messages" or len(p) <= 3 or p[2] == "content")]
         where = draw(st.sampled_from(places))
         target = data
         for step in where[:-1]:

@@ -37,7 +37,7 @@ from agent_fsm.engine._launch import (
 )
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, MachineSpec
-from agent_fsm.engine._messages import TokenEstimator, estimate_tokens
+from agent_fsm.engine._messages import Task, TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
 from agent_fsm.engine._resting import rest
 from agent_fsm.engine._run import AnswerCheck, ruled_out
@@ -312,7 +312,7 @@ class Agent:
 
         return nested_tool(self, description, None, effectful, hands_over=True, passes=passes)
 
-    def start(self, task: str, *, history: Sequence[Mapping[str, Any]] = (), run_id: str | None = None) -> RunState:
+    def start(self, task: Task, *, history: Sequence[Mapping[str, Any]] = (), run_id: str | None = None) -> RunState:
         """
         A new run's state in ``Ready``, as :meth:`run` begins it: opened by this agent, under its limits, named for it.
 
@@ -335,7 +335,7 @@ class Agent:
 
     def run(
         self,
-        task: str,
+        task: Task,
         *,
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
@@ -369,7 +369,7 @@ class Agent:
 
     def stream(
         self,
-        task: str,
+        task: Task,
         *,
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
@@ -461,7 +461,7 @@ class Agent:
 
     async def arun(
         self,
-        task: str,
+        task: Task,
         *,
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
@@ -482,7 +482,7 @@ class Agent:
 
     async def astream(
         self,
-        task: str,
+        task: Task,
         *,
         history: Sequence[Mapping[str, Any]] = (),
         store: Checkpointer | None = None,
@@ -545,7 +545,7 @@ class Agent:
 
     def _starting(
         self,
-        task: str,
+        task: Task,
         history: Sequence[Mapping[str, Any]],
         store: Checkpointer | None,
         run_id: str | None,
@@ -703,13 +703,13 @@ def _split(model: Model, tools: Registry, options: Mapping[str, Any]) -> tuple[A
 _CHECKED = frozenset({"compact", "compact_at", "tools_for", "tool_rules"})
 
 
-def run(task: str, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:
+def run(task: Task, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:
     """:meth:`Agent.run` of ``Agent(model, tools, gate=..., ...)``: run ``task`` to a typed ending."""
     agent, per_run = _split(model, tools, options)
     return agent.run(task, **per_run)
 
 
-def stream(task: str, model: Model, tools: Registry, **options: Unpack[StreamOptions]) -> Iterator[RunEvent]:
+def stream(task: Task, model: Model, tools: Registry, **options: Unpack[StreamOptions]) -> Iterator[RunEvent]:
     """:meth:`Agent.stream` of ``Agent(model, tools, gate=..., ...)``: :func:`run` as an iterator of its events."""
     agent, per_run = _split(model, tools, options)
     return agent.stream(task, **per_run)
@@ -729,13 +729,13 @@ def resume(
     return agent.resume(state, approve=approve, **per_run)
 
 
-async def arun(task: str, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:
+async def arun(task: Task, model: Model, tools: Registry, **options: Unpack[RunOptions]) -> RunResult:
     """:meth:`Agent.arun` of ``Agent(model, tools, gate=..., ...)``: :func:`run`, awaited."""
     agent, per_run = _split(model, tools, options)
     return await agent.arun(task, **per_run)
 
 
-def astream(task: str, model: Model, tools: Registry, **options: Unpack[StreamOptions]) -> AsyncIterator[RunEvent]:
+def astream(task: Task, model: Model, tools: Registry, **options: Unpack[StreamOptions]) -> AsyncIterator[RunEvent]:
     """:meth:`Agent.astream` of ``Agent(model, tools, gate=..., ...)``: :func:`arun` as an async iterator of events."""
     agent, per_run = _split(model, tools, options)
     return agent.astream(task, **per_run)

@@ -29,7 +29,7 @@ from agent_fsm.engine._endings import CODE_PATTERN
 from agent_fsm.engine._json import DEPTH_CEILING, argument_problem
 from agent_fsm.engine._limits import Limits, Usage
 from agent_fsm.engine._machine import RUN_MACHINE
-from agent_fsm.engine._messages import Observation
+from agent_fsm.engine._messages import Observation, content_problem
 from agent_fsm.engine._tools import ToolCall
 
 __all__ = [
@@ -266,6 +266,9 @@ def _messages(value: Any, path: str) -> list[dict[str, Any]]:
             raise expect(f"{path}.{index}", "a message object", message)
         if type(message.get("role")) is not str:
             raise expect(f"{path}.{index}.role", "a string", message.get("role"))
+        problem = content_problem(message.get("content"))
+        if problem is not None:  # a list of content is parts, exactly as _parts writes them
+            raise BadField(f"{path}.{index}.content", problem)
     return value  # type: ignore[no-any-return]
 
 
@@ -538,6 +541,8 @@ def _quick_messages(messages: Any, data: dict[str, Any]) -> Any:
     for message in messages:  # kept as parsed: sharing the role names would cost more time than it saves
         if type(message) is not dict or type(message.get("role")) is not str:
             raise Decline
+        if type(message.get("content")) is list and content_problem(message["content"]) is not None:
+            raise Decline  # the strict reader names the problem
     return messages
 
 

@@ -57,7 +57,7 @@ import attrs
 
 from agent_fsm.engine._errors import NotSynchronous, RunError
 from agent_fsm.engine._limits import Limits
-from agent_fsm.engine._messages import TokenEstimator, assistant_text
+from agent_fsm.engine._messages import TokenEstimator, assistant_text, content_text, has_parts
 from agent_fsm.engine._models import Model, ModelReply
 from agent_fsm.engine._steps import Handed, Perform, Steps, call_of
 from agent_fsm.engine._tools import measure
@@ -389,7 +389,9 @@ def _line(message: Mapping[str, Any]) -> str:
         for c in message.get("tool_calls") or ()
         if isinstance(c, Mapping)
     ]
-    shown = text if isinstance(text, str) else json.dumps(text, default=str)
+    shown = (
+        text if isinstance(text, str) else content_text(text) if has_parts(message) else json.dumps(text, default=str)
+    )
     return f"{role}: {shown or ''}{' calls ' + ', '.join(calls) if calls else ''}"
 
 

@@ -23,7 +23,7 @@ import attrs
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._endings import CODE_PATTERN, Ending
 from agent_fsm.engine._errors import GateError, NotSynchronous, RunError, ScreenError
-from agent_fsm.engine._messages import Observation, tool_message
+from agent_fsm.engine._messages import Observation, content_text, tool_message
 from agent_fsm.engine._state import RunState, ScreenRecord
 from agent_fsm.engine._steps import Handed, Steps, call_of
 from agent_fsm.engine._tools import Registry, ToolCall, measure
@@ -215,10 +215,17 @@ ResultScreen = Callable[[Observation, RunState], "ScreenVerdict | Awaitable[Scre
 
 
 def task_of(state: RunState) -> str:
-    """The task the run was given: the text of the newest message it opened with (``""`` if none is text)."""
+    """
+    The task the run was given: the text of the newest message it opened with (``""`` if none is text).
+
+    A task with images or files reads as its text with each one's placeholder
+    (type and size), so a screen knows they are there without seeing the bytes.
+    """
     if not state.opening:
         return ""
     content = state.messages[state.opening - 1].get("content")
+    if type(content) is list:
+        return content_text(content)
     return content if isinstance(content, str) else ""
 
 

@@ -75,8 +75,10 @@ from agent_fsm.engine._gates import (
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import (
+    Task,
     TokenEstimator,
     estimate_tokens,
+    user_content,
 )
 from agent_fsm.engine._run import (
     MACHINE,
@@ -237,7 +239,7 @@ def _built(output: OutputSpec, state: RunState) -> Any:
 
 
 def start_state(
-    task: str,
+    task: Task,
     *,
     system_prompt: str | None = None,
     history: Sequence[Mapping[str, Any]] = (),
@@ -250,15 +252,19 @@ def start_state(
 
     The system prompt is added only when ``history`` has none of its own.
     ``run_id`` names the run (pause ids and idempotency keys derive from it);
-    by default it is random.
+    by default it is random. A task or a history message may hold images and
+    files (:class:`agent_fsm.Image`, :class:`agent_fsm.File`), kept as parts.
+
+    Raises:
+        ContentPartError: an image or file that cannot enter the conversation.
     """
     state = RunState() if run_id is None else RunState(run_id=run_id)
     prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
     opening: list[dict[str, Any]] = []
     if prompt and not (history and any(m.get("role") == "system" for m in history)):
         opening.append({"role": "system", "content": prompt})
-    earlier = [dict(m) for m in history] if history else []
-    for message in [*opening, *earlier, {"role": "user", "content": task}]:
+    earlier = [_with_parts(m) for m in history] if history else []
+    for message in [*opening, *earlier, {"role": "user", "content": user_content(task)}]:
         try:
             tokens = estimate_tokens(message) if estimator is estimate_tokens else measure(estimator, message)
         except RunError as exc:
@@ -268,6 +274,13 @@ def start_state(
         state.message_tokens += tokens
     state.opening = len(state.messages)
     return state
+
+
+def _with_parts(message: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(message)
+    if isinstance(out.get("content"), list):
+        out["content"] = user_content(out["content"])
+    return out
 
 
 def _required_id(run_id: str | None) -> str:

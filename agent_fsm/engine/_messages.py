@@ -4,6 +4,25 @@ Observations and token accounting, and the OpenAI-compatible wire format with a 
 Observations (what happened when a call was attempted) and token accounting.
 
 
+[parts]
+Images and files in the conversation: typed parts, their saved JSON form, placeholders and token estimates.
+
+A message's ``content`` is text, or a list of parts when it carries an image
+or a file. Each part is plain JSON so a saved state holds it losslessly::
+
+    {"type": "text", "text": "..."}
+    {"type": "image", "url": "https://..."}
+    {"type": "image", "media_type": "image/png", "data": "<base64>"}
+    {"type": "file", "url": "https://..."}            (a PDF the provider fetches)
+    {"type": "file", "media_type": "application/pdf", "data": "<base64>"}
+    (a file given as bytes may also carry "name": its file name, sent where the provider takes one)
+
+Nothing else is a part: :func:`content_problem` refuses any other shape, and
+bytes above :data:`MAX_PART_BYTES` are refused where they enter (typed, as
+:class:`ContentPartError`), so a transcript that saved is one that loads.
+Each adapter writes its provider's form of a part, or refuses it typed.
+
+
 [wire]
 The OpenAI-compatible message format, and a parser that never raises on model text.
 
@@ -15,13 +34,18 @@ broken; broken parts become proposals that fail validation, never exceptions.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import json
-from collections.abc import Callable, Iterable, Mapping
+import math
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from agent_fsm.engine._errors import AgentFSMError
 from agent_fsm.engine._json import DEPTH_CEILING, argument_problem, describe, nesting_exceeds, storable
 from agent_fsm.engine._tools import ToolCall
 
@@ -30,22 +54,337 @@ if TYPE_CHECKING:  # a result is formatted here with the transcript, never built
 
 __all__ = [
     "CallIds",
+    "ContentPartError",
+    "FILE_TYPES",
+    "File",
+    "IMAGE_TYPES",
+    "Image",
+    "MAX_PART_BYTES",
     "Observation",
     "ObservationKind",
+    "Task",
     "TokenEstimator",
     "answer_message",
     "assistant_text",
+    "content_problem",
+    "content_text",
     "estimate_tokens",
     "INVALID_OUTPUT_HEAD",
     "format_result",
     "format_transcript",
+    "has_parts",
+    "image_size",
+    "image_tokens",
+    "media_estimate",
+    "media_estimator",
+    "media_tokens",
     "invalid_output_message",
     "normalise_reply",
     "parse_tool_calls",
+    "part_bytes",
+    "placeholder",
     "to_json_data",
     "tool_call_message",
     "tool_message",
+    "user_content",
 ]
+
+
+# --- content parts ---
+
+MAX_PART_BYTES = 20 * 1024 * 1024
+"""The most bytes one image or file may hold (20 MiB, the smallest of the providers' inline limits)."""
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The image media types every supported provider reads."""
+
+FILE_TYPES = ("application/pdf",)
+"""The file media types a part may carry: PDF, the one document type the providers share."""
+
+_PART_KINDS = {"image": IMAGE_TYPES, "file": FILE_TYPES}
+_URL_KEYS = frozenset({"type", "url"})
+_DATA_KEYS = frozenset({"type", "media_type", "data"})
+_NAMED_KEYS = _DATA_KEYS | {"name"}
+_TEXT_KEYS = frozenset({"type", "text"})
+
+
+class ContentPartError(AgentFSMError, ValueError):
+    """An image or file cannot enter the conversation: wrong media type, bad base64, or above the size cap."""
+
+
+def _encoded_size(data: str) -> int:
+    # The decoded length of base64 text, without decoding it.
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+def part_problem(part: Any) -> str | None:
+    """Why ``part`` is not a content part in its saved form (None when it is one)."""
+    if type(part) is not dict:
+        return "a part must be an object"
+    kind = part.get("type")
+    keys = part.keys()
+    if kind == "text":
+        return None if keys == _TEXT_KEYS and type(part["text"]) is str else "a text part is {type, text: string}"
+    types = _PART_KINDS.get(kind) if type(kind) is str else None
+    if types is None:
+        return f"type must be text, image or file, not {kind!r}"
+    if keys == _URL_KEYS:
+        url = part["url"]
+        ok = type(url) is str and url.startswith(("https://", "http://", "gs://"))
+        return None if ok else f"an {kind}'s url must be an http(s) or gs:// address"
+    if keys != _DATA_KEYS and (kind != "file" or keys != _NAMED_KEYS):
+        return f"an {kind} part is {{type, url}} or {{type, media_type, data}}, got keys {sorted(keys)}"
+    media, data = part["media_type"], part["data"]
+    if type(part.get("name", "")) is not str:
+        return "a file's name must be a string"
+    if media not in types:
+        return f"an {kind}'s media_type must be one of {', '.join(types)}, not {media!r}"
+    if type(data) is not str or not data:
+        return f"an {kind}'s data must be non-empty base64 text"
+    if _encoded_size(data) > MAX_PART_BYTES:
+        return f"an {kind} holds {_encoded_size(data)} bytes, above the cap of {MAX_PART_BYTES}"
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return f"an {kind}'s data is not valid base64"
+    return None
+
+
+def content_problem(content: Any) -> str | None:
+    """Why a message's ``content`` is not text, null or a list of parts (None when it is)."""
+    if type(content) is not list:
+        return None
+    for index, part in enumerate(content):
+        problem = part_problem(part)
+        if problem is not None:
+            return f"part {index}: {problem}"
+    return None
+
+
+def _checked(
+    kind: str, url: str | None, data: bytes | None, media_type: str | None, name: str | None = None
+) -> dict[str, Any]:
+    if (url is None) == (data is None):
+        raise ContentPartError(f"an {kind} takes either url= or data= (with media_type=), not both or neither")
+    if url is not None:
+        part: dict[str, Any] = {"type": kind, "url": url}
+    else:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise ContentPartError(f"an {kind}'s data must be bytes, got {type(data).__name__}")
+        size = len(memoryview(data))
+        if size > MAX_PART_BYTES:
+            raise ContentPartError(f"an {kind} of {size} bytes is above the cap of {MAX_PART_BYTES}")
+        part = {"type": kind, "media_type": media_type, "data": base64.b64encode(bytes(data)).decode("ascii")}
+        if name is not None:
+            part["name"] = name
+    problem = part_problem(part)
+    if problem is not None:
+        raise ContentPartError(problem)
+    return part
+
+
+class _Shown:
+    """Text for an image or file: its placeholder, so a log, repr or tool result never shows the bytes."""
+
+    part: dict[str, Any]
+
+    def __str__(self) -> str:
+        return placeholder(self.part)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({placeholder(self.part)})"
+
+
+@attrs.frozen(init=False, repr=False)
+class Image(_Shown):
+    """
+    An image in a task, a history message or a tool result: a URL, or bytes with a media type.
+
+    ``Image(url="https://...")`` or ``Image(data=png_bytes, media_type="image/png")``.
+
+    Raises:
+        ContentPartError: both or neither of url and data, a media type outside
+            :data:`IMAGE_TYPES`, or more than :data:`MAX_PART_BYTES` bytes.
+    """
+
+    part: dict[str, Any]
+
+    def __init__(self, *, url: str | None = None, data: bytes | None = None, media_type: str | None = None) -> None:
+        self.__attrs_init__(_checked("image", url, data, media_type))
+
+
+@attrs.frozen(init=False, repr=False)
+class File(_Shown):
+    """
+    A file (a PDF) in a task, a history message or a tool result: a URL, or bytes.
+
+    ``File(data=pdf_bytes, name="invoice.pdf")`` (``media_type`` defaults to
+    ``application/pdf``; ``name`` is sent where a provider takes a file name) or ``File(url=...)``.
+
+    Raises:
+        ContentPartError: as :class:`Image`, for :data:`FILE_TYPES`.
+    """
+
+    part: dict[str, Any]
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        data: bytes | None = None,
+        media_type: str = "application/pdf",
+        name: str | None = None,
+    ) -> None:
+        self.__attrs_init__(_checked("file", url, data, media_type, name))
+
+
+Task = str | Sequence["str | Image | File"]
+"""What a run is given: text, or a sequence of text, :class:`Image` and :class:`File` items."""
+
+
+def user_content(task: Any) -> Any:
+    """
+    A task (or a history message's content) as ``content``: text stays text; a list becomes parts.
+
+    A part already in its saved form is checked and kept. Content of any other
+    type is returned unchanged (an old history's own business).
+
+    Raises:
+        ContentPartError: an item that is neither text, an :class:`Image`, a :class:`File`
+            nor a part in its saved form.
+    """
+    if isinstance(task, str) or not isinstance(task, Sequence):
+        return task
+    parts: list[dict[str, Any]] = []
+    for item in task:
+        if isinstance(item, str):
+            parts.append({"type": "text", "text": item})
+        elif isinstance(item, Image | File):
+            parts.append(dict(item.part))
+        elif isinstance(item, Mapping):
+            parts.append(dict(item))
+        else:
+            raise ContentPartError(f"content holds text, Image and File, not {type(item).__name__}")
+    problem = content_problem(parts)
+    if problem is not None:
+        raise ContentPartError(problem)
+    return parts
+
+
+def has_parts(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` carries an image or a file."""
+    content = message.get("content")
+    return type(content) is list and any(type(p) is dict and p.get("type") in _PART_KINDS for p in content)
+
+
+def part_bytes(part: Mapping[str, Any]) -> bytes:
+    """The bytes of a part given as data (empty for a URL)."""
+    data = part.get("data")
+    return base64.b64decode(data) if isinstance(data, str) else b""
+
+
+def placeholder(part: Mapping[str, Any]) -> str:
+    """What stands for a part on screens and in summaries: its type and size (or address), never its bytes."""
+    kind = part.get("type")
+    if kind == "text":
+        return str(part.get("text", ""))
+    data = part.get("data")
+    if isinstance(data, str):
+        return f"[{kind} {part.get('media_type')}, {_encoded_size(data)} bytes]"
+    return f"[{kind} at {part.get('url')}]"
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text for reading: parts joined, each image or file as its placeholder."""
+    if type(content) is list:
+        return " ".join(placeholder(p) if isinstance(p, Mapping) else str(p) for p in content)
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+# --- token estimates ---
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """The width and height a PNG, GIF, JPEG or WebP header states (None when it cannot be read)."""
+    try:
+        if data[:8] == b"\x89PNG\r\n\x1a\n":
+            return struct.unpack(">II", data[16:24])
+        if data[:6] in (b"GIF87a", b"GIF89a"):
+            return struct.unpack("<HH", data[6:10])
+        if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+            return _webp_size(data)
+        if data[:2] == b"\xff\xd8":
+            return _jpeg_size(data)
+    except (struct.error, IndexError):
+        return None
+    return None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+    if chunk == b"VP8 ":
+        w, h = struct.unpack("<HH", data[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L":
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    return None
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            h, w = struct.unpack(">HH", data[i + 5 : i + 9])
+            return w, h
+        i += 2 + struct.unpack(">H", data[i + 2 : i + 4])[0]
+    return None
+
+
+# An image whose size cannot be read is priced as the largest the rules allow, so budgets still bind.
+_UNKNOWN = (2048, 2048)
+
+
+def image_tokens(size: tuple[int, int] | None, rule: str = "openai") -> int:
+    """
+    The prompt tokens one image costs under a provider's published rule.
+
+    ``openai`` (also Ollama's estimate): fit in 2048x2048, shortest side to 768,
+    then 85 + 170 per 512-pixel tile. ``anthropic``: fit the long edge in 1568,
+    then width x height / 750. ``gemini``: 258 when both sides are at most 384,
+    else 258 per 768-pixel tile.
+    """
+    w, h = size or _UNKNOWN
+    w, h = max(w, 1), max(h, 1)
+    if rule == "anthropic":
+        scale = min(1.0, 1568 / max(w, h))
+        return math.ceil(w * scale * h * scale / 750)
+    if rule == "gemini":
+        if w <= 384 and h <= 384:
+            return 258
+        return 258 * math.ceil(w / 768) * math.ceil(h / 768)
+    fit = min(1.0, 2048 / max(w, h))
+    fw, fh = w * fit, h * fit
+    short = min(1.0, 768 / min(fw, fh))
+    return 85 + 170 * math.ceil(fw * short / 512) * math.ceil(fh * short / 512)
+
+
+_PAGE_TOKENS = {"gemini": 258}
+"""A PDF page: Gemini's published 258; else the top of Anthropic's published 1,500-3,000 (text plus its image)."""
+
+
+def media_tokens(part: Mapping[str, Any], rule: str = "openai") -> int:
+    """The tokens an image or file part costs; a PDF by its pages (one assumed when they cannot be counted)."""
+    data = part_bytes(part)
+    if part.get("type") == "image":
+        return image_tokens(image_size(data) if data else None, rule)
+    pages = data.count(b"/Type /Page") - data.count(b"/Type /Pages") if data else 0
+    return _PAGE_TOKENS.get(rule, 3000) * max(pages, 1)
 
 
 # --- observe ---
@@ -109,8 +448,45 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
 
     Crude but monotone: the transcript, and so the price of the next turn,
     only grows. Replace it with a real tokenizer through ``run(estimator=...)``.
+    An image or a file is priced by OpenAI's published rule for images (its
+    tiles) and a PDF by its pages (see :func:`agent_fsm.engine._messages.media_tokens`),
+    never by the length of its base64 text.
     """
+    if type(message.get("content")) is list and has_parts(message):
+        return media_estimate(message, "openai")
     return -(-len(json.dumps(message)) // 4)
+
+
+def media_estimate(message: Mapping[str, Any], rule: str) -> int:
+    """A message holding images or files: its text at four characters a token, each part by ``rule``."""
+    parts = message["content"]
+    text = {**message, "content": [p for p in parts if p.get("type") == "text"]}
+    return -(-len(json.dumps(text)) // 4) + sum(media_tokens(p, rule) for p in parts if p.get("type") != "text")
+
+
+def _by_rule(rule: str) -> TokenEstimator:
+    def estimate(message: Mapping[str, Any]) -> int:
+        if type(message.get("content")) is list and has_parts(message):
+            return media_estimate(message, rule)
+        return -(-len(json.dumps(message)) // 4)
+
+    estimate.__name__ = estimate.__qualname__ = f"estimate_tokens_{rule}"
+    return estimate
+
+
+_ESTIMATORS: dict[str, TokenEstimator] = {"openai": estimate_tokens, "anthropic": _by_rule("anthropic"),
+                                          "gemini": _by_rule("gemini")}  # fmt: skip
+
+
+def media_estimator(rule: str) -> TokenEstimator:
+    """
+    :func:`estimate_tokens` with images and files priced by a provider's rule (``openai``, ``anthropic``, ``gemini``).
+
+    One function per rule, the same each time (``openai``'s is ``estimate_tokens``
+    itself): text is counted alike, so only the price of images and PDFs differs.
+    An adapter's ``estimator`` is the one for its provider.
+    """
+    return _ESTIMATORS[rule]
 
 
 # --- wire ---
@@ -340,7 +716,7 @@ def format_transcript(messages: Iterable[Mapping[str, Any]]) -> str:
                 function = item.get("function", {})
                 lines.append(f"{label} -> {function.get('name')} {function.get('arguments')}  [{item.get('id')}]")
         else:
-            lines.append(f"{label} {content if isinstance(content, str) else json.dumps(content)}")
+            lines.append(f"{label} {content_text(content)}")
     return "\n".join(lines)
 
 

@@ -22,7 +22,16 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from agent_fsm.engine import ModelReply, RateLimit, assistant_text
+from agent_fsm.engine import (
+    ModelReply,
+    ProviderFailure,
+    RateLimit,
+    TokenEstimator,
+    assistant_text,
+    has_parts,
+    media_estimator,
+    placeholder,
+)
 from agent_fsm.providers._exchange import apost, post
 from agent_fsm.providers._http import (
     HttpSettings,
@@ -85,6 +94,19 @@ class HttpModel:
     model_env: ClassVar[str]
     api_key_env: ClassVar[str]
     path: ClassVar[str]
+    # The provider's published rule for what an image costs (see agent_fsm.engine.media_estimator).
+    image_rule: ClassVar[str] = "openai"
+
+    @property
+    def estimator(self) -> TokenEstimator:
+        """
+        The token estimate with images and files priced by this provider's rule.
+
+        ``Agent(model, tools, estimator=model.estimator)`` keeps prompt budgets
+        true to the provider when the conversation holds images or PDFs; for
+        text it counts as :func:`agent_fsm.estimate_tokens` does.
+        """
+        return media_estimator(self.image_rule)
 
     def __init__(
         self,
@@ -362,6 +384,56 @@ def check_tool_names(adapter: HttpModel, tools: Sequence[Mapping[str, Any]]) -> 
             f"tool names must match ^[a-zA-Z0-9_-]{{1,64}}$ for this provider; not sent: {', '.join(bad)}",
             kind="invalid_request",
         )
+
+
+def refuse_part(adapter: HttpModel, part: Mapping[str, Any], where: str) -> ProviderFailure:
+    """
+    The typed refusal of an image or file the provider cannot take ``where`` it stands; nothing is sent.
+
+    The message names the part by its placeholder (type and size), never its bytes.
+    """
+    return adapter._http.failure(f"{placeholder(part)} cannot be sent {where}; not sent", kind="invalid_request")
+
+
+def check_parts(
+    adapter: HttpModel,
+    messages: Sequence[Mapping[str, Any]],
+    api: str,
+    *,
+    roles: tuple[str, ...] = ("user",),
+    kinds: tuple[str, ...] = ("image", "file"),
+    by_url: tuple[str, ...] = ("image", "file"),
+) -> None:
+    """
+    Refuse, before anything is sent, each image or file ``api`` cannot take where it stands.
+
+    ``roles``: the messages that may carry one; ``kinds``: the parts it reads at
+    all; ``by_url``: the kinds it takes by address (the others only as bytes).
+
+    Raises:
+        ProviderFailure: ``invalid_request``, naming the part by type and size.
+    """
+    for message in messages:
+        if not has_parts(message):
+            continue
+        role = message.get("role")
+        for part in message["content"]:
+            kind = part.get("type")
+            if kind == "text":
+                continue
+            if kind not in kinds:
+                raise refuse_part(adapter, part, f"to {api}, which reads no {kind}")
+            if role not in roles:
+                raise refuse_part(adapter, part, f"in a {role} message to {api}")
+            if "url" in part and kind not in by_url:
+                raise refuse_part(adapter, part, f"by URL to {api}, which takes a {kind} only as bytes")
+
+
+def data_url(part: Mapping[str, Any]) -> str:
+    """A part given as bytes written as a ``data:`` URL; a part given as a URL, that URL."""
+    if "url" in part:
+        return str(part["url"])
+    return f"data:{part['media_type']};base64,{part['data']}"
 
 
 def wire_tool_name(name: Any) -> str:

@@ -21,13 +21,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine import ModelReply, assistant_text
+from agent_fsm.engine import ModelReply, assistant_text, has_parts
 from agent_fsm.providers._adapter import (
     HttpModel,
     TextListener,
     arguments_object,
     cached_tokens,
     check_cache,
+    check_parts,
     check_tool_names,
     kept_parts,
     merge_turn,
@@ -69,11 +70,24 @@ def _is_error(content: Any) -> bool:
     return isinstance(data, dict) and data.get("ok") is False
 
 
+def _media_block(part: Mapping[str, Any]) -> dict[str, Any]:
+    """An image or file part as an ``image`` or ``document`` block, its source a URL or base64."""
+    if "url" in part:
+        source = {"type": "url", "url": part["url"]}
+    else:
+        source = {"type": "base64", "media_type": part["media_type"], "data": part["data"]}
+    return {"type": "image" if part["type"] == "image" else "document", "source": source}
+
+
 def _text_blocks(content: Any) -> list[dict[str, Any]]:
     if content is None:
         return []
-    if isinstance(content, list):  # OpenAI content parts: keep the text ones
-        return [{"type": "text", "text": p["text"]} for p in content if isinstance(p, Mapping) and p.get("text")]
+    if isinstance(content, list):  # content parts: text, and images and files as their blocks
+        return [
+            _media_block(p) if p.get("type") in ("image", "file") else {"type": "text", "text": p["text"]}
+            for p in content
+            if isinstance(p, Mapping) and (p.get("text") or p.get("type") in ("image", "file"))
+        ]
     text = str(content)
     return [{"type": "text", "text": text}] if text else []
 
@@ -125,6 +139,8 @@ def to_anthropic_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str | 
                 "tool_use_id": str(message.get("tool_call_id", "")),
                 "content": content if isinstance(content, str) else json.dumps(content),
             }
+            if has_parts(message):  # a result may show images and documents
+                result["content"] = _text_blocks(content)
             if _is_error(content):
                 result["is_error"] = True
             role, blocks = "user", [result]
@@ -273,6 +289,7 @@ class AnthropicMessages(HttpModel):
     """
 
     provider = "anthropic"
+    image_rule = "anthropic"
     base_url_env = "ANTHROPIC_BASE_URL"
     default_base_url = "https://api.anthropic.com"
     model_env = "ANTHROPIC_MODEL"
@@ -313,6 +330,7 @@ class AnthropicMessages(HttpModel):
         the answer is asked for as text instead.
         """
         check_tool_names(self, tools)
+        check_parts(self, messages, "Anthropic Messages", roles=("user", "tool"))
         system, converted = to_anthropic_messages(messages)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": converted}
         if system is not None:

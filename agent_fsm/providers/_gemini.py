@@ -27,17 +27,19 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine import ModelReply, assistant_text
+from agent_fsm.engine import ModelReply, assistant_text, has_parts
 from agent_fsm.providers._adapter import (
     SYSTEM_ROLES,
     HttpModel,
     arguments_object,
+    check_parts,
     check_tool_names,
     kept_parts,
     merge_turn,
     model_of,
     object_of,
     prompt_tokens,
+    refuse_part,
     system_text,
     usage_count,
     wire_tool_name,
@@ -95,6 +97,27 @@ def _model_parts(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     return parts
 
 
+_BY_SUFFIX = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+              ".webp": "image/webp", ".pdf": "application/pdf"}  # fmt: skip
+
+
+def url_media_type(part: Mapping[str, Any]) -> str | None:
+    """The media type a part given by URL has by its address's suffix (a file is a PDF); None when unknown."""
+    if part.get("type") == "file":
+        return "application/pdf"
+    path = str(part.get("url", "")).split("?", 1)[0].split("#", 1)[0].lower()
+    return next((media for suffix, media in _BY_SUFFIX.items() if path.endswith(suffix)), None)
+
+
+def _user_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A content part as ``text``, ``inlineData`` (bytes) or ``fileData`` (a URL, its type by suffix)."""
+    if part.get("type") == "text":
+        return {"text": part["text"]}
+    if "url" in part:
+        return {"fileData": {"fileUri": part["url"], "mimeType": url_media_type(part)}}
+    return {"inlineData": {"mimeType": part["media_type"], "data": part["data"]}}
+
+
 def to_gemini_contents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
     """
     Split an OpenAI-wire transcript into Gemini's system text and ``contents``.
@@ -123,6 +146,8 @@ def to_gemini_contents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
             if ident and not ident.startswith(CALL_PREFIX):
                 response["id"] = ident
             role, parts = "user", [{"functionResponse": response}]
+        elif has_parts(message):  # images and files: only a user message (check_parts)
+            role, parts = "user", [_user_part(p) for p in message["content"]]
         else:
             text = assistant_text(message)
             role, parts = "user", [{"text": text}] if text else []
@@ -172,6 +197,7 @@ class GeminiGenerate(HttpModel):
     """
 
     provider = "gemini"
+    image_rule = "gemini"
     base_url_env = "GEMINI_BASE_URL"
     default_base_url = "https://generativelanguage.googleapis.com/v1beta"
     model_env = "GEMINI_MODEL"
@@ -232,9 +258,15 @@ class GeminiGenerate(HttpModel):
         ``systemInstruction``, ``contents``, ``tools`` and ``toolConfig``, ``generationConfig``.
 
         Raises:
-            ProviderFailure: ``invalid_request`` when a tool's name or schema is one Gemini refuses.
+            ProviderFailure: ``invalid_request`` when a tool's name or schema is one Gemini refuses,
+                an image or file stands outside a user message, or an image's URL names no media type.
         """
         check_tool_names(self, tools)
+        check_parts(self, messages, "Gemini")
+        for message in messages:
+            for part in message["content"] if has_parts(message) else ():
+                if "url" in part and url_media_type(part) is None:
+                    raise refuse_part(self, part, "to Gemini by a URL that names no media type (.png, .jpg, ...)")
         system, contents = to_gemini_contents(messages)
         body: dict[str, Any] = {"contents": contents}
         if system is not None:

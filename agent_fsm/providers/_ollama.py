@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from agent_fsm.engine import ModelReply, assistant_text
+from agent_fsm.engine import ModelReply, assistant_text, has_parts
 from agent_fsm.providers._adapter import (
     HttpModel,
     arguments_object,
+    check_parts,
     check_tool_names,
     model_of,
     object_of,
@@ -38,6 +39,8 @@ def _to_ollama_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
     for message in messages:
         role = message.get("role")
         entry: dict[str, Any] = {"role": role, "content": assistant_text(message) or ""}
+        if has_parts(message):  # images as bytes, beside the text (check_parts)
+            entry["images"] = [p["data"] for p in message["content"] if p.get("type") == "image"]
         if role == "assistant" and isinstance(message.get("tool_calls"), list):
             calls = []
             for call in message["tool_calls"]:
@@ -97,8 +100,14 @@ class OllamaChat(HttpModel):
         Messages with object arguments and ``tool_name``; ``stream`` as set; temperature inside ``options``.
 
         Typed ``output`` is asked for as Ollama's ``format`` (the JSON Schema itself).
+        Images go as base64 in the message's ``images``.
+
+        Raises:
+            ProviderFailure: ``invalid_request`` for a file, an image by URL (Ollama
+                reads neither), or an image outside a user message.
         """
         check_tool_names(self, tools)
+        check_parts(self, messages, "Ollama", kinds=("image",), by_url=())
         body: dict[str, Any] = {"model": self.model, "messages": _to_ollama_messages(messages), "stream": self.streams}
         if tools:
             body["tools"] = [dict(t) for t in tools]

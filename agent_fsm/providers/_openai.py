@@ -31,12 +31,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine import ModelReply
+from agent_fsm.engine import ModelReply, has_parts
 from agent_fsm.providers._adapter import (
     HttpModel,
     cache_key,
     check_cache,
+    check_parts,
     check_tool_names,
+    data_url,
     model_of,
     object_of,
     output_name,
@@ -92,8 +94,20 @@ def _wire_call(call: Any) -> dict[str, Any]:
     return out
 
 
+def _chat_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A content part in the Chat Completions form: ``text``, ``image_url``, or ``file`` (a PDF given as bytes)."""
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "text", "text": part["text"]}
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": data_url(part)}}
+    return {"type": "file", "file": {"filename": part.get("name", "document.pdf"), "file_data": data_url(part)}}
+
+
 def _wire_message(message: Mapping[str, Any], system_role: str) -> dict[str, Any]:
     role = message.get("role")
+    if has_parts(message):  # only a user message (check_parts): system and tool messages take text
+        return {"role": "user", "content": [_chat_part(p) for p in message["content"]]}
     if role == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
         calls = message.get("tool_calls")
@@ -183,9 +197,11 @@ class OpenAIChat(HttpModel):
         ``{"type": "json_schema", ...}``, ``strict`` when the schema meets the strict rules.
 
         Raises:
-            ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses.
+            ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses,
+                or an image or file stands where Chat Completions cannot take it (a PDF by URL).
         """
         check_tool_names(self, tools)
+        check_parts(self, messages, "Chat Completions", by_url=("image",))
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [_wire_message(m, self.system_role) for m in messages],

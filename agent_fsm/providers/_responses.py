@@ -26,13 +26,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent_fsm.engine import ModelReply, assistant_text
+from agent_fsm.engine import ModelReply, assistant_text, has_parts
 from agent_fsm.providers._adapter import (
     SYSTEM_ROLES,
     HttpModel,
     cache_key,
     check_cache,
+    check_parts,
     check_tool_names,
+    data_url,
     kept_parts,
     model_of,
     object_of,
@@ -93,6 +95,18 @@ def _assistant_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
+def _input_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A content part as ``input_text``, ``input_image`` or ``input_file`` (by ``file_url`` or ``file_data``)."""
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "input_text", "text": part["text"]}
+    if kind == "image":
+        return {"type": "input_image", "image_url": data_url(part), "detail": "auto"}
+    if "url" in part:
+        return {"type": "input_file", "file_url": part["url"]}
+    return {"type": "input_file", "filename": part.get("name", "document.pdf"), "file_data": data_url(part)}
+
+
 def to_responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
     """Split an OpenAI-wire transcript into the Responses API's ``instructions`` and ``input`` items."""
     items: list[dict[str, Any]] = []
@@ -111,6 +125,9 @@ def to_responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
                     "output": content if isinstance(content, str) else json.dumps(content),
                 }
             )
+        elif has_parts(message):  # images and files: only a user message (check_parts)
+            parts = [_input_part(p) for p in message["content"]]
+            items.append({"type": "message", "role": "user", "content": parts})
         else:
             text = assistant_text(message)
             items.append({"type": "message", "role": "user", "content": text})
@@ -234,9 +251,11 @@ class OpenAIResponses(HttpModel):
         ``{"type": "json_schema", ...}``, ``strict`` when the schema meets the strict rules.
 
         Raises:
-            ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses.
+            ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses,
+                or an image or file stands outside a user message.
         """
         check_tool_names(self, tools)
+        check_parts(self, messages, "the Responses API")
         instructions, items = to_responses_input(messages)
         body: dict[str, Any] = {
             "model": self.model,

@@ -13,7 +13,19 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import Agent, Gate, Limits, Model, Registry, RunResult, Stop, ToolCall, deny_effects
+from agent_fsm.engine import (
+    Agent,
+    Gate,
+    Limits,
+    Model,
+    Registry,
+    RunResult,
+    Stop,
+    ToolCall,
+    content_text,
+    deny_effects,
+    has_parts,
+)
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._watchdog import Runaway, _Watched, runaway_violation, watchdog_calls
 
@@ -197,5 +209,10 @@ def describe_run(result: RunResult) -> str:
         elif role == "tool":
             lines.append(f"  [{index}] tool {message.get('tool_call_id')}: {message.get('content')}")
         else:
-            lines.append(f"  [{index}] {role}: {json.dumps(message.get('content'))[:120]}")
+            lines.append(f"  [{index}] {role}: {_shown(message)[:120]}")
     return "\n".join(lines)
+
+
+def _shown(message: Any) -> str:
+    """A message's content for a report: images and files as their placeholders, never their bytes."""
+    return content_text(message["content"]) if has_parts(message) else json.dumps(message.get("content"))

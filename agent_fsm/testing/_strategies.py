@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from agent_fsm.engine import (
     DEFAULT_LAST_WORD,
     FallbackModel,
+    File,
+    Image,
     Limits,
     Model,
     ModelReply,
@@ -51,13 +53,16 @@ __all__ = [
     "compactors",
     "capped_tools",
     "fallback_models",
+    "files",
     "gates",
+    "images",
     "invalid_arguments",
     "limits",
     "prices",
     "reported_replies",
     "scripted_models",
     "scripts",
+    "tasks",
     "thoughts",
     "tool_arguments",
     "tool_calls",
@@ -414,8 +419,45 @@ def gates(tools: Registry, *, decisions: Iterable[Decision] = _DECISIONS) -> st.
     return st.builds(TableGate, st.fixed_dictionaries({name: choice for name in tools}), choice)
 
 
+# The smallest valid header of each image type, then any bytes: a size can be read or not, the part is the same.
+_IMAGE_HEADS = {
+    "image/png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+    "image/jpeg": b"\xff\xd8\xff\xe0",
+    "image/gif": b"GIF89a",
+    "image/webp": b"RIFF\x00\x00\x00\x00WEBP",
+}
+_ADDRESSES = st.sampled_from(["https://example.com/a.png", "https://example.com/scan.jpg", "gs://bucket/b.webp"])
+
+
+def images(*, max_bytes: int = 256) -> st.SearchStrategy[Image]:
+    """:class:`Image` parts: by URL, or bytes of each media type (a real header, then up to ``max_bytes``)."""
+    as_bytes = st.sampled_from(sorted(_IMAGE_HEADS)).flatmap(
+        lambda media: st.binary(max_size=max_bytes).map(
+            lambda tail: Image(data=_IMAGE_HEADS[media] + tail, media_type=media)
+        )
+    )
+    return st.one_of(_ADDRESSES.map(lambda url: Image(url=url)), as_bytes)
+
+
+def files(*, max_bytes: int = 256) -> st.SearchStrategy[File]:
+    """:class:`File` parts (PDFs): by URL, or bytes starting ``%PDF-``, with or without a file name."""
+    names = st.none() | st.sampled_from(["invoice.pdf", "report.pdf", "scan 2.pdf"])
+    as_bytes = st.builds(
+        lambda tail, name: File(data=b"%PDF-1.4\n" + tail, name=name), st.binary(max_size=max_bytes), names
+    )
+    return st.one_of(st.just(File(url="https://example.com/report.pdf")), as_bytes)
+
+
+def tasks(*, max_parts: int = 4) -> st.SearchStrategy[Any]:
+    """What a run may be given: text, or a list of text, images and files (at least one item)."""
+    item = st.one_of(_PROSE, images(), files())
+    return st.one_of(_PROSE, st.lists(item, min_size=1, max_size=max_parts))
+
+
 def register_type_strategies() -> None:
-    """Let ``st.from_type`` build :class:`Limits`, :class:`Verdict` and (registry-free) :class:`ToolCall`."""
+    """Let ``st.from_type`` build :class:`Limits`, :class:`Verdict`, images, files and (registry-free) tool calls."""
+    st.register_type_strategy(Image, images())
+    st.register_type_strategy(File, files())
     st.register_type_strategy(Limits, limits())
     st.register_type_strategy(Verdict, verdicts())
     st.register_type_strategy(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_fsm.engine import Limits, Model
+from agent_fsm.engine import Limits, Model, content_text, has_parts
 from agent_fsm.testing._invariants import InvariantViolation
 
 __all__ = ["Runaway", "runaway_violation", "watchdog_calls"]
@@ -57,7 +57,10 @@ def watchdog_calls(limits: Limits) -> int:
 
 
 def runaway_violation(runaway: Runaway, limits: Limits) -> InvariantViolation:
-    lines = [f"  [{i}] {m.get('role')}: {json.dumps(m.get('content'))[:80]}" for i, m in enumerate(runaway.messages)]
+    lines = [
+        f"  [{i}] {m.get('role')}: {content_text(m['content']) if has_parts(m) else json.dumps(m.get('content'))}"[:80]
+        for i, m in enumerate(runaway.messages)
+    ]
     return InvariantViolation(
         "bounded_run",
         f"the driver asked the model {runaway.asked} times under max_turns={limits.max_turns} and had not"

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from agent_fsm.diagrams.path import CallRecord, TurnRecord, approved_calls, turns_of
-from agent_fsm.engine import Compaction, Limits, RunState, assistant_text, blocked_call
+from agent_fsm.engine import Compaction, Limits, RunState, assistant_text, blocked_call, content_text
 from agent_fsm.store.records import Decision, Effect
 
 __all__ = ["CallView", "NestedView", "TurnView", "Timeline", "timeline_of", "ending_reason", "pretty_json"]
@@ -205,6 +205,8 @@ def _call_view(
 def _task(state: RunState) -> str | None:
     opening = state.messages[: state.opening] if state.opening else state.messages
     task = next((m.get("content") for m in reversed(opening) if m.get("role") == "user"), None)
+    if type(task) is list:  # images and files as their placeholders, never their bytes
+        return content_text(task)
     return task if isinstance(task, str) else None
 
 

@@ -1,0 +1,264 @@
+"""Images and files in the conversation: the typed parts, their saved form, placeholders and token estimates."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from hypothesis import given
+
+from agent_fsm import (
+    MAX_PART_BYTES,
+    Agent,
+    ContentPartError,
+    File,
+    Image,
+    Limits,
+    RunState,
+    ScriptedModel,
+    Stop,
+    ToolSpec,
+    allow_all,
+    answer_message,
+    estimate_tokens,
+    image_tokens,
+    media_estimator,
+    run,
+    tool_call_message,
+)
+from agent_fsm.engine import format_transcript
+from agent_fsm.engine._context import _line as summary_line
+from agent_fsm.engine._launch import start_state
+from agent_fsm.engine._messages import image_size, media_tokens
+from agent_fsm.engine._state import SAVED
+from agent_fsm.providers import AnthropicMessages, GeminiGenerate, OllamaChat, OpenAIChat, OpenAIResponses
+from agent_fsm.testing import tasks
+from agent_fsm.web import render_view, timeline_of
+from tests.media import pdf, png
+
+PNG = png(1024, 1024)
+
+
+def _state_with_parts() -> RunState:
+    task = ["What is in these?", Image(data=PNG, media_type="image/png"), File(data=pdf(2), name="a.pdf")]
+    return run(task, ScriptedModel([answer_message("A grey square and two empty pages.")]), {}).state
+
+
+def test_a_task_with_an_image_and_a_file_is_kept_as_parts_in_the_transcript():
+    """The task's text, image and file become parts of the user message, the bytes as base64."""
+    state = _state_with_parts()
+    parts = state.messages[state.opening - 1]["content"]
+    assert parts[0] == {"type": "text", "text": "What is in these?"}
+    assert parts[1] == {"type": "image", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}
+    assert parts[2]["type"] == "file" and parts[2]["name"] == "a.pdf"
+    assert base64.b64decode(parts[2]["data"]) == pdf(2)
+
+
+def test_a_state_with_parts_saves_and_loads_losslessly():
+    """Saved and loaded, a state with an image and a file is equal and writes the same text again."""
+    state = _state_with_parts()
+    text = state.to_json()
+    again = RunState.from_json(text)
+    assert again == state and again.to_json() == text
+    assert SAVED.quick(json.loads(text)) == state  # the fast reader takes parts as they are written
+
+
+@pytest.mark.parametrize(
+    ("part", "why"),
+    [
+        ({"type": "image", "url": "file:///etc/passwd"}, "url"),
+        ({"type": "image", "media_type": "image/tiff", "data": "AAAA"}, "media_type"),
+        ({"type": "image", "media_type": "image/png", "data": "not base64!"}, "base64"),
+        ({"type": "image", "media_type": "image/png", "data": "AAAA", "name": "x"}, "keys"),
+        ({"type": "file", "url": "https://a/b.pdf", "extra": 1}, "keys"),
+        ({"type": "image_url", "image_url": {"url": "https://a/b.png"}}, "type must be"),
+        ({"type": "text", "text": 3}, "text part"),
+        ({"type": "image", "media_type": "image/png", "data": "A" * (MAX_PART_BYTES // 3 * 4 + 8)}, "cap"),
+    ],
+)
+def test_a_saved_part_of_any_other_shape_is_refused_by_both_readers(part, why):
+    """A part edited into a saved state is refused, typed, naming the message's content and the problem."""
+    data = json.loads(_state_with_parts().to_json())
+    data["messages"][1]["content"][1] = part
+    assert SAVED.quick(json.loads(json.dumps(data))) is None  # the fast reader declines ...
+    with pytest.raises(ValueError, match=r"messages\.1\.content") as caught:  # ... and the strict one names it
+        RunState.from_json(json.dumps(data))
+    assert why in str(caught.value)
+
+
+def test_bytes_above_the_cap_are_refused_where_they_enter():
+    """An image over MAX_PART_BYTES is refused when it is made, before any run starts."""
+    with pytest.raises(ContentPartError, match="above the cap"):
+        Image(data=b"\0" * (MAX_PART_BYTES + 1), media_type="image/png")
+    Image(data=b"\0" * 16, media_type="image/png")  # small is fine
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Image(),
+        lambda: Image(url="https://a/b.png", data=PNG, media_type="image/png"),
+        lambda: Image(data=PNG, media_type="image/bmp"),
+        lambda: File(data=b"%PDF", media_type="text/html"),
+        lambda: Image(data="iVBOR", media_type="image/png"),
+    ],
+)
+def test_an_image_or_file_that_cannot_be_a_part_is_a_typed_error(make):
+    """Both or neither of url and data, a media type outside the list, or text for bytes: ContentPartError."""
+    with pytest.raises(ContentPartError):
+        make()
+
+
+def test_history_parts_are_checked_at_the_boundary():
+    """A history message carrying an Image is kept as a part; one carrying a provider's own form is refused."""
+    image = Image(url="https://example.com/a.png")
+    state = start_state("And this?", history=[{"role": "user", "content": ["Look:", image]}])
+    assert state.messages[1]["content"][1] == {"type": "image", "url": "https://example.com/a.png"}
+    with pytest.raises(ContentPartError, match="type must be"):
+        start_state("x", history=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}])
+
+
+def test_a_state_without_parts_saves_as_before():
+    """A text task saves its content as a string, as every state saved before parts existed."""
+    state = run("Hello.", ScriptedModel([answer_message("Hi.")]), {}).state
+    assert '"content": "Hello."' in state.to_json() or '"content":"Hello."' in state.to_json()
+
+
+def test_the_transcript_shows_a_placeholder_never_the_bytes():
+    """format_transcript names each image and file by type and size; no base64 reaches the screen."""
+    state = _state_with_parts()
+    text = format_transcript(state.messages)
+    assert f"[image image/png, {len(PNG)} bytes]" in text
+    assert f"[file application/pdf, {len(pdf(2))} bytes]" in text
+    assert base64.b64encode(PNG).decode()[:40] not in text
+
+
+def test_image_sizes_are_read_from_their_headers():
+    """PNG width and height come from the IHDR chunk; bytes that are no image give None."""
+    assert image_size(png(300, 200)) == (300, 200)
+    assert image_size(b"GIF89a" + (640).to_bytes(2, "little") + (480).to_bytes(2, "little")) == (640, 480)
+    assert image_size(b"hello") is None
+
+
+@pytest.mark.parametrize(
+    ("size", "rule", "tokens"),
+    [
+        ((1024, 1024), "openai", 765),  # OpenAI's worked example: 768x768, four tiles
+        ((2048, 4096), "openai", 1105),  # fit 1024x2048, shortest 768x1536: six tiles
+        ((512, 512), "openai", 255),
+        ((1000, 1000), "anthropic", 1334),  # Anthropic: width x height / 750
+        ((384, 384), "gemini", 258),
+        ((1000, 1000), "gemini", 1032),  # four 768-pixel tiles
+    ],
+)
+def test_image_tokens_follow_each_providers_published_rule(size, rule, tokens):
+    """The figures the providers' documentation gives for these sizes."""
+    assert image_tokens(size, rule) == tokens
+
+
+def test_the_estimate_prices_an_image_by_its_tiles_not_its_base64():
+    """A 1024x1024 image costs 765 tokens plus the text, however long its base64 is; a PDF by its pages."""
+    message = {
+        "role": "user",
+        "content": [{"type": "text", "text": "hi"}, Image(data=PNG, media_type="image/png").part],
+    }
+    text_only = estimate_tokens({"role": "user", "content": [{"type": "text", "text": "hi"}]})
+    assert estimate_tokens(message) == text_only + 765
+    assert media_tokens(File(data=pdf(3)).part) == 9000
+
+
+def test_an_image_task_counts_against_the_prompt_budget():
+    """The opening's estimate includes the image's tiles, so prompt budgets bind."""
+    plain = start_state("What is in this?")
+    pictured = start_state(["What is in this?", Image(data=PNG, media_type="image/png")])
+    assert pictured.message_tokens >= plain.message_tokens + 765
+
+
+def test_each_provider_prices_the_same_image_by_its_own_rule():
+    """One 1024x1024 PNG: 765 tokens for OpenAI, 1399 for Anthropic, 1032 for Gemini; text counts alike."""
+    message = {"role": "user", "content": [Image(data=PNG, media_type="image/png").part]}
+    text = estimate_tokens({"role": "user", "content": []})
+    assert media_estimator("openai") is estimate_tokens
+    assert media_estimator("anthropic")(message) == text + 1399
+    assert media_estimator("gemini")(message) == text + 1032
+    plain = {"role": "user", "content": "the same text"}
+    assert {media_estimator(r)(plain) for r in ("openai", "anthropic", "gemini")} == {estimate_tokens(plain)}
+    assert media_tokens(File(data=pdf(3)).part, "gemini") == 3 * 258
+
+
+def test_the_adapters_estimators_follow_their_providers():
+    """Each adapter's estimator is its provider's rule, so Agent(estimator=model.estimator) prices images truly."""
+    settings = {"model": "m", "base_url": "http://127.0.0.1:9"}
+    assert OpenAIChat(**settings).estimator is estimate_tokens
+    assert OpenAIResponses(**settings).estimator is estimate_tokens
+    assert OllamaChat(**settings).estimator is estimate_tokens
+    assert AnthropicMessages(**settings).estimator is media_estimator("anthropic")
+    assert GeminiGenerate(**settings).estimator is media_estimator("gemini")
+
+
+def test_a_prompt_budget_binds_on_an_image():
+    """A budget the text alone fits in stops a run whose task holds a large image, before the model is asked."""
+    image = Image(data=png(2048, 2048), media_type="image/png")  # 765 tokens by OpenAI's rule
+    limits = Limits(max_prompt_tokens=600)
+    model = ScriptedModel([answer_message("Seen.")])
+    assert run("Describe it.", model, {}, limits=limits).stop is Stop.ANSWERED
+    result = run(["Describe it.", image], ScriptedModel([answer_message("Seen.")]), {}, limits=limits)
+    assert result.stop is not Stop.ANSWERED and result.state.turns == 0
+
+
+def test_an_input_screen_reads_the_task_with_placeholders_not_bytes():
+    """The screen sees the task's text and each image or file as its placeholder, so it knows they are there."""
+    seen: list[str] = []
+
+    def screen(text: str, state: RunState) -> None:
+        seen.append(text)
+
+    agent = Agent(ScriptedModel([answer_message("Seen.")]), {}, screen_input=screen)
+    image = Image(data=PNG, media_type="image/png")
+    agent.run(["Is this safe?", image, File(url="https://example.com/a.pdf")])
+    assert seen == [f"Is this safe? [image image/png, {len(PNG)} bytes] [file at https://example.com/a.pdf]"]
+
+
+def test_a_summary_is_handed_placeholders_not_bytes():
+    """The line a summarizer reads for a message with an image names its type and size only."""
+    message = {
+        "role": "user",
+        "content": [{"type": "text", "text": "See:"}, Image(data=PNG, media_type="image/png").part],
+    }
+    line = summary_line(message)
+    assert line == f"user: See: [image image/png, {len(PNG)} bytes]"
+
+
+def test_the_run_viewer_shows_a_placeholder_never_the_bytes(tmp_path):
+    """The saved page names the task's image by type and size; no base64 of it is in the page."""
+    state = _state_with_parts()
+    page = render_view(state)
+    assert f"[image image/png, {len(PNG)} bytes]" in page
+    assert base64.b64encode(PNG).decode()[:40] not in page
+    assert timeline_of(state).task is not None and "[file application/pdf" in timeline_of(state).task
+
+
+@given(tasks())
+def test_any_task_of_text_images_and_files_saves_losslessly_and_shows_no_bytes(task):
+    """For every task the kit draws: the run saves and loads equal, both readers agree, the screen text has no bytes."""
+    state = run(task, ScriptedModel([answer_message("Done.")]), {}).state
+    text = state.to_json()
+    assert RunState.from_json(text) == state and SAVED.quick(json.loads(text)) == state
+    shown = format_transcript(state.messages)
+    for item in task if isinstance(task, list) else ():
+        if not isinstance(item, str) and "data" in item.part:
+            assert item.part["data"] not in shown or len(item.part["data"]) < 8
+            assert f"{len(base64.b64decode(item.part['data']))} bytes" in shown
+
+
+def test_an_image_a_tool_returns_reaches_the_model_as_its_placeholder_not_its_bytes():
+    """A result holding an Image is stored as text (JSON cannot hold it): its placeholder, never the base64."""
+    image = Image(data=PNG, media_type="image/png")
+    tools = {"snap": ToolSpec("Takes a picture.", {"type": "object", "properties": {}}, lambda: image)}
+    script = ScriptedModel([tool_call_message("c1", "snap", {}), answer_message("Taken.")])
+    state = run("Snap.", script, tools, gate=allow_all).state
+    assert state.observations[0].content == f"[image image/png, {len(PNG)} bytes]"
+    assert state.observations[0].text_form
+    assert base64.b64encode(PNG).decode()[:40] not in state.to_json()
+    assert repr(image) == f"Image([image image/png, {len(PNG)} bytes])"
