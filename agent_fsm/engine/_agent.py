@@ -43,7 +43,7 @@ from agent_fsm.engine._run import AnswerCheck, ruled_out
 from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
-from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
+from agent_fsm.engine._tools import NO_ANSWER, Registry, ToolSpec, check_registry, contract_digest
 
 if TYPE_CHECKING:
     from agent_fsm.engine._nesting import ConversationFilter
@@ -381,9 +381,10 @@ class Agent:
         self,
         state: RunState,
         *,
-        approve: bool,
+        approve: bool | None = None,
         reason: str = "",
         arguments: Mapping[str, Any] | None = None,
+        answer: Any = NO_ANSWER,
         seen: Seen | None = None,
         store: Checkpointer | None = None,
         run_id: str | None = None,
@@ -400,7 +401,11 @@ class Agent:
         still holds. ``arguments`` replaces the blocked call's arguments (a
         reviewer's edit); the edited call is validated and gated like a new
         proposal, and the approval covers it. ``approve=False`` turns the
-        call into a ``denied`` observation carrying ``reason``.
+        call into a ``denied`` observation carrying ``reason``. ``answer=VALUE``
+        answers a call to a tool a person answers (:meth:`ToolSpec.person`):
+        checked against its result schema (refused with :class:`AnswerRefused`,
+        the pause left open, when it does not meet it), then the call's
+        ``result``; such a call cannot be approved without an answer.
 
         ``state`` is marked consumed (``state.consumed``); the result holds a
         new state. ``seen(pause_id)`` lets an application refuse a second
@@ -408,11 +413,12 @@ class Agent:
         To decide a stored pause from any process, use :func:`agent_fsm.store.approve`.
 
         Raises:
-            TypeError: ``approve`` is not a bool.
+            TypeError: ``approve`` is not a bool (and no ``answer`` is given).
+            AnswerRefused: the answer does not meet the result schema, or the call is not a person's to answer.
             NotPaused: ``state`` is not awaiting approval, was resumed already, or ``seen`` says so.
             StateError: the state's counters or indices disagree with its transcript.
         """
-        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None, answer)
         return _performed(launch, on_event)
 
     # --- one run, awaited ------------------------------------------------------
@@ -476,9 +482,10 @@ class Agent:
         self,
         state: RunState,
         *,
-        approve: bool,
+        approve: bool | None = None,
         reason: str = "",
         arguments: Mapping[str, Any] | None = None,
+        answer: Any = NO_ANSWER,
         seen: Seen | None = None,
         store: Checkpointer | None = None,
         run_id: str | None = None,
@@ -492,7 +499,7 @@ class Agent:
         """
         from agent_fsm.engine._async import performed
 
-        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None, answer)
         return _resting(await performed(launch, on_event))
 
     # --- how a run is launched ---------------------------------------------------

@@ -59,6 +59,7 @@ from agent_fsm.engine._boundary import (
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import (
+    AnswerRefused,
     GateError,
     HandlerError,
     InvalidTransition,
@@ -89,7 +90,16 @@ from agent_fsm.engine._schema import OutputSpec
 from agent_fsm.engine._spending import charge_nested
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, state_problem
 from agent_fsm.engine._steps import Steps, drive
-from agent_fsm.engine._tools import ToolCall, call_fingerprint, measure
+from agent_fsm.engine._tools import (
+    NO_ANSWER,
+    PersonAnswers,
+    Registry,
+    Subrun,
+    ToolCall,
+    call_fingerprint,
+    measure,
+    person_tool,
+)
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -408,28 +418,71 @@ _SCREENING = {"ScreeningInput": screen_task, "ScreeningResult": screen_observati
 def deciding(
     agent: Agent,
     state: RunState,
-    approve: bool,
+    approve: bool | None,
     reason: str,
     arguments: Mapping[str, Any] | None,
     seen: Seen | None,
     store: Checkpointer | None,
     run_id: str | None,
     listening: bool,
+    answer: Any = NO_ANSWER,
 ) -> Launch:
     """A human's decision on a paused ``state``, judged by ``agent`` (see :meth:`agent_fsm.Agent.resume`)."""
+    answering = answer is not NO_ANSWER
+    if answering:
+        if approve is False or arguments is not None:
+            raise TypeError("'answer' is the blocked call's result: give it alone (no approve=False, no arguments)")
+        approve = True
     if not isinstance(approve, bool):
         raise TypeError(f"'approve' must be a bool (got {approve!r} that is a {type(approve).__name__}).")
     if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
         raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
     _still_paused(state)
     _check(state)
+    if approve:
+        check_answer(agent.tools, state, answer)
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
     work.pause = None
     work.pause_id = None  # this pause is being decided; a later one gets its own id
     work.limits = chosen
     context = _context(agent, work, chosen, store, run_id, listening)
-    return context, _decided(context, state, approve, reason, arguments, seen, agent.endings)
+    return context, _decided(context, state, (approve, reason, arguments, answer), seen, agent.endings)
+
+
+def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
+    """The call a paused ``state`` waits on, down through paused nested runs, and who answers it (``None``: nobody)."""
+    call = state.pending[0]
+    spec = tools.get(call.name)
+    child = state.children.get(call.call_id) if state.children else None
+    while child is not None and child.machine_state == "AwaitingApproval" and child.pending and spec is not None:
+        nested = getattr(spec.handler, "agent", None) if isinstance(spec.handler, Subrun) else None
+        if nested is None:
+            break
+        call = child.pending[0]
+        spec = nested.tools.get(call.name)
+        child = child.children.get(call.call_id) if child.children else None
+    return call, person_tool(spec)
+
+
+def check_answer(tools: Registry, state: RunState, answer: Any) -> None:
+    """
+    Refuse an approval of a call a person must answer, and an answer that is not the blocked call's to take.
+
+    Checked before anything is decided: a refused answer leaves the pause open, and the model never sees it.
+    """
+    call, person = answered_by(tools, state)
+    if answer is NO_ANSWER:
+        if person is not None:
+            raise AnswerRefused(f"{call.name} asks a person for its result: answer it, or reject it", [], state=state)
+        return
+    if person is None:
+        raise AnswerRefused(f"{call.name} is not answered by a person: approve or reject it", [], state=state)
+    problems = person.errors(answer)
+    if problems:
+        raise AnswerRefused(
+            f"the answer does not meet the result schema of {call.name}: " + "; ".join(problems), problems, state=state
+        )
 
 
 def _still_paused(state: RunState) -> None:
@@ -444,12 +497,11 @@ def _still_paused(state: RunState) -> None:
 def _decided(
     context: RunContext,
     state: RunState,
-    approve: bool,
-    reason: str,
-    arguments: Mapping[str, Any] | None,
+    decision: tuple[bool, str, Mapping[str, Any] | None, Any],
     seen: Seen | None,
     endings: EndingRule | None,
 ) -> Steps[RunResult]:
+    approve, reason, arguments, answer = decision
     pause = state.pause
     assert pause is not None, "state_problem checks that a paused state holds its pause"
     work = context.state
@@ -458,7 +510,7 @@ def _decided(
         # The pause is inside the agent the blocked call runs: this agent's gate judges that call afresh
         # (nobody edits it), and the decision itself goes down to the run that paused, judged there.
         yield from _approve_delegation(context, pause.fingerprint)
-        context.decision = (approve, reason, arguments)
+        context.decision = decision
     elif approve:
         yield from _approve(context, pause.fingerprint, arguments)  # may consult the gate; runs nothing yet
     else:
@@ -475,7 +527,10 @@ def _decided(
     allowed = (approve or nested) and work.judgement is not None and work.judgement.kind == "allow"
     if nested and not allowed:  # the run it paused stays as it was, never to go on: what it spent is charged
         charge_nested(work, work.children[work.pending[0].call_id])
-    yield from MACHINE.steps(context, "approve" if allowed else "reject")
+    event = "approve" if allowed else "reject"
+    if allowed and not nested and answer is not NO_ANSWER:
+        context.answer, event = answer, "answer"  # checked against the result schema above, by this process
+    yield from MACHINE.steps(context, event)
     return _rest(context, endings)
 
 

@@ -26,7 +26,7 @@ from agent_fsm.store.errors import (
     StoreError,
 )
 from agent_fsm.store.forks import fork
-from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, approve, reject
+from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, answer, approve, reject
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
@@ -55,6 +55,7 @@ __all__ = [
     # Deciding and recovering
     "DifferentAgent",
     "agent_mismatch",
+    "answer",
     "approve",
     "reject",
     "recover",

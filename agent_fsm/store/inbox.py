@@ -16,12 +16,14 @@ from typing import Any
 
 from agent_fsm import Agent
 from agent_fsm.engine import (
+    NO_ANSWER,
     OUTCOME_UNKNOWN,
     Nested,
     RunResult,
     RunState,
     ToolCall,
     blocked_call,
+    check_answer,
     deny_effects,
     judge,
 )
@@ -29,7 +31,7 @@ from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun
 
-__all__ = ["DifferentAgent", "agent_mismatch", "approve", "reject"]
+__all__ = ["DifferentAgent", "agent_mismatch", "answer", "approve", "reject"]
 
 
 class DifferentAgent(UserWarning):
@@ -118,10 +120,12 @@ def approve(
 
     Raises:
         AlreadyDecided: the pause was decided by someone else first, or is not open.
+        AnswerRefused: the call is one a person answers (use :func:`answer`); nothing is decided.
         ValueError: no reviewer was named, or the edited call is invalid or denied.
         TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
     """
     stored = _open_pause(store, run_id, agent, pause_id, reviewer)
+    check_answer(agent.tools, stored.state, NO_ANSWER)  # a call a person answers is never approved blank
     edited = None
     if arguments is not None:
         call, deciding = _blocked(stored.state, agent)
@@ -171,3 +175,34 @@ def reject(
     if (stored.summary.reason or "").startswith(OUTCOME_UNKNOWN):
         told = f"recorded as not run ({reason or 'no reason given'})"
     return agent.resume(decided.state, approve=False, reason=told, store=store, run_id=run_id)
+
+
+def answer(
+    store: RunStore,
+    run_id: str,
+    agent: Agent,
+    *,
+    reviewer: str,
+    answer: Any,
+    pause_id: str | None = None,
+) -> RunResult:
+    """
+    Answer the stored run's blocked call, a call to a tool a person answers, and continue the run here as ``agent``.
+
+    The answer is checked against the tool's result schema before anything is
+    decided: a wrong answer raises :class:`~agent_fsm.AnswerRefused` and the
+    pause stays open. The decision is recorded as ``answer``, with the reviewer
+    and the answer given (``{"answer": VALUE}`` in its ``arguments``).
+
+    Raises:
+        AnswerRefused: the answer does not meet the result schema, or the call is not a person's to answer.
+        AlreadyDecided: the pause was decided by someone else first, or is not open.
+        ValueError: no reviewer was named.
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
+    """
+    stored = _open_pause(store, run_id, agent, pause_id, reviewer)
+    check_answer(agent.tools, stored.state, answer)
+    decided = store.decide(
+        run_id, stored.summary.pause_id or "", "answer", reviewer=reviewer, arguments={"answer": answer}
+    )
+    return agent.resume(decided.state, answer=answer, store=store, run_id=run_id)
