@@ -27,7 +27,18 @@ import typer
 from agent_fsm import Agent
 from agent_fsm.cli._text import clean
 from agent_fsm.engine import RunResult, RunState, blocked_call, format_transcript
-from agent_fsm.store import DifferentAgent, StoreError, answer, approve, fork, open_store, recover, reject
+from agent_fsm.store import (
+    DifferentAgent,
+    StoreError,
+    answer,
+    approve,
+    decide_reply,
+    fork,
+    open_store,
+    recover,
+    reject,
+    reply_of,
+)
 from agent_fsm.store.records import RunSummary
 from agent_fsm.store.sql import SqlStore
 
@@ -252,6 +263,30 @@ def answer_command(
     """Answer a paused call to a tool a person answers (checked against its result schema) and continue the run."""
     given = _json_option("--json", value)
     typer.echo(_decide(answer, run_id, store, world, reviewer=reviewer, answer=given, pause_id=pause_id))
+
+
+@runs_app.command("review")
+def review_command(
+    run_id: str,
+    store: StoreOption,
+    world: WorldOption,
+    reviewer: Annotated[str, typer.Option("--reviewer", help="Who decides (kept in the run's history).")],
+    value: Annotated[
+        str,
+        typer.Option(
+            "--json",
+            help='Each call of the paused reply decided: {"CALL": {"approve": true} | {"arguments": {...}}'
+            ' | {"reject": "why"} | {"answer": VALUE}}.',
+        ),
+    ],
+    pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
+) -> None:
+    """Decide every call of a paused reply at once (partial decisions are refused) and continue the run."""
+    try:
+        reply = reply_of(_json_option("--json", value))
+    except ValueError as exc:
+        raise _fail(f"--json: {exc}") from None
+    typer.echo(_decide(decide_reply, run_id, store, world, reviewer=reviewer, reply=reply, pause_id=pause_id))
 
 
 @runs_app.command("reject")

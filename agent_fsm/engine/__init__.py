@@ -141,8 +141,10 @@ from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
 from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
+    CallDecision,
     answered_by,
     check_answer,
+    check_reply,
     continue_run,
     settle_intent,
     start_state,
@@ -247,8 +249,10 @@ __all__ = [
     "ApprovalNeeded",
     "NO_ANSWER",
     "PersonAnswers",
+    "CallDecision",
     "answered_by",
     "check_answer",
+    "check_reply",
     "Charged",
     "FALLBACK_KINDS",
     "FallbackModel",

@@ -26,7 +26,7 @@ from agent_fsm.store.errors import (
     StoreError,
 )
 from agent_fsm.store.forks import fork
-from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, answer, approve, reject
+from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, answer, approve, decide_reply, reject, reply_of
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import Checkpoint, Decision, Effect, Fork, RunSummary, StoredRun
@@ -57,6 +57,8 @@ __all__ = [
     "agent_mismatch",
     "answer",
     "approve",
+    "decide_reply",
+    "reply_of",
     "reject",
     "recover",
     "Recovered",
