@@ -32,12 +32,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_fsm import Agent
-from agent_fsm.engine import blocked_call
+from agent_fsm.engine import answered_by, blocked_call
 from agent_fsm.store import DamagedRun, RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
 from agent_fsm.web.auth import Reviewers, Session, Sessions
-from agent_fsm.web.decisions import FormRefused, apply, read_form
+from agent_fsm.web.decisions import FormRefused, answer_fields, apply, read_form
 from agent_fsm.web.pages import render_page, run_context
 from agent_fsm.web.timeline import pretty_json
 
@@ -61,6 +61,7 @@ _NOTICES = {
     "approve": "You approved the call.",
     "edit": "You approved the call with your edited arguments.",
     "reject": "You rejected the call; the model was told your reason.",
+    "answer": "You answered the call; your answer is its result.",
 }
 
 
@@ -274,9 +275,12 @@ def inbox_app(
         blocked = stored.summary.blocked if stored.status == "paused" else None
         blocked_path: tuple[str, ...] = ()
         state = stored.state
+        fields = None
         if blocked is not None and state.machine_state == "AwaitingApproval" and state.pending:
             # a nested pause: the person decides the innermost call (an edit edits it), under the calls leading to it
             blocked, blocked_path = blocked_call(state)
+            person = answered_by(agent.tools, state)[1]  # the deciding agent's declaration, never the saved state
+            fields = None if person is None else answer_fields(person.result)
         notice = _NOTICES.get(request.query_params.get("decided", ""))
         return page(
             request,
@@ -286,6 +290,7 @@ def inbox_app(
             blocked=blocked,
             blocked_path=blocked_path,
             blocked_arguments=pretty_json(blocked.arguments) if blocked is not None else "",
+            answer_fields=fields,
             notice=notice,
             moving=request.query_params.get("moving") == "1",
             live_url=f"/runs/{quote(run_id, safe='')}/status.json",
