@@ -179,26 +179,31 @@ def test_the_store_answers_once_and_records_who(tmp_path: Path) -> None:
         answer(store, "r1", agent(), reviewer="bo", answer={"colour": "red"})
 
 
-def test_a_person_answers_two_levels_down() -> None:
-    """A question asked by a run nested two levels deep is answered at the top; the answer is checked there."""
+def levels() -> Agent:
+    """top nests middle, which nests bottom, whose ``ask`` a person answers (also served on Temporal)."""
     bottom = Agent(
         ScriptedModel([tool_call_message("q", "ask", {"question": "Which?"}), answer_message("bottom done")]),
         {"ask": ask_colour()},
         gate=allow_all,
-        name="bottom",
+        name="answer-bottom",
     )
     middle = Agent(
         ScriptedModel([tool_call_message("m", "bottom", {"task": "t"}), answer_message("middle done")]),
         {"bottom": bottom.as_tool()},
         gate=allow_all,
-        name="middle",
+        name="answer-middle",
     )
-    top = Agent(
+    return Agent(
         ScriptedModel([tool_call_message("t", "middle", {"task": "t"}), answer_message("top done")]),
         {"middle": middle.as_tool()},
         gate=allow_all,
-        name="top",
+        name="answer-top",
     )
+
+
+def test_a_person_answers_two_levels_down() -> None:
+    """A question asked by a run nested two levels deep is answered at the top; the answer is checked there."""
+    top = levels()
     paused = top.run("task")
     assert paused.stop is Stop.AWAITING_APPROVAL and paused.blocked_on is not None
     assert paused.blocked_on.name == "ask"

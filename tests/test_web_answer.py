@@ -13,10 +13,10 @@ import pytest
 from agent_fsm import Agent, ScriptedModel, ToolSpec, allow_all, answer_message, tool_call_message
 from agent_fsm.store import SqliteStore, open_store
 from agent_fsm.web import Reviewers, inbox_app
+from tests.test_web_inbox import _csrf, _signed_in
 from tests.web_server import serving
 
-TOKEN = "ana-token-0123456789"
-REVIEWERS = Reviewers.parse(f"ana:{TOKEN}")
+REVIEWERS = Reviewers.parse("ana:ana-token-0123456789")
 ORDER = {
     "type": "object",
     "properties": {
@@ -49,19 +49,6 @@ def store_url(tmp_path: Path) -> str:
 def base(store_url: str) -> Iterator[str]:
     with serving(inbox_app(lambda: open_store(store_url), shop(), reviewers=REVIEWERS, wait=10)) as url:
         yield url
-
-
-def _csrf(text: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', text)
-    assert found, text[:500]
-    return found.group(1)
-
-
-def _signed_in(base: str) -> httpx.Client:
-    client = httpx.Client(base_url=base, timeout=20)
-    done = client.post("/login", data={"csrf": _csrf(client.get("/login").text), "reviewer": "ana", "token": TOKEN})
-    assert done.status_code == 303
-    return client
 
 
 def _form(client: httpx.Client) -> tuple[str, dict[str, str]]:

@@ -15,6 +15,7 @@ from agent_fsm.store import SqliteStore, open_store
 from agent_fsm.web import Reviewers, inbox_app
 from tests.browser import open_browser, policy_violations
 from tests.test_web_answer import shop
+from tests.test_web_browser import _wait
 from tests.web_server import serving
 
 TOKEN = "ana-token-0123456789"
@@ -27,14 +28,6 @@ def browser(chromium: tuple[str, str]) -> Iterator[Any]:
     session = open_browser(*chromium)
     yield session
     session.quit()
-
-
-def _wait(browser: Any, condition: Any) -> Any:
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    waiting = WebDriverWait(browser, 20, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
-    return waiting.until(condition)
 
 
 def test_a_reviewer_answers_in_the_browser(browser: Any, tmp_path: Path) -> None:
