@@ -100,3 +100,28 @@ def test_a_valid_answer_is_recorded_and_the_run_goes_on(base: str, store_url: st
         stored = store.load("o-1")
         assert stored.status == "ended"
         assert stored.state.observations[0].content == {"size": "M", "count": 2, "gift": True}
+
+
+def test_a_whole_reply_is_reviewed_from_the_run_page(tmp_path: Path) -> None:
+    """The run page lists the reply's calls that need a person; a partial review is a 422, a whole one decides."""
+    from tests.test_people_reply import make_agent
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    written: list[int] = []
+    with SqliteStore(tmp_path / "runs.db") as store:
+        make_agent(written).run("work", store=store, run_id="o-1")
+    with serving(inbox_app(lambda: open_store(url), make_agent(written), reviewers=REVIEWERS, wait=10)) as base:
+        ana = _signed_in(base)
+        page, form = _form(ana)
+        assert 'id="review"' in page and all(f"<code>{c}</code>" in page for c in ("w1", "q1", "w2"))
+        form["action"] = "reply"
+        partial = ana.post("/runs/o-1/decide", data={**form, "reply": '{"w1": {"approve": true}}'})
+        assert partial.status_code == 422 and "undecided" in partial.text and written == []
+        whole = '{"w1": {"approve": true}, "q1": {"answer": 2}, "w2": {"reject": "once"}}'
+        done = ana.post("/runs/o-1/decide", data={**form, "reply": whole})
+        assert done.status_code == 303 and done.headers["location"] == "/runs/o-1?decided=reply"
+    assert written == [1]
+    with open_store(url) as store:
+        (decision,) = store.history("o-1")
+        assert (decision.decision, decision.reviewer) == ("reply", "ana")
+        assert store.load("o-1").status == "ended"

@@ -62,6 +62,7 @@ _NOTICES = {
     "edit": "You approved the call with your edited arguments.",
     "reject": "You rejected the call; the model was told your reason.",
     "answer": "You answered the call; your answer is its result.",
+    "reply": "You decided every call of the reply.",
 }
 
 
@@ -276,11 +277,14 @@ def inbox_app(
         blocked_path: tuple[str, ...] = ()
         state = stored.state
         fields = None
+        review: list[Any] = []
         if blocked is not None and state.machine_state == "AwaitingApproval" and state.pending:
             # a nested pause: the person decides the innermost call (an edit edits it), under the calls leading to it
             blocked, blocked_path = blocked_call(state)
             person = answered_by(agent.tools, state)[1]  # the deciding agent's declaration, never the saved state
             fields = None if person is None else answer_fields(person.result)
+            if len(blocked_path) <= 1:
+                review = await run_in_threadpool(_reply_review, state)
         notice = _NOTICES.get(request.query_params.get("decided", ""))
         return page(
             request,
@@ -291,6 +295,8 @@ def inbox_app(
             blocked_path=blocked_path,
             blocked_arguments=pretty_json(blocked.arguments) if blocked is not None else "",
             answer_fields=fields,
+            review=review if len(review) > 1 else [],
+            review_json=pretty_json({call.call_id: {"approve": True} for call in review}),
             notice=notice,
             moving=request.query_params.get("moving") == "1",
             live_url=f"/runs/{quote(run_id, safe='')}/status.json",
@@ -299,6 +305,13 @@ def inbox_app(
             forks=forks,
             **context,
         )
+
+    def _reply_review(state: Any) -> list[Any]:
+        """The calls of the paused reply a person decides together (none when the gate cannot say now)."""
+        try:
+            return agent.reply_review(state)
+        except Exception:  # an async gate, or one that fails: the calls are decided one by one
+            return []
 
     async def run_stamp(request: Request, session: Session) -> Response:
         run_id = request.path_params["run_id"]

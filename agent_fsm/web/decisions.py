@@ -18,13 +18,14 @@ import attrs
 
 from agent_fsm import Agent
 from agent_fsm.engine import DEPTH_CEILING, RunResult, answered_by, nesting_exceeds
-from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, answer, approve, reject
+from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, answer, approve, decide_reply, reject, reply_of
 from agent_fsm.store.protocol import RunStore
 
 __all__ = ["ACTIONS", "FormRefused", "Request", "answer_fields", "apply", "read_form"]
 
-ACTIONS = ("approve", "edit", "reject", "answer")
-"""What a form may ask: approve the call as it is, approve it with edited arguments, reject it, or answer it."""
+ACTIONS = ("approve", "edit", "reject", "answer", "reply")
+"""What a form may ask: approve the call as it is, approve it with edited arguments, reject it, answer it,
+or decide every call of the reply at once."""
 
 MAX_REASON = 2000
 
@@ -56,6 +57,7 @@ class Request:
     arguments: dict[str, Any] | None = None
     reason: str | None = None
     fields: dict[str, str] | None = None  # an answer's form fields, read against the result schema by apply
+    reply: dict[str, Any] | None = None  # a whole reply's decisions, in the JSON form reply_of reads
 
 
 @attrs.frozen
@@ -160,6 +162,15 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
                 422, "The edit cannot be read", f"the edited arguments nest deeper than {DEPTH_CEILING} levels"
             )
         return Request(run_id, pause_id, "edit", arguments=arguments)
+    if action == "reply":
+        text = form.get("reply")
+        try:
+            reply = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError) as exc:
+            raise FormRefused(422, "The review is not JSON", f"the reply's decisions: {exc}") from None
+        if not isinstance(reply, dict) or nesting_exceeds(reply, DEPTH_CEILING):
+            raise FormRefused(422, "The review is not an object", "the reply's decisions map each call id to one")
+        return Request(run_id, pause_id, "reply", reply=reply)
     if action == "answer":
         fields = {k[len("answer.") :]: v for k, v in form.items() if k.startswith("answer.") and isinstance(v, str)}
         if isinstance(form.get("answer"), str):
@@ -189,6 +200,8 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
     try:
         if request.action == "reject":
             return reject(store, request.run_id, agent, reason=request.reason or "", **how)
+        if request.action == "reply":
+            return decide_reply(store, request.run_id, agent, reply=reply_of(request.reply), **how)
         if request.action == "answer":
             _call, person = answered_by(agent.tools, store.load(request.run_id).state)
             if person is None:
@@ -207,7 +220,9 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
     except FormRefused:
         raise
     except ValueError as exc:
-        title = "The answer was refused" if request.action == "answer" else "The edit was refused"
+        title = {"answer": "The answer was refused", "reply": "The review was refused"}.get(
+            request.action, "The edit was refused"
+        )
         raise FormRefused(422, title, f"{exc}. Nothing was decided.") from None
     finally:
         store.close()
