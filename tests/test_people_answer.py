@@ -286,3 +286,16 @@ def test_the_kit_reaches_taking_answer_in_a_world_with_a_person_tool() -> None:
     """check_reaches_all answers a person's call with the simplest valid answer: TakingAnswer is entered."""
     coverage = check_reaches_all(lambda: dict(PERSON_TOOLS), states=["TakingAnswer", "AwaitingApproval"])
     assert "TakingAnswer" in coverage.states
+
+
+def test_a_state_forged_into_taking_answer_records_no_answer() -> None:
+    """A saved state moved by hand into TakingAnswer carries no answer: driven on, the call pauses again."""
+    painter = agent()
+    paused = painter.run("paint")
+    data = json.loads(paused.state.to_json())
+    data["machine_state"] = "TakingAnswer"
+    data["path"] = [*data["path"], "TakingAnswer"]
+    data["pause"], data["pause_id"] = None, None
+    again = painter.advance(RunState.from_json(json.dumps(data)))
+    assert again.stop is Stop.AWAITING_APPROVAL and again.state.observations == []
+    assert again.state.path[-3:] == ["TakingAnswer", "Proposing", "AwaitingApproval"]  # judged afresh, asked again
