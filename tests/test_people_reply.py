@@ -150,3 +150,25 @@ def test_the_cli_reviews_a_reply_whole(tmp_path: Path) -> None:
     whole = {"w1": {"approve": True}, "q1": {"answer": 4}, "w2": {"reject": "no"}}
     code, out, _ = runs("review", "r", *where, "--json", json.dumps(whole))
     assert code == 0 and "r: answered" in out
+
+
+def test_answers_and_reviews_are_decided_once_on_both_databases(opener: Any) -> None:
+    """On SQLite and the real PostgreSQL: two reviewers race to review one reply; exactly one decision holds."""
+    from agent_fsm.store import AlreadyDecided
+
+    log: list[int] = []
+    with opener() as store:
+        make_agent(log).run("work", store=store, run_id="race")
+    first, second = opener(), opener()
+    try:
+        pause_id = first.load("race").summary.pause_id
+        done = decide_reply(first, "race", make_agent(log), reviewer="ana", reply=WHOLE, pause_id=pause_id)
+        with pytest.raises(AlreadyDecided):
+            decide_reply(second, "race", make_agent(log), reviewer="bo", reply=WHOLE, pause_id=pause_id)
+    finally:
+        first.close()
+        second.close()
+    assert done.stop is Stop.ANSWERED and log == [5]
+    with opener() as store:
+        (record,) = store.history("race")
+        assert (record.decision, record.reviewer, record.arguments["q1"]) == ("reply", "ana", {"answer": 3})
