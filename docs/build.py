@@ -57,6 +57,7 @@ PARTS = [
             ("Runs on Temporal", "temporal.md"),
             ("The inbox and the run viewer", "inbox.md"),
             ("Serving runs over HTTP", "serving.md"),
+            ("People in the loop: answers and whole replies", "people.md"),
             ("Testing your gates and models", "testing.md"),
             ("Evals: scoring an agent over a dataset", "evals.md"),
             ("Diagrams", "diagrams.md"),

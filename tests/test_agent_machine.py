@@ -221,6 +221,7 @@ def test_every_option_taken_gives_the_whole_table() -> None:
         "look": ToolSpec("look", {"q": str}, look, max_calls=1),
         "finish": ToolSpec("finish", {"q": str}, finish),
         "expert": expert.handoff("ask"),
+        "ask": ToolSpec.person("ask a person", {"q": str}, result={"type": "string"}),
     }
     agent = Agent(
         FallbackModel(Playing([]), Playing([])),

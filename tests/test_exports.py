@@ -32,6 +32,7 @@ def test_contract_names_are_exported():
         "checked_formats",
         "OutputSpec",
         "OutputDefinitionError",
+        "AnswerRefused",
     }
     assert contract <= set(agent_fsm.__all__)
 

@@ -27,7 +27,18 @@ import typer
 from agent_fsm import Agent
 from agent_fsm.cli._text import clean
 from agent_fsm.engine import RunResult, RunState, blocked_call, format_transcript
-from agent_fsm.store import DifferentAgent, StoreError, approve, fork, open_store, recover, reject
+from agent_fsm.store import (
+    DifferentAgent,
+    StoreError,
+    answer,
+    approve,
+    decide_reply,
+    fork,
+    open_store,
+    recover,
+    reject,
+    reply_of,
+)
 from agent_fsm.store.records import RunSummary
 from agent_fsm.store.sql import SqlStore
 
@@ -263,16 +274,57 @@ def approve_command(
     pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
 ) -> None:
     """Approve a paused run's blocked call and continue the run until it rests again."""
-    edited = None
-    if arguments is not None:
-        try:
-            edited = json.loads(arguments)
-        except json.JSONDecodeError as exc:
-            raise _fail(f"--arguments is not JSON: {exc}") from None
-        except (ValueError, RecursionError) as exc:  # a number too long to convert; nesting Python cannot read
-            said = "it nests deeper than Python can read" if isinstance(exc, RecursionError) else str(exc)
-            raise _fail(f"--arguments cannot be read: {said}") from None
+    edited = None if arguments is None else _json_option("--arguments", arguments)
     typer.echo(_decide(approve, run_id, store, world, reviewer=reviewer, arguments=edited, pause_id=pause_id))
+
+
+def _json_option(name: str, text: str) -> Any:
+    """The JSON value an option gives, or a clear refusal."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(f"{name} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a number too long to convert; nesting Python cannot read
+        said = "it nests deeper than Python can read" if isinstance(exc, RecursionError) else str(exc)
+        raise _fail(f"{name} cannot be read: {said}") from None
+
+
+@runs_app.command("answer")
+def answer_command(
+    run_id: str,
+    store: StoreOption,
+    world: WorldOption,
+    reviewer: Annotated[str, typer.Option("--reviewer", help="Who answers (kept in the run's history).")],
+    value: Annotated[str, typer.Option("--json", help="The answer, as JSON meeting the tool's result schema.")],
+    pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
+) -> None:
+    """Answer a paused call to a tool a person answers (checked against its result schema) and continue the run."""
+    given = _json_option("--json", value)
+    typer.echo(_decide(answer, run_id, store, world, reviewer=reviewer, answer=given, pause_id=pause_id))
+
+
+@runs_app.command("review")
+def review_command(
+    run_id: str,
+    store: StoreOption,
+    world: WorldOption,
+    reviewer: Annotated[str, typer.Option("--reviewer", help="Who decides (kept in the run's history).")],
+    value: Annotated[
+        str,
+        typer.Option(
+            "--json",
+            help='Each call of the paused reply decided: {"CALL": {"approve": true} | {"arguments": {...}}'
+            ' | {"reject": "why"} | {"answer": VALUE}}.',
+        ),
+    ],
+    pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
+) -> None:
+    """Decide every call of a paused reply at once (partial decisions are refused) and continue the run."""
+    try:
+        reply = reply_of(_json_option("--json", value))
+    except ValueError as exc:
+        raise _fail(f"--json: {exc}") from None
+    typer.echo(_decide(decide_reply, run_id, store, world, reviewer=reviewer, reply=reply, pause_id=pause_id))
 
 
 @runs_app.command("reject")

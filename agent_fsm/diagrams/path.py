@@ -408,7 +408,9 @@ def approved_calls(state: RunState, turns: Sequence[TurnRecord]) -> set[int]:
     in the path and executed calls in the transcript come in the same order.
     """
     after_approval = [
-        previous == "AwaitingApproval" for previous, entered in itertools.pairwise(state.path) if entered == "Executing"
+        previous == "AwaitingApproval"
+        for previous, entered in itertools.pairwise(state.path)
+        if entered in ("Executing", "TakingAnswer")  # an answered call's result is the person's
     ]
     executed = [
         call

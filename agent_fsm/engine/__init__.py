@@ -85,6 +85,7 @@ from agent_fsm.engine._endings import CODE_PATTERN, Ending, EndingRule
 from agent_fsm.engine._errors import (
     AgentFSMError,
     AlreadyDecided,
+    AnswerRefused,
     ApprovalNeeded,
     DecisionRefused,
     DefinitionError,
@@ -143,7 +144,17 @@ from agent_fsm.engine._gates import (
 )
 from agent_fsm.engine._invariants import check_run
 from agent_fsm.engine._json import DEPTH_CEILING, nesting_exceeds
-from agent_fsm.engine._launch import DEFAULT_SYSTEM_PROMPT, continue_run, refuse_ungated, settle_intent, start_state
+from agent_fsm.engine._launch import (
+    DEFAULT_SYSTEM_PROMPT,
+    CallDecision,
+    answered_by,
+    check_answer,
+    check_reply,
+    continue_run,
+    refuse_ungated,
+    settle_intent,
+    start_state,
+)
 from agent_fsm.engine._limits import Limits, Price, Prices, RateLimit, Stop, Usage
 from agent_fsm.engine._machine import RUN_MACHINE, CompiledMachine, Edge, MachineSpec, StateSpec, compile_machine
 from agent_fsm.engine._messages import (
@@ -185,6 +196,8 @@ from agent_fsm.engine._state import (
 )
 from agent_fsm.engine._steps import Steps, call_of, is_awaitable
 from agent_fsm.engine._tools import (
+    NO_ANSWER,
+    PersonAnswers,
     Registry,
     Subrun,
     ToolCall,
@@ -247,7 +260,14 @@ __all__ = [
     "ToolsFor",
     "ToolsOffered",
     "AlreadyDecided",
+    "AnswerRefused",
     "ApprovalNeeded",
+    "NO_ANSWER",
+    "PersonAnswers",
+    "CallDecision",
+    "answered_by",
+    "check_answer",
+    "check_reply",
     "Charged",
     "FALLBACK_KINDS",
     "FallbackModel",

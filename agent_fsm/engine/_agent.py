@@ -28,10 +28,12 @@ from agent_fsm.engine._events import AnswerHold, Ended, RunEvent
 from agent_fsm.engine._gates import Gate, InputScreen, ResultScreen
 from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
+    CallDecision,
     Launch,
     continuing,
     deciding,
     failed,
+    reply_review,
     start_state,
     starting,
 )
@@ -44,7 +46,7 @@ from agent_fsm.engine._run import AnswerCheck, ruled_out
 from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now
-from agent_fsm.engine._tools import Registry, ToolSpec, check_registry, contract_digest
+from agent_fsm.engine._tools import NO_ANSWER, Registry, ToolCall, ToolSpec, check_registry, contract_digest
 
 if TYPE_CHECKING:
     from agent_fsm.engine._nesting import ConversationFilter
@@ -423,9 +425,11 @@ class Agent:
         self,
         state: RunState,
         *,
-        approve: bool,
+        approve: bool | None = None,
         reason: str = "",
         arguments: Mapping[str, Any] | None = None,
+        answer: Any = NO_ANSWER,
+        reply: Mapping[str, CallDecision] | None = None,
         seen: Seen | None = None,
         store: Checkpointer | None = None,
         run_id: str | None = None,
@@ -442,7 +446,15 @@ class Agent:
         still holds. ``arguments`` replaces the blocked call's arguments (a
         reviewer's edit); the edited call is validated and gated like a new
         proposal, and the approval covers it. ``approve=False`` turns the
-        call into a ``denied`` observation carrying ``reason``.
+        call into a ``denied`` observation carrying ``reason``. ``answer=VALUE``
+        answers a call to a tool a person answers (:meth:`ToolSpec.person`):
+        checked against its result schema (refused with :class:`AnswerRefused`,
+        the pause left open, when it does not meet it), then the call's
+        ``result``; such a call cannot be approved without an answer.
+        ``reply={call_id: CallDecision}`` decides a reply reviewed whole: every
+        call of :meth:`reply_review` once (a partial or extra decision is refused
+        with :class:`DecisionRefused` before anything runs), applied in order as
+        the run reaches each call, and the run committed once where it rests.
 
         ``state`` is marked consumed (``state.consumed``); the result holds a
         new state. ``seen(pause_id)`` lets an application refuse a second
@@ -450,12 +462,18 @@ class Agent:
         To decide a stored pause from any process, use :func:`agent_fsm.store.approve`.
 
         Raises:
-            TypeError: ``approve`` is not a bool.
+            TypeError: ``approve`` is not a bool (and no ``answer`` is given).
+            AnswerRefused: the answer does not meet the result schema, or the call is not a person's to answer.
             NotPaused: ``state`` is not awaiting approval, was resumed already, or ``seen`` says so.
             StateError: the state's counters or indices disagree with its transcript.
         """
-        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        listening = on_event is not None
+        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, listening, answer, reply)
         return _performed(launch, on_event)
+
+    def reply_review(self, state: RunState) -> list[ToolCall]:
+        """The calls of the reply paused ``state`` waits in that need a person: what ``resume(reply=)`` decides."""
+        return reply_review(self, state)
 
     # --- one run, awaited ------------------------------------------------------
 
@@ -522,9 +540,11 @@ class Agent:
         self,
         state: RunState,
         *,
-        approve: bool,
+        approve: bool | None = None,
         reason: str = "",
         arguments: Mapping[str, Any] | None = None,
+        answer: Any = NO_ANSWER,
+        reply: Mapping[str, CallDecision] | None = None,
         seen: Seen | None = None,
         store: Checkpointer | None = None,
         run_id: str | None = None,
@@ -538,7 +558,8 @@ class Agent:
         """
         from agent_fsm.engine._async import performed
 
-        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, on_event is not None)
+        listening = on_event is not None
+        launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, listening, answer, reply)
         return _resting(await performed(launch, on_event))
 
     # --- how a run is launched ---------------------------------------------------

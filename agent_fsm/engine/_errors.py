@@ -52,6 +52,7 @@ __all__ = [
     "AgentFSMError",
     "ApprovalNeeded",
     "AlreadyDecided",
+    "AnswerRefused",
     "DecisionRefused",
     "DefinitionError",
     "GateError",
@@ -306,3 +307,18 @@ class UngatedEffects(UserWarning):
 
     .. versionadded:: 0.2
     """
+
+
+class AnswerRefused(DecisionRefused):
+    """
+    A person's answer does not meet the result schema of the tool it answers: refused, the pause still open.
+
+    ``problems`` lists every way it fails; the model never sees it. Also
+    raised for an answer to a call whose tool a person does not answer.
+    """
+
+    def __init__(
+        self, message: str, problems: list[str], kind: str = "BadAnswer", *, state: RunState | None = None
+    ) -> None:
+        super().__init__(message, kind, state=state)
+        self.problems = problems

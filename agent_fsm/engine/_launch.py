@@ -59,6 +59,8 @@ from agent_fsm.engine._boundary import (
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import (
+    AnswerRefused,
+    DecisionRefused,
     GateError,
     HandlerError,
     InvalidTransition,
@@ -69,6 +71,7 @@ from agent_fsm.engine._errors import (
     UngatedApproval,
 )
 from agent_fsm.engine._gates import (
+    deny_effects,
     screen_observation,
     screen_task,
 )
@@ -92,7 +95,16 @@ from agent_fsm.engine._schema import OutputSpec
 from agent_fsm.engine._spending import charge_nested
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, executed_calls, state_problem
 from agent_fsm.engine._steps import Steps, drive
-from agent_fsm.engine._tools import Registry, Subrun, ToolCall, call_fingerprint, measure
+from agent_fsm.engine._tools import (
+    NO_ANSWER,
+    PersonAnswers,
+    Registry,
+    Subrun,
+    ToolCall,
+    call_fingerprint,
+    measure,
+    person_tool,
+)
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -427,30 +439,181 @@ _SCREENING = {"ScreeningInput": screen_task, "ScreeningResult": screen_observati
 def deciding(
     agent: Agent,
     state: RunState,
-    approve: bool,
+    approve: bool | None,
     reason: str,
     arguments: Mapping[str, Any] | None,
     seen: Seen | None,
     store: Checkpointer | None,
     run_id: str | None,
     listening: bool,
+    answer: Any = NO_ANSWER,
+    reply: Mapping[str, CallDecision] | None = None,
 ) -> Launch:
     """A human's decision on a paused ``state``, judged by ``agent`` (see :meth:`agent_fsm.Agent.resume`)."""
-    if not isinstance(approve, bool):
-        raise TypeError(f"'approve' must be a bool (got {approve!r} that is a {type(approve).__name__}).")
-    if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
-        raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
-    _still_paused(state)
-    _check(state, agent.tools)
-    if approve:
-        refuse_ungated(agent, state)
+    rest: dict[str, Decision] | None = None
+    if reply is not None:
+        if approve is not None or arguments is not None or answer is not NO_ANSWER or reason:
+            raise TypeError("'reply' decides each call of the reply: give no approve, reason, arguments or answer")
+        _still_paused(state)
+        _check(state, agent.tools)
+        head, rest = _reply_decisions(agent, state, reply)
+    else:
+        head = _one_decision(approve, reason, arguments, answer)
+        _still_paused(state)
+        _check(state, agent.tools)
+        if head[0]:
+            check_answer(agent.tools, state, answer)
+    if head[0] and head[3] is NO_ANSWER:
+        refuse_ungated(agent, state)  # before anything is decided: an approval the default gate would refuse
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
     work.pause = None
     work.pause_id = None  # this pause is being decided; a later one gets its own id
     work.limits = chosen
     context = _context(agent, work, chosen, store, run_id, listening)
-    return context, _decided(context, state, approve, reason, arguments, seen, agent.endings)
+    return context, _decided(context, state, head, seen, agent.endings, rest)
+
+
+Decision = tuple[bool, str, Mapping[str, Any] | None, Any]
+"""One decision as the driver applies it: approve, reason, edited arguments, answer (``NO_ANSWER``: none)."""
+
+
+@attrs.frozen
+class CallDecision:
+    """
+    A person's decision on one call of a reply reviewed whole: approve, approve with edited arguments,
+    reject (the model is told ``reason``), or answer (a call to a tool a person answers).
+
+    Made with :meth:`approved`, :meth:`edited`, :meth:`rejected` or :meth:`answered`; given to
+    :meth:`agent_fsm.Agent.resume` as ``reply={call_id: decision}``.
+    """
+
+    approve: bool = True
+    reason: str = ""
+    arguments: Mapping[str, Any] | None = None
+    answer: Any = NO_ANSWER
+
+    @classmethod
+    def approved(cls) -> CallDecision:
+        """Run the call as it stands."""
+        return cls()
+
+    @classmethod
+    def edited(cls, arguments: Mapping[str, Any]) -> CallDecision:
+        """Run the call with ``arguments`` instead (validated and gated afresh)."""
+        return cls(arguments=arguments)
+
+    @classmethod
+    def rejected(cls, reason: str = "") -> CallDecision:
+        """Do not run the call; the model is told ``reason``."""
+        return cls(approve=False, reason=reason)
+
+    @classmethod
+    def answered(cls, answer: Any) -> CallDecision:
+        """The call's result, given by the person (checked against the tool's result schema)."""
+        return cls(answer=answer)
+
+
+def _one_decision(approve: bool | None, reason: str, arguments: Mapping[str, Any] | None, answer: Any) -> Decision:
+    if answer is not NO_ANSWER:
+        if approve is False or arguments is not None:
+            raise TypeError("'answer' is the blocked call's result: give it alone (no approve=False, no arguments)")
+        approve = True
+    if not isinstance(approve, bool):
+        raise TypeError(f"'approve' must be a bool (got {approve!r} that is a {type(approve).__name__}).")
+    if arguments is not None and (not approve or not isinstance(arguments, Mapping)):
+        raise TypeError("'arguments' replaces the blocked call's arguments: a mapping, and only with approve=True")
+    return approve, reason, arguments, answer
+
+
+def reply_review(agent: Agent, state: RunState) -> list[ToolCall]:
+    """
+    The calls of the reply a paused ``state`` waits in that need a person, in order.
+
+    The blocked call, then each later call of the same reply that a person
+    answers or that the agent's gate asks about, judged now as the run will
+    judge it when it reaches the call (so a gate that changes its mind in
+    between may run or deny a call decided here: the run follows the gate).
+    """
+    tools = agent.tools
+    gate = agent.gate if agent.gate is not None else deny_effects(tools)
+    calls = [state.pending[0]]
+    for call in state.pending[1:]:
+        kind = judge(call, tools, gate, state=state).kind
+        if kind == "ask" or (kind == "allow" and person_tool(tools.get(call.name)) is not None):
+            calls.append(call)
+    return calls
+
+
+def check_reply(agent: Agent, state: RunState, reply: Mapping[str, CallDecision]) -> None:
+    """Refuse decisions on a paused reply that are partial, extra or wrong, before anything is decided."""
+    _reply_decisions(agent, state, reply)
+
+
+def _reply_decisions(
+    agent: Agent, state: RunState, reply: Mapping[str, CallDecision]
+) -> tuple[Decision, dict[str, Decision]]:
+    """Every call of the reviewed reply decided, each decision checked: the head's, and the rest by call id."""
+    if not isinstance(reply, Mapping) or not all(isinstance(d, CallDecision) for d in reply.values()):
+        raise TypeError("'reply' maps each call id of the reply to a CallDecision")
+    wanted = reply_review(agent, state)
+    ids = [call.call_id for call in wanted]
+    missing, extra = [i for i in ids if i not in reply], [i for i in reply if i not in ids]
+    if missing or extra:
+        said = [f"undecided: {missing}"] if missing else []
+        said += [f"not awaiting a person: {extra}"] if extra else []
+        raise DecisionRefused(
+            f"a reply is decided whole, each of {ids} once; " + "; ".join(said), "PartialDecision", state=state
+        )
+    decisions: dict[str, Decision] = {}
+    for index, call in enumerate(wanted):
+        given = reply[call.call_id]
+        one = _one_decision(given.approve, given.reason, given.arguments, given.answer)
+        if one[0] and index == 0:
+            check_answer(agent.tools, state, one[3])
+        elif one[0]:
+            _refuse_answer(call, person_tool(agent.tools.get(call.name)), one[3], state)
+        decisions[call.call_id] = one
+    return decisions.pop(ids[0]), decisions
+
+
+def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
+    """The call a paused ``state`` waits on, down through paused nested runs, and who answers it (``None``: nobody)."""
+    call = state.pending[0]
+    spec = tools.get(call.name)
+    child = state.children.get(call.call_id) if state.children else None
+    while child is not None and child.machine_state == "AwaitingApproval" and child.pending and spec is not None:
+        nested = getattr(spec.handler, "agent", None) if isinstance(spec.handler, Subrun) else None
+        if nested is None:
+            break
+        call = child.pending[0]
+        spec = nested.tools.get(call.name)
+        child = child.children.get(call.call_id) if child.children else None
+    return call, person_tool(spec)
+
+
+def check_answer(tools: Registry, state: RunState, answer: Any) -> None:
+    """
+    Refuse an approval of a call a person must answer, and an answer that is not the blocked call's to take.
+
+    Checked before anything is decided: a refused answer leaves the pause open, and the model never sees it.
+    """
+    call, person = answered_by(tools, state)
+    _refuse_answer(call, person, answer, state)
+
+
+def _refuse_answer(call: ToolCall, person: PersonAnswers | None, answer: Any, state: RunState) -> None:
+    if answer is NO_ANSWER:
+        if person is not None:
+            raise AnswerRefused(f"{call.name} asks a person for its result: answer it, or reject it", [], state=state)
+        return
+    if person is None:
+        raise AnswerRefused(f"{call.name} is not answered by a person: approve or reject it", [], state=state)
+    problems = person.errors(answer)
+    if problems:
+        raise AnswerRefused(
+            f"the answer does not meet the result schema of {call.name}: " + "; ".join(problems), problems, state=state
+        )
 
 
 def refuse_ungated(agent: Agent, state: RunState) -> None:
@@ -497,25 +660,15 @@ def _still_paused(state: RunState) -> None:
 def _decided(
     context: RunContext,
     state: RunState,
-    approve: bool,
-    reason: str,
-    arguments: Mapping[str, Any] | None,
+    decision: Decision,
     seen: Seen | None,
     endings: EndingRule | None,
+    rest: dict[str, Decision] | None = None,
 ) -> Steps[RunResult]:
     pause = state.pause
     assert pause is not None, "state_problem checks that a paused state holds its pause"
     work = context.state
-    nested = nested_pause(work)
-    if nested:
-        # The pause is inside the agent the blocked call runs: this agent's gate judges that call afresh
-        # (nobody edits it), and the decision itself goes down to the run that paused, judged there.
-        yield from _approve_delegation(context, pause.fingerprint)
-        context.decision = (approve, reason, arguments)
-    elif approve:
-        yield from _approve(context, pause.fingerprint, arguments)  # may consult the gate; runs nothing yet
-    else:
-        work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
+    nested = yield from _judge_decision(context, pause.fingerprint, decision)
     # Decided from here on: nothing ran before this point, so a failure above
     # leaves the pause open. Checked again after the gate was awaited: another
     # decision may have taken the pause meanwhile.
@@ -525,11 +678,47 @@ def _decided(
     state.consumed = True
     # An approval judged afresh to be refused (invalid now, denied, not the
     # call approved, no tool attempts left) leaves the pause as a rejection.
-    allowed = (approve or nested) and work.judgement is not None and work.judgement.kind == "allow"
+    allowed = (decision[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
     if nested and not allowed:  # the run it paused stays as it was, never to go on: what it spent is charged
         charge_nested(work, work.children[work.pending[0].call_id])
-    yield from MACHINE.steps(context, "approve" if allowed else "reject")
+    yield from _carry_out(context, decision, allowed, nested)
+    # The rest of a reply reviewed whole: each call the run pauses on next is decided as the person said,
+    # in this same step, and the run is committed once, where it rests after them.
+    while rest and work.machine_state == "AwaitingApproval" and work.pending[0].call_id in rest:
+        decision = rest.pop(work.pending[0].call_id)
+        assert work.pause is not None, "a run awaiting approval holds its pause"
+        covers, work.pause, work.pause_id = work.pause.fingerprint, None, None
+        nested = yield from _judge_decision(context, covers, decision)
+        allowed = (decision[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
+        if nested and not allowed:
+            charge_nested(work, work.children[work.pending[0].call_id])
+        yield from _carry_out(context, decision, allowed, nested)
     return _rest(context, endings)
+
+
+def _judge_decision(context: RunContext, covers: str, decision: Decision) -> Steps[bool]:
+    """Judge a decision on the call the run waits on afresh (nothing runs yet); whether that call's pause is nested."""
+    approve, reason, arguments, _ = decision
+    work = context.state
+    nested = nested_pause(work)
+    if nested:
+        # The pause is inside the agent the blocked call runs: this agent's gate judges that call afresh
+        # (nobody edits it), and the decision itself goes down to the run that paused, judged there.
+        yield from _approve_delegation(context, covers)
+        context.decision = decision
+    elif approve:
+        yield from _approve(context, covers, arguments)  # may consult the gate; runs nothing yet
+    else:
+        work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
+    return nested
+
+
+def _carry_out(context: RunContext, decision: Decision, allowed: bool, nested: bool) -> Steps[str]:
+    """Take the decision's edge out of the pause (an approval judged afresh to be refused is a rejection)."""
+    event = "approve" if allowed else "reject"
+    if allowed and not nested and decision[3] is not NO_ANSWER:
+        context.answer, event = decision[3], "answer"  # checked against the result schema, by this process
+    return (yield from MACHINE.steps(context, event))
 
 
 def nested_pause(state: RunState) -> bool:

@@ -267,8 +267,15 @@ RUN_MACHINE = MachineSpec(
         StateSpec(
             "AwaitingApproval",
             "paused",
-            "The gate asked for a human; resume() approves or rejects the blocked call.",
+            "The gate asked for a human, or the call's result is a person's; resume() approves, edits, rejects or"
+            " answers the blocked call.",
             stop=Stop.AWAITING_APPROVAL.value,
+        ),
+        StateSpec(
+            "TakingAnswer",
+            "working",
+            "A person's answer, valid against the call's result schema, becomes the call's result.",
+            on_enter=("take_answer",),
         ),
         StateSpec("Answered", "absorbing", "The model answered.", on_enter=("record_answer",), stop="answered"),
         StateSpec(
@@ -378,6 +385,13 @@ RUN_MACHINE = MachineSpec(
         Edge("Proposing", "judge", "Answered", guard="reply_has_no_calls", meaning="plain assistant message"),
         Edge("Proposing", "judge", "ToolLimit", guard="tool_budget_spent", meaning="no tool attempts left"),
         # An allowed call, the common case, is tried first: the judgements below exclude one another.
+        Edge(
+            "Proposing",
+            "judge",
+            "AwaitingApproval",
+            guard="answer_needed",
+            meaning="gate allows a call whose result a person gives",
+        ),
         Edge("Proposing", "judge", "Executing", guard="call_allowed", meaning="gate allows"),
         Edge("Proposing", "judge", "AwaitingApproval", guard="approval_needed", meaning="gate asks a human"),
         Edge("Proposing", "judge", "Denied", guard="tool_cap_reached", meaning="the tool's max_calls are spent"),
@@ -402,6 +416,19 @@ RUN_MACHINE = MachineSpec(
             meaning="next call of the same reply",
         ),
         Edge("Executing", "observe", "Ready", meaning="typed observation appended"),
+        Edge("TakingAnswer", "observe", "ToolEnded", guard="ended_by_tool", meaning="an answer that ends the run"),
+        Edge(
+            "TakingAnswer", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"
+        ),
+        Edge(
+            "TakingAnswer",
+            "observe",
+            "Proposing",
+            guard="calls_pending",
+            consumes="pending_calls",
+            meaning="next call of the same reply",
+        ),
+        Edge("TakingAnswer", "observe", "Ready", meaning="the answer appended as the call's result"),
         Edge("Denied", "observe", "NoProgress", guard="denial_repeated", meaning="same proposal rejected again"),
         Edge("Denied", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"),
         Edge(
@@ -438,6 +465,14 @@ RUN_MACHINE = MachineSpec(
             "Executing",
             consumes="decisions",
             meaning="a human approved the call, judged afresh",
+        ),
+        Edge(
+            "AwaitingApproval",
+            "answer",
+            "TakingAnswer",
+            guard="answer_given",
+            consumes="decisions",
+            meaning="a person answered the call, the answer valid against its result schema",
         ),
         Edge("AwaitingApproval", "reject", "Denied", meaning="a human rejected the call, or it failed afresh"),
     ),

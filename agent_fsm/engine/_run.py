@@ -118,7 +118,7 @@ from agent_fsm.engine._steps import (
     pause_for,
     together,
 )
-from agent_fsm.engine._tools import Registry, Subrun, ToolCall, measure, shown_to_model
+from agent_fsm.engine._tools import NO_ANSWER, Registry, Subrun, ToolCall, measure, person_tool, shown_to_model
 
 if TYPE_CHECKING:
     from agent_fsm.engine._agent import Agent
@@ -182,6 +182,11 @@ def _hands_over(tools: Registry) -> bool:
     )
 
 
+def _asks_people(tools: Registry) -> bool:
+    """Whether a person answers a tool of ``tools`` (a changing list may bring one later)."""
+    return hasattr(tools, "version") or any(person_tool(spec) is not None for spec in tools.values())
+
+
 RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("input screen", "Agent(screen_input=...)", ("task_unscreened",), lambda a, _: a.screen_input is not None),
     RunOption("compaction", "Agent(compact=...)", ("compaction_due",), lambda a, _: a.compact is not None),
@@ -196,6 +201,12 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     ),
     RunOption("per-tool caps", "ToolSpec(max_calls=...)", ("tool_cap_reached",), lambda a, _: _capped(a.tools)),
     RunOption("handoffs", "Agent.handoff()", ("handed_over",), lambda a, _: _hands_over(a.tools)),
+    RunOption(
+        "tools a person answers",
+        "ToolSpec.person(...)",
+        ("answer_needed", "answer_given"),
+        lambda a, _: _asks_people(a.tools),
+    ),
     RunOption(
         "tools that end the run",
         "ends_run(...)",
@@ -223,6 +234,7 @@ class RunContext:
 
     __slots__ = (
         "agent",
+        "answer",
         "answer_check",
         "approved",
         "authorized",
@@ -309,6 +321,8 @@ class RunContext:
         # saved, so authority to run a handler cannot come from a saved state.
         self.authorized: ToolCall | None = None
         self.approved = False  # the authorized call was approved by a person (its handler's context says so)
+        # A person's answer to the authorized call, checked against its result schema by this process; never saved.
+        self.answer: Any = NO_ANSWER
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
         # Hears a tool's progress during its call, set by a driver able to deliver it then (else: the outbox).
@@ -338,7 +352,7 @@ class RunContext:
         # this run executes next (approve, reason, arguments), passed down to the child it paused;
         # the effect a crash left in flight inside that child (the store's intent, a level down);
         # and the call whose handoff just ended, which ends this run.
-        self.decision: tuple[bool, str, Mapping[str, Any] | None] | None = None
+        self.decision: tuple[bool, str, Mapping[str, Any] | None, Any] | None = None
         self.recovering: Any = None
         self.handed: str | None = None
         self.depth = 0  # how many runs this one is nested in (0: the top run)
@@ -614,6 +628,19 @@ def approval_needed(run: RunContext) -> bool:
     """The gate asked for a human's decision."""
     judgement = run.state.judgement
     return judgement is not None and judgement.kind == "ask"
+
+
+def answer_needed(run: RunContext) -> bool:
+    """The gate allowed the head call, and a person gives its result."""
+    judgement = run.state.judgement
+    if judgement is None or judgement.kind != "allow":
+        return False
+    return person_tool(run.tools.get(run.state.pending[0].name)) is not None
+
+
+def answer_given(run: RunContext) -> bool:
+    """A person's answer to the head call was checked against its result schema by this process."""
+    return run.answer is not NO_ANSWER
 
 
 def call_allowed(run: RunContext) -> bool:
@@ -911,7 +938,12 @@ def judge_proposal(run: RunContext) -> Steps[None]:
                 call, run.tools, run.gate, state=state, limits=run.limits, perform=run.perform
             )
         state.judgement = judgement
-        if judgement.kind == "allow":
+        asked = judgement.reason
+        if judgement.kind == "allow" and spec is not None and person_tool(spec) is not None:
+            asked = f"{call.name} asks a person for its result"  # allowed: the person's answer is the call's effect
+            state.pause = open_pause(state, call, asked)
+            state.pause_id = state.pause.pause_id
+        elif judgement.kind == "allow":
             run.authorized = call
         elif judgement.kind == "ask":
             state.pause = open_pause(state, call, judgement.reason)
@@ -919,10 +951,8 @@ def judge_proposal(run: RunContext) -> Steps[None]:
         if listening:
             now = time.time()
             run.post(events.Judged(run.run_id, now, call.call_id, call.name, judgement.kind, judgement.reason))
-            if state.pause is not None and judgement.kind == "ask":
-                run.post(
-                    events.Paused(run.run_id, now, state.pause.pause_id, call.call_id, call.name, judgement.reason)
-                )
+            if state.pause is not None:
+                run.post(events.Paused(run.run_id, now, state.pause.pause_id, call.call_id, call.name, asked))
 
 
 def _not_offered(run: RunContext, call: ToolCall) -> str | None:
@@ -1046,6 +1076,19 @@ def _start_together(run: RunContext) -> Steps[None]:
     run.prefetched = {call.call_id: (call, outcome) for call, outcome in zip(batch, outcomes, strict=True)}
 
 
+def take_answer(run: RunContext) -> None:
+    """Record a person's answer, checked against the result schema by this process, as the head call's result."""
+    state = run.state
+    call = state.pending[0]
+    answer, run.answer = run.answer, NO_ANSWER
+    if run.authorized is not call or answer is NO_ANSWER:
+        raise RunError(f"call {call.call_id!r} was answered without a decision made by this process", state=state)
+    run.authorized = None
+    state.tool_attempts += 1  # the person did the call's work: it counts as the call's one attempt
+    _record_use(run, call)
+    _observe(run, Observation(call.call_id, True, "result", answer))
+
+
 def _record_use(run: RunContext, call: ToolCall) -> None:
     if run.tools[call.name].max_calls is not None:
         uses = run.state.tool_uses
@@ -1129,6 +1172,8 @@ MACHINE = compile_machine(
             tool_cap_reached,
             call_rejected,
             approval_needed,
+            answer_needed,
+            answer_given,
             call_allowed,
             calls_pending,
             handed_over,
@@ -1138,6 +1183,7 @@ MACHINE = compile_machine(
             compact_prompt,
             take_proposal,
             execute_call,
+            take_answer,
             record_rejection,
             record_answer,
             record_handover,

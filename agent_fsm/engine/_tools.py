@@ -41,8 +41,11 @@ __all__ = [
     "measure",
     "contract_digest",
     "call_fingerprint",
+    "NO_ANSWER",
+    "PersonAnswers",
     "Registry",
     "Subrun",
+    "person_tool",
     "TOOL_NAME",
     "ToolCall",
     "ToolSpec",
@@ -479,6 +482,20 @@ class ToolSpec:
             shown = None
         object.__setattr__(self, "_shown", shown)
 
+    @classmethod
+    def person(
+        cls, description: str, schema: Mapping[str, Any], *, result: Mapping[str, Any], max_calls: int | None = None
+    ) -> ToolSpec:
+        """
+        A tool whose result a person gives: no handler, every call pauses for the person's answer.
+
+        ``schema`` is the question (what the model passes, validated like any
+        call's arguments); ``result`` the JSON Schema the answer must meet. The
+        gate judges each call before the person is asked; an answer that breaks
+        ``result`` is refused to the person and never reaches the model.
+        """
+        return cls(description, schema, PersonAnswers(result), max_calls=max_calls)
+
     def errors(self, arguments: Any) -> list[str]:
         """Every way ``arguments`` breaks the contract, as readable lines (empty when valid)."""
         if self._checker is not None and self._checker(arguments):
@@ -510,6 +527,60 @@ class ToolSpec:
 
 Registry = Mapping[str, ToolSpec]
 """A registry maps tool names to contracts. No other name is ever resolved."""
+
+
+class _NoAnswer:
+    """The absence of a person's answer (``None`` is an answer a schema may allow)."""
+
+    def __repr__(self) -> str:
+        return "NO_ANSWER"
+
+
+NO_ANSWER: Any = _NoAnswer()
+"""No answer given: the default of every ``answer=`` parameter."""
+
+
+class PersonAnswers:
+    """
+    The handler of a tool whose result a person gives (see :meth:`ToolSpec.person`): it never runs.
+
+    Every call to such a tool pauses the run once the gate has judged it;
+    the person's answer, checked against ``result`` (a JSON Schema), becomes
+    the call's ``result`` observation. Called as a plain function it refuses:
+    only a person can answer.
+    """
+
+    def __init__(self, result: Mapping[str, Any]) -> None:
+        if not isinstance(result, Mapping):
+            raise ToolDefinitionError(f"result must be a JSON Schema mapping, got {type(result).__name__}")
+        schema = dict(result)
+        problem = schema_problem(schema)
+        if problem is not None:
+            raise ToolDefinitionError(f"invalid result schema: {problem}")
+        self.result = schema
+        self._validator: Any = None
+
+    def __call__(self, **arguments: Any) -> Any:
+        raise ToolError("a person answers this tool: resume the paused run with answer=")
+
+    def __repr__(self) -> str:
+        return f"PersonAnswers({self.result!r})"
+
+    def errors(self, answer: Any) -> list[str]:
+        """Every way ``answer`` breaks the result schema, as readable lines (empty when valid)."""
+        if self._validator is None:
+            self._validator = make_validator(self.result)
+        found = []
+        for error in sorted(self._validator.iter_errors(answer), key=lambda e: list(map(str, e.path))):
+            where = "/".join(str(p) for p in error.path)
+            found.append(f"{where}: {error.message}" if where else error.message)
+        return found
+
+
+def person_tool(spec: ToolSpec | None) -> PersonAnswers | None:
+    """The person who answers ``spec``'s calls, or ``None`` for a tool with a handler of its own."""
+    handler = None if spec is None else spec.handler
+    return handler if isinstance(handler, PersonAnswers) else None
 
 
 class Subrun:
@@ -753,6 +824,8 @@ def contract_digest(tools: Registry) -> str:
         cap = "" if spec.max_calls is None else f"\x00max_calls={spec.max_calls}"  # a cap is a rule of the contract
         if isinstance(spec.handler, Subrun):  # the contracts of the agent it runs are part of this tool's
             cap += f"\x00runs={spec.handler.contracts()}"
+        elif isinstance(spec.handler, PersonAnswers):  # what a person must answer is part of the contract
+            cap += f"\x00answers={json.dumps(spec.handler.result, sort_keys=True, default=repr)}"
         parts.append(f"{name}\x00{shown}\x00{spec.effectful:d}{spec.idempotent:d}{cap}")
     import hashlib
 

@@ -29,7 +29,7 @@ from agent_fsm.store.errors import (
     StoreError,
 )
 from agent_fsm.store.forks import fork
-from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, approve, reject
+from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, answer, approve, decide_reply, reject, reply_of
 from agent_fsm.store.listing import MAX_PAGE, PausedFilter, PausedPage
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
@@ -64,7 +64,10 @@ __all__ = [
     # Deciding and recovering
     "DifferentAgent",
     "agent_mismatch",
+    "answer",
     "approve",
+    "decide_reply",
+    "reply_of",
     "reject",
     "recover",
     "Recovered",

@@ -16,13 +16,17 @@ from typing import Any
 
 from agent_fsm import Agent
 from agent_fsm.engine import (
+    NO_ANSWER,
     OUTCOME_UNKNOWN,
+    CallDecision,
     EventSink,
     Nested,
     RunResult,
     RunState,
     ToolCall,
     blocked_call,
+    check_answer,
+    check_reply,
     deny_effects,
     judge,
     refuse_ungated,
@@ -31,7 +35,7 @@ from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun
 
-__all__ = ["DifferentAgent", "agent_mismatch", "approve", "reject"]
+__all__ = ["DifferentAgent", "agent_mismatch", "answer", "approve", "decide_reply", "reject", "reply_of"]
 
 
 class DifferentAgent(UserWarning):
@@ -122,10 +126,12 @@ def approve(
     Raises:
         AlreadyDecided: the pause was decided by someone else first, or is not open.
         UngatedApproval: the call is effectful and the agent deciding it has no gate (nothing is decided).
+        AnswerRefused: the call is one a person answers (use :func:`answer`); nothing is decided.
         ValueError: no reviewer was named, or the edited call is invalid or denied.
         TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
     """
     stored = _open_pause(store, run_id, agent, pause_id, reviewer)
+    check_answer(agent.tools, stored.state, NO_ANSWER)  # a call a person answers is never approved blank
     refuse_ungated(agent, stored.state)  # before the decision is recorded: it could not be carried out
     edited = None
     if arguments is not None:
@@ -178,3 +184,100 @@ def reject(
     if (stored.summary.reason or "").startswith(OUTCOME_UNKNOWN):
         told = f"recorded as not run ({reason or 'no reason given'})"
     return agent.resume(decided.state, approve=False, reason=told, store=store, run_id=run_id, on_event=on_event)
+
+
+def answer(
+    store: RunStore,
+    run_id: str,
+    agent: Agent,
+    *,
+    reviewer: str,
+    answer: Any,
+    pause_id: str | None = None,
+    on_event: EventSink | None = None,
+) -> RunResult:
+    """
+    Answer the stored run's blocked call, a call to a tool a person answers, and continue the run here as ``agent``.
+
+    The answer is checked against the tool's result schema before anything is
+    decided: a wrong answer raises :class:`~agent_fsm.AnswerRefused` and the
+    pause stays open. The decision is recorded as ``answer``, with the reviewer
+    and the answer given (``{"answer": VALUE}`` in its ``arguments``).
+
+    Raises:
+        AnswerRefused: the answer does not meet the result schema, or the call is not a person's to answer.
+        AlreadyDecided: the pause was decided by someone else first, or is not open.
+        ValueError: no reviewer was named.
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
+    """
+    stored = _open_pause(store, run_id, agent, pause_id, reviewer)
+    check_answer(agent.tools, stored.state, answer)
+    decided = store.decide(
+        run_id, stored.summary.pause_id or "", "answer", reviewer=reviewer, arguments={"answer": answer}
+    )
+    return agent.resume(decided.state, answer=answer, store=store, run_id=run_id, on_event=on_event)
+
+
+def reply_of(data: Any) -> dict[str, CallDecision]:
+    """
+    A reply's decisions from their JSON form: ``{call_id: {"approve": true} | {"arguments": {...}} |
+    {"reject": "reason"} | {"answer": VALUE}}``, one key each.
+
+    Raises:
+        ValueError: the form is not that, saying where.
+    """
+    if not isinstance(data, Mapping) or not data:
+        raise ValueError("a reply's decisions are an object mapping each call id to its decision")
+    found: dict[str, CallDecision] = {}
+    for call_id, given in data.items():
+        if not isinstance(given, Mapping) or len(given) != 1:
+            raise ValueError(f"call {call_id!r}: one of approve, arguments, reject or answer")
+        ((kind, value),) = given.items()
+        if kind == "approve" and value is True:
+            found[call_id] = CallDecision.approved()
+        elif kind == "arguments" and isinstance(value, Mapping):
+            found[call_id] = CallDecision.edited(value)
+        elif kind == "reject" and isinstance(value, str):
+            found[call_id] = CallDecision.rejected(value)
+        elif kind == "answer":
+            found[call_id] = CallDecision.answered(value)
+        else:
+            raise ValueError(f"call {call_id!r}: {kind!r} is not approve (true), arguments, reject (text) or answer")
+    return found
+
+
+def _said(decision: CallDecision) -> dict[str, Any]:
+    if decision.answer is not NO_ANSWER:
+        return {"answer": decision.answer}
+    if not decision.approve:
+        return {"reject": decision.reason}
+    return {"approve": True} if decision.arguments is None else {"arguments": dict(decision.arguments)}
+
+
+def decide_reply(
+    store: RunStore,
+    run_id: str,
+    agent: Agent,
+    *,
+    reviewer: str,
+    reply: Mapping[str, CallDecision],
+    pause_id: str | None = None,
+    on_event: EventSink | None = None,
+) -> RunResult:
+    """
+    Decide every call of the stored run's paused reply at once (see :meth:`agent_fsm.Agent.reply_review`),
+    and continue the run here as ``agent``; one decision record, ``reply``, holds each call's decision.
+
+    Every decision is checked before anything is decided: a partial one (a call of the reply left undecided,
+    or one that awaits nobody) and a wrong answer are refused, the pause left open.
+
+    Raises:
+        DecisionRefused: the decisions are partial (kind ``PartialDecision``) or an answer is wrong.
+        AlreadyDecided: the pause was decided by someone else first, or is not open.
+        ValueError: no reviewer was named.
+    """
+    stored = _open_pause(store, run_id, agent, pause_id, reviewer)
+    check_reply(agent, stored.state, reply)
+    calls = {call_id: _said(decision) for call_id, decision in reply.items()}
+    decided = store.decide(run_id, stored.summary.pause_id or "", "reply", reviewer=reviewer, arguments=calls)
+    return agent.resume(decided.state, reply=reply, store=store, run_id=run_id, on_event=on_event)

@@ -57,7 +57,8 @@ class RunHandle:
             decided: str = await self.handle.execute_update(kind, decision)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type in ("AlreadyDecided", "NotPaused", "BadDecision"):
+            refusals = ("AlreadyDecided", "NotPaused", "BadDecision", "BadAnswer")
+            if isinstance(cause, ApplicationError) and cause.type in refusals:
                 error = AlreadyDecided if cause.type == "AlreadyDecided" else DecisionRefused
                 raise error(cause.message, cause.type) from exc
             raise
@@ -97,6 +98,17 @@ class RunHandle:
             DecisionRefused: the run is not paused there.
         """
         return await self._decide("reject", {"reviewer": reviewer, "reason": reason, "pause_id": pause_id})
+
+    async def answer(self, *, reviewer: str, answer: Any, pause_id: str | None = None) -> str:
+        """
+        Answer the pause ``pause_id`` (default: the one open now), a call to a tool a person answers.
+
+        Raises:
+            AlreadyDecided: that pause was decided already.
+            DecisionRefused: the run is not paused there, or the answer breaks the tool's result schema
+                (kind ``BadAnswer``; nothing is decided).
+        """
+        return await self._decide("answer", {"reviewer": reviewer, "answer": answer, "pause_id": pause_id})
 
 
 async def start_run(

@@ -30,6 +30,7 @@ from agent_fsm.engine import (
     Gate,
     Intent,
     Nested,
+    PersonAnswers,
     ProviderFailure,
     RunState,
     ToolCall,
@@ -181,7 +182,8 @@ def tools_of(
     agent: str, definition: AgentDefinition, nested: Callable[[str], Agent] | None = None
 ) -> dict[str, ToolSpec]:
     """
-    The agent's tools with their contracts, each handler replaced by its activity.
+    The agent's tools with their contracts, each handler replaced by its activity (a tool a person answers
+    has no handler to replace: it is kept as declared).
 
     A tool that runs another agent (:class:`~agent_fsm.engine.Nested`) is
     not an activity: the nested run is steps of this one, so it runs here,
@@ -195,6 +197,8 @@ def tools_of(
             inner = Nested(handler.agent, hands_over=handler.hands_over, task=handler.task, passes=handler.passes)
             inner.agent = nested(handler.agent.name or "")
             tools[name] = attrs.evolve(spec, handler=inner)
+        elif isinstance(handler, PersonAnswers):  # a person answers it: no activity, the run pauses on each call
+            tools[name] = spec
         else:
             tools[name] = _proxy(agent, name, spec, definition.timeouts)
     return tools

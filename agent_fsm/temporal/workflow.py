@@ -23,6 +23,8 @@ from temporalio.exceptions import ApplicationError
 
 from agent_fsm import Agent
 from agent_fsm.engine import (
+    NO_ANSWER,
+    AnswerRefused,
     HandlerError,
     Nested,
     RunError,
@@ -33,6 +35,7 @@ from agent_fsm.engine import (
     Verdict,
     acontinue_run,
     blocked_call,
+    check_answer,
     judge,
 )
 from agent_fsm.temporal.codec import result_json
@@ -128,18 +131,19 @@ class RunWorkflow:
             assert decision is not None
             self._resting = None
             paused = result.state
-            approve = decision["decision"] == "approve"
-            result = await self._drive(
-                start,
-                agent.aresume(
+            if decision["decision"] == "answer":
+                resumed = agent.aresume(paused, answer=decision["answer"], store=log, run_id=run_id)
+            else:
+                approve = decision["decision"] == "approve"
+                resumed = agent.aresume(
                     paused,
                     approve=approve,
                     reason=decision.get("reason") or "",
                     arguments=decision.get("arguments") if approve else None,
                     store=log,
                     run_id=run_id,
-                ),
-            )
+                )
+            result = await self._drive(start, resumed)
         self._resting = result
         return result_json(result)
 
@@ -205,6 +209,13 @@ class RunWorkflow:
         reviewer = decision.get("reviewer")
         if not isinstance(reviewer, str) or not reviewer:
             raise _refuse("BadDecision", "a decision names its reviewer (a non-empty str)")
+        if kind == "answer" and "answer" not in decision:
+            raise _refuse("BadAnswer", "an answer decision carries its 'answer'")
+        if kind != "reject":  # an answer meets its result schema; a call a person answers is never approved blank
+            try:
+                check_answer(self._agent.tools, resting.state, decision.get("answer", NO_ANSWER))
+            except AnswerRefused as exc:
+                raise _refuse("BadAnswer", exc.message) from None
         arguments = decision.get("arguments")
         if arguments is None:
             return
@@ -260,3 +271,12 @@ class RunWorkflow:
     @reject.validator
     def _rejectable(self, decision: dict[str, Any]) -> None:
         self._check(decision, "reject")
+
+    @workflow.update(name="answer")
+    def answer(self, decision: dict[str, Any]) -> str:
+        """Answer the open pause, a call to a tool a person answers (checked against its result schema)."""
+        return self._take(decision, "answer")
+
+    @answer.validator
+    def _answerable(self, decision: dict[str, Any]) -> None:
+        self._check(decision, "answer")

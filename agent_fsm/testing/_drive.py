@@ -22,11 +22,13 @@ from agent_fsm.engine import (
     RunResult,
     Stop,
     ToolCall,
+    answered_by,
     content_text,
     deny_effects,
     has_parts,
 )
 from agent_fsm.testing._coverage import Coverage
+from agent_fsm.testing._enumeration import plain_answer
 from agent_fsm.testing._watchdog import Runaway, _Watched, runaway_violation, watchdog_calls
 
 __all__ = [
@@ -183,10 +185,23 @@ def _driven(
             approve = decide(result.blocked_on)
             if approve:
                 approved.append(result.blocked_on.call_id)
-            result = agent.resume(result.state, approve=approve)
+            result = decide_pause(agent, result, approve)
     except Runaway as runaway:
         raise runaway_violation(runaway, limits) from None
     return Outcome(result, world, chosen, tuple(approved), agent)
+
+
+def decide_pause(agent: Agent, result: RunResult, approve: bool) -> RunResult:
+    """
+    Approve or reject the pause ``result`` rests in; a call a person answers is answered, when approved.
+
+    The answer is the simplest value its result schema accepts: the kit's person says yes by answering.
+    """
+    if approve:
+        _call, person = answered_by(agent.tools, result.state)
+        if person is not None:
+            return agent.resume(result.state, answer=plain_answer(person.result))
+    return agent.resume(result.state, approve=approve)
 
 
 def describe_run(result: RunResult) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, find
 from hypothesis import settings as Settings
 
-from agent_fsm.engine import ToolSpec
+from agent_fsm.engine import NO_ANSWER, ToolSpec
 from agent_fsm.testing._formats import is_format
 from agent_fsm.testing._schema import schema_values
 from agent_fsm.testing._sums import integer_bounds, split_sum, summed_fields
@@ -154,6 +154,14 @@ def contract_cases(tool: ToolSpec, constants: tuple[Any, ...] = (), *, limit: in
     if len(cases) > limit:
         return []
     return [case for case in cases if not tool.errors(case)]
+
+
+def plain_answer(result: Mapping[str, Any]) -> Any:
+    """The simplest answer a result schema accepts (:data:`~agent_fsm.engine.NO_ANSWER` if none is found)."""
+    try:
+        return _plain(result)
+    except Exception:  # no value found, or a schema outside the supported subset
+        return NO_ANSWER
 
 
 def plain_arguments(tool: ToolSpec) -> dict[str, Any] | None:

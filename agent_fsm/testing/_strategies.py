@@ -24,6 +24,7 @@ from agent_fsm.engine import (
     Limits,
     Model,
     ModelReply,
+    PersonAnswers,
     Price,
     Prices,
     ProviderFailure,
@@ -62,6 +63,8 @@ __all__ = [
     "reported_replies",
     "scripted_models",
     "scripts",
+    "answers",
+    "invalid_answers",
     "tasks",
     "thoughts",
     "tool_arguments",
@@ -93,6 +96,25 @@ def invalid_arguments(tools: Registry, name: str) -> st.SearchStrategy[Any]:
     """Argument values tool ``name``'s contract refuses: wrong types, missing or extra fields, broken bounds."""
     tool = tools[name]
     return schema_violations(tool.json_schema).filter(lambda args: bool(tool.errors(args)))
+
+
+def _person(tools: Registry, name: str) -> PersonAnswers:
+    person = tools[name].handler
+    if not isinstance(person, PersonAnswers):
+        raise TypeError(f"tool {name!r} is not one a person answers (declare it with ToolSpec.person)")
+    return person
+
+
+def answers(tools: Registry, name: str, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[Any]:
+    """Answers a person could give a call to tool ``name`` that its result schema accepts."""
+    person = _person(tools, name)
+    return schema_values(person.result, constants).filter(lambda value: not person.errors(value))
+
+
+def invalid_answers(tools: Registry, name: str) -> st.SearchStrategy[Any]:
+    """Answers tool ``name``'s result schema refuses: wrong types, missing or extra fields, broken bounds."""
+    person = _person(tools, name)
+    return schema_violations(person.result).filter(lambda value: bool(person.errors(value)))
 
 
 def _refusable(tools: Registry) -> list[str]:

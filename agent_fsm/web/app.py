@@ -32,11 +32,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_fsm import Agent
-from agent_fsm.engine import blocked_call
+from agent_fsm.engine import answered_by, blocked_call
 from agent_fsm.store import AlreadyDecided, BadCursor, ClaimTaken, DamagedRun, RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.web.auth import Reviewers, Session, Sessions
-from agent_fsm.web.decisions import FormRefused, apply, read_form
+from agent_fsm.web.decisions import FormRefused, answer_fields, apply, read_form
 from agent_fsm.web.listing import back_to, listed_row, listing, page_stamp, read_query, shown_claim
 from agent_fsm.web.pages import render_page, run_context
 from agent_fsm.web.timeline import pretty_json
@@ -64,6 +64,8 @@ _NOTICES = {
     "approve": "You approved the call.",
     "edit": "You approved the call with your edited arguments.",
     "reject": "You rejected the call; the model was told your reason.",
+    "answer": "You answered the call; your answer is its result.",
+    "reply": "You decided every call of the reply.",
 }
 
 
@@ -326,9 +328,15 @@ def inbox_app(
         blocked = stored.summary.blocked if stored.status == "paused" else None
         blocked_path: tuple[str, ...] = ()
         state = stored.state
+        fields = None
+        review: list[Any] = []
         if blocked is not None and state.machine_state == "AwaitingApproval" and state.pending:
             # a nested pause: the person decides the innermost call (an edit edits it), under the calls leading to it
             blocked, blocked_path = blocked_call(state)
+            person = answered_by(agent.tools, state)[1]  # the deciding agent's declaration, never the saved state
+            fields = None if person is None else answer_fields(person.result)
+            if len(blocked_path) <= 1:
+                review = await run_in_threadpool(_reply_review, state)
         notice = _NOTICES.get(request.query_params.get("decided", ""))
         return page(
             request,
@@ -338,6 +346,9 @@ def inbox_app(
             blocked=blocked,
             blocked_path=blocked_path,
             blocked_arguments=pretty_json(blocked.arguments) if blocked is not None else "",
+            answer_fields=fields,
+            review=review if len(review) > 1 else [],
+            review_json=pretty_json({call.call_id: {"approve": True} for call in review}),
             notice=notice,
             moving=request.query_params.get("moving") == "1",
             live_url=f"/runs/{quote(run_id, safe='')}/status.json",
@@ -348,6 +359,13 @@ def inbox_app(
             here=f"/runs/{quote(run_id, safe='')}",
             **context,
         )
+
+    def _reply_review(state: Any) -> list[Any]:
+        """The calls of the paused reply a person decides together (none when the gate cannot say now)."""
+        try:
+            return agent.reply_review(state)
+        except Exception:  # an async gate, or one that fails: the calls are decided one by one
+            return []
 
     async def run_stamp(request: Request, session: Session) -> Response:
         run_id = request.path_params["run_id"]

@@ -17,14 +17,15 @@ from typing import Any
 import attrs
 
 from agent_fsm import Agent
-from agent_fsm.engine import DEPTH_CEILING, RunResult, UngatedApproval, nesting_exceeds
-from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, approve, reject
+from agent_fsm.engine import DEPTH_CEILING, RunResult, UngatedApproval, answered_by, nesting_exceeds
+from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, answer, approve, decide_reply, reject, reply_of
 from agent_fsm.store.protocol import RunStore
 
-__all__ = ["ACTIONS", "FormRefused", "Request", "apply", "read_form"]
+__all__ = ["ACTIONS", "FormRefused", "Request", "answer_fields", "apply", "read_form"]
 
-ACTIONS = ("approve", "edit", "reject")
-"""What a form may ask: approve the call as it is, approve it with edited arguments, or reject it."""
+ACTIONS = ("approve", "edit", "reject", "answer", "reply")
+"""What a form may ask: approve the call as it is, approve it with edited arguments, reject it, answer it,
+or decide every call of the reply at once."""
 
 MAX_REASON = 2000
 
@@ -55,6 +56,81 @@ class Request:
     action: str
     arguments: dict[str, Any] | None = None
     reason: str | None = None
+    fields: dict[str, str] | None = None  # an answer's form fields, read against the result schema by apply
+    reply: dict[str, Any] | None = None  # a whole reply's decisions, in the JSON form reply_of reads
+
+
+@attrs.frozen
+class Field:
+    """One input of the answer form, made from a property of the result schema."""
+
+    name: str
+    kind: str  # text, integer, number, boolean, choice, json
+    required: bool
+    options: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+def answer_fields(result: Mapping[str, Any]) -> list[Field]:
+    """
+    The answer form's inputs for a result schema: one per property of an object schema (a choice for an
+    enum, a number box for numbers, a check box for a boolean, text, or JSON for anything richer), or one JSON
+    box for any other schema. The browser checks what HTML can (required, bounds, choices); the server checks all.
+    """
+    properties = result.get("properties") if result.get("type") == "object" else None
+    if not isinstance(properties, Mapping) or not properties:
+        return [Field("answer", "json", True)]
+    required = set(result.get("required") or ())
+    fields = []
+    for name, schema in properties.items():
+        schema = schema if isinstance(schema, Mapping) else {}
+        kind = schema.get("type")
+        if isinstance(schema.get("enum"), list) and all(isinstance(v, str) for v in schema["enum"]):
+            fields.append(Field(name, "choice", name in required, tuple(schema["enum"])))
+        elif kind in ("integer", "number"):
+            fields.append(Field(name, kind, name in required, (), schema.get("minimum"), schema.get("maximum")))
+        elif kind == "boolean":
+            fields.append(Field(name, "boolean", False))
+        elif kind == "string":
+            fields.append(Field(name, "text", name in required))
+        else:
+            fields.append(Field(name, "json", name in required))
+    return fields
+
+
+def _answer_of(fields: list[Field], given: Mapping[str, str]) -> Any:
+    """The answer the form's fields give, typed by the schema; refused (422) where a field cannot be read."""
+    if len(fields) == 1 and fields[0].name == "answer" and fields[0].kind == "json" and "answer" in given:
+        return _json_field("answer", given.get("answer", ""))
+    value: dict[str, Any] = {}
+    for field in fields:
+        raw = given.get(field.name, "")
+        if field.kind == "boolean":
+            value[field.name] = raw in ("on", "true")
+            continue
+        if raw == "" and not field.required:
+            continue
+        if field.kind in ("integer", "number"):
+            try:
+                value[field.name] = int(raw) if field.kind == "integer" else float(raw)
+            except ValueError:
+                raise FormRefused(422, "The answer was refused", f"{field.name}: {raw!r} is not a number") from None
+        elif field.kind == "json":
+            value[field.name] = _json_field(field.name, raw)
+        else:
+            value[field.name] = raw
+    return value
+
+
+def _json_field(name: str, text: str) -> Any:
+    try:
+        found = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # not JSON, a number too long, nesting Python cannot read
+        raise FormRefused(422, "The answer was refused", f"{name} is not JSON Python can read: {exc}") from None
+    if nesting_exceeds(found, DEPTH_CEILING):
+        raise FormRefused(422, "The answer was refused", f"{name} nests deeper than {DEPTH_CEILING} levels")
+    return found
 
 
 def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
@@ -86,6 +162,20 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
                 422, "The edit cannot be read", f"the edited arguments nest deeper than {DEPTH_CEILING} levels"
             )
         return Request(run_id, pause_id, "edit", arguments=arguments)
+    if action == "reply":
+        text = form.get("reply")
+        try:
+            reply = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError) as exc:
+            raise FormRefused(422, "The review is not JSON", f"the reply's decisions: {exc}") from None
+        if not isinstance(reply, dict) or nesting_exceeds(reply, DEPTH_CEILING):
+            raise FormRefused(422, "The review is not an object", "the reply's decisions map each call id to one")
+        return Request(run_id, pause_id, "reply", reply=reply)
+    if action == "answer":
+        fields = {k[len("answer.") :]: v for k, v in form.items() if k.startswith("answer.") and isinstance(v, str)}
+        if isinstance(form.get("answer"), str):
+            fields["answer"] = form["answer"]
+        return Request(run_id, pause_id, "answer", fields=fields)
     if action == "reject":
         reason = form.get("reason")
         reason = reason.strip() if isinstance(reason, str) else ""
@@ -111,6 +201,14 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
     try:
         if request.action == "reject":
             return reject(store, request.run_id, agent, reason=request.reason or "", **how)
+        if request.action == "reply":
+            return decide_reply(store, request.run_id, agent, reply=reply_of(request.reply), **how)
+        if request.action == "answer":
+            _call, person = answered_by(agent.tools, store.load(request.run_id).state)
+            if person is None:
+                raise FormRefused(422, "The answer was refused", "this call is not one a person answers")
+            given = _answer_of(answer_fields(person.result), request.fields or {})
+            return answer(store, request.run_id, agent, answer=given, **how)
         return approve(store, request.run_id, agent, arguments=request.arguments, **how)
     except AlreadyDecided as exc:
         raise FormRefused(
@@ -122,7 +220,12 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
         raise FormRefused(422, "This call cannot be approved here", f"{exc}. Nothing was decided.") from None
     except StoreError:
         raise
+    except FormRefused:
+        raise
     except ValueError as exc:
-        raise FormRefused(422, "The edit was refused", f"{exc}. Nothing was decided.") from None
+        title = {"answer": "The answer was refused", "reply": "The review was refused"}.get(
+            request.action, "The edit was refused"
+        )
+        raise FormRefused(422, title, f"{exc}. Nothing was decided.") from None
     finally:
         store.close()
