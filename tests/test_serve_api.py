@@ -137,7 +137,12 @@ def test_an_edit_is_judged_by_the_tool_contract_and_a_rejection_tells_the_model(
         assert http.get(f"/runs/{run_id}").json()["status"] == "paused"
         no_reason = http.post(f"/runs/{run_id}/decision", json={"decision": "reject", "pause_id": pause})
         assert no_reason.status_code == 422
-        unknown = http.post(f"/runs/{run_id}/decision", json={"decision": "answer", "pause_id": pause})
+        unanswered = http.post(f"/runs/{run_id}/decision", json={"decision": "answer", "pause_id": pause})
+        assert unanswered.status_code == 422  # an answer without its value
+        not_asked = {"decision": "answer", "pause_id": pause, "answer": {"paid": True}}
+        answered = http.post(f"/runs/{run_id}/decision", json=not_asked)  # the call is not a person's to answer
+        assert answered.status_code == 422 and answered.json()["error"]["code"] == "decision_refused"
+        unknown = http.post(f"/runs/{run_id}/decision", json={"decision": "shrug", "pause_id": pause})
         assert unknown.status_code == 422
         rejected = http.post(f"/runs/{run_id}/decision", json={"decision": "reject", "pause_id": pause, "reason": "no"})
         assert rejected.status_code == 202, rejected.text

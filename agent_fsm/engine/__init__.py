@@ -23,11 +23,12 @@ each, layered so that each imports only those above it in this list::
     _state        the run's state and result, each field declaring how it is saved; their invariants
     _resting      the compact form a paused run's state rests in until it is used
     _events       run events as plain data
-    _spending     what a run spends: each call charged, the worst case checked before it, tool caps
+    _spending     what a run spends: each call charged, the worst case checked before it, tool caps, denials
     _gates        gates and screens: the judges the engine consults, and their verdicts
     _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
     _invariants   what every run must satisfy
     _analysis     the static checker: termination proved from the table
+    _options      which states and edges each option of an agent brings (Agent.machine, the driven table)
     _run          THE LOOP: the run in flight, the machine's guards and effects
     _launch       the seam: a run set going, rested, decided once, recovered after a crash
     _nesting      agents inside agents: an agent as a tool, a handoff; bounded budgets, nested pauses
@@ -181,7 +182,8 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
-from agent_fsm.engine._run import RUN_OPTIONS, AnswerCheck, RunContext, RunOption
+from agent_fsm.engine._options import RUN_OPTIONS, RunOption
+from agent_fsm.engine._run import AnswerCheck, RunContext
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
     Judgement,

@@ -41,8 +41,9 @@ from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, MachineSpec
 from agent_fsm.engine._messages import Task, TokenEstimator, estimate_tokens
 from agent_fsm.engine._models import Model
+from agent_fsm.engine._options import ruled_out
 from agent_fsm.engine._resting import rest
-from agent_fsm.engine._run import AnswerCheck, ruled_out
+from agent_fsm.engine._run import AnswerCheck
 from agent_fsm.engine._schema import OutputSpec, output_spec
 from agent_fsm.engine._state import RunResult, RunState
 from agent_fsm.engine._steps import drive, iterate, perform_now

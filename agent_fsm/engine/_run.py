@@ -8,10 +8,10 @@ bound to the guards and effects below) then moves the run edge by edge
 until it rests, and :mod:`~agent_fsm.engine._launch` gives the result. Guards are pure
 predicates; effects are the on-enter callbacks that ask the model, judge
 proposals and cross the effect boundary. The sections below, in order:
-the options of an agent (which guards each makes possible: the table a run
-tries, and ``Agent.machine()``, are cut by them), the context, no-progress
-bookkeeping, guards, effects (how a run is set going, rests, is decided and
-recovers is :mod:`~agent_fsm.engine._launch`).
+the context, guards, effects (which guards an agent's options make possible
+is :mod:`~agent_fsm.engine._options`; the repeated-denials bookkeeping is
+:mod:`~agent_fsm.engine._spending`; how a run is set going, rests, is
+decided and recovers is :mod:`~agent_fsm.engine._launch`).
 
 A declaration bound to its guard and effect functions: one ``transitions.Machine`` per process.
 
@@ -31,16 +31,6 @@ object; the drivers build it once per call and throw it away when the run
 rests, so nothing in it can be smuggled in through a saved state.
 
 
-[progress]
-No-progress bookkeeping: O(1) per rejection, whatever the run's length.
-
-Each rejected proposal is counted by its fingerprint, and the last two are
-remembered so that an alternation (A, B, A, B ...) is seen as it grows. A
-run that keeps proposing what was refused ends ``no_progress``: the same
-proposal ``Limits.repeated_denials`` times, or two in alternation over
-``Limits.oscillation`` consecutive rejections.
-
-
 [callbacks]
 The run machine's guards and effects, and the machine compiled from them.
 
@@ -56,8 +46,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
-
-import attrs
 
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._boundary import (
@@ -104,8 +92,18 @@ from agent_fsm.engine._messages import (
     tool_message,
 )
 from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_message
+from agent_fsm.engine._options import ruled_out
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
-from agent_fsm.engine._spending import admits, cap_refusal, charge, fall_back, may_fall_back, over_budget
+from agent_fsm.engine._spending import (
+    admits,
+    cap_refusal,
+    charge,
+    count_rejection,
+    fall_back,
+    may_fall_back,
+    no_progress,
+    over_budget,
+)
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import (
     DECLINED,
@@ -128,16 +126,10 @@ __all__ = [
     "AnswerCheckFn",
     "LOG",
     "MACHINE",
-    "RUN_OPTIONS",
     "RunContext",
-    "RunOption",
     "ask_about_unknown",
-    "count_rejection",
     "judge_proposal",
-    "no_progress",
-    "no_progress_reason",
     "pause_on",
-    "ruled_out",
 ]
 
 
@@ -147,86 +139,6 @@ LOG = logging.getLogger("agent_fsm")
 """The library's logger: one DEBUG line per transition, nothing at INFO or above in a run that goes well."""
 
 AnswerCheckFn = Callable[[str, RunState], Any]
-
-
-# --- options: which states and edges of the run machine each option of an agent brings ---
-
-
-@attrs.frozen
-class RunOption:
-    """
-    One option of an agent and the guards of the run machine only it can make true.
-
-    Without the option those guards are false for the run's whole length, so
-    their edges, and the states only they reach, are not this agent's: the
-    driver leaves them out of the table it tries (:meth:`CompiledMachine.without`)
-    and :meth:`agent_fsm.Agent.machine` out of the declaration, from this one
-    list. A new option's states and edges are one row here away.
-    """
-
-    name: str
-    given_by: str  # what a user writes to take it
-    guards: tuple[str, ...]
-    taken: Callable[[Agent, Limits], bool] = attrs.field(repr=False)
-
-
-def _capped(tools: Registry) -> bool:
-    """Whether a tool of ``tools`` caps its calls (a registry that follows a changing list may bring one later)."""
-    return hasattr(tools, "version") or any(spec.max_calls is not None for spec in tools.values())
-
-
-def _hands_over(tools: Registry) -> bool:
-    """Whether a tool of ``tools`` hands the conversation over (a changing list may bring one later)."""
-    return hasattr(tools, "version") or any(
-        isinstance(spec.handler, Subrun) and spec.handler.hands_over for spec in tools.values()
-    )
-
-
-def _asks_people(tools: Registry) -> bool:
-    """Whether a person answers a tool of ``tools`` (a changing list may bring one later)."""
-    return hasattr(tools, "version") or any(person_tool(spec) is not None for spec in tools.values())
-
-
-RUN_OPTIONS: tuple[RunOption, ...] = (
-    RunOption("input screen", "Agent(screen_input=...)", ("task_unscreened",), lambda a, _: a.screen_input is not None),
-    RunOption("compaction", "Agent(compact=...)", ("compaction_due",), lambda a, _: a.compact is not None),
-    RunOption("cost budget", "Limits(max_cost=...)", ("cost_over_budget",), lambda _, li: li.max_cost is not None),
-    RunOption("time budget", "Limits(max_seconds=...)", ("time_spent",), lambda _, li: li.max_seconds is not None),
-    RunOption(
-        "fallback models", "FallbackModel(...)", ("can_fall_back",), lambda a, _: isinstance(a.model, FallbackModel)
-    ),
-    RunOption("typed output", "Agent(output=...)", ("output_retry_left",), lambda a, _: a.output is not None),
-    RunOption(
-        "tool budget", "Limits(max_tool_calls=...)", ("tool_budget_spent",), lambda _, li: li.max_tool_calls is not None
-    ),
-    RunOption("per-tool caps", "ToolSpec(max_calls=...)", ("tool_cap_reached",), lambda a, _: _capped(a.tools)),
-    RunOption("handoffs", "Agent.handoff()", ("handed_over",), lambda a, _: _hands_over(a.tools)),
-    RunOption(
-        "tools a person answers",
-        "ToolSpec.person(...)",
-        ("answer_needed", "answer_given"),
-        lambda a, _: _asks_people(a.tools),
-    ),
-    RunOption(
-        "tools that end the run",
-        "ends_run(...)",
-        ("ended_by_tool",),
-        lambda a, _: bool(a.tool_rules) and bool(a.ending_tools),
-    ),
-    RunOption(
-        "result screen", "Agent(screen_result=...)", ("result_unscreened",), lambda a, _: a.screen_result is not None
-    ),
-)
-"""The options of an agent that bring states and edges of the run machine, in the order the table first uses them."""
-
-
-def ruled_out(agent: Agent, limits: Limits) -> frozenset[str]:
-    """The guards ``agent`` under ``limits`` makes false for a run's whole length: the options it does not take."""
-    never: list[str] = []
-    for option in RUN_OPTIONS:  # a plain loop: this is read once per run
-        if not option.taken(agent, limits):
-            never += option.guards
-    return frozenset(never)
 
 
 class RunContext:
@@ -507,40 +419,6 @@ class RunContext:
     def charge_call(self, model: Any, reply: ModelReply | None, estimate: int, measured: int) -> None:
         """Add a call to ``model`` (not the run's own) to the run's usage."""
         charge(self, reply, estimate, measured, model)
-
-
-# --- progress ---
-
-
-def count_rejection(state: RunState, key: str) -> None:
-    """Count the rejection of the proposal fingerprinted ``key``."""
-    state.denials[key] = state.denials.get(key, 0) + 1
-    recent = state.recent_rejections
-    if len(recent) == 2 and key == recent[0] and key != recent[1]:
-        state.alternation += 1  # ... A, B, A: the alternation goes on
-    elif recent and key != recent[-1]:
-        state.alternation = 2  # B after A: an alternation may be starting
-    else:
-        state.alternation = 1
-    state.recent_rejections = [*recent[-1:], key]
-
-
-def _repeated(state: RunState, limits: Limits) -> bool:
-    return (
-        bool(state.recent_rejections) and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials
-    )
-
-
-def no_progress(state: RunState, limits: Limits) -> bool:
-    """The latest rejection crossed a threshold (only it can have: O(1))."""
-    return bool(state.recent_rejections) and (_repeated(state, limits) or state.alternation >= limits.oscillation)
-
-
-def no_progress_reason(state: RunState, limits: Limits, last: object) -> str:
-    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason."""
-    if _repeated(state, limits):
-        return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
-    return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"
 
 
 # --- callbacks ---

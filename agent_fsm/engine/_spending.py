@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._errors import RunError
-from agent_fsm.engine._limits import Price
+from agent_fsm.engine._limits import Limits, Price
 from agent_fsm.engine._models import ModelReply, is_count, model_name
 from agent_fsm.engine._tools import ToolCall
 
@@ -26,7 +26,19 @@ if TYPE_CHECKING:
     from agent_fsm.engine._run import RunContext
     from agent_fsm.engine._state import RunState
 
-__all__ = ["admits", "cap_refusal", "charge", "charge_nested", "fall_back", "may_fall_back", "over_budget", "price_of"]
+__all__ = [
+    "admits",
+    "cap_refusal",
+    "charge",
+    "charge_nested",
+    "count_rejection",
+    "fall_back",
+    "may_fall_back",
+    "no_progress",
+    "no_progress_reason",
+    "over_budget",
+    "price_of",
+]
 
 
 # --- spending ---
@@ -152,3 +164,37 @@ def charge_nested(state: RunState, child: RunState) -> None:
     usage.output_tokens += spent.output_tokens
     usage.cached_tokens += spent.cached_tokens
     usage.cost += spent.cost
+
+
+# --- progress: the repeated-denials budget, spent by each rejection ---
+
+
+def count_rejection(state: RunState, key: str) -> None:
+    """Count the rejection of the proposal fingerprinted ``key``."""
+    state.denials[key] = state.denials.get(key, 0) + 1
+    recent = state.recent_rejections
+    if len(recent) == 2 and key == recent[0] and key != recent[1]:
+        state.alternation += 1  # ... A, B, A: the alternation goes on
+    elif recent and key != recent[-1]:
+        state.alternation = 2  # B after A: an alternation may be starting
+    else:
+        state.alternation = 1
+    state.recent_rejections = [*recent[-1:], key]
+
+
+def _repeated(state: RunState, limits: Limits) -> bool:
+    return (
+        bool(state.recent_rejections) and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials
+    )
+
+
+def no_progress(state: RunState, limits: Limits) -> bool:
+    """The latest rejection crossed a threshold (only it can have: O(1))."""
+    return bool(state.recent_rejections) and (_repeated(state, limits) or state.alternation >= limits.oscillation)
+
+
+def no_progress_reason(state: RunState, limits: Limits, last: object) -> str:
+    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason."""
+    if _repeated(state, limits):
+        return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
+    return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"

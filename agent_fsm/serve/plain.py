@@ -48,7 +48,8 @@ def _sse(record: Record | None) -> bytes:
 
 async def decide_as(api: Api, client: Client, run_id: str, body: dict[str, Any], agent: Agent) -> str:
     """
-    Decide the pause ``body`` names (``decision``, ``pause_id``, ``arguments``, ``reason``) as ``client``.
+    Decide the pause ``body`` names (``decision``, ``pause_id``, ``arguments``, ``reason``, ``answer``, ``reply``)
+    as ``client``.
 
     The one decision every protocol takes: read as the inbox reads its form,
     applied by the store's functions, judged afresh; a new kind of decision is
@@ -62,9 +63,17 @@ async def decide_as(api: Api, client: Client, run_id: str, body: dict[str, Any],
     arguments = body.get("arguments")
     edit = json.dumps(arguments) if arguments is not None else None
     form = {**body, "action": body.get("decision"), "arguments": edit}
+    if form["action"] == "answer":  # a person's answer is any JSON value, checked against the result schema
+        if "answer" not in body:
+            raise Refused(
+                422, "decision_refused", "an answer needs its 'answer' (the call's result); nothing was decided"
+            )
+        form.pop("answer")
+    if form["action"] == "reply":  # each call's decision: {call_id: {"approve": true} | {"answer": ...} | ...}
+        form["reply"] = json.dumps(body.get("reply"))
     try:
         decision = read_form(run_id, form)
-        await api.workers.decide(agent, decision, client=client.name)
+        await api.workers.decide(agent, decision, client=client.name, given=body.get("answer"))
     except FormRefused as exc:
         raise Refused(exc.status, "decision_refused", exc.message) from None
     except AlreadyDecided as exc:

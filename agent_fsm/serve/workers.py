@@ -23,7 +23,7 @@ from typing import Any
 from agent_fsm import Agent
 from agent_fsm.engine import RunEvent, RunResult, continue_run
 from agent_fsm.serve.stream import Hub
-from agent_fsm.store import Session, approve, reject
+from agent_fsm.store import Session, answer, approve, decide_reply, reject, reply_of
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.web.decisions import Request
 
@@ -73,12 +73,15 @@ class Workers:
         self._submit(lambda: agent.advance(state, store=self.store, run_id=run_id, on_event=log.append), run_id)
         return run_id
 
-    async def decide(self, agent: Agent, request: Request, *, client: str) -> None:
+    async def decide(self, agent: Agent, request: Request, *, client: str, given: Any = None) -> None:
         """
         Take ``request`` as ``client`` and let the run go on in the pool; return once the decision is committed.
 
+        ``given`` is a person's answer (the JSON value) when ``request.action`` is ``answer``.
+
         Raises:
-            AlreadyDecided, RunNotFound, ValueError (an edit refused), StoreError: nothing was decided.
+            AlreadyDecided, RunNotFound, ValueError (an edit, an answer or a review refused), StoreError:
+                nothing was decided.
         """
         log = self.hub.open(request.run_id)
         loop = asyncio.get_running_loop()
@@ -105,6 +108,10 @@ class Workers:
             try:
                 if request.action == "reject":
                     return reject(self.store, request.run_id, agent, reason=request.reason or "", **how)
+                if request.action == "answer":
+                    return answer(self.store, request.run_id, agent, answer=given, **how)
+                if request.action == "reply":
+                    return decide_reply(self.store, request.run_id, agent, reply=reply_of(request.reply), **how)
                 return approve(self.store, request.run_id, agent, arguments=request.arguments, **how)
             except Exception as exc:
                 loop.call_soon_threadsafe(settle, exc)
