@@ -134,6 +134,9 @@ class Limits:
     output_retries: int = attrs.field(default=2, validator=_non_negative)
     max_output_tokens: int | None = attrs.field(default=None, validator=v.optional([_whole_number, v.ge(1)]))
     max_cost: Decimal | None = attrs.field(default=None, validator=[_money, _cost_needs_cap])
+    # Off by default: a polling tool's unchanged answer is not always a loop, and runs that ended by
+    # their budgets keep ending so; 2 is the least that is a repeat.
+    repeated_results: int | None = attrs.field(default=None, validator=v.optional([_whole_number, v.ge(2)]))
 
 
 DEFAULT_LIMITS = Limits()

@@ -284,8 +284,8 @@ RUN_MACHINE = MachineSpec(
         StateSpec(
             "NoProgress",
             "absorbing",
-            "The same rejected proposal kept coming back.",
-            on_enter=("close_pending",),
+            "The same rejected proposal kept coming back, or an allowed call its same result.",
+            on_enter=("name_repeat", "close_pending"),
             stop="no_progress",
         ),
         StateSpec(
@@ -393,6 +393,7 @@ RUN_MACHINE = MachineSpec(
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
         Edge("Executing", "observe", "ToolEnded", guard="ended_by_tool", meaning="a tool that ends the run returned"),
         Edge("Executing", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"),
+        Edge("Executing", "observe", "NoProgress", guard="result_repeated", meaning="same call, same result again"),
         Edge(
             "Executing",
             "observe",
@@ -416,6 +417,7 @@ RUN_MACHINE = MachineSpec(
         Edge(
             "ScreeningResult", "screened", "Intercepted", guard="screen_stopped", meaning="the screen stopped the run"
         ),
+        Edge("ScreeningResult", "screened", "NoProgress", guard="result_repeated", meaning="same call, same result"),
         Edge(
             "ScreeningResult",
             "screened",

@@ -128,6 +128,7 @@ __all__ = [
     "AnswerCheckFn",
     "LOG",
     "MACHINE",
+    "REPEATED_RESULT",
     "RUN_OPTIONS",
     "RunContext",
     "RunOption",
@@ -205,6 +206,12 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "result screen", "Agent(screen_result=...)", ("result_unscreened",), lambda a, _: a.screen_result is not None
     ),
+    RunOption(
+        "repeated results",
+        "Limits(repeated_results=...)",
+        ("result_repeated",),
+        lambda _, li: li.repeated_results is not None,
+    ),
 )
 """The options of an agent that bring states and edges of the run machine, in the order the table first uses them."""
 
@@ -253,6 +260,7 @@ class RunContext:
         "prefetched",
         "recovering",
         "relay",
+        "repeating",
         "run_id",
         "screen_input",
         "screen_result",
@@ -309,6 +317,8 @@ class RunContext:
         # saved, so authority to run a handler cannot come from a saved state.
         self.authorized: ToolCall | None = None
         self.approved = False  # the authorized call was approved by a person (its handler's context says so)
+        # The call just executed returned the same result Limits.repeated_results times (see count_result).
+        self.repeating = False
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
         # Hears a tool's progress during its call, set by a driver able to deliver it then (else: the outbox).
@@ -511,6 +521,32 @@ def count_rejection(state: RunState, key: str) -> None:
     state.recent_rejections = [*recent[-1:], key]
 
 
+REPEATED_RESULT = "repeated_result"
+"""The code of a run that ended ``no_progress`` because an allowed call kept returning the same result."""
+
+
+def count_result(run: RunContext, call: ToolCall, observation: Observation) -> None:
+    """
+    Count an executed call's result by a digest of the call (name, canonical arguments) and the result.
+
+    O(1) per call, like the rejections; the guard ``result_repeated`` reads
+    the flag this leaves. Errors count too: the same failure, again, is no progress.
+    Nothing is counted (nor kept) while ``Limits.repeated_results`` is off.
+    """
+    most = run.limits.repeated_results
+    if most is None or observation.kind not in ("result", "error"):
+        return
+    import hashlib  # loaded by the first executed call, as the call fingerprints are
+
+    text = f"{call.fingerprint()}\x00{observation.wire_content()}"
+    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    repeats = run.state.repeats
+    if not repeats:  # an empty one may be the value shared by every state saved without counts: never fill it
+        run.state.repeats = repeats = {}
+    repeats[key] = count = repeats.get(key, 0) + 1
+    run.repeating = count >= most
+
+
 def _repeated(state: RunState, limits: Limits) -> bool:
     return (
         bool(state.recent_rejections) and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials
@@ -523,7 +559,9 @@ def no_progress(state: RunState, limits: Limits) -> bool:
 
 
 def no_progress_reason(state: RunState, limits: Limits, last: object) -> str:
-    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason."""
+    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason (or the repeated result)."""
+    if state.code == REPEATED_RESULT:
+        return f"the same call returned the same result {limits.repeated_results} times: {last}"
     if _repeated(state, limits):
         return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
     return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"
@@ -641,6 +679,11 @@ def handed_over(run: RunContext) -> bool:
 def calls_pending(run: RunContext) -> bool:
     """The current reply has calls not yet judged."""
     return bool(run.state.pending)
+
+
+def result_repeated(run: RunContext) -> bool:
+    """The call just executed returned the same result ``repeated_results`` times in this run."""
+    return run.repeating
 
 
 def denial_repeated(run: RunContext) -> bool:
@@ -965,6 +1008,7 @@ def execute_call(run: RunContext) -> Steps[None]:
         if observation is not None:  # None: the child paused, and this run with it (see pause_on)
             _record_use(run, call)
             _observe(run, observation)
+            count_result(run, call, observation)
         return
     checkpointer = run.checkpointer
     # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
@@ -994,6 +1038,7 @@ def execute_call(run: RunContext) -> Steps[None]:
         leave_call(token)
     _record_use(run, call)
     _observe(run, observation)
+    count_result(run, call, observation)
     if intent is not None:
         commit_observation(checkpointer, run.run_id, state, intent)
 
@@ -1060,6 +1105,12 @@ def record_rejection(run: RunContext) -> None:
     assert judgement is not None and judgement.kind in ("invalid", "denied")
     count_rejection(state, call.fingerprint())
     _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
+
+
+def name_repeat(run: RunContext) -> None:
+    """A run that ends on a repeated result says so by its code, so callers tell it from repeated refusals."""
+    if run.repeating:
+        run.state.code = REPEATED_RESULT
 
 
 def close_pending(run: RunContext) -> None:
@@ -1136,6 +1187,8 @@ MACHINE = compile_machine(
             failed_permanently,
             ended_by_tool,
             denial_repeated,
+            result_repeated,
+            name_repeat,
             compact_prompt,
             take_proposal,
             execute_call,
