@@ -33,6 +33,7 @@ def test_run_machine_declares_the_designed_states():
         "ScreeningResult",
         "Compacting",
         "OutputInvalid",
+        "WrappingUp",
     }
     assert {n for n, k in kinds.items() if k == "paused"} == {"AwaitingApproval"}
     assert {n for n, k in kinds.items() if k == "absorbing"} >= {

@@ -20,7 +20,7 @@ from agent_fsm import (
     answer_message,
     tool_call_message,
 )
-from agent_fsm.engine._run import REPEATED_RESULT
+from agent_fsm.engine._spending import REPEATED_RESULT
 from agent_fsm.testing import InvariantViolation, assert_run_invariants, limits
 
 
@@ -126,7 +126,7 @@ def test_the_kits_invariant_accepts_a_true_repeat_and_flags_a_claimed_one():
         assert_run_invariants(stuck, limits=Limits(max_turns=8))
 
 
-@given(drawn=limits(max_turns=(1, 6)))
+@given(drawn=limits(max_turns=(1, 6), wrap_up=False))
 def test_random_limits_keep_the_invariants_of_a_looping_run(drawn: Limits):
     """Under any drawn limits (repeated_results among them) the wanderer's run keeps every invariant."""
     result = _wanderer(drawn).run("Keep checking.")

@@ -741,6 +741,8 @@ def _limits_data(limits: Limits) -> dict[str, Any]:
     data = _with_amount(_limits_fields(limits), "max_cost")
     if data["repeated_results"] is None:  # off: written as before it existed, so older texts are written again alike
         del data["repeated_results"]
+    if data["wrap_up"] is False:
+        del data["wrap_up"]
     return data
 
 

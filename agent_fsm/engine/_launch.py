@@ -84,10 +84,9 @@ from agent_fsm.engine._run import (
     RunContext,
     ask_about_unknown,
     judge_proposal,
-    no_progress_reason,
 )
 from agent_fsm.engine._schema import OutputSpec
-from agent_fsm.engine._spending import charge_nested
+from agent_fsm.engine._spending import charge_nested, no_progress_reason
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, state_problem
 from agent_fsm.engine._steps import Steps, drive
 from agent_fsm.engine._tools import Subrun, ToolCall, call_fingerprint, measure

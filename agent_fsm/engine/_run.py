@@ -34,11 +34,10 @@ rests, so nothing in it can be smuggled in through a saved state.
 [progress]
 No-progress bookkeeping: O(1) per rejection, whatever the run's length.
 
-Each rejected proposal is counted by its fingerprint, and the last two are
-remembered so that an alternation (A, B, A, B ...) is seen as it grows. A
-run that keeps proposing what was refused ends ``no_progress``: the same
+A run that keeps proposing what was refused ends ``no_progress``: the same
 proposal ``Limits.repeated_denials`` times, or two in alternation over
-``Limits.oscillation`` consecutive rejections.
+``Limits.oscillation`` consecutive rejections; so does one that keeps asking
+what it was told (see agent_fsm.engine._spending).
 
 
 [callbacks]
@@ -105,7 +104,21 @@ from agent_fsm.engine._messages import (
 )
 from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_message
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
-from agent_fsm.engine._spending import admits, cap_refusal, charge, fall_back, may_fall_back, over_budget
+from agent_fsm.engine._spending import (
+    REPEATED_RESULT,
+    WRAP_UP,
+    WRAP_UP_NOTE,
+    admits,
+    cap_refusal,
+    charge,
+    count_rejection,
+    count_result,
+    fall_back,
+    may_fall_back,
+    no_progress,
+    over_budget,
+    wrap_up_fits,
+)
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import (
     DECLINED,
@@ -128,15 +141,11 @@ __all__ = [
     "AnswerCheckFn",
     "LOG",
     "MACHINE",
-    "REPEATED_RESULT",
     "RUN_OPTIONS",
     "RunContext",
     "RunOption",
     "ask_about_unknown",
-    "count_rejection",
     "judge_proposal",
-    "no_progress",
-    "no_progress_reason",
     "pause_on",
     "ruled_out",
 ]
@@ -206,6 +215,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "result screen", "Agent(screen_result=...)", ("result_unscreened",), lambda a, _: a.screen_result is not None
     ),
+    RunOption("wrap-up", "Limits(wrap_up=True)", ("last_turn_due",), lambda _, li: li.wrap_up),
     RunOption(
         "repeated results",
         "Limits(repeated_results=...)",
@@ -505,68 +515,6 @@ class RunContext:
         charge(self, reply, estimate, measured, model)
 
 
-# --- progress ---
-
-
-def count_rejection(state: RunState, key: str) -> None:
-    """Count the rejection of the proposal fingerprinted ``key``."""
-    state.denials[key] = state.denials.get(key, 0) + 1
-    recent = state.recent_rejections
-    if len(recent) == 2 and key == recent[0] and key != recent[1]:
-        state.alternation += 1  # ... A, B, A: the alternation goes on
-    elif recent and key != recent[-1]:
-        state.alternation = 2  # B after A: an alternation may be starting
-    else:
-        state.alternation = 1
-    state.recent_rejections = [*recent[-1:], key]
-
-
-REPEATED_RESULT = "repeated_result"
-"""The code of a run that ended ``no_progress`` because an allowed call kept returning the same result."""
-
-
-def count_result(run: RunContext, call: ToolCall, observation: Observation) -> None:
-    """
-    Count an executed call's result by a digest of the call (name, canonical arguments) and the result.
-
-    O(1) per call, like the rejections; the guard ``result_repeated`` reads
-    the flag this leaves. Errors count too: the same failure, again, is no progress.
-    Nothing is counted (nor kept) while ``Limits.repeated_results`` is off.
-    """
-    most = run.limits.repeated_results
-    if most is None or observation.kind not in ("result", "error"):
-        return
-    import hashlib  # loaded by the first executed call, as the call fingerprints are
-
-    text = f"{call.fingerprint()}\x00{observation.wire_content()}"
-    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    repeats = run.state.repeats
-    if not repeats:  # an empty one may be the value shared by every state saved without counts: never fill it
-        run.state.repeats = repeats = {}
-    repeats[key] = count = repeats.get(key, 0) + 1
-    run.repeating = count >= most
-
-
-def _repeated(state: RunState, limits: Limits) -> bool:
-    return (
-        bool(state.recent_rejections) and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials
-    )
-
-
-def no_progress(state: RunState, limits: Limits) -> bool:
-    """The latest rejection crossed a threshold (only it can have: O(1))."""
-    return bool(state.recent_rejections) and (_repeated(state, limits) or state.alternation >= limits.oscillation)
-
-
-def no_progress_reason(state: RunState, limits: Limits, last: object) -> str:
-    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason (or the repeated result)."""
-    if state.code == REPEATED_RESULT:
-        return f"the same call returned the same result {limits.repeated_results} times: {last}"
-    if _repeated(state, limits):
-        return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
-    return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"
-
-
 # --- callbacks ---
 
 AnswerCheck = Callable[[str, RunState], "str | Ending | None"]
@@ -583,6 +531,11 @@ def time_spent(run: RunContext) -> bool:
     """The run has spent its ``max_seconds`` time budget."""
     limit = run.limits.max_seconds
     return limit is not None and run.elapsed() >= limit
+
+
+def last_turn_due(run: RunContext) -> bool:
+    """Wrap-up is asked for, the turn budget admits exactly one more model call, and that call fits."""
+    return run.limits.wrap_up and run.state.turns + 1 == run.limits.max_turns and wrap_up_fits(run)
 
 
 def turn_budget_spent(run: RunContext) -> bool:
@@ -879,6 +832,18 @@ def _cut_off(call: ToolCall) -> Judgement:
         f"the call to {call.name or '(no name)'} was cut off at the model's output token limit "
         f"(finish 'length'), so its arguments may be incomplete; it was not run: {call.raw_arguments!r}",
     )
+
+
+def ask_last_word(run: RunContext) -> Steps[None]:
+    """The wrap-up call: the model, told the budget is spent, is offered no tools; a plain answer is judged."""
+    state = run.state
+    run.append({"role": "user", "content": WRAP_UP_NOTE})
+    run.offer, run.declarations, run.declaration_tokens = None, [], 0
+    yield from _ask_model(run)
+    if state.fault is None and not state.pending:
+        yield from judge_proposal(run)
+        if state.judgement is None:
+            state.code = WRAP_UP
 
 
 def take_proposal(run: RunContext) -> Steps[None]:
@@ -1189,6 +1154,8 @@ MACHINE = compile_machine(
             denial_repeated,
             result_repeated,
             name_repeat,
+            last_turn_due,
+            ask_last_word,
             compact_prompt,
             take_proposal,
             execute_call,

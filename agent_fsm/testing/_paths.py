@@ -309,6 +309,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
     """Each gate under the plain limits, then under one changed budget or fault at a time."""
     base = Limits(max_turns=3)
     repeating = attrs.evolve(base, repeated_results=2)
+    last_word = attrs.evolve(base, max_turns=1, wrap_up=True)  # the first call is the wrap-up
     changes: list[tuple[str, Limits, bool, str | None, Failure]] = [
         ("", base, False, None, "permanent"),
         ("max_turns=1", attrs.evolve(base, max_turns=1), False, None, "permanent"),
@@ -324,6 +325,8 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
             "permanent",
         ),
         ("an answer check refusing every answer", base, True, None, "permanent"),
+        ("wrap_up, max_turns=1", last_word, False, None, "permanent"),
+        ("wrap_up, max_turns=1, an answer check refusing every answer", last_word, True, None, "permanent"),
         ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
