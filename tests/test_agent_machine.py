@@ -135,6 +135,10 @@ def configured(draw: st.DrawFn) -> tuple[Agent, str, list[bool]]:
         limits["max_seconds"] = 600.0
     if "tool budget" in taken:
         limits["max_tool_calls"] = draw(st.integers(0, 3))
+    if "wrap-up" in taken:
+        limits["wrap_up"] = True
+    if "repeated results" in taken:
+        limits["repeated_results"] = draw(st.integers(2, 3))
     if "compaction" in taken:
         options |= {"compact": drop_middle(1), "compact_at": draw(st.sampled_from([0, 150]))}
     if "typed output" in taken:
@@ -226,7 +230,14 @@ def test_every_option_taken_gives_the_whole_table() -> None:
     agent = Agent(
         FallbackModel(Playing([]), Playing([])),
         tools,
-        limits=Limits(max_cost=Decimal(1), max_output_tokens=10, max_seconds=9.0, max_tool_calls=3),
+        limits=Limits(
+            max_cost=Decimal(1),
+            max_output_tokens=10,
+            max_seconds=9.0,
+            max_tool_calls=3,
+            repeated_results=2,
+            wrap_up=True,
+        ),
         prices=Prices(default=Price(Decimal(1), Decimal(1))),
         compact=drop_middle(),
         output={"type": "object"},

@@ -33,6 +33,8 @@ def test_run_machine_declares_the_designed_states():
         "ScreeningResult",
         "Compacting",
         "OutputInvalid",
+        "TakingAnswer",
+        "WrappingUp",
     }
     assert {n for n, k in kinds.items() if k == "paused"} == {"AwaitingApproval"}
     assert {n for n, k in kinds.items() if k == "absorbing"} >= {

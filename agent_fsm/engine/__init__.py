@@ -23,7 +23,8 @@ each, layered so that each imports only those above it in this list::
     _state        the run's state and result, each field declaring how it is saved; their invariants
     _resting      the compact form a paused run's state rests in until it is used
     _events       run events as plain data
-    _spending     what a run spends: each call charged, the worst case checked before it, tool caps, denials
+    _spending     what a run spends: each call charged, the worst case checked before it, caps, denials, repeats,
+                  the last word
     _gates        gates and screens: the judges the engine consults, and their verdicts
     _boundary     the effect boundary: validate, gate, execute; approvals; intents and checkpoints
     _invariants   what every run must satisfy

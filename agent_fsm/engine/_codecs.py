@@ -742,6 +742,15 @@ def _with_amount(data: dict[str, Any], name: str) -> dict[str, Any]:
     return data
 
 
+def _limits_data(limits: Limits) -> dict[str, Any]:
+    data = _with_amount(_limits_fields(limits), "max_cost")
+    if data["repeated_results"] is None:  # off: written as before it existed, so older texts are written again alike
+        del data["repeated_results"]
+    if data["wrap_up"] is False:
+        del data["wrap_up"]
+    return data
+
+
 # --- the kinds a record declares its fields with ---
 
 COUNT = Codec(_int, quick="count")
@@ -772,7 +781,7 @@ RECENT = Codec(_recent, quick=_quick_recent, empty=list)
 """At most two fingerprints."""
 LIMITS = Codec(
     read_limits,
-    lambda limits: None if limits is None else _with_amount(_limits_fields(limits), "max_cost"),
+    lambda limits: None if limits is None else _limits_data(limits),
     _quick_by_rule(read_limits),
     empty=type(None),
     builds=(Limits,),

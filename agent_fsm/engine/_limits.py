@@ -118,6 +118,13 @@ class Limits:
     (the prompt estimate at the input price plus ``max_output_tokens`` at the
     output price) is checked against what is left, and a call that could
     pass the budget is not made: the run ends ``cost_limit``.
+    ``repeated_results`` (``None``: off) is how many times the same allowed
+    call (tool name and canonical arguments) may return the same result
+    before the run ends ``no_progress`` with the code ``repeated_result``.
+    ``wrap_up=True`` makes the last model call ``max_turns`` admits a
+    wrap-up: no tools are offered and the model is told the budget is spent;
+    its answer ends the run ``answered`` with the code ``wrap_up``, and a
+    call it still proposes ends the run ``step_limit`` as without it.
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)
@@ -134,6 +141,11 @@ class Limits:
     output_retries: int = attrs.field(default=2, validator=_non_negative)
     max_output_tokens: int | None = attrs.field(default=None, validator=v.optional([_whole_number, v.ge(1)]))
     max_cost: Decimal | None = attrs.field(default=None, validator=[_money, _cost_needs_cap])
+    # Off by default: a polling tool's unchanged answer is not always a loop, and runs that ended by
+    # their budgets keep ending so; 2 is the least that is a repeat.
+    repeated_results: int | None = attrs.field(default=None, validator=v.optional([_whole_number, v.ge(2)]))
+    # The last model call the turn budget admits is a wrap-up: no tools offered, the model told to answer now.
+    wrap_up: bool = attrs.field(default=False, validator=v.instance_of(bool))
 
 
 DEFAULT_LIMITS = Limits()

@@ -241,6 +241,12 @@ RUN_MACHINE = MachineSpec(
             on_enter=("take_proposal",),
         ),
         StateSpec(
+            "WrappingUp",
+            "working",
+            "The last model call the turn budget admits: no tools offered, the model told to answer now.",
+            on_enter=("ask_last_word",),
+        ),
+        StateSpec(
             "Executing",
             "working",
             "One validated, allowed call is crossing the effect boundary.",
@@ -285,14 +291,20 @@ RUN_MACHINE = MachineSpec(
             on_enter=("record_answer",),
             stop="answer_rejected",
         ),
-        StateSpec("StepLimit", "absorbing", "max_turns model calls were made.", stop="step_limit"),
+        StateSpec(
+            "StepLimit",
+            "absorbing",
+            "max_turns model calls were made.",
+            on_enter=("close_pending",),
+            stop="step_limit",
+        ),
         StateSpec("TokenLimit", "absorbing", "The next prompt would exceed max_prompt_tokens.", stop="token_limit"),
         StateSpec("CostLimit", "absorbing", "The next model call's worst case would pass max_cost.", stop="cost_limit"),
         StateSpec(
             "NoProgress",
             "absorbing",
-            "The same rejected proposal kept coming back.",
-            on_enter=("close_pending",),
+            "The same rejected proposal kept coming back, or an allowed call its same result.",
+            on_enter=("name_repeat", "close_pending"),
             stop="no_progress",
         ),
         StateSpec(
@@ -359,6 +371,14 @@ RUN_MACHINE = MachineSpec(
             meaning="an input screen reads the task first",
         ),
         Edge("Ready", "next_turn", "CostLimit", guard="cost_over_budget", meaning="worst case passes max_cost"),
+        Edge(
+            "Ready",
+            "next_turn",
+            "WrappingUp",
+            guard="last_turn_due",
+            consumes="turns",
+            meaning="the budget admits one more model call: the last word",
+        ),
         Edge("Ready", "next_turn", "Proposing", consumes="turns", meaning="budget admits another model call"),
         Edge("ScreeningInput", "screened", "Refused", guard="task_refused", meaning="the input screen refused"),
         Edge("ScreeningInput", "screened", "Ready", meaning="the task passed"),
@@ -370,6 +390,10 @@ RUN_MACHINE = MachineSpec(
         Edge("Compacting", "compacted", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Compacting", "compacted", "CostLimit", guard="cost_over_budget", meaning="worst case passes max_cost"),
         Edge("Compacting", "compacted", "Proposing", consumes="turns", meaning="the compacted prompt fits"),
+        Edge("WrappingUp", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
+        Edge("WrappingUp", "judge", "StepLimit", guard="calls_pending", meaning="a call proposed all the same"),
+        Edge("WrappingUp", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
+        Edge("WrappingUp", "judge", "Answered", meaning="the last word, coded wrap_up"),
         Edge("Proposing", "judge", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge(
             "Proposing",
@@ -407,6 +431,7 @@ RUN_MACHINE = MachineSpec(
         Edge("Executing", "observe", "Handoff", guard="failed_permanently", meaning="the tool cannot recover"),
         Edge("Executing", "observe", "ToolEnded", guard="ended_by_tool", meaning="a tool that ends the run returned"),
         Edge("Executing", "observe", "ScreeningResult", guard="result_unscreened", meaning="a result screen reads it"),
+        Edge("Executing", "observe", "NoProgress", guard="result_repeated", meaning="same call, same result again"),
         Edge(
             "Executing",
             "observe",
@@ -443,6 +468,7 @@ RUN_MACHINE = MachineSpec(
         Edge(
             "ScreeningResult", "screened", "Intercepted", guard="screen_stopped", meaning="the screen stopped the run"
         ),
+        Edge("ScreeningResult", "screened", "NoProgress", guard="result_repeated", meaning="same call, same result"),
         Edge(
             "ScreeningResult",
             "screened",

@@ -91,6 +91,13 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "result screen", "Agent(screen_result=...)", ("result_unscreened",), lambda a, _: a.screen_result is not None
     ),
+    RunOption("wrap-up", "Limits(wrap_up=True)", ("last_turn_due",), lambda _, li: li.wrap_up),
+    RunOption(
+        "repeated results",
+        "Limits(repeated_results=...)",
+        ("result_repeated",),
+        lambda _, li: li.repeated_results is not None,
+    ),
 )
 """The options of an agent that bring states and edges of the run machine, in the order the table first uses them."""
 

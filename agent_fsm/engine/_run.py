@@ -95,14 +95,19 @@ from agent_fsm.engine._models import FallbackModel, Model, ModelReply, not_a_mes
 from agent_fsm.engine._options import ruled_out
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec
 from agent_fsm.engine._spending import (
+    REPEATED_RESULT,
+    WRAP_UP,
+    WRAP_UP_NOTE,
     admits,
     cap_refusal,
     charge,
     count_rejection,
+    count_result,
     fall_back,
     may_fall_back,
     no_progress,
     over_budget,
+    wrap_up_fits,
 )
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import (
@@ -177,6 +182,7 @@ class RunContext:
         "prefetched",
         "recovering",
         "relay",
+        "repeating",
         "run_id",
         "screen_input",
         "screen_result",
@@ -235,6 +241,8 @@ class RunContext:
         self.approved = False  # the authorized call was approved by a person (its handler's context says so)
         # A person's answer to the authorized call, checked against its result schema by this process; never saved.
         self.answer: Any = NO_ANSWER
+        # The call just executed returned the same result Limits.repeated_results times (see count_result).
+        self.repeating = False
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
         # Hears a tool's progress during its call, set by a driver able to deliver it then (else: the outbox).
@@ -439,6 +447,11 @@ def time_spent(run: RunContext) -> bool:
     return limit is not None and run.elapsed() >= limit
 
 
+def last_turn_due(run: RunContext) -> bool:
+    """Wrap-up is asked for, the turn budget admits exactly one more model call, and that call fits."""
+    return run.limits.wrap_up and run.state.turns + 1 == run.limits.max_turns and wrap_up_fits(run)
+
+
 def turn_budget_spent(run: RunContext) -> bool:
     """``max_turns`` model calls were made."""
     return run.state.turns >= run.limits.max_turns
@@ -546,6 +559,11 @@ def handed_over(run: RunContext) -> bool:
 def calls_pending(run: RunContext) -> bool:
     """The current reply has calls not yet judged."""
     return bool(run.state.pending)
+
+
+def result_repeated(run: RunContext) -> bool:
+    """The call just executed returned the same result ``repeated_results`` times in this run."""
+    return run.repeating
 
 
 def denial_repeated(run: RunContext) -> bool:
@@ -743,6 +761,18 @@ def _cut_off(call: ToolCall) -> Judgement:
     )
 
 
+def ask_last_word(run: RunContext) -> Steps[None]:
+    """The wrap-up call: the model, told the budget is spent, is offered no tools; a plain answer is judged."""
+    state = run.state
+    run.append({"role": "user", "content": WRAP_UP_NOTE})
+    run.offer, run.declarations, run.declaration_tokens = None, [], 0
+    yield from _ask_model(run)
+    if state.fault is None and not state.pending:
+        yield from judge_proposal(run)
+        if state.judgement is None:
+            state.code = WRAP_UP
+
+
 def take_proposal(run: RunContext) -> Steps[None]:
     """Take the next proposal (asking the model when the reply is used up, the next of a chain after a failure)."""
     state = run.state
@@ -873,6 +903,7 @@ def execute_call(run: RunContext) -> Steps[None]:
         if observation is not None:  # None: the child paused, and this run with it (see pause_on)
             _record_use(run, call)
             _observe(run, observation)
+            count_result(run, call, observation)
         return
     checkpointer = run.checkpointer
     # The intent is committed before the handler, always (a run in memory has nowhere to commit it).
@@ -902,6 +933,7 @@ def execute_call(run: RunContext) -> Steps[None]:
         leave_call(token)
     _record_use(run, call)
     _observe(run, observation)
+    count_result(run, call, observation)
     if intent is not None:
         commit_observation(checkpointer, run.run_id, state, intent)
 
@@ -983,6 +1015,12 @@ def record_rejection(run: RunContext) -> None:
     _observe(run, Observation(call.call_id, False, judgement.kind, judgement.reason))  # type: ignore[arg-type]
 
 
+def name_repeat(run: RunContext) -> None:
+    """A run that ends on a repeated result says so by its code, so callers tell it from repeated refusals."""
+    if run.repeating:
+        run.state.code = REPEATED_RESULT
+
+
 def close_pending(run: RunContext) -> None:
     """
     Answer every call the run stops before judging, as ``denied``.
@@ -1058,6 +1096,10 @@ MACHINE = compile_machine(
             failed_permanently,
             ended_by_tool,
             denial_repeated,
+            result_repeated,
+            name_repeat,
+            last_turn_due,
+            ask_last_word,
             compact_prompt,
             take_proposal,
             execute_call,

@@ -19,25 +19,32 @@ from typing import TYPE_CHECKING, Any
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._errors import RunError
 from agent_fsm.engine._limits import Limits, Price
+from agent_fsm.engine._messages import estimate_tokens
 from agent_fsm.engine._models import ModelReply, is_count, model_name
-from agent_fsm.engine._tools import ToolCall
+from agent_fsm.engine._tools import ToolCall, measure
 
 if TYPE_CHECKING:
+    from agent_fsm.engine._messages import Observation
     from agent_fsm.engine._run import RunContext
     from agent_fsm.engine._state import RunState
 
 __all__ = [
+    "REPEATED_RESULT",
+    "WRAP_UP",
+    "WRAP_UP_NOTE",
     "admits",
     "cap_refusal",
     "charge",
     "charge_nested",
     "count_rejection",
+    "count_result",
     "fall_back",
     "may_fall_back",
     "no_progress",
     "no_progress_reason",
     "over_budget",
     "price_of",
+    "wrap_up_fits",
 ]
 
 
@@ -166,7 +173,33 @@ def charge_nested(state: RunState, child: RunState) -> None:
     usage.cost += spent.cost
 
 
-# --- progress: the repeated-denials budget, spent by each rejection ---
+# --- the last word ---
+
+WRAP_UP = "wrap_up"
+"""The code of a run answered by the wrap-up call (``Limits(wrap_up=True)``), not in the run's normal course."""
+
+WRAP_UP_NOTE = (
+    "The budget of this run is spent: this is your last reply and no tools are available. "
+    "Answer now, in plain text, from what you have gathered."
+)
+"""The message the wrap-up call tells the model the budget is spent with."""
+
+
+def wrap_up_fits(run: RunContext) -> bool:
+    """
+    Whether the wrap-up call fits the budgets: its prompt is the transcript and the note, without tool declarations.
+
+    It must fit ``max_prompt_tokens`` and, under a money budget, its worst case what is left (else the last turn
+    is a normal one).
+    """
+    state, limits = run.state, run.limits
+    note = {"role": "user", "content": WRAP_UP_NOTE}
+    size = estimate_tokens(note) if run.estimator is estimate_tokens else measure(run.estimator, note)
+    prompt = state.message_tokens + state.usage_offset + size
+    return prompt <= limits.max_prompt_tokens and (limits.max_cost is None or admits(run, run.model, prompt))
+
+
+# --- progress: a run that keeps proposing what was refused, or asking what it was told (O(1) per call) ---
 
 
 def count_rejection(state: RunState, key: str) -> None:
@@ -182,6 +215,32 @@ def count_rejection(state: RunState, key: str) -> None:
     state.recent_rejections = [*recent[-1:], key]
 
 
+REPEATED_RESULT = "repeated_result"
+"""The code of a run that ended ``no_progress`` because an allowed call kept returning the same result."""
+
+
+def count_result(run: RunContext, call: ToolCall, observation: Observation) -> None:
+    """
+    Count an executed call's result by a digest of the call (name, canonical arguments) and the result.
+
+    O(1) per call, like the rejections; the guard ``result_repeated`` reads
+    the flag this leaves. Errors count too: the same failure, again, is no progress.
+    Nothing is counted (nor kept) while ``Limits.repeated_results`` is off.
+    """
+    most = run.limits.repeated_results
+    if most is None or observation.kind not in ("result", "error"):
+        return
+    import hashlib  # loaded by the first executed call, as the call fingerprints are
+
+    text = f"{call.fingerprint()}\x00{observation.wire_content()}"
+    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    repeats = run.state.repeats
+    if not repeats:  # an empty one may be the value shared by every state saved without counts: never fill it
+        run.state.repeats = repeats = {}
+    repeats[key] = count = repeats.get(key, 0) + 1
+    run.repeating = count >= most
+
+
 def _repeated(state: RunState, limits: Limits) -> bool:
     return (
         bool(state.recent_rejections) and state.denials.get(state.recent_rejections[-1], 0) >= limits.repeated_denials
@@ -194,7 +253,9 @@ def no_progress(state: RunState, limits: Limits) -> bool:
 
 
 def no_progress_reason(state: RunState, limits: Limits, last: object) -> str:
-    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason."""
+    """Why the run ended ``no_progress``, in words, ending with the last rejection's reason (or the repeated result)."""
+    if state.code == REPEATED_RESULT:
+        return f"the same call returned the same result {limits.repeated_results} times: {last}"
     if _repeated(state, limits):
         return f"the same rejected proposal came back {limits.repeated_denials} times: {last}"
     return f"two rejected proposals alternated over {state.alternation} consecutive rejections: {last}"

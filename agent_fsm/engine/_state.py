@@ -165,6 +165,10 @@ def nested_nonce(parent: str, call_id: str) -> str:
     return hashlib.sha256(f"{parent}\x00{call_id}".encode()).hexdigest()[:32]
 
 
+# The counts of a state saved before RunState.repeats: one empty dict, never filled (see count_result).
+_NO_REPEATS: dict[str, int] = {}
+
+
 def _new_run_id() -> str:
     # uuid.uuid4().hex without building a UUID object (several microseconds of every run's start):
     # 16 random bytes with the version 4 and RFC 4122 variant bits set, as uuid4 sets them.
@@ -273,6 +277,13 @@ class RunState:
     # Random, fixed when the run is begun: it enters every idempotency key, so one run id in two databases (or
     # reused) never shares a key. A fork gets its own. "": a state saved before it, whose keys stay as they were.
     nonce: str = attrs.field(factory=lambda: new_nonce(), metadata=codec(TEXT, added=True, legacy=""))
+    # How many times each allowed call (name, canonical arguments) returned each result, by a digest of
+    # the two: O(1) per executed call, so a model asking what it was told ends no_progress (Limits.repeated_results).
+    # Empty, it is left out of the saved text (a state saved before it reads back the same), and shared: the
+    # engine puts a fresh dict in place of an empty one before its first count.
+    repeats: dict[str, int] = attrs.field(
+        factory=dict, metadata=codec(COUNTS_BY_NAME, added=True, legacy=_NO_REPEATS, rests="vacant")
+    )
 
     def to_json(self, *, key: bytes | None = None) -> str:
         """
@@ -447,6 +458,8 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
         return "pause", f"a pause is recorded but the run is in {state.machine_state!r}"
     if state.pause is not None and state.pause.fingerprint != call_fingerprint(state.pending[0]):
         return "pause.fingerprint", "does not match the blocked call (the call or the pause was edited)"
+    if state.repeats and sum(state.repeats.values()) > executed:
+        return "repeats", f"{sum(state.repeats.values())} results counted but {executed} calls were executed"
     if state.prompt is not None:
         wrong = prompt_problem(messages, state.prompt, opening)
         if wrong is not None:
@@ -573,6 +586,7 @@ def _sample() -> RunState:
     )  # fmt: skip
     sample.screens.append(ScreenRecord("input", None, "pass"))
     sample.usage, sample.tool_uses, sample.model_attempt = Usage(3, 2, 1, Decimal("0.5")), {"t": 1}, 1
+    sample.repeats = {"r": 2}
     sample.children["c"] = RunState(run_id=f"{sample.run_id}/c", answer="nested")
     return sample
 

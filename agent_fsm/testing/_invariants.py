@@ -195,7 +195,15 @@ def _check_budgets(result: RunResult, limits: Limits) -> None:
         _fail(
             "stop_justified", f"stopped tool_limit after {state.tool_attempts} attempts (max {limits.max_tool_calls})"
         )
-    if (
+    if result.code == "wrap_up" and (
+        stop is not Stop.ANSWERED or not limits.wrap_up or state.turns != limits.max_turns
+    ):
+        _fail("stop_justified", f"coded wrap_up but stopped {stop} after {state.turns} of {limits.max_turns} calls")
+    most = limits.repeated_results
+    if stop is Stop.NO_PROGRESS and result.code == "repeated_result":
+        if most is None or not any(n >= most for n in state.repeats.values()):
+            _fail("stop_justified", f"stopped no_progress (repeated_result) but no result came back {most} times")
+    elif (
         stop is Stop.NO_PROGRESS
         and not any(n >= limits.repeated_denials for n in state.denials.values())
         and state.alternation < limits.oscillation

@@ -140,8 +140,11 @@ def _refuse_answers(answer: str, state: Any) -> str:
 
 Screening = Literal["none", "pass", "refuse", "stop"]
 """The kit's screens in a route: none, both passing everything, an input screen refusing, a result screen stopping."""
-Failure = Literal["permanent", "unknown", "handoff"]
-"""How the kit's failing tool fails: for good, with its outcome unknown, or by handing the run over to another agent."""
+Failure = Literal["permanent", "unknown", "handoff", "again"]
+"""
+How the kit's failing tool fails: for good, with its outcome unknown, by handing the run over to another agent,
+or the same recoverable way every time (a repeated result).
+"""
 
 
 def _pass(subject: Any, state: Any) -> None:
@@ -209,6 +212,8 @@ def _failing(tools: Registry, name: str | None, failure: str = "permanent") -> R
     def fails(**arguments: Any) -> Any:
         if failure == "unknown":
             raise OutcomeUnknown("the kit made this tool's outcome unknown")
+        if failure == "again":
+            raise ToolError("the kit made this tool fail the same way again")
         raise ToolError("the kit made this tool fail for good", permanent=True)
 
     return {**tools, name: attrs.evolve(tools[name], handler=fails)}
@@ -302,6 +307,8 @@ _Setup = tuple[str, Limits, bool, str | None, Failure, Gate, Screening, Mapping[
 def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
     """Each gate under the plain limits, then under one changed budget or fault at a time."""
     base = Limits(max_turns=3)
+    repeating = attrs.evolve(base, repeated_results=2)
+    last_word = attrs.evolve(base, max_turns=1, wrap_up=True)  # the first call is the wrap-up
     changes: list[tuple[str, Limits, bool, str | None, Failure]] = [
         ("", base, False, None, "permanent"),
         ("max_turns=1", attrs.evolve(base, max_turns=1), False, None, "permanent"),
@@ -317,6 +324,8 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
             "permanent",
         ),
         ("an answer check refusing every answer", base, True, None, "permanent"),
+        ("wrap_up, max_turns=1", last_word, False, None, "permanent"),
+        ("wrap_up, max_turns=1, an answer check refusing every answer", last_word, True, None, "permanent"),
         ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
@@ -325,6 +334,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         if tools[first].effectful:  # only an effect can leave its outcome unknown
             changes.append((f"{first} with its outcome unknown", base, False, first, "unknown"))
         changes.append((f"{first} handing the conversation over to another agent", base, False, first, "handoff"))
+        changes.append((f"{first} failing the same way, repeated_results=2", repeating, False, first, "again"))
     # Agent options opening the doors of the context and the tools of each turn.
     agent_changes: list[tuple[str, Limits, Mapping[str, Any]]] = [
         ("compacting from the first turn", base, _compacting()),
@@ -350,6 +360,9 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
     ]
     for (label, screening), (gate_label, gate) in itertools.product(screened, gates):
         yield (f"{gate_label}, {label}", base, False, None, "permanent", gate, screening, {}, False)
+    for gate_label, gate in gates if first is not None else ():  # a repeated result, read by a result screen first
+        label = f"{gate_label}, screens passing everything, {first} failing the same way, repeated_results=2"
+        yield (label, repeating, False, first, "again", gate, "pass", {}, False)
     for (label, limits, options), (gate_label, gate) in itertools.product(agent_changes, gates):
         named = ", ".join(x for x in (gate_label, label) if x)
         yield (named, limits, False, None, "permanent", gate, "none", options, False)

@@ -326,9 +326,13 @@ def limits(
     max_tool_calls: tuple[int, int] | None = (0, 6),
     max_cost: tuple[Decimal, Decimal] | None = None,
     max_output_tokens: tuple[int, int] = (1, 500),
+    repeated_results: tuple[int, int] | None = (2, 4),
+    wrap_up: bool | None = None,
 ) -> st.SearchStrategy[Limits]:
     """
-    :class:`agent_fsm.Limits` with each budget drawn from an inclusive range (``max_tool_calls`` may be None).
+    :class:`agent_fsm.Limits` with each budget drawn from an inclusive range (``max_tool_calls`` and
+    ``repeated_results`` may be None; ``repeated_results=None`` keeps it off). ``wrap_up`` is drawn unless
+    given.
 
     With ``max_cost`` (a range of amounts) the limits carry a money budget and
     the output cap it needs, drawn from ``max_output_tokens``.
@@ -343,6 +347,8 @@ def limits(
         max_tool_calls=tool_budget,
         max_cost=money,
         max_output_tokens=st.none() if max_cost is None else st.integers(*max_output_tokens),
+        repeated_results=st.none() if repeated_results is None else st.none() | st.integers(*repeated_results),
+        wrap_up=st.booleans() if wrap_up is None else st.just(wrap_up),
     )
 
 

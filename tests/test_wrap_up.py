@@ -1,0 +1,113 @@
+"""Limits(wrap_up=True): the last model call the turn budget admits is a wrap-up with no tools, coded wrap_up."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+
+from agent_fsm import Agent, Limits, RunState, ScriptedModel, Stop, ToolSpec, answer_message, tool_call_message
+from agent_fsm.engine._spending import WRAP_UP, WRAP_UP_NOTE
+from agent_fsm.testing import InvariantViolation, assert_run_invariants, limits
+
+LOOKUP = tool_call_message("w", "balance", {"account": "ACME"})
+
+
+class Recording(ScriptedModel):
+    """A scripted model that keeps the tools each call offered."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.offered: list[list[str]] = []
+
+    def chat(self, messages, tools=()):
+        self.offered.append([t["function"]["name"] for t in tools])
+        return super().chat(messages, tools)
+
+
+def _agent(replies, **limits) -> tuple[Agent, Recording]:
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 12000)}
+    model = Recording(replies)
+    return Agent(model, tools, limits=Limits(max_turns=3, wrap_up=True, **limits)), model
+
+
+def test_the_last_turn_offers_no_tools_and_its_answer_is_coded_wrap_up():
+    """Turn 3 of 3 is the wrap-up: no tools offered, the note sent, the answer ends answered with code wrap_up."""
+    agent, model = _agent([LOOKUP, LOOKUP, answer_message("12000 cents")])
+    result = agent.run("Check the balance.")
+    assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "12000 cents")
+    assert model.offered == [["balance"], ["balance"], []]
+    assert result.state.messages[-2] == {"role": "user", "content": WRAP_UP_NOTE}
+    assert result.state.path[-2:] == ["WrappingUp", "Answered"]
+
+
+def test_a_call_proposed_at_the_wrap_up_ends_step_limit_and_is_not_run():
+    """The model still proposes a call: the run ends step_limit as without wrap-up, the call answered as not run."""
+    agent, _ = _agent([LOOKUP, LOOKUP, LOOKUP])
+    result = agent.run("Check the balance.")
+    assert result.stop is Stop.STEP_LIMIT and result.code == "step_limit"
+    assert [o.kind for o in result.state.observations] == ["result", "result", "denied"]
+    assert result.state.tool_attempts == 2
+
+
+def test_an_answer_before_the_last_turn_is_a_normal_answer():
+    """A run that answers early never enters WrappingUp: its code is answered."""
+    agent, _ = _agent([answer_message("done")])
+    result = agent.run("Check the balance.")
+    assert result.code == "answered" and "WrappingUp" not in result.state.path
+
+
+def test_without_the_option_the_run_ends_step_limit_as_before():
+    """wrap_up defaults to False: the third call offers tools, and a third lookup ends step_limit."""
+    assert Limits().wrap_up is False
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 12000)}
+    result = Agent(ScriptedModel([LOOKUP] * 3), tools, limits=Limits(max_turns=3)).run("Check.")
+    assert result.stop is Stop.STEP_LIMIT and "WrappingUp" not in result.state.path
+
+
+def test_the_async_driver_wraps_up_the_same_way():
+    """arun: the same ending, code and offered tools."""
+    agent, model = _agent([LOOKUP, LOOKUP, answer_message("12000 cents")])
+    result = asyncio.run(agent.arun("Check the balance."))
+    assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP) and model.offered[-1] == []
+
+
+def test_the_option_is_saved_and_the_wrap_up_works_with_a_store(opener):
+    """A run kept in a store wraps up; the limits it ran under, wrap_up included, read back."""
+    agent, _ = _agent([LOOKUP, LOOKUP, answer_message("12000 cents")])
+    result = agent.run("Check the balance.", store=opener(), run_id="w1")
+    kept = opener().load("w1").state
+    assert kept.code == WRAP_UP and kept.limits is not None and kept.limits.wrap_up is True
+    assert RunState.from_json(result.state.to_json()).limits == result.state.limits
+
+
+def test_the_kits_invariant_checks_the_wrap_up_code():
+    """assert_run_invariants passes a true wrap-up, and fails it when held to limits that admit more turns."""
+    agent, _ = _agent([LOOKUP, LOOKUP, answer_message("12000 cents")])
+    result = agent.run("Check the balance.")
+    assert_run_invariants(result, limits=Limits(max_turns=3, wrap_up=True))
+    with pytest.raises(InvariantViolation) as caught:
+        assert_run_invariants(result, limits=Limits(max_turns=4, wrap_up=True))
+    assert caught.value.invariant == "stop_justified"
+
+
+@given(drawn=limits(max_turns=(1, 5), wrap_up=True))
+def test_drawn_limits_with_wrap_up_keep_the_invariants(drawn: Limits):
+    """Under any drawn limits with wrap-up, the run keeps every invariant: no prompt passes its budget for the note."""
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 12000)}
+    model = ScriptedModel([LOOKUP] * (drawn.max_turns - 1) + [answer_message("12000 cents")])
+    result = Agent(model, tools, limits=drawn).run("Check.")
+    assert_run_invariants(result, limits=drawn)
+    if result.code == WRAP_UP:  # else the note did not fit the budgets and the last turn was a normal one
+        assert result.state.path[-2:] == ["WrappingUp", "Answered"] and result.state.turns == drawn.max_turns
+
+
+def test_no_wrap_up_when_the_note_would_pass_the_prompt_budget():
+    """A last prompt with no room for the note (an agent with no tools to leave out) is sent as a normal turn."""
+    model = Recording([answer_message("done")])
+    result = Agent(model, {}, limits=Limits(max_turns=1, max_prompt_tokens=100, wrap_up=True)).run("Check.")
+    assert result.stop is Stop.ANSWERED and result.code == "answered" and "WrappingUp" not in result.state.path
+    assert max(result.state.prompt_token_log) <= 100
+    roomy = Agent(Recording([answer_message("done")]), {}, limits=Limits(max_turns=1, wrap_up=True)).run("Check.")
+    assert roomy.code == WRAP_UP
