@@ -60,6 +60,19 @@ def test_show_prints_transcript_path_effects_and_decisions(paused: str) -> None:
     assert "stateDiagram-v2" in out
 
 
+def test_show_draws_the_agents_machine_when_the_world_is_named(paused: str) -> None:
+    """With ``--world`` the diagram is that agent's machine with the run's path; ``--full`` draws the whole table."""
+    code, out, _ = runs("show", "ticket-1", "--store", paused, "--diagram", "--world", WORLD)
+    assert code == 0, out
+    drawn = out[out.index("stateDiagram-v2") :]
+    assert "AwaitingApproval" in drawn and "Proposing" in drawn
+    assert "ScreeningInput" not in drawn and "Compacting" not in drawn
+    code, out, _ = runs("show", "ticket-1", "--store", paused, "--diagram", "--world", WORLD, "--full")
+    assert code == 0 and "ScreeningInput" in out[out.index("stateDiagram-v2") :]
+    code, _, err = runs("show", "ticket-1", "--store", paused, "--full")
+    assert code != 0 and "--full" in err
+
+
 def test_export_writes_what_diagram_trace_reads(paused: str, tmp_path: Path) -> None:
     """The exported file is the stored state, and ``agent-fsm diagram --trace`` draws its path."""
     target = tmp_path / "t.json"

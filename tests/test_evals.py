@@ -456,3 +456,40 @@ def test_runs_kept_in_a_store_are_the_ones_the_report_links(tmp_path):
         assert all(f'href="/runs/{run_id}"' in page for run_id in ids)
     finally:
         store.close()
+
+
+class _CountingModel:
+    """A judge model that counts the calls it is asked, so a test can see one was never made."""
+
+    def __init__(self, reply):
+        self.reply, self.calls = reply, 0
+
+    def chat(self, messages, tools=()):
+        self.calls += 1
+        return self.reply
+
+
+def test_a_judge_call_the_budget_cannot_cover_is_not_made():
+    """The run spends the budget's last turns; the judge is then not asked, and its score says so, typed."""
+    model = _CountingModel(_judge_reply(True, 1.0, "fine"))
+    judge = Judge(model, rubric="Be fair.")
+    run = one(scripted(LOOKUP, REFUND, DONE, evaluators=[judge]), budget=EvalBudget(max_turns=3))
+    assert model.calls == 0
+    assert run.scores == (Score("judge", None, False, "budget spent"),)
+
+
+def test_a_judge_call_is_priced_and_charged_to_the_eval():
+    """With room left, the judge's call is checked at its worst case, made, and its cost and turn added to the spend."""
+    prices = Prices(default=Price(input=Decimal("1.00"), output=Decimal("2.00")))
+    judge = Judge(ScriptedModel([_judge_reply(True, 1.0, "fine")]), "Be fair.", prices=prices, max_output_tokens=50)
+    limits = Limits(max_turns=5, max_prompt_tokens=100_000, max_output_tokens=100)
+    case = scripted(LOOKUP, REFUND, DONE, evaluators=[judge], limits=limits, prices=prices)
+    report = run_eval(Dataset("t", [case]), environment, budget=EvalBudget(max_cost=Decimal("1"), max_turns=10))
+    run = report.runs[0]
+    assert run.scores[0].value == 1.0
+    assert report.spent_turns == run.turns + 1
+    assert report.judge_cost > 0 and report.spent_cost == run.cost + report.judge_cost
+    with pytest.raises(ValueError, match="prices"):
+        unpriced_judge = Judge(ScriptedModel([DONE]), "x", max_output_tokens=9)
+        unpriced = scripted(LOOKUP, DONE, evaluators=[unpriced_judge], limits=limits, prices=prices)
+        run_eval(Dataset("t", [unpriced]), environment, budget=EvalBudget(max_cost=Decimal("1")))

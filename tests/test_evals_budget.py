@@ -1,20 +1,23 @@
-"""The eval's shared budget, as a property: money and turns summed over every run never pass it."""
+"""The eval's shared budget, as a property: money and turns summed over every run and judge call never pass it."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_fsm.engine import Limits, Price, Prices, answer_message, tool_call_message
-from agent_fsm.evals import Case, Dataset, EvalBudget, run_eval
+from agent_fsm.engine import Limits, Price, Prices, ScriptedModel, answer_message, tool_call_message
+from agent_fsm.evals import Case, Dataset, EvalBudget, Judge, run_eval
 from agent_fsm.examples.support_desk import environment
 from agent_fsm.scenarios import ModelSpec
 
 PRICES = Prices(default=Price(input=Decimal("2.50"), output=Decimal("10.00")))
 LOOKUP = tool_call_message("c1", "lookup_order", {"order_id": "A-17"})
 DONE = answer_message("A-17 is damaged; 4999 cents were paid.")  # every script ends with its final answer
+
+VERDICT = answer_message(json.dumps({"passed": True, "score": 1.0, "reason": "fine"}))
 
 cents = st.integers(min_value=0, max_value=300).map(lambda n: Decimal(n) / 10_000)
 
@@ -31,7 +34,12 @@ def cases(draw, index: int) -> Case:
     )
     lookups = (LOOKUP,) * draw(st.integers(0, 4))
     model = draw(st.sampled_from([ModelSpec(name="wanderer"), ModelSpec(turns=(*lookups, DONE))]))
-    return Case(f"c{index}", "Investigate A-17.", (), model=model, gate="refund", limits=limits, prices=PRICES)
+    judges = ()
+    if draw(st.booleans()):  # a judge with its own price and reply cap: its calls are spent from the same budget
+        judge_price = Prices(default=Price(input=draw(cents) * 100, output=draw(cents) * 1000))
+        cap = draw(st.integers(1, 400))
+        judges = (Judge(ScriptedModel([VERDICT]), "Be fair.", prices=judge_price, max_output_tokens=cap),)
+    return Case(f"c{index}", "Investigate A-17.", judges, model=model, gate="refund", limits=limits, prices=PRICES)
 
 
 @st.composite
@@ -47,12 +55,16 @@ def evals(draw):
     concurrency=st.integers(1, 4),
 )
 def test_money_and_turns_summed_over_every_run_never_pass_the_budget(dataset, money, turns, concurrency):
-    """However cases, repeats, own limits and concurrency are drawn, the eval spends at most its budget."""
+    """However cases, judges, repeats, own limits and concurrency are drawn, the eval spends at most its budget."""
     budget = EvalBudget(max_cost=money, max_turns=turns)
     report = run_eval(dataset, environment, budget=budget, concurrency=concurrency)
     runs = report.runs
-    assert report.spent_cost == sum((r.cost for r in runs), Decimal(0)) <= money
-    assert report.spent_turns == sum(r.turns for r in runs)
+    judged = [s for r in runs for s in r.scores if s.value is not None]
+    unpaid = [s for r in runs for s in r.scores if s.value is None]
+    assert all(s.reason == "budget spent" and not s.passed for s in unpaid)
+    assert report.spent_cost <= money
+    assert report.spent_cost == sum((r.cost for r in runs), Decimal(0)) + report.judge_cost
+    assert report.spent_turns == sum(r.turns for r in runs) + len(judged)  # one model call per judge verdict
     if turns is not None:
         assert report.spent_turns <= turns
     # Every run is accounted for: it ran, or it was not started because the budget was spent.

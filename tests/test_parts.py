@@ -12,6 +12,7 @@ from agent_fsm import (
     MAX_PART_BYTES,
     Agent,
     ContentPartError,
+    FallbackModel,
     File,
     Image,
     Limits,
@@ -262,3 +263,21 @@ def test_an_image_a_tool_returns_reaches_the_model_as_its_placeholder_not_its_by
     assert state.observations[0].text_form
     assert base64.b64encode(PNG).decode()[:40] not in state.to_json()
     assert repr(image) == f"Image([image image/png, {len(PNG)} bytes])"
+
+
+def test_an_agent_measures_prompts_by_its_models_rule_unasked():
+    """Without estimator=, an Anthropic model's image rule binds the prompt budget; a chain takes its dearest rule."""
+    image = Image(data=png(2048, 2048), media_type="image/png")  # with the text: 783 by OpenAI, 3297 by Anthropic
+    limits = Limits(max_prompt_tokens=2000)
+    local = {"base_url": "http://127.0.0.1:9", "max_retries": 0}  # nothing listens: a call made fails at once
+    anthropic = AnthropicMessages(model="claude", api_key="sk-ant-0123456789", **local)
+    openai = OpenAIChat(model="gpt", api_key="sk-0123456789abcdef", **local)
+    bound = Agent(anthropic, {}, limits=limits).run(["Describe it.", image])
+    assert bound.stop is Stop.TOKEN_LIMIT and bound.state.turns == 0  # refused before the model was asked
+    asked = Agent(anthropic, {}, limits=limits, estimator=estimate_tokens).run(["Describe it.", image])
+    assert asked.stop is Stop.PROVIDER_ERROR  # an explicit estimator still wins: the call was tried
+    assert Agent(openai, {}, limits=limits).run(["Describe it.", image]).stop is Stop.PROVIDER_ERROR
+    chained = Agent(FallbackModel(openai, anthropic), {}, limits=limits).run(["Describe it.", image])
+    assert chained.stop is Stop.TOKEN_LIMIT and chained.state.turns == 0
+    swapped = Agent(openai, {}, limits=limits).replace(model=anthropic).run(["Describe it.", image])
+    assert swapped.stop is Stop.TOKEN_LIMIT  # the agent follows its model when the model is replaced

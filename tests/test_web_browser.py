@@ -129,7 +129,10 @@ def test_a_reviewer_approves_from_the_inbox_and_sees_the_run_end(browser: Any, d
 
 
 def _check_screenshot(browser: Any, shot: Path, visited: set[str]) -> None:
-    """The PNG is not blank, shows the diagram's green path, and the drawn diagram names the run's states."""
+    """
+    The PNG is not blank, shows the diagram's green path, and the drawn diagram is the deciding agent's machine:
+    every state it can enter, the run's states among them, and none it cannot.
+    """
     from PIL import Image
 
     with Image.open(shot) as image:
@@ -142,8 +145,9 @@ def _check_screenshot(browser: Any, shot: Path, visited: set[str]) -> None:
     svg = browser.find_element("css selector", ".diagram svg")
     assert svg.is_displayed() and svg.size["width"] > 1000 and svg.size["height"] > 400
     drawn = {t.text for t in browser.find_elements("css selector", ".diagram svg text")}
-    assert {s.name for s in RUN_MACHINE.states} <= drawn
-    assert visited <= drawn
+    own = {s.name for s in world().machine().states}
+    assert own <= drawn and visited <= drawn
+    assert not drawn & ({s.name for s in RUN_MACHINE.states} - own)
 
 
 def test_the_run_page_and_inbox_follow_a_decision_taken_elsewhere(browser: Any, desk: dict[str, Any]) -> None:

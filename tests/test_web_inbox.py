@@ -352,3 +352,19 @@ def test_an_unexpected_failure_still_carries_the_headers(store_url: str) -> None
         response = ana.post("/runs/ticket-1/decide", data={**_decision_form(ana), "action": "approve"})
         assert response.status_code == 500 and _has_security_headers(response)
         assert "Traceback" not in response.text
+
+
+def test_the_run_page_draws_the_agents_machine_with_the_runs_path(base: str) -> None:
+    """The run page's picture is the deciding agent's machine (no states it cannot enter), the run's path on it."""
+    from agent_fsm.engine import RUN_MACHINE
+
+    machine = world().machine()
+    absent = {s.name for s in RUN_MACHINE.states} - {s.name for s in machine.states}
+    assert {"ScreeningInput", "Compacting", "HandedOver"} <= absent
+    ana = _signed_in(base)
+    page = ana.get("/runs/ticket-1").text
+    ana.close()
+    svg = page[page.index("<svg") : page.index("</svg>")]
+    drawn = set(re.findall(r"<title>([A-Za-z]+)</title>", svg))
+    assert {"Proposing", "AwaitingApproval"} <= drawn
+    assert not drawn & absent, sorted(drawn & absent)

@@ -205,8 +205,21 @@ def show_command(
     diagram: Annotated[
         bool, typer.Option("--diagram", help="Also draw the run's path on the machine (Mermaid).")
     ] = False,
+    world: Annotated[
+        str | None,
+        typer.Option(
+            "--world",
+            help="MODULE:NAME of the run's Agent: --diagram draws its machine as configured, not the whole table.",
+        ),
+    ] = None,
+    full: Annotated[
+        bool, typer.Option("--full", help="With --world: draw the whole run machine, not the agent's own.")
+    ] = False,
 ) -> None:
     """Show one run: status, transcript, the path it took, its effects and the decisions on its pauses."""
+    if full and world is None:
+        raise typer.BadParameter("--full is for --world (without it the whole table is drawn)", param_hint="--full")
+    agent = load_world(world) if world is not None and diagram else None
     with open_url(store) as opened, _store_errors():
         stored = opened.load(run_id)
         effects, history = opened.effects(run_id), opened.history(run_id)
@@ -227,11 +240,17 @@ def show_command(
     for point in checkpoints:
         _say(f"checkpoint {point.point}: {point.machine_state}" + (f" ({point.stop})" if point.stop else ""))
     if diagram:
+        from agent_fsm.diagrams.labels import agent_title
         from agent_fsm.diagrams.mermaid import to_mermaid
-        from agent_fsm.diagrams.path import path_of
+        from agent_fsm.diagrams.path import TraceError, path_on_agent
         from agent_fsm.engine import RUN_MACHINE
 
-        typer.echo(to_mermaid(RUN_MACHINE, path=path_of(stored.state)))
+        try:
+            path = path_on_agent(stored.state, agent, full=full)
+        except TraceError as exc:
+            raise _fail(str(exc)) from None
+        title = None if agent is None else agent_title(agent.name, path.machine, RUN_MACHINE)
+        typer.echo(to_mermaid(path.machine, path=path, title=title))
 
 
 @runs_app.command("export")

@@ -47,6 +47,7 @@ from agent_fsm.diagrams.path import (
     TraceError,
     load_trace,
     path_of,
+    path_on_agent,
     reconstruct_path,
 )
 from agent_fsm.diagrams.sequence import sequence_diagram
@@ -62,6 +63,7 @@ __all__ = [
     "load_trace",
     "machines",
     "path_of",
+    "path_on_agent",
     "reconstruct_path",
     "render",
     "render_composition",

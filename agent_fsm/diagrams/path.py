@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import RUN_MACHINE, AgentFSMError, Edge, MachineSpec, Observation, RunResult, RunState
+from agent_fsm.engine import RUN_MACHINE, Agent, AgentFSMError, Edge, MachineSpec, Observation, RunResult, RunState
 
 __all__ = [
     "TRACE_KEY",
@@ -28,6 +28,7 @@ __all__ = [
     "approved_calls",
     "load_trace",
     "path_of",
+    "path_on_agent",
     "reconstruct_path",
     "state_of",
     "turns_of",
@@ -300,6 +301,22 @@ def path_of(run: RunResult | RunState, *, machine: MachineSpec | None = None) ->
         return RunPath.from_steps(machine, [(e.source, e.event, e.dest) for e in whole.steps])
     except TraceError as exc:
         raise TraceError(f"{exc}: the run took a step this agent cannot; was it run configured otherwise?") from None
+
+
+def path_on_agent(run: RunResult | RunState, agent: Agent | None, *, full: bool = False) -> RunPath:
+    """
+    The path ``run`` took, on ``agent``'s machine under the limits the run held (``full`` or no agent: the whole table).
+
+    What every picture of a saved run draws when it knows the agent, so the
+    viewer, ``agent-fsm runs show --diagram`` and ``agent-fsm diagram --world
+    --trace`` show the same machine: ``path.machine``.
+
+    Raises:
+        TraceError: as :func:`path_of`, including a step the agent's machine does not have.
+    """
+    state = state_of(run)
+    machine = RUN_MACHINE if agent is None or full else agent.machine(limits=state.limits)
+    return path_of(state, machine=machine)
 
 
 def _recorded(state: RunState) -> RunPath:

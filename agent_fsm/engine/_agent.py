@@ -39,8 +39,8 @@ from agent_fsm.engine._launch import (
 )
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Prices, Stop
 from agent_fsm.engine._machine import RUN_MACHINE, MachineSpec
-from agent_fsm.engine._messages import Task, TokenEstimator, estimate_tokens
-from agent_fsm.engine._models import Model
+from agent_fsm.engine._messages import Task, TokenEstimator
+from agent_fsm.engine._models import Model, model_estimator
 from agent_fsm.engine._options import ruled_out
 from agent_fsm.engine._resting import rest
 from agent_fsm.engine._run import AnswerCheck
@@ -122,7 +122,10 @@ class Agent:
     refused); ``limits`` are the budgets (``None``: the defaults for a new
     run, the saved ones for a run continued); ``system_prompt`` opens a run
     (``None``: :data:`DEFAULT_SYSTEM_PROMPT`, ``""``: none); ``answer_check``
-    may refuse a final answer; ``estimator`` measures prompts; ``endings``
+    may refuse a final answer; ``estimator`` measures prompts (``None``: the
+    model's own ``estimator`` when it has one, so an adapter's provider rule
+    for images and files holds unasked, else :func:`estimate_tokens`; see
+    :attr:`token_estimator`); ``endings``
     names the world's code for the engine's stops; ``name`` identifies the
     agent (a saved run, a Temporal worker and the store's records name it);
     ``screen_input`` reads the task before the first model call and may
@@ -157,7 +160,7 @@ class Agent:
     limits: Limits | None = attrs.field(default=None, kw_only=True)
     system_prompt: str | None = attrs.field(default=None, kw_only=True)
     answer_check: AnswerCheck | None = attrs.field(default=None, kw_only=True)
-    estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True)
+    estimator: TokenEstimator | None = attrs.field(default=None, kw_only=True)
     endings: EndingRule | None = attrs.field(default=None, kw_only=True)
     name: str | None = attrs.field(default=None, kw_only=True)
     screen_input: InputScreen | None = attrs.field(default=None, kw_only=True)
@@ -189,8 +192,8 @@ class Agent:
             raise _refused("system_prompt", "a str or None", self.system_prompt)
         if self.answer_check is not None and not callable(self.answer_check):
             raise _refused("answer_check", "callable or None", self.answer_check)
-        if not callable(self.estimator):
-            raise _refused("estimator", "callable", self.estimator)
+        if self.estimator is not None and not callable(self.estimator):
+            raise _refused("estimator", "callable or None", self.estimator)
         name = self.name
         if name is not None and (type(name) is not str or not name):
             raise _refused("name", "a non-empty str or None", name)
@@ -240,6 +243,14 @@ class Agent:
         """
         chosen = limits if limits is not None else self.limits if self.limits is not None else DEFAULT_LIMITS
         return RUN_MACHINE.without(ruled_out(self, chosen))
+
+    @property
+    def token_estimator(self) -> TokenEstimator:
+        """
+        What measures this agent's prompts: ``estimator`` if given, else the model's (read afresh, so a replaced
+        model brings its own rule), else :func:`estimate_tokens`.
+        """
+        return self.estimator if self.estimator is not None else model_estimator(self.model)
 
     def replace(self, **changes: Any) -> Agent:
         """This agent with ``changes`` (any of its fields), checked as a new agent is."""
@@ -329,7 +340,7 @@ class Agent:
             base = DEFAULT_SYSTEM_PROMPT if prompt is None else prompt
             instruction = output_spec(self.output).instruction
             prompt = f"{base}\n\n{instruction}" if base else instruction
-        state = start_state(task, system_prompt=prompt, history=history, estimator=self.estimator, run_id=run_id)
+        state = start_state(task, system_prompt=prompt, history=history, estimator=self.token_estimator, run_id=run_id)
         state.limits = self.limits if self.limits is not None else DEFAULT_LIMITS
         state.agent = self.name  # the digest of its contracts is recorded where a decision may follow (see _rest)
         return state
@@ -642,7 +653,7 @@ class AgentParts(TypedDict, total=False):
     limits: Limits | None
     system_prompt: str | None
     answer_check: AnswerCheck | None
-    estimator: TokenEstimator
+    estimator: TokenEstimator | None
     endings: EndingRule | None
     screen_input: InputScreen | None
     screen_result: ResultScreen | None

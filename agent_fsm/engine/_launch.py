@@ -411,7 +411,7 @@ def _context(
     check = _declared(agent.answer_check)
     stored_id = _stored_id(store, run_id)
     context = RunContext(
-        state, agent.model, agent.tools, agent.gate, limits, agent.estimator, check, store, stored_id, listening
+        state, agent.model, agent.tools, agent.gate, limits, agent.token_estimator, check, store, stored_id, listening
     )
     context.equip(agent)
     return context

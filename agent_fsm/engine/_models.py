@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from agent_fsm.engine._errors import ScriptExhausted
-from agent_fsm.engine._messages import answer_message
+from agent_fsm.engine._messages import TokenEstimator, answer_message, estimate_tokens
 
 __all__ = [
     "FALLBACK_KINDS",
@@ -21,6 +21,7 @@ __all__ = [
     "ModelReply",
     "ScriptedModel",
     "is_count",
+    "model_estimator",
     "model_name",
     "not_a_message",
 ]
@@ -229,6 +230,23 @@ def model_name(model: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def model_estimator(model: Any) -> TokenEstimator:
+    """
+    The token estimate ``model`` offers (an adapter's: its provider's rule for images and files), else the default.
+
+    What an :class:`agent_fsm.Agent` built without ``estimator=`` measures its prompts with.
+    """
+    own = getattr(model, "estimator", None)
+    return own if callable(own) else estimate_tokens
+
+
+def _dearest(estimators: Sequence[TokenEstimator]) -> TokenEstimator:
+    def estimate(message: Mapping[str, Any]) -> int:
+        return max(estimator(message) for estimator in estimators)
+
+    return estimate
+
+
 FALLBACK_KINDS = frozenset({"timeout", "transport", "http", "bad_response", "truncated", "disconnected"})
 """The provider failures a :class:`FallbackModel` answers by asking the next model, unless told otherwise."""
 
@@ -263,6 +281,16 @@ class FallbackModel:
             raise TypeError(f"'on' must name failure kinds, e.g. {{'timeout', 'http'}} (got {on!r})")
         self.models: tuple[Model, ...] = models
         self.on: frozenset[str] = kinds
+        rules = list(dict.fromkeys(model_estimator(model) for model in models))
+        self._estimator = rules[0] if len(rules) == 1 else _dearest(rules)
+
+    @property
+    def estimator(self) -> TokenEstimator:
+        """
+        The most conservative of its models' estimates (each message at the largest): any model of the chain may be
+        the one asked, so a prompt budget must hold by the dearest rule among them.
+        """
+        return self._estimator
 
     def __repr__(self) -> str:
         listed = ", ".join(map(repr, self.models))

@@ -14,6 +14,11 @@ engine's own check) and its tokens by ``max_turns`` times the largest prompt
 plus the largest reply (``max_prompt_tokens + max_output_tokens``). Tokens
 are the engine's estimates where a provider reports none, so the token
 guarantee is as exact as those estimates; turns and money are exact.
+
+An LLM judge's call is spent from the same account: priced at its worst case
+(the prompt estimate and its reply cap) and checked against what remains
+before it is made, then charged what it spent, one turn each
+(:meth:`Ledger.affords`, :meth:`Ledger.charge`).
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ class Ledger:
     spent: Usage = attrs.field(factory=Usage)
     turns_spent: int = 0
     out: list[Share] = attrs.field(factory=list)
+    judge_cost: Decimal = Decimal(0)
 
     def _remaining(self) -> tuple[int | None, int | None, Decimal | None]:
         b = self.budget
@@ -139,6 +145,24 @@ class Ledger:
         """A run ended: charge what it spent, return the rest of its share."""
         self.out.remove(share)
         self.turns_spent += turns
+        self._add(usage)
+
+    def affords(self, tokens: int, cost: Decimal) -> bool:
+        """Whether one model call outside the runs (a judge's) of at most ``tokens`` and ``cost`` fits what remains."""
+        turns, left_tokens, left_cost = self._remaining()
+        return (
+            (turns is None or turns >= 1)
+            and (left_tokens is None or left_tokens >= tokens)
+            and (left_cost is None or left_cost >= cost)
+        )
+
+    def charge(self, usage: Usage) -> None:
+        """A judge's call was made: one turn, its tokens and its money are spent."""
+        self.turns_spent += 1
+        self._add(usage)
+        self.judge_cost += usage.cost
+
+    def _add(self, usage: Usage) -> None:
         self.spent.input_tokens += usage.input_tokens
         self.spent.output_tokens += usage.output_tokens
         self.spent.cached_tokens += usage.cached_tokens

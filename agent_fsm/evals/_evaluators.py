@@ -13,12 +13,25 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 import attrs
 import jsonschema
 
-from agent_fsm.engine import Model, ModelReply, RunResult, Stop, ToolCall, parse_tool_calls, to_json_data
+from agent_fsm.engine import (
+    Model,
+    ModelReply,
+    Prices,
+    RunResult,
+    Stop,
+    TokenEstimator,
+    ToolCall,
+    Usage,
+    estimate_tokens,
+    parse_tool_calls,
+    to_json_data,
+)
+from agent_fsm.evals._budget import Ledger
 from agent_fsm.scenarios import Environment, Scenario, evaluate_expectations
 
 __all__ = [
@@ -43,10 +56,15 @@ __all__ = [
 
 @attrs.frozen
 class Score:
-    """One evaluator's verdict on one run: ``value`` from 0 to 1, ``passed``, and the ``reason`` in words."""
+    """
+    One evaluator's verdict on one run: ``value`` from 0 to 1, ``passed``, and the ``reason`` in words.
+
+    ``value`` is ``None`` when no score could be given (a judge the eval's
+    budget could not pay for); such a verdict does not pass.
+    """
 
     name: str
-    value: float
+    value: float | None
     passed: bool
     reason: str
 
@@ -62,7 +80,8 @@ class Judged:
 
     ``scenario`` is the spec the agent was built from (its ``[expect]`` table
     when the case was written as a spec); ``resumes_used`` is how many of its
-    decisions were applied.
+    decisions were applied; ``ledger`` is the eval's shared account, from
+    which an evaluator that calls a model (the :class:`Judge`) pays.
     """
 
     result: RunResult
@@ -70,6 +89,7 @@ class Judged:
     environment: Environment
     scenario: Scenario
     resumes_used: int = 0
+    ledger: Ledger | None = attrs.field(default=None, eq=False)
 
 
 @runtime_checkable
@@ -386,6 +406,20 @@ class JudgeError(ValueError):
     """The judge model's reply was not the verdict asked for (JSON with ``passed``, ``score`` and ``reason``)."""
 
 
+@overload
+def _figure(value: Any, default: int) -> int: ...
+@overload
+def _figure(value: Any, default: None) -> int | None: ...
+def _figure(value: Any, default: int | None) -> int | None:
+    """A usage figure the provider reported (a whole number >= 0), else ``default``."""
+    return value if type(value) is int and value >= 0 else default
+
+
+def _model_name(model: Any) -> str | None:
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else None
+
+
 _JUDGE_PROMPT = (
     "You grade one run of an agent against a rubric. Read the task, the agent's final answer and the tool calls it"
     " made. Reply with one JSON object and nothing else: "
@@ -401,13 +435,24 @@ class Judge:
     The judge is shown the task, the answer and the calls with their
     outcomes, and must reply with JSON ``{"passed", "score", "reason"}``; a
     reply of any other shape raises :class:`JudgeError` (a judge that cannot
-    be read is a set-up problem, not a failing run). Judge calls are made
-    outside the runs and are not charged to the eval's budget.
+    be read is a set-up problem, not a failing run).
+
+    Its calls are spent from the eval's budget like a run's: one turn each,
+    priced by ``prices`` at the worst case (the prompt as ``estimator``
+    measures it, the whole ``max_output_tokens`` reply) and checked against
+    what remains *before* the call; a call the budget cannot cover is not
+    made, and the score is ``None`` with the reason ``"budget spent"``. After
+    the call the provider's figures are charged (the estimates where it
+    reports none). A money budget needs ``prices`` and ``max_output_tokens``,
+    a token budget ``max_output_tokens``: without them the worst case is unknown.
     """
 
     model: Model = attrs.field(eq=False)
     rubric: str
     name: str = "judge"
+    prices: Prices | None = attrs.field(default=None, kw_only=True)
+    max_output_tokens: int | None = attrs.field(default=None, kw_only=True)
+    estimator: TokenEstimator = attrs.field(default=estimate_tokens, kw_only=True, eq=False)
 
     def messages(self, run: Judged) -> list[dict[str, Any]]:
         """What the judge is asked: the rubric, then the run as text."""
@@ -425,10 +470,48 @@ class Judge:
         )
         return [{"role": "system", "content": _JUDGE_PROMPT}, {"role": "user", "content": body}]
 
+    def _worst_case(self, ledger: Ledger, prompt: int) -> tuple[int, Decimal]:
+        budget, cap = ledger.budget, self.max_output_tokens
+        if (budget.max_cost is not None or budget.max_tokens is not None) and cap is None:
+            raise ValueError(f"judge {self.name!r}: a money or token budget needs Judge(max_output_tokens=...)")
+        if budget.max_cost is None:
+            return prompt + (cap or 0), Decimal(0)
+        price = None if self.prices is None else self.prices.of(_model_name(self.model))
+        if price is None:
+            raise ValueError(f"judge {self.name!r}: an eval money budget needs Judge(prices=...) naming its model")
+        assert cap is not None
+        return prompt + cap, price.worst_case(prompt, cap)
+
+    def _spent(self, reply: Any, message: Any, prompt: int) -> Usage:
+        """What the call spent: the provider's figures where reported, else the estimates (the reply capped)."""
+        name, output, cached = _model_name(self.model), None, 0
+        if isinstance(reply, ModelReply):
+            name = reply.model if isinstance(reply.model, str) else name
+            prompt = _figure(reply.prompt_tokens, prompt)
+            output = _figure(reply.output_tokens, None)
+            cached = min(_figure(reply.cached_tokens, 0), prompt)
+        if output is None:
+            output = self.estimator(message) if isinstance(message, Mapping) else 0
+            if self.max_output_tokens is not None:
+                output = min(output, self.max_output_tokens)
+        price = None if self.prices is None else self.prices.of(name)
+        cost = Decimal(0) if price is None else price.cost(prompt, output, cached)
+        return Usage(input_tokens=prompt, output_tokens=output, cached_tokens=cached, cost=cost)
+
     def evaluate(self, run: Judged) -> Score:
-        """Ask the judge model and read its verdict."""
-        reply = self.model.chat(self.messages(run), ())
+        """Ask the judge model, if what remains of the eval's budget covers the call, and read its verdict."""
+        messages = self.messages(run)
+        ledger = run.ledger
+        prompt = sum(self.estimator(m) for m in messages)
+        if ledger is not None and not ledger.affords(*self._worst_case(ledger, prompt)):
+            return Score(self.name, None, False, "budget spent")
+        extra = {}
+        if self.max_output_tokens is not None and getattr(self.model, "takes_output_cap", False):
+            extra["max_output_tokens"] = self.max_output_tokens
+        reply = self.model.chat(messages, (), **extra)
         message = reply.message if isinstance(reply, ModelReply) else reply
+        if ledger is not None:
+            ledger.charge(self._spent(reply, message, prompt))
         text = message.get("content") if isinstance(message, Mapping) else None
         if not isinstance(text, str):
             raise JudgeError(f"the judge replied without text: {_show(message)}")

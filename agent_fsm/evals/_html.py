@@ -30,6 +30,10 @@ def _stylesheet() -> str:
     return (resources.files("agent_fsm") / "web" / "static" / "inbox.css").read_text(encoding="utf-8")
 
 
+def _value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _tone(passed: bool) -> str:
     return "tone-ok" if passed else "tone-bad"
 
@@ -45,7 +49,7 @@ def _run_row(run: RunRecord, run_href: str | None) -> str:
     if run_href is not None and run.run_id is not None:
         label = f'<a href="{escape(run_href.replace("{run_id}", run.run_id), quote=True)}">{label}</a>'
     scores = "".join(
-        f'<li><span class="badge {_tone(s.passed)}">{escape(s.name)} {s.value:.2f}</span> {escape(s.reason)}</li>'
+        f'<li><span class="badge {_tone(s.passed)}">{escape(s.name)} {_value(s.value)}</span> {escape(s.reason)}</li>'
         for s in run.scores
     )
     verdict = "passed" if run.passed else "failed"

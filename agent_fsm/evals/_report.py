@@ -132,7 +132,8 @@ class CaseReport:
         values: dict[str, list[float]] = {}
         for run in self.runs:
             for score in run.scores:
-                values.setdefault(score.name, []).append(score.value)
+                if score.value is not None:  # a judge the budget could not pay for gave no score
+                    values.setdefault(score.name, []).append(score.value)
         return {name: sum(v) / len(v) for name, v in values.items()}
 
 
@@ -142,6 +143,8 @@ class EvalReport:
     A whole eval: the cases, the budget and what was spent, and whether the budget stopped it.
 
     ``stopped`` says the shared budget ran out and the runs marked ``budget_spent`` were not started.
+    ``judge_cost`` is the part of ``spent_cost`` the LLM judges' own calls spent (their turns and tokens
+    are in ``spent_turns`` and ``spent_tokens`` too).
     """
 
     name: str
@@ -152,6 +155,7 @@ class EvalReport:
     spent_cost: Decimal
     budget: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     stopped: bool = False
+    judge_cost: Decimal = Decimal(0)
 
     def case(self, name: str) -> CaseReport:
         """The case named ``name``."""
@@ -179,7 +183,12 @@ class EvalReport:
             "repeat": self.repeat,
             "stopped": self.stopped,
             "budget": dict(self.budget),
-            "spent": {"turns": self.spent_turns, "tokens": self.spent_tokens, "cost": format(self.spent_cost, "f")},
+            "spent": {
+                "turns": self.spent_turns,
+                "tokens": self.spent_tokens,
+                "cost": format(self.spent_cost, "f"),
+                "judge_cost": format(self.judge_cost, "f"),
+            },
             "cases": [
                 {
                     "name": c.name,
@@ -221,6 +230,7 @@ class EvalReport:
                 spent_turns=data["spent"]["turns"],
                 spent_tokens=data["spent"]["tokens"],
                 spent_cost=Decimal(data["spent"]["cost"]),
+                judge_cost=Decimal(data["spent"].get("judge_cost", "0")),
                 cases=tuple(
                     CaseReport(c["name"], tuple(RunRecord.from_data(r) for r in c["runs"]), c.get("metadata", {}))
                     for c in data["cases"]

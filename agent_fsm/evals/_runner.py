@@ -125,7 +125,7 @@ class _Eval:
             self.ledger.settle(share, share.turns, _whole(share))
             raise
         await self.settle(share, result.state.turns, result.usage)
-        judged = Judged(result, list(environment.effects), environment, scenario, used)
+        judged = Judged(result, list(environment.effects), environment, scenario, used, self.ledger)
         scores = tuple(evaluator.evaluate(judged) for evaluator in case.evaluators)
         return RunRecord(
             case=case.name,
@@ -231,6 +231,7 @@ async def arun_eval(
             "max_cost": None if budget.max_cost is None else format(budget.max_cost, "f"),
         },
         stopped=state.stopped,
+        judge_cost=state.ledger.judge_cost,
     )
 
 

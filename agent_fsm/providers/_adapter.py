@@ -102,9 +102,10 @@ class HttpModel:
         """
         The token estimate with images and files priced by this provider's rule.
 
-        ``Agent(model, tools, estimator=model.estimator)`` keeps prompt budgets
-        true to the provider when the conversation holds images or PDFs; for
-        text it counts as :func:`agent_fsm.estimate_tokens` does.
+        An :class:`agent_fsm.Agent` built without ``estimator=`` measures its
+        prompts with it, keeping prompt budgets true to the provider when the
+        conversation holds images or PDFs; for text it counts as
+        :func:`agent_fsm.estimate_tokens` does.
         """
         return media_estimator(self.image_rule)
 

@@ -48,7 +48,7 @@ def settle_unknown(log: IntentLog, agent: Agent) -> RunState:
         for name, spec in agent.tools.items()
     }
     limits = state.limits or agent.limits or Limits()
-    context = RunContext(state, None, tools, agent.gate, limits, agent.estimator, run_id=state.run_id)  # type: ignore[arg-type]
+    context = RunContext(state, None, tools, agent.gate, limits, agent.token_estimator, run_id=state.run_id)  # type: ignore[arg-type]
     settle_intent(context, attrs.evolve(intent, path=""))
     assert state.pause is not None, "an interrupted call settles as a pause"
     # The kernel's recovery leaves the pause id to the store's commit; here it is the pause's own (deterministic).

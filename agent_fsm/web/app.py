@@ -324,7 +324,9 @@ def inbox_app(
             return error(request, session, 404, "No such run", str(exc))
         except StoreError as exc:
             return unreadable(request, session, exc, run_id=run_id)
-        context = await run_in_threadpool(run_context, stored.state, run_id=run_id, effects=effects, decisions=history)
+        context = await run_in_threadpool(
+            run_context, stored.state, run_id=run_id, effects=effects, decisions=history, agent=agent
+        )
         blocked = stored.summary.blocked if stored.status == "paused" else None
         blocked_path: tuple[str, ...] = ()
         state = stored.state

@@ -16,8 +16,9 @@ from importlib import resources
 from typing import Any
 
 from agent_fsm.diagrams.dot import GraphvizMissing, render
-from agent_fsm.diagrams.path import TraceError, path_of
-from agent_fsm.engine import RUN_MACHINE, RunState
+from agent_fsm.diagrams.labels import agent_title
+from agent_fsm.diagrams.path import TraceError, path_of, path_on_agent
+from agent_fsm.engine import RUN_MACHINE, Agent, RunState
 from agent_fsm.store.records import Decision, Effect
 from agent_fsm.web.budget import budget_chart
 from agent_fsm.web.timeline import pretty_json, timeline_of
@@ -53,14 +54,26 @@ def _stylesheet() -> str:
     return resources.files("agent_fsm.web").joinpath("static", "inbox.css").read_text(encoding="utf-8")
 
 
-def diagram_svg(state: RunState) -> tuple[str | None, str | None]:
+def diagram_svg(state: RunState, agent: Agent | None = None) -> tuple[str | None, str | None]:
     """
-    The run machine drawn by Graphviz with ``state``'s path highlighted, as inline SVG; or why it cannot be.
+    The machine drawn by Graphviz with ``state``'s path highlighted, as inline SVG; or why it cannot be.
+
+    With ``agent`` (the inbox knows the agent deciding its runs), its machine
+    as configured, only the states it can enter; a run that took a step that
+    machine lacks (saved by an agent configured otherwise) is drawn on the
+    whole table instead. Without, the whole run machine.
 
     Returns ``(svg, None)``, or ``(None, problem)`` when ``dot`` is missing or the path does not fit the machine.
     """
     try:
-        drawn = render(RUN_MACHINE, "svg", path=path_of(state)).decode("utf-8")
+        try:
+            path = path_on_agent(state, agent)
+        except TraceError:
+            if agent is None:
+                raise
+            path = path_of(state)
+        title = None if agent is None else agent_title(agent.name, path.machine, RUN_MACHINE)
+        drawn = render(path.machine, "svg", path=path, title=title).decode("utf-8")
     except (GraphvizMissing, TraceError) as exc:
         return None, str(exc)
     return _fitted(drawn[drawn.find("<svg") :]), None
@@ -86,9 +99,10 @@ def run_context(
     run_id: str | None = None,
     effects: Sequence[Effect] = (),
     decisions: Sequence[Decision] = (),
+    agent: Agent | None = None,
 ) -> dict[str, Any]:
-    """What the run templates read: the timeline, the budget chart and the diagram (or why there is none)."""
-    svg, problem = diagram_svg(state)
+    """What the run templates read: the timeline, the budget chart and the diagram (``agent``'s machine, if given)."""
+    svg, problem = diagram_svg(state, agent)
     return {
         "run": timeline_of(state, run_id=run_id, effects=tuple(effects), decisions=tuple(decisions)),
         "budget": budget_chart(state),
