@@ -11,7 +11,18 @@ from typing import Any
 import pytest
 
 import agent_fsm.store.sql as sql_module
-from agent_fsm import Agent, Limits, RunState, ScriptedModel, ToolSpec, allow_all, answer_message, tool_call_message
+from agent_fsm import (
+    Agent,
+    Intent,
+    Limits,
+    RunState,
+    ScriptedModel,
+    ToolSpec,
+    allow_all,
+    answer_message,
+    start_state,
+    tool_call_message,
+)
 from agent_fsm.store import DamagedRun, RunStore, SqliteStore, fork
 from agent_fsm.store.schema import MIGRATIONS
 from agent_fsm.store.transcript import parts
@@ -99,6 +110,59 @@ def test_a_replaced_message_keeps_the_run_whole_from_there_on(opener: Opener, tm
     with store._transaction() as tx:  # type: ignore[attr-defined]
         assert store._since(tx, "r", changed, None) is None  # type: ignore[attr-defined]
         assert store._since(tx, "r", state, None) == (len(state.messages), len(state.observations))  # type: ignore[attr-defined]
+
+
+def test_a_held_state_is_checked_by_its_last_items_not_item_by_item(opener: Opener, tmp_path: Path) -> None:
+    """The store holds a count and the last object per list of a run in flight, so a commit's check stays constant."""
+    store = opener()
+    state = ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r").state
+    counts = (len(state.messages), len(state.observations))
+    marks = sql_module._written(state, counts)
+    # Not a copy of the lists: what is held per run does not grow with its transcript.
+    assert marks == ((counts[0], state.messages[-1]), (counts[1], state.observations[-1]))
+    held = sql_module._Held(1, None, marks, counts)
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        assert store._since(tx, "r", state, held) == counts  # type: ignore[attr-defined]
+        state.messages.append({"role": "user", "content": "more"})
+        assert store._since(tx, "r", state, held) == counts  # type: ignore[attr-defined]  # appended: continues
+        state.messages[counts[0] - 1] = dict(state.messages[counts[0] - 1])  # the last one stored, replaced
+        assert store._since(tx, "r", state, held) is None  # type: ignore[attr-defined]
+        state.messages[counts[0] - 1 :] = []  # shorter than what is stored
+        assert store._since(tx, "r", state, held) is None  # type: ignore[attr-defined]
+
+
+def test_a_load_reads_the_run_as_of_one_moment_while_its_owner_commits(opener: Opener) -> None:
+    """A checkpoint committed between a load's read of the run's row and of its pieces is not mixed into the state."""
+    writer = opener()
+    state = start_state("read", run_id="r")
+    writer.begin("r", state)
+    state.messages.append({"role": "user", "content": "and more"})
+    writer.save("r", state, Intent("c1", "pay", "f" * 64, "k1"))  # the row holds the piece added since checkpoint 0
+    reader = opener()
+    opened = reader._transaction  # type: ignore[attr-defined]
+    committed: list[bool] = []
+
+    class Interleaved:
+        """A read transaction during which, after its first statement, the run's owner commits its next checkpoint."""
+
+        def __init__(self, tx: Any) -> None:
+            self.tx = tx
+
+        def rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+            found: list[tuple[Any, ...]] = self.tx.rows(sql, params)
+            if not committed:
+                committed.append(True)
+                writer.save("r", state)  # checkpoint 1 holds the piece the row held
+            return found
+
+    @contextmanager
+    def interleaved(*, write: bool = True, single: bool = False) -> Iterator[Any]:
+        with opened(write=write, single=single) as tx:
+            yield Interleaved(tx)
+
+    reader._transaction = interleaved  # type: ignore[attr-defined]
+    loaded = reader.load("r").state
+    assert committed and [m["content"] for m in loaded.messages] == [m["content"] for m in state.messages]
 
 
 def test_the_migration_keeps_older_runs_once(opener: Opener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -77,6 +77,8 @@ class PostgresStore(SqlStore):
                     yield _PostgresTransaction(self._connection)
                     return
                 with self._connection.transaction():
+                    if not write:  # its statements read one snapshot, as SQLite's do: a run's row with its pieces
+                        self._connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     yield _PostgresTransaction(self._connection)
             except self._psycopg.Error as exc:
                 raise DatabaseError(f"PostgreSQL at {_redacted(self.dsn)} failed: {exc}") from exc

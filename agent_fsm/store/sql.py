@@ -17,7 +17,6 @@ an older copy, resumed after its pause was decided, is refused before any effect
 from __future__ import annotations
 
 import json
-import operator
 import os
 import time
 import uuid
@@ -83,6 +82,10 @@ from agent_fsm.store.transcript import whole
 __all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
 
+# Per list written apart: how many items were stored and the last of them (None for none).
+_Written = tuple[tuple[int, Any], tuple[int, Any]]
+
+
 @attrs.define
 class _Held:
     """The version this store last read or wrote for a run, and the state object its commits continue."""
@@ -90,9 +93,10 @@ class _Held:
     version: int
     # None right after a decision or a claim: the next state committed continues the run.
     state: weakref.ref[RunState] | None
-    # The messages and observations stored when that state object was last committed, and how many of
-    # each the run's latest checkpoint holds: its next commit writes what follows those (see .transcript).
-    written: tuple[list[Any], list[Any]] | None = None
+    # How many messages and observations were stored when that state object was last committed, with the
+    # last of each, and how many of each the run's latest checkpoint holds: its next commit writes what
+    # follows those (see .transcript).
+    written: _Written | None = None
     kept: tuple[int, int] = (0, 0)
     # The run's state as last written, field by field: a commit encodes only the fields that changed.
     writer: StateWriter = attrs.field(factory=StateWriter)
@@ -128,8 +132,28 @@ def _row_text(text: str, counts: _Counts) -> str:
     return text if counts[0] is None else _AT_CHECKPOINT
 
 
-def _written(state: RunState, counts: _Counts) -> tuple[list[Any], list[Any]] | None:
-    return None if counts[0] is None else (list(state.messages), list(state.observations))
+def _written(state: RunState, counts: _Counts) -> _Written | None:
+    """
+    What tells the next commit of the same state object that its lists continue what is stored: a mark per list.
+
+    The engine only appends to a run's transcript and observations, so a
+    list holding as many items as were stored, its last the very object
+    stored last, continues them: checked in constant time, not item by
+    item (a commit's cost must not grow with the run's length).
+    """
+    if counts[0] is None:
+        return None
+    messages, observations = state.messages, state.observations
+    return (
+        (len(messages), messages[-1] if messages else None),
+        (len(observations), observations[-1] if observations else None),
+    )
+
+
+def _continues(items: list[Any], mark: tuple[int, Any]) -> bool:
+    """Whether ``items`` holds at least the ``mark``'s count of items, the last of those the object marked."""
+    count, last = mark
+    return len(items) >= count and (count == 0 or items[count - 1] is last)
 
 
 class SqlStore:
@@ -282,12 +306,9 @@ class SqlStore:
         of ``state``'s lists (a message was replaced since): the commit then
         writes the state whole, as a run's row was before migration 4.
         """
-        lists: tuple[list[Any], list[Any]] = (state.messages, state.observations)
-        if held is not None and held.written is not None:  # the state object committed last: the same objects
-            same = all(
-                len(items) >= len(seen) and all(map(operator.is_, items, seen))
-                for items, seen in zip(lists, held.written, strict=True)
-            )
+        if held is not None and held.written is not None:  # the state object committed last: does it go on from it?
+            marks = held.written
+            same = _continues(state.messages, marks[0]) and _continues(state.observations, marks[1])
             return held.kept if same else None
         found = self._checked(tx, run_id)
         if not found or type(found[0][5]) is not int:
@@ -361,7 +382,7 @@ class SqlStore:
 
     def _commit(
         self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None, writer: StateWriter
-    ) -> tuple[int, tuple[list[Any], list[Any]] | None, tuple[int, int]]:
+    ) -> tuple[int, _Written | None, tuple[int, int]]:
         """The compare-and-set of :meth:`save`; the version it wrote over and the messages now stored as rows."""
         status, stop = status_of(state)
         paused = status == "paused" and bool(state.pending)
