@@ -17,9 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_fsm.serve import Clients
+from agent_fsm.serve import Clients, serve_app
+from agent_fsm.store import open_store
 from tests.ledger_world import read_ledger, task_for
+from tests.person_world import SIZE, shop_agent
 from tests.serve_process import served_ledger
+from tests.web_server import serving
 
 a2a_client = pytest.importorskip("a2a.client")
 a2a_types = pytest.importorskip("a2a.types.a2a_pb2")
@@ -166,3 +169,53 @@ def test_a2a_without_a_token_is_refused(served: tuple[str, Path]) -> None:
     base, _ = served
     answer = httpx.post(base + "/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}}, timeout=10)
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthenticated"
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Iterator[str]:
+    """The shop whose question a person answers, served on 127.0.0.1 over a SQLite file: its base URL."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with serving(serve_app(shop_agent(tmp_path / "written.txt"), lambda: open_store(url), clients=CLIENTS)) as base:
+        yield base
+
+
+def test_input_required_carries_the_question_and_the_next_message_answers_it(shop: str) -> None:
+    """The pause's data part has the question and the result schema; an answer data part completes the task."""
+    answer = {"decision": "answer", "answer": {"size": "M"}}
+    first, second = asyncio.run(
+        _talk(shop, UI, True, _message("order a shirt"), lambda task: _message(task_id=task, data=answer))
+    )
+    pause = first[-1]["statusUpdate"]["status"]["message"]["parts"][1]["data"]
+    assert pause["question"] == {"question": "Size?"} and pause["result_schema"] == SIZE
+    assert pause["decisions"] == ["answer", "reject"]
+    assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
+    artifacts = [e["artifactUpdate"]["artifact"] for e in second if "artifactUpdate" in e]
+    assert '"size": "M"' in artifacts[0]["parts"][0]["text"]
+
+
+def test_a_wrong_answer_or_a_whole_reply_by_message(shop: str, tmp_path: Path) -> None:
+    """
+    A wrong answer is InvalidParams with the pause still open; a whole reply decides both calls of the reply.
+
+    The edit's integer arrives as the double a protobuf Struct holds (3.0) and is taken as the integer it is.
+    """
+    wrong = {"decision": "answer", "answer": {"size": "XL"}}
+    reply = {"decision": "reply", "reply": {"w1": {"arguments": {"n": 3}}, "q1": {"answer": {"size": "S"}}}}
+
+    async def talk() -> tuple[Any, list[list[dict[str, Any]]]]:
+        [[paused]] = await _talk(shop, UI, False, _message("both, please"))
+        task = paused["task"]["id"]
+        try:
+            await _talk(shop, UI, False, _message(task_id=task, data=wrong))
+        except Exception as exc:  # the SDK raises the JSON-RPC error
+            refused: Any = exc
+        else:
+            refused = None
+        return refused, [[paused], *await _talk(shop, UI, False, _message(task_id=task, data=reply))]
+
+    refused, ((paused,), (done,)) = asyncio.run(talk())
+    data = paused["task"]["status"]["message"]["parts"][1]["data"]
+    assert [c["call_id"] for c in data["reply"]] == ["w1", "q1"] and "reply" in data["decisions"]
+    assert refused is not None and "decision_refused" in str(refused)
+    assert done["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert (tmp_path / "written.txt").read_text() == "3\n"

@@ -48,13 +48,27 @@ class RpcError(Exception):
         self.message = message
 
 
+def _whole(value: Any) -> Any:
+    """``value`` with every integral float an int: a data part is a protobuf Struct, whose numbers are all doubles."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole(item) for item in value]
+    return value
+
+
 def _parts(message: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     parts = message.get("parts")
     if not isinstance(parts, list):
         raise RpcError(INVALID_PARAMS, "a message has a list of parts")
     text = "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
     data = next((p["data"] for p in parts if isinstance(p, dict) and isinstance(p.get("data"), dict)), None)
-    return text, data
+    try:
+        return text, _whole(data)
+    except RecursionError:
+        raise RpcError(INVALID_PARAMS, "the data part nests too deeply") from None
 
 
 def _decision(text: str, data: dict[str, Any] | None) -> dict[str, Any]:
@@ -133,7 +147,7 @@ def a2a_routes(api: Api) -> list[Route]:
                 contexts.popitem(last=False)
             log = api.workers.hub.open(task_id)
             seen = 0
-        tasks = Tasks(context)
+        tasks = Tasks(context, agent)
         follow = log.follow(seen)
         if not stream:
             async for _ in follow:
@@ -160,7 +174,8 @@ def a2a_routes(api: Api) -> list[Route]:
     async def _task(client: Client, task_id: str) -> dict[str, Any]:
         summary = await _summary(client, task_id)
         stored = await run_in_threadpool(api.store.load, task_id)
-        return Tasks(contexts.get(task_id, task_id)).of_summary(summary, stored.state.answer)
+        agent = api.agents.get(stored.state.agent or "") or next(iter(api.agents.values()))
+        return Tasks(contexts.get(task_id, task_id), agent).of_summary(summary, stored.state)
 
     async def rpc(request: Request) -> Response:
         client = api.client(request, "read")
