@@ -43,6 +43,9 @@ class Workers:
     def __init__(self, store: RunStore, hub: Hub, *, size: int = 8) -> None:
         self.store = store
         self.hub = hub
+        self.size = size
+        self._busy = 0  # runs submitted and not yet done: a sweep claims no more than the free threads
+        self._busy_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix="agent-fsm-run")
 
     def close(self) -> None:
@@ -128,14 +131,20 @@ class Workers:
         """
         Take over the runs a dead process left ``running`` (no commit for ``older_than`` seconds) and queue them.
 
-        Each is claimed by a compare-and-set (:meth:`agent_fsm.store.RunStore.claim_stale`), so of several
-        processes sweeping one store exactly one continues a run; it goes on from its last checkpoint as
+        They are claimed under row locks (:meth:`agent_fsm.store.RunStore.claim_stale`), at most as many as
+        the pool has free threads, so of several processes sweeping one store exactly one continues a run and
+        each takes the share it can drive now (a run claimed and left queued would go stale and be taken over
+        again); it goes on from its last checkpoint as
         :func:`agent_fsm.store.recover` continues one, by the served agent the run names (a run of an agent
         not served here is left for a process that serves it, claimed by this one until it is stale again).
         Blocking: call it from a thread.
         """
-        taken = []
-        for stored in self.store.claim_stale(older_than):
+        taken: list[str] = []
+        with self._busy_lock:
+            free = self.size - self._busy
+        if free <= 0:
+            return taken
+        for stored in self.store.claim_stale(older_than, limit=free):
             agent = agents.get(stored.state.agent or "") or (next(iter(agents.values())) if len(agents) == 1 else None)
             if agent is None:
                 _log.warning("run %s names agent %r, not served here", stored.run_id, stored.state.agent)
@@ -149,9 +158,13 @@ class Workers:
 
     def _submit(self, work: Callable[[], RunResult | None], run_id: str) -> None:
         def report(future: concurrent.futures.Future[RunResult | None]) -> None:
+            with self._busy_lock:
+                self._busy -= 1
             error = future.exception()
             if error is not None:  # a bug: the store has it as failed (see agent_fsm.store.SqlStore.fail)
                 _log.error("run %s stopped: %s: %s", run_id, type(error).__name__, error)
                 self.hub.open(run_id).fail(run_id, f"{type(error).__name__}: {error}")
 
+        with self._busy_lock:
+            self._busy += 1
         self._pool.submit(work).add_done_callback(report)
