@@ -10,6 +10,7 @@ to the task decides it, judged afresh by the agent's gate.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from agent_fsm import Agent
 from agent_fsm.serve import Clients, serve_app
 from agent_fsm.store import open_store
-from tests.ledger_world import read_ledger, task_for
+from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
 from tests.person_world import SIZE, shop_agent
 from tests.serve_process import served_ledger
 from tests.web_server import serving
@@ -116,7 +118,7 @@ def test_a_sent_task_answers_when_it_rests_and_a_rejection_goes_on_unpaid(served
 
 
 def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path]) -> None:
-    """GetTask reads the task; CancelTask, another client's task and a broken edit are A2A's typed errors."""
+    """GetTask reads the task; another client's task and a broken edit are A2A's typed errors."""
     base, ledger = served
 
     async def scenario() -> dict[str, Any]:
@@ -129,7 +131,6 @@ def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path
             got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
             out["state"] = a2a_types.TaskState.Name(got.status.state)
             for name, call in (
-                ("cancel", client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))),
                 ("edit", _drain(client.send_message(_message(task_id=task_id, data=_BAD_EDIT)))),
                 ("garbled", _drain(client.send_message(_message("pay it twice", task_id)))),
             ):
@@ -148,7 +149,6 @@ def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path
     out = asyncio.run(scenario())
     assert out == {
         "state": "TASK_STATE_INPUT_REQUIRED",
-        "cancel": "TaskNotCancelableError",
         "edit": "InvalidParamsError",
         "garbled": "InvalidParamsError",
         "other": "TaskNotFoundError",
@@ -219,3 +219,68 @@ def test_a_wrong_answer_or_a_whole_reply_by_message(shop: str, tmp_path: Path) -
     assert refused is not None and "decision_refused" in str(refused)
     assert done["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert (tmp_path / "written.txt").read_text() == "3\n"
+
+
+def test_a_task_waiting_for_input_is_cancelled_as_a_rejection_that_ends_the_run(served: tuple[str, Path]) -> None:
+    """
+    CancelTask on an input-required task rejects its call and ends the run: canceled, nothing paid, no receipt
+    sent, the model not called again; cancelling it again is TaskNotCancelableError.
+    """
+    base, ledger = served
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {UI}"}, timeout=30) as http:
+            card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
+            client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
+            [event] = [e async for e in client.send_message(_message(task_for(["BIG-5"])))]
+            task_id = event.task.id
+            cancelled = await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            out["cancelled"] = a2a_types.TaskState.Name(cancelled.status.state)
+            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
+            out["read"] = a2a_types.TaskState.Name(got.status.state)
+            out["said"] = json_format.MessageToDict(got.status.message)["parts"][1]["data"]
+            try:
+                await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            except Exception as exc:
+                out["again"] = type(exc).__name__
+            out["read_http"] = (await http.get(f"{base}/runs/{task_id}")).json()
+        return out
+
+    out = asyncio.run(scenario())
+    assert out["cancelled"] == out["read"] == "TASK_STATE_CANCELED"
+    assert out["said"]["stop"] == "step_limit" and out["said"]["cancelled_by"] == "ui"
+    assert out["again"] == "TaskNotCancelableError"
+    assert out["read_http"]["status"] == "ended" and out["read_http"]["stop"] == "step_limit"
+    assert [e for e in read_ledger(ledger) if e["event"] == "effect"] == []
+
+
+class _SlowLedger(LedgerModel):
+    """The ledger's model taking a second a reply: a run stays working long enough to be asked to cancel."""
+
+    def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+        time.sleep(1.0)
+        return super().chat(messages, tools)
+
+
+def test_a_running_task_is_not_cancelable(tmp_path: Path) -> None:
+    """A task whose run is working answers TaskNotCancelableError: a run is not stopped between its steps."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = Agent(_SlowLedger(), ledger_tools(tmp_path / "ledger.jsonl"), gate=pay_gate)
+
+    async def cancel(base: str, task_id: str) -> str:
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {UI}"}, timeout=30) as http:
+            card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
+            client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
+            try:
+                await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            except Exception as exc:
+                return type(exc).__name__
+            return "cancelled"
+
+    with serving(serve_app(agent, lambda: open_store(url), clients=CLIENTS)) as base:
+        started = httpx.post(
+            f"{base}/runs", json={"task": task_for(["A-1"])}, headers={"authorization": f"Bearer {UI}"}, timeout=10
+        )
+        task_id = started.json()["run_id"]
+        assert asyncio.run(cancel(base, task_id)) == "TaskNotCancelableError"

@@ -80,11 +80,15 @@ class Tasks:
             task["artifacts"] = [{"artifactId": f"{task_id}.answer", "name": "answer", "parts": [{"text": answer}]}]
         return task
 
-    def of_summary(self, summary: RunSummary, state: RunState) -> dict[str, Any]:
-        """The task of a stored run (its pause or ending said in its status message)."""
+    def of_summary(self, summary: RunSummary, state: RunState, cancelled_by: str | None = None) -> dict[str, Any]:
+        """The task of a stored run, its pause or ending said in its status message; ``cancelled_by``: who cancelled."""
         task_state = state_of(summary.status, summary.stop)
         message = None
-        if task_state == "TASK_STATE_INPUT_REQUIRED":
+        if cancelled_by is not None:
+            task_state = "TASK_STATE_CANCELED"
+            said = {"stop": summary.stop, "code": state.code or summary.stop, "cancelled_by": cancelled_by}
+            message = agent_message(summary.reason or "cancelled", summary.run_id, self.context_id, said)
+        elif task_state == "TASK_STATE_INPUT_REQUIRED":
             message = self._pause_message(summary.run_id, summary.reason or "", state)
         elif task_state == "TASK_STATE_FAILED":
             code = {"stop": summary.stop, "reason": summary.reason, "status": summary.status}
