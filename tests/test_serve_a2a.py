@@ -10,8 +10,9 @@ to the task decides it, judged afresh by the agent's gate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ from agent_fsm import Agent
 from agent_fsm.serve import Clients, serve_app
 from agent_fsm.store import open_store
 from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
-from tests.person_world import SIZE, shop_agent
-from tests.serve_process import served_ledger
+from tests.person_world import SIZE
+from tests.serve_process import served_ledger, served_shop
 from tests.web_server import serving
 
 a2a_client = pytest.importorskip("a2a.client")
@@ -56,12 +57,26 @@ def _message(text: str = "", task_id: str = "", data: dict[str, Any] | None = No
     return a2a_types.SendMessageRequest(message=message)
 
 
+@contextlib.asynccontextmanager
+async def _connected(base: str, token: str = UI, streaming: bool = False) -> AsyncIterator[tuple[Any, Any]]:
+    """An HTTP client with ``token`` and the SDK's client made from the server's card: (http, client)."""
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
+        card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
+        config = a2a_client.ClientConfig(httpx_client=http, streaming=streaming)
+        yield http, a2a_client.ClientFactory(config).create(card)
+
+
+async def _paused(client: Any, invoice: str) -> tuple[str, str]:
+    """A task paying ``invoice`` sent (not streamed): its id, and its state as GetTask reads it."""
+    [event] = [e async for e in client.send_message(_message(task_for([invoice])))]
+    got = await client.get_task(a2a_types.GetTaskRequest(id=event.task.id))
+    return event.task.id, a2a_types.TaskState.Name(got.status.state)
+
+
 async def _talk(base: str, token: str, streaming: bool, *steps: Any) -> list[list[dict[str, Any]]]:
     """Send each step (a request, or a function of the last task id to one); what came back to each, as dicts."""
     said: list[list[dict[str, Any]]] = []
-    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
-        card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
-        client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+    async with _connected(base, token, streaming) as (_, client):
         task_id = ""
         for step in steps:
             request = step(task_id) if callable(step) else step
@@ -123,13 +138,8 @@ def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path
 
     async def scenario() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        async with httpx.AsyncClient(headers={"authorization": f"Bearer {UI}"}, timeout=30) as http:
-            card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
-            client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
-            [event] = [e async for e in client.send_message(_message(task_for(["BIG-3"])))]
-            task_id = event.task.id
-            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
-            out["state"] = a2a_types.TaskState.Name(got.status.state)
+        async with _connected(base) as (_, client):
+            task_id, out["state"] = await _paused(client, "BIG-3")
             for name, call in (
                 ("edit", _drain(client.send_message(_message(task_id=task_id, data=_BAD_EDIT)))),
                 ("garbled", _drain(client.send_message(_message("pay it twice", task_id)))),
@@ -138,8 +148,7 @@ def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path
                     await call
                 except Exception as exc:
                     out[name] = type(exc).__name__
-        async with httpx.AsyncClient(headers={"authorization": f"Bearer {OTHER}"}, timeout=30) as http:
-            other = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
+        async with _connected(base, OTHER) as (_, other):
             try:
                 await other.get_task(a2a_types.GetTaskRequest(id=task_id))
             except Exception as exc:
@@ -174,8 +183,7 @@ def test_a2a_without_a_token_is_refused(served: tuple[str, Path]) -> None:
 @pytest.fixture
 def shop(tmp_path: Path) -> Iterator[str]:
     """The shop whose question a person answers, served on 127.0.0.1 over a SQLite file: its base URL."""
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    with serving(serve_app(shop_agent(tmp_path / "written.txt"), lambda: open_store(url), clients=CLIENTS)) as base:
+    with served_shop(tmp_path, CLIENTS) as (base, _):
         yield base
 
 
@@ -230,11 +238,8 @@ def test_a_task_waiting_for_input_is_cancelled_as_a_rejection_that_ends_the_run(
 
     async def scenario() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        async with httpx.AsyncClient(headers={"authorization": f"Bearer {UI}"}, timeout=30) as http:
-            card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
-            client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
-            [event] = [e async for e in client.send_message(_message(task_for(["BIG-5"])))]
-            task_id = event.task.id
+        async with _connected(base) as (http, client):
+            task_id, _ = await _paused(client, "BIG-5")
             cancelled = await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
             out["cancelled"] = a2a_types.TaskState.Name(cancelled.status.state)
             got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
@@ -269,9 +274,7 @@ def test_a_running_task_is_not_cancelable(tmp_path: Path) -> None:
     agent = Agent(_SlowLedger(), ledger_tools(tmp_path / "ledger.jsonl"), gate=pay_gate)
 
     async def cancel(base: str, task_id: str) -> str:
-        async with httpx.AsyncClient(headers={"authorization": f"Bearer {UI}"}, timeout=30) as http:
-            card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
-            client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
+        async with _connected(base) as (_, client):
             try:
                 await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
             except Exception as exc:

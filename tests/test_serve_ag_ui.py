@@ -24,8 +24,8 @@ from agent_fsm import Limits
 from agent_fsm.serve import Clients, serve_app
 from agent_fsm.store import open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
-from tests.person_world import SIZE, shop_agent
-from tests.serve_process import served_ledger
+from tests.person_world import SIZE
+from tests.serve_process import served_ledger, served_shop
 from tests.system_parts import unavailable
 from tests.web_server import serving
 
@@ -149,8 +149,7 @@ def test_a_typed_stop_without_an_answer_is_a_run_error_with_its_code(tmp_path: P
 @pytest.fixture
 def shop(tmp_path: Path) -> Iterator[str]:
     """The shop whose question a person answers, served on 127.0.0.1 over a SQLite file: its base URL."""
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    with serving(serve_app(shop_agent(tmp_path / "written.txt"), lambda: open_store(url), clients=CLIENTS)) as base:
+    with served_shop(tmp_path, CLIENTS) as (base, _):
         yield base
 
 

@@ -23,8 +23,7 @@ from agent_fsm.cli import app as cli
 from agent_fsm.serve import CLIENTS_VARIABLE, Clients, ClientsMissing, serve_app
 from agent_fsm.store import SqliteStore, open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
-from tests.person_world import shop_agent
-from tests.serve_process import serve_process
+from tests.serve_process import serve_process, served_shop
 from tests.web_server import serving
 
 UI = "ui-token-0123456789abcdef"
@@ -308,19 +307,23 @@ def test_settling_the_collector_freezes_start_up_and_raises_the_thresholds() -> 
 @pytest.fixture
 def shop(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A served shop whose question a person answers, on a SQLite file: (base URL, file of its writes)."""
-    written = tmp_path / "written.txt"
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    with serving(serve_app(shop_agent(written), lambda: open_store(url), clients=CLIENTS, workers=2)) as base:
-        yield base, written
+    with served_shop(tmp_path, CLIENTS) as got:
+        yield got
+
+
+def _paused(http: httpx.Client, task: str) -> tuple[str, dict[str, Any]]:
+    """A run of ``task`` started and streamed to its pause: its id and its last event."""
+    run_id: str = http.post("/runs", json={"task": task}).json()["run_id"]
+    rest = _events(http, run_id)[-1]
+    assert rest["stop"] == "awaiting_approval"
+    return run_id, rest
 
 
 def test_a_person_answers_over_http_and_a_wrong_answer_decides_nothing(shop: tuple[str, Path]) -> None:
     """An answer breaking the result schema is a 422 naming the problem, the pause still open; a valid one goes on."""
     base, _ = shop
     with _client(base) as http:
-        run_id = http.post("/runs", json={"task": "order a shirt"}).json()["run_id"]
-        rest = _events(http, run_id)[-1]
-        assert rest["stop"] == "awaiting_approval"
+        run_id, rest = _paused(http, "order a shirt")
         assert http.get(f"/runs/{run_id}").json()["blocked"]["arguments"] == {"question": "Size?"}
         wrong = {"decision": "answer", "pause_id": rest["pause_id"], "answer": {"size": "XL"}}
         refused = http.post(f"/runs/{run_id}/decision", json=wrong)
@@ -342,9 +345,7 @@ def test_a_reply_is_decided_whole_over_http(shop: tuple[str, Path]) -> None:
     """A write and a question of one reply: a partial review is a 422 with nothing written; the whole one runs both."""
     base, written = shop
     with _client(base) as http:
-        run_id = http.post("/runs", json={"task": "both, please"}).json()["run_id"]
-        rest = _events(http, run_id)[-1]
-        assert rest["stop"] == "awaiting_approval"
+        run_id, rest = _paused(http, "both, please")
         partial = {"decision": "reply", "pause_id": rest["pause_id"], "reply": {"w1": {"approve": True}}}
         refused = http.post(f"/runs/{run_id}/decision", json=partial)
         assert refused.status_code == 422 and refused.json()["error"]["code"] == "decision_refused"
