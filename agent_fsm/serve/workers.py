@@ -3,10 +3,12 @@ Background runs: begun in the store before the caller is answered, then driven b
 
 One store object serves the process (both stores are safe across threads),
 so the process is the owner of every run it begins or decides. A decision
-goes through :func:`agent_fsm.store.approve` or :func:`agent_fsm.store.reject`
-(a compare-and-set on the open pause, an edit judged by the agent's
-contract and gate), then the run goes on in the pool; the caller is answered
-once the decision is committed, its continuation streamed as it comes.
+goes through :func:`agent_fsm.store.approve`, :func:`agent_fsm.store.reject`,
+:func:`agent_fsm.store.answer`, :func:`agent_fsm.store.decide_reply` or
+:func:`cancel` (a compare-and-set on the open pause, an edit or answer judged
+by the agent's contract and gate), then the run goes on in the pool; the
+caller is answered once the decision is committed, its continuation
+streamed as it comes.
 """
 
 from __future__ import annotations
