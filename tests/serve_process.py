@@ -1,4 +1,4 @@
-"""A served ledger agent for the tests: in this process (``served_ledger``) or as ``agent-fsm serve`` of its own."""
+"""A served agent for the tests: the ledger or the shop in this process, or ``agent-fsm serve`` of its own."""
 
 from __future__ import annotations
 
@@ -7,27 +7,37 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import httpx
 
+from agent_fsm import Agent
 from agent_fsm.serve import Clients, serve_app
 from agent_fsm.store import open_store
 from tests.ledger_world import ledger_agent
+from tests.person_world import shop_agent
 from tests.web_server import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@contextmanager
-def served_ledger(folder: Path, clients: Clients) -> Iterator[tuple[str, Path]]:
+def served_ledger(folder: Path, clients: Clients) -> AbstractContextManager[tuple[str, Path]]:
     """The ledger agent served on 127.0.0.1 over a SQLite file in ``folder``: (base URL, ledger)."""
-    ledger = folder / "ledger.jsonl"
-    url = f"sqlite:///{folder / 'runs.db'}"
-    with serving(serve_app(ledger_agent(ledger), lambda: open_store(url), clients=clients, workers=2)) as base:
-        yield base, ledger
+    return _served(ledger_agent, folder / "ledger.jsonl", clients)
+
+
+def served_shop(folder: Path, clients: Clients) -> AbstractContextManager[tuple[str, Path]]:
+    """The shop whose question a person answers, served over a SQLite file in ``folder``: (base URL, its writes)."""
+    return _served(shop_agent, folder / "written.txt", clients)
+
+
+@contextmanager
+def _served(world: Callable[[Path], Agent], effects: Path, clients: Clients) -> Iterator[tuple[str, Path]]:
+    url = f"sqlite:///{effects.parent / 'runs.db'}"
+    with serving(serve_app(world(effects), lambda: open_store(url), clients=clients, workers=2)) as base:
+        yield base, effects
 
 
 @contextmanager

@@ -10,16 +10,22 @@ to the task decides it, judged afresh by the agent's gate.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from agent_fsm.serve import Clients
-from tests.ledger_world import read_ledger, task_for
-from tests.serve_process import served_ledger
+from agent_fsm import Agent
+from agent_fsm.serve import Clients, serve_app
+from agent_fsm.store import open_store
+from tests.ledger_world import LedgerModel, ledger_tools, pay_gate, read_ledger, task_for
+from tests.person_world import SIZE
+from tests.serve_process import served_ledger, served_shop
+from tests.web_server import serving
 
 a2a_client = pytest.importorskip("a2a.client")
 a2a_types = pytest.importorskip("a2a.types.a2a_pb2")
@@ -51,12 +57,26 @@ def _message(text: str = "", task_id: str = "", data: dict[str, Any] | None = No
     return a2a_types.SendMessageRequest(message=message)
 
 
+@contextlib.asynccontextmanager
+async def _connected(base: str, token: str = UI, streaming: bool = False) -> AsyncIterator[tuple[Any, Any]]:
+    """An HTTP client with ``token`` and the SDK's client made from the server's card: (http, client)."""
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
+        card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
+        config = a2a_client.ClientConfig(httpx_client=http, streaming=streaming)
+        yield http, a2a_client.ClientFactory(config).create(card)
+
+
+async def _paused(client: Any, invoice: str) -> tuple[str, str]:
+    """A task paying ``invoice`` sent (not streamed): its id, and its state as GetTask reads it."""
+    [event] = [e async for e in client.send_message(_message(task_for([invoice])))]
+    got = await client.get_task(a2a_types.GetTaskRequest(id=event.task.id))
+    return event.task.id, a2a_types.TaskState.Name(got.status.state)
+
+
 async def _talk(base: str, token: str, streaming: bool, *steps: Any) -> list[list[dict[str, Any]]]:
     """Send each step (a request, or a function of the last task id to one); what came back to each, as dicts."""
     said: list[list[dict[str, Any]]] = []
-    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
-        card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
-        client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+    async with _connected(base, token, streaming) as (_, client):
         task_id = ""
         for step in steps:
             request = step(task_id) if callable(step) else step
@@ -113,20 +133,14 @@ def test_a_sent_task_answers_when_it_rests_and_a_rejection_goes_on_unpaid(served
 
 
 def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path]) -> None:
-    """GetTask reads the task; CancelTask, another client's task and a broken edit are A2A's typed errors."""
+    """GetTask reads the task; another client's task and a broken edit are A2A's typed errors."""
     base, ledger = served
 
     async def scenario() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        async with httpx.AsyncClient(headers={"authorization": f"Bearer {UI}"}, timeout=30) as http:
-            card = await a2a_client.A2ACardResolver(http, base).get_agent_card()
-            client = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
-            [event] = [e async for e in client.send_message(_message(task_for(["BIG-3"])))]
-            task_id = event.task.id
-            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
-            out["state"] = a2a_types.TaskState.Name(got.status.state)
+        async with _connected(base) as (_, client):
+            task_id, out["state"] = await _paused(client, "BIG-3")
             for name, call in (
-                ("cancel", client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))),
                 ("edit", _drain(client.send_message(_message(task_id=task_id, data=_BAD_EDIT)))),
                 ("garbled", _drain(client.send_message(_message("pay it twice", task_id)))),
             ):
@@ -134,8 +148,7 @@ def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path
                     await call
                 except Exception as exc:
                     out[name] = type(exc).__name__
-        async with httpx.AsyncClient(headers={"authorization": f"Bearer {OTHER}"}, timeout=30) as http:
-            other = a2a_client.ClientFactory(a2a_client.ClientConfig(httpx_client=http, streaming=False)).create(card)
+        async with _connected(base, OTHER) as (_, other):
             try:
                 await other.get_task(a2a_types.GetTaskRequest(id=task_id))
             except Exception as exc:
@@ -145,7 +158,6 @@ def test_get_cancel_and_refusals_are_the_protocol_errors(served: tuple[str, Path
     out = asyncio.run(scenario())
     assert out == {
         "state": "TASK_STATE_INPUT_REQUIRED",
-        "cancel": "TaskNotCancelableError",
         "edit": "InvalidParamsError",
         "garbled": "InvalidParamsError",
         "other": "TaskNotFoundError",
@@ -166,3 +178,112 @@ def test_a2a_without_a_token_is_refused(served: tuple[str, Path]) -> None:
     base, _ = served
     answer = httpx.post(base + "/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}}, timeout=10)
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthenticated"
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Iterator[str]:
+    """The shop whose question a person answers, served on 127.0.0.1 over a SQLite file: its base URL."""
+    with served_shop(tmp_path, CLIENTS) as (base, _):
+        yield base
+
+
+def test_input_required_carries_the_question_and_the_next_message_answers_it(shop: str) -> None:
+    """The pause's data part has the question and the result schema; an answer data part completes the task."""
+    answer = {"decision": "answer", "answer": {"size": "M"}}
+    first, second = asyncio.run(
+        _talk(shop, UI, True, _message("order a shirt"), lambda task: _message(task_id=task, data=answer))
+    )
+    pause = first[-1]["statusUpdate"]["status"]["message"]["parts"][1]["data"]
+    assert pause["question"] == {"question": "Size?"} and pause["result_schema"] == SIZE
+    assert pause["decisions"] == ["answer", "reject"]
+    assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
+    artifacts = [e["artifactUpdate"]["artifact"] for e in second if "artifactUpdate" in e]
+    assert '"size": "M"' in artifacts[0]["parts"][0]["text"]
+
+
+def test_a_wrong_answer_or_a_whole_reply_by_message(shop: str, tmp_path: Path) -> None:
+    """
+    A wrong answer is InvalidParams with the pause still open; a whole reply decides both calls of the reply.
+
+    The edit's integer arrives as the double a protobuf Struct holds (3.0) and is taken as the integer it is.
+    """
+    wrong = {"decision": "answer", "answer": {"size": "XL"}}
+    reply = {"decision": "reply", "reply": {"w1": {"arguments": {"n": 3}}, "q1": {"answer": {"size": "S"}}}}
+
+    async def talk() -> tuple[Any, list[list[dict[str, Any]]]]:
+        [[paused]] = await _talk(shop, UI, False, _message("both, please"))
+        task = paused["task"]["id"]
+        try:
+            await _talk(shop, UI, False, _message(task_id=task, data=wrong))
+        except Exception as exc:  # the SDK raises the JSON-RPC error
+            refused: Any = exc
+        else:
+            refused = None
+        return refused, [[paused], *await _talk(shop, UI, False, _message(task_id=task, data=reply))]
+
+    refused, ((paused,), (done,)) = asyncio.run(talk())
+    data = paused["task"]["status"]["message"]["parts"][1]["data"]
+    assert [c["call_id"] for c in data["reply"]] == ["w1", "q1"] and "reply" in data["decisions"]
+    assert refused is not None and "decision_refused" in str(refused)
+    assert done["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert (tmp_path / "written.txt").read_text() == "3\n"
+
+
+def test_a_task_waiting_for_input_is_cancelled_as_a_rejection_that_ends_the_run(served: tuple[str, Path]) -> None:
+    """
+    CancelTask on an input-required task rejects its call and ends the run: canceled, nothing paid, no receipt
+    sent, the model not called again; cancelling it again is TaskNotCancelableError.
+    """
+    base, ledger = served
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with _connected(base) as (http, client):
+            task_id, _ = await _paused(client, "BIG-5")
+            cancelled = await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            out["cancelled"] = a2a_types.TaskState.Name(cancelled.status.state)
+            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
+            out["read"] = a2a_types.TaskState.Name(got.status.state)
+            out["said"] = json_format.MessageToDict(got.status.message)["parts"][1]["data"]
+            try:
+                await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            except Exception as exc:
+                out["again"] = type(exc).__name__
+            out["read_http"] = (await http.get(f"{base}/runs/{task_id}")).json()
+        return out
+
+    out = asyncio.run(scenario())
+    assert out["cancelled"] == out["read"] == "TASK_STATE_CANCELED"
+    assert out["said"]["stop"] == "step_limit" and out["said"]["cancelled_by"] == "ui"
+    assert out["again"] == "TaskNotCancelableError"
+    assert out["read_http"]["status"] == "ended" and out["read_http"]["stop"] == "step_limit"
+    assert [e for e in read_ledger(ledger) if e["event"] == "effect"] == []
+
+
+class _SlowLedger(LedgerModel):
+    """The ledger's model taking a second a reply: a run stays working long enough to be asked to cancel."""
+
+    def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
+        time.sleep(1.0)
+        return super().chat(messages, tools)
+
+
+def test_a_running_task_is_not_cancelable(tmp_path: Path) -> None:
+    """A task whose run is working answers TaskNotCancelableError: a run is not stopped between its steps."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = Agent(_SlowLedger(), ledger_tools(tmp_path / "ledger.jsonl"), gate=pay_gate)
+
+    async def cancel(base: str, task_id: str) -> str:
+        async with _connected(base) as (_, client):
+            try:
+                await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            except Exception as exc:
+                return type(exc).__name__
+            return "cancelled"
+
+    with serving(serve_app(agent, lambda: open_store(url), clients=CLIENTS)) as base:
+        started = httpx.post(
+            f"{base}/runs", json={"task": task_for(["A-1"])}, headers={"authorization": f"Bearer {UI}"}, timeout=10
+        )
+        task_id = started.json()["run_id"]
+        assert asyncio.run(cancel(base, task_id)) == "TaskNotCancelableError"

@@ -24,7 +24,8 @@ from agent_fsm import Limits
 from agent_fsm.serve import Clients, serve_app
 from agent_fsm.store import open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
-from tests.serve_process import served_ledger
+from tests.person_world import SIZE
+from tests.serve_process import served_ledger, served_shop
 from tests.system_parts import unavailable
 from tests.web_server import serving
 
@@ -143,3 +144,41 @@ def test_a_typed_stop_without_an_answer_is_a_run_error_with_its_code(tmp_path: P
     errors = [e for e in report["events"] if e["type"] == "RUN_ERROR"]
     assert [e["code"] for e in errors] == ["step_limit"] and report["events"][-1] == errors[0]
     assert "RUN_FINISHED" not in [e["type"] for e in report["events"]]
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Iterator[str]:
+    """The shop whose question a person answers, served on 127.0.0.1 over a SQLite file: its base URL."""
+    with served_shop(tmp_path, CLIENTS) as (base, _):
+        yield base
+
+
+def test_a_question_is_an_interrupt_carrying_its_schema_and_the_resume_answers_it(shop: str) -> None:
+    """The interrupt names the question and the schema an answer must meet; the resume's answer is the call's result."""
+    report = drive(shop, "order a shirt", json.dumps({"decision": "answer", "answer": {"size": "L"}}))
+    assert "error" not in report, report.get("error")
+    first, second = report["runs"]
+    [interrupt] = first["interrupts"]
+    asks = interrupt["metadata"]["agent_fsm"]
+    assert interrupt["reason"] == "input" and asks["question"] == {"question": "Size?"}
+    assert asks["result_schema"] == SIZE and asks["decisions"] == ["answer", "reject"]
+    assert "answer" in interrupt["responseSchema"]["properties"]
+    assert second["result"]["stop"] == "answered" and '"size": "L"' in second["result"]["answer"]
+
+
+def test_a_wrong_answer_through_resume_is_refused(shop: str) -> None:
+    """An answer breaking the result schema is a 422 the client sees; the run stays paused."""
+    report = drive(shop, "order a shirt", json.dumps({"decision": "answer", "answer": {"size": "XL"}}))
+    assert report["error"]["status"] == 422 and "is not one of" in report["error"]["message"]
+
+
+def test_a_whole_reply_through_resume_decides_every_call(shop: str, tmp_path: Path) -> None:
+    """A reply of a write and a question: the interrupt lists both; one resume decides them together."""
+    reply = {"w1": {"approve": True}, "q1": {"answer": {"size": "S"}}}
+    report = drive(shop, "both, please", json.dumps({"decision": "reply", "reply": reply}))
+    assert "error" not in report, report.get("error")
+    [interrupt] = report["runs"][0]["interrupts"]
+    review = interrupt["metadata"]["agent_fsm"]["reply"]
+    assert [c["call_id"] for c in review] == ["w1", "q1"] and review[1]["result_schema"] == SIZE
+    assert report["runs"][1]["result"]["stop"] == "answered"
+    assert (tmp_path / "written.txt").read_text() == "1\n"

@@ -23,7 +23,7 @@ from agent_fsm.cli import app as cli
 from agent_fsm.serve import CLIENTS_VARIABLE, Clients, ClientsMissing, serve_app
 from agent_fsm.store import SqliteStore, open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
-from tests.serve_process import serve_process
+from tests.serve_process import serve_process, served_shop
 from tests.web_server import serving
 
 UI = "ui-token-0123456789abcdef"
@@ -302,3 +302,61 @@ def test_settling_the_collector_freezes_start_up_and_raises_the_thresholds() -> 
         [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}
     )
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A served shop whose question a person answers, on a SQLite file: (base URL, file of its writes)."""
+    with served_shop(tmp_path, CLIENTS) as got:
+        yield got
+
+
+def _paused(http: httpx.Client, task: str) -> tuple[str, dict[str, Any]]:
+    """A run of ``task`` started and streamed to its pause: its id and its last event."""
+    run_id: str = http.post("/runs", json={"task": task}).json()["run_id"]
+    rest = _events(http, run_id)[-1]
+    assert rest["stop"] == "awaiting_approval"
+    return run_id, rest
+
+
+def test_a_person_answers_over_http_and_a_wrong_answer_decides_nothing(shop: tuple[str, Path]) -> None:
+    """An answer breaking the result schema is a 422 naming the problem, the pause still open; a valid one goes on."""
+    base, _ = shop
+    with _client(base) as http:
+        run_id, rest = _paused(http, "order a shirt")
+        assert http.get(f"/runs/{run_id}").json()["blocked"]["arguments"] == {"question": "Size?"}
+        wrong = {"decision": "answer", "pause_id": rest["pause_id"], "answer": {"size": "XL"}}
+        refused = http.post(f"/runs/{run_id}/decision", json=wrong)
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "decision_refused"
+        assert "'XL' is not one of" in refused.json()["error"]["message"]
+        assert http.get(f"/runs/{run_id}").json()["status"] == "paused"
+        blank = http.post(f"/runs/{run_id}/decision", json={"decision": "approve", "pause_id": rest["pause_id"]})
+        assert blank.status_code == 422  # a question is answered, not approved
+        right = {"decision": "answer", "pause_id": rest["pause_id"], "answer": {"size": "M"}}
+        answered = http.post(f"/runs/{run_id}/decision", json=right)
+        assert answered.status_code == 202 and answered.json()["decision"] == "answer", answered.text
+        after = _events(http, run_id, last=rest["id"])
+        assert after[-1]["stop"] == "answered" and '"size": "M"' in after[-1]["answer"]
+        again = http.post(f"/runs/{run_id}/decision", json=right)
+        assert again.status_code == 409
+
+
+def test_a_reply_is_decided_whole_over_http(shop: tuple[str, Path]) -> None:
+    """A write and a question of one reply: a partial review is a 422 with nothing written; the whole one runs both."""
+    base, written = shop
+    with _client(base) as http:
+        run_id, rest = _paused(http, "both, please")
+        partial = {"decision": "reply", "pause_id": rest["pause_id"], "reply": {"w1": {"approve": True}}}
+        refused = http.post(f"/runs/{run_id}/decision", json=partial)
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "decision_refused"
+        malformed = {"decision": "reply", "pause_id": rest["pause_id"], "reply": {"w1": {"shrug": 1}}}
+        assert http.post(f"/runs/{run_id}/decision", json=malformed).status_code == 422
+        assert not written.exists()
+        whole = {"w1": {"arguments": {"n": 5}}, "q1": {"answer": {"size": "S"}}}
+        decided = http.post(
+            f"/runs/{run_id}/decision", json={"decision": "reply", "pause_id": rest["pause_id"], "reply": whole}
+        )
+        assert decided.status_code == 202, decided.text
+        after = _events(http, run_id, last=rest["id"])
+        assert after[-1]["stop"] == "answered" and '"size": "S"' in after[-1]["answer"]
+    assert written.read_text() == "5\n"

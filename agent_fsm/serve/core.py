@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from agent_fsm import Agent
+from agent_fsm.engine import PersonAnswers, RunState, answered_by
 from agent_fsm.serve.clients import Client, Clients
 from agent_fsm.serve.workers import Workers
 from agent_fsm.store import RunExists, RunNotFound, SessionBusy
@@ -26,7 +27,7 @@ from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import RunSummary
 from agent_fsm.web.app import SecurityHeaders
 
-__all__ = ["API_HEADERS", "MAX_BODY", "Api", "Guarded", "Refused", "read_json", "summary_data"]
+__all__ = ["API_HEADERS", "MAX_BODY", "Api", "Guarded", "Refused", "asks", "read_json", "summary_data"]
 
 MAX_BODY = 256 * 1024
 """The largest request body taken, in bytes (a task, a decision): a larger one is refused with 413."""
@@ -111,6 +112,34 @@ def summary_data(summary: RunSummary) -> dict[str, Any]:
         "created_at": summary.created_at,
         "updated_at": summary.updated_at,
     }
+
+
+def asks(agent: Agent, state: RunState) -> dict[str, Any]:
+    """
+    What a pause of ``agent`` asks, as every protocol says it: the decisions it takes and the blocked call;
+    for a call a person answers, its ``question`` (the arguments) and the ``result_schema`` an answer must
+    meet; for a reply of several calls that need a person, each of them (``reply``, decided whole).
+
+    Read from the serving agent's own tools, never from the stored state, as a decision is judged.
+    """
+    call, person = answered_by(agent.tools, state)
+    found: dict[str, Any] = {
+        "decisions": ["answer", "reject"] if person is not None else ["approve", "edit", "reject"],
+        "call": {"call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+    }
+    if person is not None:
+        found["question"] = call.arguments
+        found["result_schema"] = person.result
+    review = agent.reply_review(state) if state.pending else []
+    if len(review) > 1:
+        found["decisions"].append("reply")
+        found["reply"] = []
+        for one in review:
+            spec = agent.tools.get(one.name)
+            answers = spec.handler if spec is not None and isinstance(spec.handler, PersonAnswers) else None
+            entry = {"call_id": one.call_id, "name": one.name, "arguments": one.arguments}
+            found["reply"].append(entry if answers is None else {**entry, "result_schema": answers.result})
+    return found
 
 
 class Api:

@@ -3,10 +3,12 @@ Background runs: begun in the store before the caller is answered, then driven b
 
 One store object serves the process (both stores are safe across threads),
 so the process is the owner of every run it begins or decides. A decision
-goes through :func:`agent_fsm.store.approve` or :func:`agent_fsm.store.reject`
-(a compare-and-set on the open pause, an edit judged by the agent's
-contract and gate), then the run goes on in the pool; the caller is answered
-once the decision is committed, its continuation streamed as it comes.
+goes through :func:`agent_fsm.store.approve`, :func:`agent_fsm.store.reject`,
+:func:`agent_fsm.store.answer`, :func:`agent_fsm.store.decide_reply` or
+:func:`cancel` (a compare-and-set on the open pause, an edit or answer judged
+by the agent's contract and gate), then the run goes on in the pool; the
+caller is answered once the decision is committed, its continuation
+streamed as it comes.
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent_fsm import Agent
+import attrs
+
+from agent_fsm import Agent, Limits
 from agent_fsm.engine import RunEvent, RunResult, continue_run
 from agent_fsm.serve.stream import Hub
 from agent_fsm.store import Session, answer, approve, decide_reply, reject, reply_of
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.web.decisions import Request
 
-__all__ = ["Workers"]
+__all__ = ["CANCELLED", "Workers", "cancel"]
+
+CANCELLED = "the task was cancelled"
+"""The reason a cancelled pause's rejection is recorded with (and its model told)."""
 
 _log = logging.getLogger("agent_fsm.serve")
 
@@ -43,6 +50,9 @@ class Workers:
     def __init__(self, store: RunStore, hub: Hub, *, size: int = 8) -> None:
         self.store = store
         self.hub = hub
+        self.size = size
+        self._busy = 0  # runs submitted and not yet done: a sweep claims no more than the free threads
+        self._busy_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix="agent-fsm-run")
 
     def close(self) -> None:
@@ -77,7 +87,8 @@ class Workers:
         """
         Take ``request`` as ``client`` and let the run go on in the pool; return once the decision is committed.
 
-        ``given`` is a person's answer (the JSON value) when ``request.action`` is ``answer``.
+        ``given`` is a person's answer (the JSON value) when ``request.action`` is ``answer``;
+        ``cancel`` is a rejection that ends the run (:func:`cancel`).
 
         Raises:
             AlreadyDecided, RunNotFound, ValueError (an edit, an answer or a review refused), StoreError:
@@ -106,6 +117,8 @@ class Workers:
         def deciding() -> RunResult | None:
             how: dict[str, Any] = {"reviewer": client, "pause_id": request.pause_id, "on_event": on_event}
             try:
+                if request.action == "cancel":
+                    return cancel(self.store, request.run_id, agent, **how)
                 if request.action == "reject":
                     return reject(self.store, request.run_id, agent, reason=request.reason or "", **how)
                 if request.action == "answer":
@@ -128,14 +141,20 @@ class Workers:
         """
         Take over the runs a dead process left ``running`` (no commit for ``older_than`` seconds) and queue them.
 
-        Each is claimed by a compare-and-set (:meth:`agent_fsm.store.RunStore.claim_stale`), so of several
-        processes sweeping one store exactly one continues a run; it goes on from its last checkpoint as
+        They are claimed under row locks (:meth:`agent_fsm.store.RunStore.claim_stale`), at most as many as
+        the pool has free threads, so of several processes sweeping one store exactly one continues a run and
+        each takes the share it can drive now (a run claimed and left queued would go stale and be taken over
+        again); it goes on from its last checkpoint as
         :func:`agent_fsm.store.recover` continues one, by the served agent the run names (a run of an agent
         not served here is left for a process that serves it, claimed by this one until it is stale again).
         Blocking: call it from a thread.
         """
-        taken = []
-        for stored in self.store.claim_stale(older_than):
+        taken: list[str] = []
+        with self._busy_lock:
+            free = self.size - self._busy
+        if free <= 0:
+            return taken
+        for stored in self.store.claim_stale(older_than, limit=free):
             agent = agents.get(stored.state.agent or "") or (next(iter(agents.values())) if len(agents) == 1 else None)
             if agent is None:
                 _log.warning("run %s names agent %r, not served here", stored.run_id, stored.state.agent)
@@ -149,9 +168,33 @@ class Workers:
 
     def _submit(self, work: Callable[[], RunResult | None], run_id: str) -> None:
         def report(future: concurrent.futures.Future[RunResult | None]) -> None:
+            with self._busy_lock:
+                self._busy -= 1
             error = future.exception()
             if error is not None:  # a bug: the store has it as failed (see agent_fsm.store.SqlStore.fail)
                 _log.error("run %s stopped: %s: %s", run_id, type(error).__name__, error)
                 self.hub.open(run_id).fail(run_id, f"{type(error).__name__}: {error}")
 
+        with self._busy_lock:
+            self._busy += 1
         self._pool.submit(work).add_done_callback(report)
+
+
+def cancel(
+    store: RunStore, run_id: str, agent: Agent, *, reviewer: str, pause_id: str | None, on_event: Any = None
+) -> RunResult:
+    """
+    Reject the open pause ``pause_id`` as :data:`CANCELLED` and end the run there, as ``agent``.
+
+    The rejection is decided once and recorded as any is; the run's budget
+    of model calls is then closed at the calls it made, so it goes no further
+    than recording the rejection and rests on ``step_limit``: no model call,
+    no effect after it.
+
+    Raises:
+        AlreadyDecided: the pause was decided by someone else first, or is not open.
+    """
+    decided = store.decide(run_id, pause_id or "", "reject", reviewer=reviewer, reason=CANCELLED)
+    state = decided.state
+    state.limits = attrs.evolve(state.limits or Limits(), max_turns=state.turns)
+    return agent.resume(state, approve=False, reason=CANCELLED, store=store, run_id=run_id, on_event=on_event)

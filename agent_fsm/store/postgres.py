@@ -50,6 +50,7 @@ class PostgresStore(SqlStore):
     """
 
     name = "postgres"
+    _skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, dsn: str) -> None:
         super().__init__()

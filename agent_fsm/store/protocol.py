@@ -96,8 +96,8 @@ class RunStore(Protocol):
     ) -> StoredRun:
         """Close the open pause atomically and take the run over (``AlreadyDecided`` if it is not open)."""
 
-    def claim_stale(self, older_than: float) -> list[StoredRun]:
-        """Take over the runs left ``running`` with no commit for ``older_than`` seconds."""
+    def claim_stale(self, older_than: float, *, limit: int | None = None) -> list[StoredRun]:
+        """Take over the runs left ``running`` with no commit for ``older_than`` seconds (at most ``limit``)."""
 
     def close(self) -> None:
         """Release the store's connection."""

@@ -2,8 +2,8 @@
 ``recover``: continue the runs a dead process left in flight, never doubling an effect.
 
 A run is *in flight* when the store still says ``running`` and nothing was
-committed for it for ``older_than`` seconds. Each is claimed (a
-compare-and-set, so two recoverers never continue the same run) and goes on
+committed for it for ``older_than`` seconds. Each is claimed (under row
+locks, so two recoverers never continue the same run) and goes on
 from its last checkpoint; an effect that was in flight is settled by the
 kernel's rule (:mod:`agent_fsm.engine._launch`, its "recovery" section): an idempotent tool is run
 again under the same key, any other call waits for a person, "outcome unknown".

@@ -175,6 +175,10 @@ class SqlStore:
 
     # --- what a backend supplies ------------------------------------------------
 
+    _skip_locked = ""
+    """What ends a select of rows to claim so that rows another transaction holds are passed over
+    (PostgreSQL's ``FOR UPDATE SKIP LOCKED``; nothing where one writer at a time holds the whole store)."""
+
     def _transaction(self, *, write: bool = True, single: bool = False) -> AbstractContextManager[Transaction]:
         """
         One transaction; ``write=False`` for reads, which need no write lock.
@@ -749,34 +753,34 @@ class SqlStore:
             current = tx.rows("SELECT status FROM agent_fsm_runs WHERE run_id = ?", (run_id,))
         return lost(run_id, pause_id, earlier, current)
 
-    def claim_stale(self, older_than: float) -> list[StoredRun]:
+    def claim_stale(self, older_than: float, *, limit: int | None = None) -> list[StoredRun]:
         """
-        Take over every run still ``running`` whose last commit is at least ``older_than`` seconds old.
+        Take over the runs still ``running`` whose last commit is at least ``older_than`` seconds old
+        (the oldest first, at most ``limit`` of them).
 
-        Each claim is a compare-and-set on the run's version, so of two
-        recoverers one gets each run; the process that held it, if alive,
-        gets :class:`RunTakenOver` at its next checkpoint.
+        They are claimed in one transaction under row locks: on PostgreSQL
+        ``FOR UPDATE SKIP LOCKED``, so of several processes sweeping at once
+        each claims other runs and none waits for a row another holds; on
+        SQLite the single writer does the same. The process that held a run,
+        if alive, gets :class:`RunTakenOver` at its next checkpoint.
         """
         cutoff = time.time() - older_than
-        with self._transaction(write=False) as tx:
+        bounded = "" if limit is None else f" LIMIT {max(int(limit), 0)}"
+        claimed = []
+        with self._transaction() as tx:
             seen = tx.rows(
-                "SELECT run_id, version FROM agent_fsm_runs WHERE status = 'running' AND updated_at <= ?"
-                " ORDER BY updated_at",
+                "SELECT run_id FROM agent_fsm_runs WHERE status = 'running' AND updated_at <= ?"
+                " ORDER BY updated_at" + bounded + self._skip_locked,
                 (cutoff,),
             )
-        claimed = []
-        for run_id, version in seen:
-            with self._transaction() as tx:
-                if not tx.run(
-                    "UPDATE agent_fsm_runs SET owner = ?, updated_at = ?, version = version + 1"
-                    " WHERE run_id = ? AND version = ? AND status = 'running'",
-                    (self.owner, time.time(), run_id, version),
-                ):
-                    continue
-                rows = self._stored(tx, run_id)
-            stored = stored_of(rows[0])
-            self._held[run_id] = _Held(stored.summary.version, None)
+            for (run_id,) in seen:
+                tx.run(
+                    "UPDATE agent_fsm_runs SET owner = ?, updated_at = ?, version = version + 1 WHERE run_id = ?",
+                    (self.owner, time.time(), run_id),
+                )
+                claimed.append(stored_of(self._stored(tx, run_id)[0]))
+        for stored in claimed:
+            self._held[stored.run_id] = _Held(stored.summary.version, None)
             if stored.intent is not None:
-                self._open[run_id] = stored.intent
-            claimed.append(stored)
+                self._open[stored.run_id] = stored.intent
         return claimed

@@ -15,7 +15,9 @@ import time
 import uuid
 from typing import Any
 
-from agent_fsm.engine import Ended, ModelReplied, blocked_call
+from agent_fsm import Agent
+from agent_fsm.engine import Ended, ModelReplied, RunState
+from agent_fsm.serve.core import asks
 from agent_fsm.serve.stream import COMPLETED_STOPS, Record
 from agent_fsm.store.records import RunSummary
 
@@ -54,8 +56,9 @@ def _now() -> str:
 class Tasks:
     """A2A tasks and stream responses for the runs of one context (``context_id``)."""
 
-    def __init__(self, context_id: str) -> None:
+    def __init__(self, context_id: str, agent: Agent) -> None:
         self.context_id = context_id
+        self.agent = agent
 
     def status(self, task_id: str, state: str, message: dict[str, Any] | None = None) -> dict[str, Any]:
         """A task status: its state now, with the agent's message if any."""
@@ -77,21 +80,24 @@ class Tasks:
             task["artifacts"] = [{"artifactId": f"{task_id}.answer", "name": "answer", "parts": [{"text": answer}]}]
         return task
 
-    def of_summary(self, summary: RunSummary, answer: str | None) -> dict[str, Any]:
-        """The task of a stored run (its pause or ending said in its status message)."""
-        state = state_of(summary.status, summary.stop)
+    def of_summary(self, summary: RunSummary, state: RunState, cancelled_by: str | None = None) -> dict[str, Any]:
+        """The task of a stored run, its pause or ending said in its status message; ``cancelled_by``: who cancelled."""
+        task_state = state_of(summary.status, summary.stop)
         message = None
-        if state == "TASK_STATE_INPUT_REQUIRED":
-            message = self._pause_message(summary.run_id, summary.reason or "", summary.pause_id, summary.blocked)
-        elif state == "TASK_STATE_FAILED":
+        if cancelled_by is not None:
+            task_state = "TASK_STATE_CANCELED"
+            said = {"stop": summary.stop, "code": state.code or summary.stop, "cancelled_by": cancelled_by}
+            message = agent_message(summary.reason or "cancelled", summary.run_id, self.context_id, said)
+        elif task_state == "TASK_STATE_INPUT_REQUIRED":
+            message = self._pause_message(summary.run_id, summary.reason or "", state)
+        elif task_state == "TASK_STATE_FAILED":
             code = {"stop": summary.stop, "reason": summary.reason, "status": summary.status}
             message = agent_message(summary.reason or summary.status, summary.run_id, self.context_id, code)
-        return self.task(summary.run_id, state, message=message, answer=answer if state.endswith("COMPLETED") else None)
+        answer = state.answer if task_state.endswith("COMPLETED") else None
+        return self.task(summary.run_id, task_state, message=message, answer=answer)
 
-    def _pause_message(self, task_id: str, reason: str, pause_id: str | None, call: Any) -> dict[str, Any]:
-        data: dict[str, Any] = {"pause_id": pause_id, "decisions": ["approve", "edit", "reject"]}
-        if call is not None:
-            data["call"] = {"call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+    def _pause_message(self, task_id: str, reason: str, state: RunState) -> dict[str, Any]:
+        data = {"pause_id": state.pause_id, **asks(self.agent, state)}
         return agent_message(reason, task_id, self.context_id, data)
 
     def translate(self, record: Record) -> list[dict[str, Any]]:
@@ -109,8 +115,7 @@ class Tasks:
         result = event.result
         stop = result.stop.value
         if stop == "awaiting_approval":
-            call = blocked_call(result.state)[0] if result.state.pending else None
-            message = self._pause_message(task_id, result.reason or "", result.state.pause_id, call)
+            message = self._pause_message(task_id, result.reason or "", result.state)
             return [self._update(task_id, "TASK_STATE_INPUT_REQUIRED", message)]
         if stop in COMPLETED_STOPS:
             artifact = {"artifactId": f"{task_id}.answer", "name": "answer", "parts": [{"text": result.answer or ""}]}

@@ -6,9 +6,11 @@ next run of its context's session (a message without a context opens one); a
 message to a task waiting for input (``TASK_STATE_INPUT_REQUIRED``) decides
 its pause (scope ``decide``), with a data part ``{"decision": ...}`` as the
 plain API takes it or the text ``approve`` or ``reject: <reason>``, judged
-afresh by the agent's gate. A task cannot be cancelled: a run has no
-cancelled ending, so ``CancelTask`` answers the protocol's
-``TaskNotCancelableError``, and a paused task is ended by rejecting its call.
+afresh by the agent's gate. ``CancelTask`` cancels a task waiting for
+input: its call rejected and the run ended there
+(:func:`agent_fsm.serve.workers.cancel`, ``TASK_STATE_CANCELED``); a working
+task answers ``TaskNotCancelableError``, as a run is not stopped between
+its steps.
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from agent_fsm import Agent
+from agent_fsm.engine import RunState
 from agent_fsm.serve.a2a.events import Tasks
 from agent_fsm.serve.clients import Client
 from agent_fsm.serve.core import Api, Refused, read_json
 from agent_fsm.serve.plain import decide_as, guarded
+from agent_fsm.serve.workers import CANCELLED
+from agent_fsm.store import AlreadyDecided
+from agent_fsm.web.decisions import Request as Decision
 
 __all__ = ["a2a_routes"]
 
@@ -48,13 +55,27 @@ class RpcError(Exception):
         self.message = message
 
 
+def _whole(value: Any) -> Any:
+    """``value`` with every integral float an int: a data part is a protobuf Struct, whose numbers are all doubles."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole(item) for item in value]
+    return value
+
+
 def _parts(message: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     parts = message.get("parts")
     if not isinstance(parts, list):
         raise RpcError(INVALID_PARAMS, "a message has a list of parts")
     text = "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
     data = next((p["data"] for p in parts if isinstance(p, dict) and isinstance(p.get("data"), dict)), None)
-    return text, data
+    try:
+        return text, _whole(data)
+    except RecursionError:
+        raise RpcError(INVALID_PARAMS, "the data part nests too deeply") from None
 
 
 def _decision(text: str, data: dict[str, Any] | None) -> dict[str, Any]:
@@ -133,7 +154,7 @@ def a2a_routes(api: Api) -> list[Route]:
                 contexts.popitem(last=False)
             log = api.workers.hub.open(task_id)
             seen = 0
-        tasks = Tasks(context)
+        tasks = Tasks(context, agent)
         follow = log.follow(seen)
         if not stream:
             async for _ in follow:
@@ -157,10 +178,44 @@ def a2a_routes(api: Api) -> list[Route]:
         except Refused:
             raise RpcError(TASK_NOT_FOUND, f"no task {task_id!r}") from None
 
+    def _served(state: RunState) -> Agent:
+        """The served agent a stored run names (the first served, for a run that names none served here)."""
+        return api.agents.get(state.agent or "") or next(iter(api.agents.values()))
+
     async def _task(client: Client, task_id: str) -> dict[str, Any]:
         summary = await _summary(client, task_id)
         stored = await run_in_threadpool(api.store.load, task_id)
-        return Tasks(contexts.get(task_id, task_id)).of_summary(summary, stored.state.answer)
+        by = None
+        if summary.status == "ended" and summary.stop == "step_limit":  # ended by a cancel, or its budget?
+            decisions = await run_in_threadpool(api.store.history, task_id)
+            last = decisions[-1] if decisions else None
+            by = last.reviewer if last is not None and (last.decision, last.reason) == ("reject", CANCELLED) else None
+        return Tasks(contexts.get(task_id, task_id), _served(stored.state)).of_summary(summary, stored.state, by)
+
+    async def cancel(client: Client, task_id: str, rpc_id: Any) -> Response:
+        summary = await _summary(client, task_id)
+        if summary.status != "paused":
+            raise RpcError(
+                TASK_NOT_CANCELABLE,
+                f"task {task_id!r} is {summary.status}: a working task is not stopped between its steps,"
+                " and an ended one has nothing left to cancel; a task waiting for input can be cancelled",
+            )
+        if "decide" not in client.scopes:
+            raise Refused(403, "forbidden", "this token may not decide runs")
+        stored = await run_in_threadpool(api.store.load, task_id)
+        log = api.workers.hub.open(task_id)
+        seen = len(log.after(0))
+        try:
+            await api.workers.decide(
+                _served(stored.state), Decision(task_id, summary.pause_id or "", "cancel"), client=client.name
+            )
+        except AlreadyDecided:
+            raise RpcError(
+                TASK_NOT_CANCELABLE, f"task {task_id!r} was decided meanwhile; nothing was cancelled"
+            ) from None
+        async for _ in log.follow(seen):
+            pass
+        return _result(rpc_id, await _task(client, task_id))
 
     async def rpc(request: Request) -> Response:
         client = api.client(request, "read")
@@ -175,12 +230,7 @@ def a2a_routes(api: Api) -> list[Route]:
             if method == "GetTask":
                 return _result(rpc_id, await _task(client, str(params.get("id"))))
             if method == "CancelTask":
-                summary = await _summary(client, str(params.get("id")))
-                raise RpcError(
-                    TASK_NOT_CANCELABLE,
-                    f"task {summary.run_id!r} is {summary.status}: a run has no cancelled ending; "
-                    "a task waiting for input is ended by rejecting its call",
-                )
+                return await cancel(client, str(params.get("id")), rpc_id)
             raise RpcError(METHOD_NOT_FOUND, f"no method {method!r}")
         except RpcError as exc:
             return JSONResponse({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": exc.code, "message": exc.message}})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent_fsm import Agent
 from agent_fsm.engine import (
     Charged,
     Ended,
@@ -24,8 +25,8 @@ from agent_fsm.engine import (
     Proposed,
     StateEntered,
     TextDelta,
-    blocked_call,
 )
+from agent_fsm.serve.core import asks
 from agent_fsm.serve.stream import COMPLETED_STOPS, Record
 
 __all__ = ["SUCCESS_STOPS", "Translator", "interrupt_id", "split_interrupt_id"]
@@ -50,7 +51,8 @@ def split_interrupt_id(text: str) -> tuple[str, str] | None:
 class Translator:
     """The AG-UI events of one AG-UI run (``thread_id``, ``run_id``) over the served run ``served``."""
 
-    def __init__(self, thread_id: str, run_id: str, served: str) -> None:
+    def __init__(self, thread_id: str, run_id: str, served: str, agent: Agent) -> None:
+        self.agent = agent
         self.thread_id = thread_id
         self.run_id = run_id
         self.served = served
@@ -121,17 +123,15 @@ class Translator:
         stop = result.stop.value
         ids = {"threadId": self.thread_id, "runId": self.run_id}
         if stop == "awaiting_approval":
-            call = blocked_call(result.state)[0] if result.state.pending else None
+            asked = asks(self.agent, result.state)
             interrupt: dict[str, Any] = {
                 "id": interrupt_id(self.served, result.state.pause_id or ""),
-                "reason": "approval",
+                "reason": "input" if "question" in asked else "approval",
                 "message": result.reason,
+                "toolCallId": asked["call"]["call_id"],
                 "responseSchema": _DECISION_SCHEMA,
-                "metadata": {"agent_fsm": {"run_id": self.served, "pause_id": result.state.pause_id}},
+                "metadata": {"agent_fsm": {"run_id": self.served, "pause_id": result.state.pause_id, **asked}},
             }
-            if call is not None:
-                interrupt["toolCallId"] = call.call_id
-                interrupt["metadata"]["agent_fsm"]["call"] = {"name": call.name, "arguments": call.arguments}
             return {"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": [interrupt]}}
         if stop in SUCCESS_STOPS:
             answer = {"stop": stop, "code": result.code, "answer": result.answer}
@@ -165,10 +165,12 @@ class Translator:
 _DECISION_SCHEMA = {
     "type": "object",
     "properties": {
-        "decision": {"enum": ["approve", "edit", "reject"]},
+        "decision": {"enum": ["approve", "edit", "reject", "answer", "reply"]},
         "arguments": {"type": "object"},
         "reason": {"type": "string"},
+        "answer": {},
+        "reply": {"type": "object"},
     },
     "required": ["decision"],
 }
-"""What a resume's ``payload`` holds: the same decision the plain API takes."""
+"""What a resume's ``payload`` holds: the same decision the plain API takes (the interrupt's metadata says which)."""

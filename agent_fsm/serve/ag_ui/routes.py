@@ -90,7 +90,7 @@ def ag_ui_routes(api: Api) -> list[Route]:
             served = await api.start(agent, task, client, session=thread_id)
             log = api.workers.hub.open(served)
             seen = 0
-        translator = Translator(thread_id, run_id, served)
+        translator = Translator(thread_id, run_id, served, agent)
         follow = log.follow(seen)
 
         async def stream() -> AsyncIterator[bytes]:
