@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
 
-from agent_fsm import Agent, Limits, RunState, ScriptedModel, Stop, ToolSpec, answer_message, tool_call_message
+from agent_fsm import (
+    Agent,
+    Limits,
+    ModelReply,
+    Price,
+    Prices,
+    RunState,
+    ScriptedModel,
+    Stop,
+    ToolSpec,
+    answer_message,
+    tool_call_message,
+)
 from agent_fsm.engine._spending import WRAP_UP, WRAP_UP_NOTE
 from agent_fsm.testing import InvariantViolation, assert_run_invariants, limits
 
@@ -111,3 +124,38 @@ def test_no_wrap_up_when_the_note_would_pass_the_prompt_budget():
     assert max(result.state.prompt_token_log) <= 100
     roomy = Agent(Recording([answer_message("done")]), {}, limits=Limits(max_turns=1, wrap_up=True)).run("Check.")
     assert roomy.code == WRAP_UP
+
+
+class Metered(Recording):
+    """A recording model that reports five output tokens per reply (input is free under the test's price)."""
+
+    def chat(self, messages, tools=()):
+        return ModelReply(super().chat(messages, tools), output_tokens=5)
+
+
+def _costly(replies) -> tuple[Agent, Metered]:
+    # Worst case of any call: 10 output tokens at 1 a token = 10; 28 admits two such calls after 5 spent, not after 10.
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 12000)}
+    model = Metered(replies)
+    price = Price(input=Decimal(0), output=Decimal(1_000_000))
+    limits = Limits(max_turns=8, max_output_tokens=10, max_cost=Decimal(28), wrap_up=True)
+    return Agent(model, tools, limits=limits, prices=Prices(default=price)), model
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_call_the_money_left_admits_last_is_the_wrap_up(driver):
+    """After 10 spent of 28, one worst case (10) fits and two do not: call 3 offers no tools, coded wrap_up."""
+    agent, model = _costly([LOOKUP, LOOKUP, answer_message("12000 cents")])
+    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+    assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "12000 cents")
+    assert model.offered == [["balance"], ["balance"], []] and result.usage.cost == 15
+    assert_run_invariants(result, limits=agent.limits)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_call_proposed_at_a_wrap_up_for_money_ends_cost_limit(driver):
+    """The model proposes a call at the wrap-up the money called: the run ends cost_limit, the call not run."""
+    agent, _ = _costly([LOOKUP, LOOKUP, LOOKUP])
+    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+    assert (result.stop, result.code) == (Stop.COST_LIMIT, "cost_limit") and result.state.tool_attempts == 2
+    assert_run_invariants(result, limits=agent.limits)

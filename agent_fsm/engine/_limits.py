@@ -124,7 +124,9 @@ class Limits:
     ``wrap_up=True`` makes the last model call ``max_turns`` admits a
     wrap-up: no tools are offered and the model is told the budget is spent;
     its answer ends the run ``answered`` with the code ``wrap_up``, and a
-    call it still proposes ends the run ``step_limit`` as without it.
+    call it still proposes ends the run ``step_limit`` as without it. Under
+    ``max_cost`` the call is a wrap-up as soon as the money left covers its
+    worst case once but not twice (a call proposed there ends ``cost_limit``).
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)

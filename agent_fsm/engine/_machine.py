@@ -391,6 +391,9 @@ RUN_MACHINE = MachineSpec(
         Edge("Compacting", "compacted", "CostLimit", guard="cost_over_budget", meaning="worst case passes max_cost"),
         Edge("Compacting", "compacted", "Proposing", consumes="turns", meaning="the compacted prompt fits"),
         Edge("WrappingUp", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
+        Edge(
+            "WrappingUp", "judge", "CostLimit", guard="wrapped_for_cost", meaning="a call proposed at the money's end"
+        ),
         Edge("WrappingUp", "judge", "StepLimit", guard="calls_pending", meaning="a call proposed all the same"),
         Edge("WrappingUp", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
         Edge("WrappingUp", "judge", "Answered", meaning="the last word, coded wrap_up"),

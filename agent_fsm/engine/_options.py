@@ -91,7 +91,12 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "result screen", "Agent(screen_result=...)", ("result_unscreened",), lambda a, _: a.screen_result is not None
     ),
-    RunOption("wrap-up", "Limits(wrap_up=True)", ("last_turn_due",), lambda _, li: li.wrap_up),
+    RunOption(
+        "wrap-up",
+        "Limits(wrap_up=True)",
+        ("last_turn_due", "wrapped_for_cost"),
+        lambda _, li: li.wrap_up,
+    ),
     RunOption(
         "repeated results",
         "Limits(repeated_results=...)",

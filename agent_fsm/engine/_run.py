@@ -107,6 +107,7 @@ from agent_fsm.engine._spending import (
     may_fall_back,
     no_progress,
     over_budget,
+    wrap_up_cause,
     wrap_up_fits,
 )
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
@@ -193,6 +194,7 @@ class RunContext:
         "tools_version",
         "usage",
         "where",
+        "wrapping",
     )
 
     def __init__(
@@ -243,6 +245,8 @@ class RunContext:
         self.answer: Any = NO_ANSWER
         # The call just executed returned the same result Limits.repeated_results times (see count_result).
         self.repeating = False
+        # The budget that called the wrap-up call (see wrap_up_cause): a call proposed there ends with its stop.
+        self.wrapping: str | None = None
         # Events wait here for the driver to deliver them (None: nobody listens, none is made).
         self.outbox: list[events.RunEvent] | None = [] if listening else None
         # Hears a tool's progress during its call, set by a driver able to deliver it then (else: the outbox).
@@ -448,8 +452,13 @@ def time_spent(run: RunContext) -> bool:
 
 
 def last_turn_due(run: RunContext) -> bool:
-    """Wrap-up is asked for, the turn budget admits exactly one more model call, and that call fits."""
-    return run.limits.wrap_up and run.state.turns + 1 == run.limits.max_turns and wrap_up_fits(run)
+    """Wrap-up is asked for, a budget admits exactly one more model call (see wrap_up_cause), and that call fits."""
+    return run.limits.wrap_up and wrap_up_cause(run) is not None and wrap_up_fits(run)
+
+
+def wrapped_for_cost(run: RunContext) -> bool:
+    """The wrap-up the money left called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "cost_limit"
 
 
 def turn_budget_spent(run: RunContext) -> bool:
@@ -764,6 +773,7 @@ def _cut_off(call: ToolCall) -> Judgement:
 def ask_last_word(run: RunContext) -> Steps[None]:
     """The wrap-up call: the model, told the budget is spent, is offered no tools; a plain answer is judged."""
     state = run.state
+    run.wrapping = wrap_up_cause(run)
     run.append({"role": "user", "content": WRAP_UP_NOTE})
     run.offer, run.declarations, run.declaration_tokens = None, [], 0
     yield from _ask_model(run)
@@ -1099,6 +1109,7 @@ MACHINE = compile_machine(
             result_repeated,
             name_repeat,
             last_turn_due,
+            wrapped_for_cost,
             ask_last_word,
             compact_prompt,
             take_proposal,

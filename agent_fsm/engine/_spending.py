@@ -44,6 +44,7 @@ __all__ = [
     "no_progress_reason",
     "over_budget",
     "price_of",
+    "wrap_up_cause",
     "wrap_up_fits",
 ]
 
@@ -192,11 +193,35 @@ def wrap_up_fits(run: RunContext) -> bool:
     It must fit ``max_prompt_tokens`` and, under a money budget, its worst case what is left (else the last turn
     is a normal one).
     """
-    state, limits = run.state, run.limits
+    prompt = _wrap_up_prompt(run)
+    return prompt <= run.limits.max_prompt_tokens and (run.limits.max_cost is None or admits(run, run.model, prompt))
+
+
+def _wrap_up_prompt(run: RunContext) -> int:
+    """The wrap-up call's prompt estimate: the transcript and the note, without tool declarations."""
     note = {"role": "user", "content": WRAP_UP_NOTE}
     size = estimate_tokens(note) if run.estimator is estimate_tokens else measure(run.estimator, note)
-    prompt = state.message_tokens + state.usage_offset + size
-    return prompt <= limits.max_prompt_tokens and (limits.max_cost is None or admits(run, run.model, prompt))
+    return run.state.message_tokens + run.state.usage_offset + size
+
+
+def wrap_up_cause(run: RunContext) -> str | None:
+    """
+    The budget that admits exactly one more model call, as the code of the stop it would end with (``None``: none).
+
+    Turns: one is left. Money: what is left covers the wrap-up call's worst case once but not twice.
+    """
+    state, limits = run.state, run.limits
+    if state.turns + 1 == limits.max_turns:
+        return "step_limit"
+    if limits.max_cost is not None and not _admits_twice(run, _wrap_up_prompt(run)):
+        return "cost_limit"
+    return None
+
+
+def _admits_twice(run: RunContext, prompt_tokens: int) -> bool:
+    price, cap, limit = price_of(run, model_name(run.model)), run.limits.max_output_tokens, run.limits.max_cost
+    assert price is not None and cap is not None and limit is not None, "under max_cost only (see admits)"
+    return run.state.usage.cost + 2 * price.worst_case(prompt_tokens, cap) <= limit
 
 
 # --- progress: a run that keeps proposing what was refused, or asking what it was told (O(1) per call) ---

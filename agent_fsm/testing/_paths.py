@@ -301,6 +301,9 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
     return replies
 
 
+_money_for_one = Limits(max_turns=3, max_output_tokens=1_000_000, max_cost=Decimal("1.5"), wrap_up=True)
+"""The first call's worst case (the output cap, a unit at :data:`_PRICES`) fits once, not twice: it is the wrap-up."""
+
 _Setup = tuple[str, Limits, bool, str | None, Failure, Gate, Screening, Mapping[str, Any], bool]
 
 
@@ -327,6 +330,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         ("wrap_up, max_turns=1", last_word, False, None, "permanent"),
         ("wrap_up, max_turns=1, an answer check refusing every answer", last_word, True, None, "permanent"),
         ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
+        ("wrap_up, money for one worst case", _money_for_one, False, None, "permanent"),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
     if first is not None:
