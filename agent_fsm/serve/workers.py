@@ -27,9 +27,9 @@ import attrs
 from agent_fsm import Agent, Limits
 from agent_fsm.engine import RunEvent, RunResult, continue_run
 from agent_fsm.serve.stream import Hub
-from agent_fsm.store import Session, answer, approve, decide_reply, reject, reply_of
+from agent_fsm.store import Session
 from agent_fsm.store.protocol import RunStore
-from agent_fsm.web.decisions import Request
+from agent_fsm.web.decisions import Request, decide
 
 __all__ = ["CANCELLED", "Workers", "cancel"]
 
@@ -119,13 +119,7 @@ class Workers:
             try:
                 if request.action == "cancel":
                     return cancel(self.store, request.run_id, agent, **how)
-                if request.action == "reject":
-                    return reject(self.store, request.run_id, agent, reason=request.reason or "", **how)
-                if request.action == "answer":
-                    return answer(self.store, request.run_id, agent, answer=given, **how)
-                if request.action == "reply":
-                    return decide_reply(self.store, request.run_id, agent, reply=reply_of(request.reply), **how)
-                return approve(self.store, request.run_id, agent, arguments=request.arguments, **how)
+                return decide(self.store, request, agent, reviewer=client, given=given, on_event=on_event)
             except Exception as exc:
                 loop.call_soon_threadsafe(settle, exc)
                 if committed.is_set():

@@ -17,11 +17,11 @@ from typing import Any
 import attrs
 
 from agent_fsm import Agent
-from agent_fsm.engine import DEPTH_CEILING, RunResult, UngatedApproval, answered_by, nesting_exceeds
+from agent_fsm.engine import DEPTH_CEILING, EventSink, RunResult, UngatedApproval, answered_by, nesting_exceeds
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, answer, approve, decide_reply, reject, reply_of
 from agent_fsm.store.protocol import RunStore
 
-__all__ = ["ACTIONS", "FormRefused", "Request", "answer_fields", "apply", "read_form"]
+__all__ = ["ACTIONS", "FormRefused", "Request", "answer_fields", "apply", "decide", "read_form"]
 
 ACTIONS = ("approve", "edit", "reject", "answer", "reply")
 """What a form may ask: approve the call as it is, approve it with edited arguments, reject it, answer it,
@@ -187,6 +187,36 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
     return Request(run_id, pause_id, "approve")
 
 
+def decide(
+    store: RunStore,
+    request: Request,
+    agent: Agent,
+    *,
+    reviewer: str,
+    given: Any = None,
+    on_event: EventSink | None = None,
+) -> RunResult:
+    """
+    Decide ``request`` in ``store`` by the store's function for its kind, and continue the run as ``agent``.
+
+    The one place a decision's kind picks what the store does, for the inbox's
+    forms and for every protocol ``agent_fsm.serve`` speaks; ``given`` is a
+    person's answer when the kind is ``answer``.
+
+    Raises:
+        AlreadyDecided, RunNotFound, ValueError (an edit, an answer or a review refused), StoreError:
+            nothing was decided.
+    """
+    how: dict[str, Any] = {"reviewer": reviewer, "pause_id": request.pause_id, "on_event": on_event}
+    if request.action == "reject":
+        return reject(store, request.run_id, agent, reason=request.reason or "", **how)
+    if request.action == "reply":
+        return decide_reply(store, request.run_id, agent, reply=reply_of(request.reply), **how)
+    if request.action == "answer":
+        return answer(store, request.run_id, agent, answer=given, **how)
+    return approve(store, request.run_id, agent, arguments=request.arguments, **how)
+
+
 def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore], agent: Agent) -> RunResult:
     """
     Decide ``request`` as ``reviewer`` and continue the run as ``agent`` (in this thread) until it rests again.
@@ -196,20 +226,15 @@ def apply(request: Request, *, reviewer: str, open_store: Callable[[], RunStore]
             call cannot be approved by ``agent`` (no gate for an effectful call) (422).
         StoreError: the store failed.
     """
-    how: dict[str, Any] = {"reviewer": reviewer, "pause_id": request.pause_id}
     store = open_store()
     try:
-        if request.action == "reject":
-            return reject(store, request.run_id, agent, reason=request.reason or "", **how)
-        if request.action == "reply":
-            return decide_reply(store, request.run_id, agent, reply=reply_of(request.reply), **how)
+        given = None
         if request.action == "answer":
             _call, person = answered_by(agent.tools, store.load(request.run_id).state)
             if person is None:
                 raise FormRefused(422, "The answer was refused", "this call is not one a person answers")
             given = _answer_of(answer_fields(person.result), request.fields or {})
-            return answer(store, request.run_id, agent, answer=given, **how)
-        return approve(store, request.run_id, agent, arguments=request.arguments, **how)
+        return decide(store, request, agent, reviewer=reviewer, given=given)
     except AlreadyDecided as exc:
         raise FormRefused(
             409, "This pause is no longer open", f"{exc}. Nothing was decided: the page was stale; reload the run."
