@@ -27,7 +27,7 @@ from agent_fsm.diagrams.dot import DEFAULT_DIRECTION, Direction, GraphvizMissing
 from agent_fsm.diagrams.folder import write_all
 from agent_fsm.diagrams.labels import agent_title
 from agent_fsm.diagrams.mermaid import to_mermaid
-from agent_fsm.diagrams.path import TRACE_KEY, RunPath, TraceError, load_trace, path_of
+from agent_fsm.diagrams.path import TRACE_KEY, RunPath, TraceError, load_trace, path_of, path_on_agent
 from agent_fsm.diagrams.sequence import sequence_diagram
 from agent_fsm.engine import RUN_MACHINE, Agent, MachineSpec, Nested, RunState
 
@@ -291,9 +291,8 @@ def _draw_world(
             else:
                 data = render_composition(agent, format.value, direction=layout, size=size, full=full)
         else:
-            held = state.limits if state is not None else None
-            drawn_machine = RUN_MACHINE if full else agent.machine(limits=held)
-            path = path_of(state, machine=drawn_machine) if state is not None else None
+            path = path_on_agent(state, agent, full=full) if state is not None else None
+            drawn_machine = path.machine if path is not None else RUN_MACHINE if full else agent.machine()
             title = agent_title(agent.name, drawn_machine, RUN_MACHINE)
             data = _drawn(drawn_machine, format, path, direction, size, title)
             _emit(data, output, f"{name}.{_SUFFIX[format]}")
