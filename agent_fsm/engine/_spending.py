@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 from agent_fsm.engine import _events as events
 from agent_fsm.engine._errors import RunError
 from agent_fsm.engine._limits import Limits, Price
-from agent_fsm.engine._messages import estimate_tokens
+from agent_fsm.engine._messages import Observation, estimate_tokens
 from agent_fsm.engine._models import ModelReply, is_count, model_name
 from agent_fsm.engine._tools import ToolCall, measure
 
 if TYPE_CHECKING:
-    from agent_fsm.engine._messages import Observation
     from agent_fsm.engine._run import RunContext
     from agent_fsm.engine._state import RunState
 
