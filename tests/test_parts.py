@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -253,16 +254,58 @@ def test_any_task_of_text_images_and_files_saves_losslessly_and_shows_no_bytes(t
             assert f"{len(base64.b64decode(item.part['data']))} bytes" in shown
 
 
-def test_an_image_a_tool_returns_reaches_the_model_as_its_placeholder_not_its_bytes():
-    """A result holding an Image is stored as text (JSON cannot hold it): its placeholder, never the base64."""
+def _snapping(returned: Any) -> tuple[dict[str, ToolSpec], ScriptedModel]:
+    tools = {"snap": ToolSpec("Takes a picture.", {"type": "object", "properties": {}}, lambda: returned)}
+    return tools, ScriptedModel([tool_call_message("c1", "snap", {}), answer_message("Taken.")])
+
+
+def test_an_image_a_tool_returns_reaches_the_model_whole_and_everything_else_reads_its_placeholder():
+    """
+    The tool message carries the image itself; the observation (what gates, screens and events read) holds
+    its placeholder, the image rides in ``media``, and the saved state keeps it byte for byte.
+    """
     image = Image(data=PNG, media_type="image/png")
-    tools = {"snap": ToolSpec("Takes a picture.", {"type": "object", "properties": {}}, lambda: image)}
-    script = ScriptedModel([tool_call_message("c1", "snap", {}), answer_message("Taken.")])
-    state = run("Snap.", script, tools, gate=allow_all).state
-    assert state.observations[0].content == f"[image image/png, {len(PNG)} bytes]"
-    assert state.observations[0].text_form
-    assert base64.b64encode(PNG).decode()[:40] not in state.to_json()
-    assert repr(image) == f"Image([image image/png, {len(PNG)} bytes])"
+    tools, script = _snapping({"caption": "the desk", "shot": image})
+    seen: list[Any] = []
+
+    def screen(observation: Any, state: Any) -> None:
+        seen.append(observation.content)
+
+    state = Agent(script, tools, gate=allow_all, screen_result=screen).run("Snap.").state
+    shown = f"[image image/png, {len(PNG)} bytes]"
+    observation = state.observations[0]
+    assert observation.content == {"caption": "the desk", "shot": shown} and not observation.text_form
+    assert observation.media == (image.part,) and seen == [observation.content]
+    assert repr(observation).count(shown) == 2 and image.part["data"] not in repr(observation)
+    message = state.messages[-2]
+    assert message["role"] == "tool" and message["content"][1] == image.part
+    assert json.loads(message["content"][0]["text"])["content"]["shot"] == shown
+    assert RunState.from_json(state.to_json()) == state  # lossless: the bytes come back as they went
+    assert image.part["data"] not in summary_line(message) and shown in summary_line(message)
+    assert image.part["data"] not in render_view(state)
+
+
+def test_a_tools_image_is_priced_by_the_providers_rule_in_the_prompt_budget():
+    """The tool message holding a 2048x2048 PNG costs its text plus the image by the model's rule, never its base64."""
+    image = Image(data=png(2048, 2048), media_type="image/png")
+    tools, script = _snapping(image)
+    state = Agent(script, tools, gate=allow_all, estimator=media_estimator("anthropic")).run("Snap.").state
+    message = state.messages[-2]
+    text = {**message, "content": [message["content"][0]]}
+    expected = -(-len(json.dumps(text)) // 4) + image_tokens((2048, 2048), "anthropic")
+    assert media_estimator("anthropic")(message) == expected
+    assert expected < len(image.part["data"]) // 4  # the base64 alone would be priced far higher
+    assert state.message_tokens >= expected
+
+
+def test_a_redacting_screen_withholds_the_results_images():
+    """A redaction shows the model its content only: the image the tool returned does not reach the model."""
+    from agent_fsm import Redact
+
+    tools, script = _snapping(["secret", Image(data=PNG, media_type="image/png")])
+    state = Agent(script, tools, gate=allow_all, screen_result=lambda o, s: Redact("[withheld]")).run("Snap.").state
+    assert state.messages[-2]["content"] == json.dumps({"ok": True, "kind": "result", "content": "[withheld]"})
+    assert state.observations[0].media  # the raw observation keeps what the tool returned
 
 
 def test_an_agent_measures_prompts_by_its_models_rule_unasked():

@@ -83,6 +83,7 @@ __all__ = [
     "parse_tool_calls",
     "part_bytes",
     "placeholder",
+    "split_media",
     "to_json_data",
     "tool_call_message",
     "tool_message",
@@ -407,6 +408,11 @@ def to_json_data(value: Any) -> Any:
     return storable(value)[0]
 
 
+def _placeholders(media: tuple[dict[str, Any], ...]) -> str:
+    # A repr shows what stands for each part, never its bytes.
+    return repr(tuple(placeholder(part) for part in media))
+
+
 @attrs.frozen
 class Observation:
     """
@@ -427,6 +433,8 @@ class Observation:
     content: Any
     permanent: bool = attrs.field(default=False, kw_only=True)
     text_form: bool = attrs.field(default=False, kw_only=True)
+    # The images and files a handler returned, as saved parts; ``content`` holds each one's placeholder.
+    media: tuple[dict[str, Any], ...] = attrs.field(default=(), kw_only=True, repr=_placeholders)
 
     def wire_content(self) -> str:
         """The text of the tool message that carries this observation to the model."""
@@ -521,8 +529,60 @@ def answer_message(text: str) -> Message:
 
 
 def tool_message(observation: Observation) -> Message:
-    """The tool message that carries ``observation`` back to the model."""
-    return {"role": "tool", "tool_call_id": observation.call_id, "content": observation.wire_content()}
+    """
+    The tool message that carries ``observation`` back to the model.
+
+    Its content is the observation's JSON text; when the handler returned images
+    or files, a list of parts: that text, then each image and file.
+    """
+    text = observation.wire_content()
+    content: Any = [{"type": "text", "text": text}, *observation.media] if observation.media else text
+    return {"role": "tool", "tool_call_id": observation.call_id, "content": content}
+
+
+_MEDIA_DEPTH = 8
+"""How deep in a result images and files are looked for (deeper ones, or a cycle, stay as their text form)."""
+
+
+def split_media(value: Any) -> tuple[Any, tuple[dict[str, Any], ...]]:
+    """
+    A tool's result with each :class:`Image` and :class:`File` replaced by its placeholder, and those parts.
+
+    Looked for at the top and in lists, tuples and a dict's values (down to
+    :data:`_MEDIA_DEPTH` levels): what a gate, a screen, an event or a summary
+    reads is the placeholder, while the tool message carries the parts
+    themselves (see :func:`tool_message`). A result without any is returned as is.
+    """
+    media: list[dict[str, Any]] = []
+
+    def walk(item: Any, depth: int) -> Any:
+        if isinstance(item, Image | File):
+            media.append(dict(item.part))
+            return placeholder(item.part)
+        if depth >= _MEDIA_DEPTH:
+            return item
+        if type(item) in (list, tuple):
+            return [walk(x, depth + 1) for x in item]
+        if type(item) is dict:
+            return {key: walk(x, depth + 1) for key, x in item.items()}
+        return item
+
+    if not _holds_media(value, 0):
+        return value, ()
+    return walk(value, 0), tuple(media)
+
+
+def _holds_media(value: Any, depth: int) -> bool:
+    # Looked at before anything is copied: a result without media is kept as the very object returned.
+    if isinstance(value, Image | File):
+        return True
+    if depth >= _MEDIA_DEPTH:
+        return False
+    if type(value) in (list, tuple):
+        return any(_holds_media(x, depth + 1) for x in value)
+    if type(value) is dict:
+        return any(_holds_media(x, depth + 1) for x in value.values())
+    return False
 
 
 INVALID_OUTPUT_HEAD = '{"ok": false, "kind": "invalid", "content": '
