@@ -324,3 +324,25 @@ def test_an_agent_measures_prompts_by_its_models_rule_unasked():
     assert chained.stop is Stop.TOKEN_LIMIT and chained.state.turns == 0
     swapped = Agent(openai, {}, limits=limits).replace(model=anthropic).run(["Describe it.", image])
     assert swapped.stop is Stop.TOKEN_LIMIT  # the agent follows its model when the model is replaced
+
+
+def test_a_wrapped_model_passes_its_adapters_estimator_on(tmp_path):
+    """
+    A recording, a meter's or the kit's watched model prices images by the wrapped adapter's rule: an Anthropic
+    adapter behind any of them binds the prompt budget as it does alone.
+    """
+    from agent_fsm.patterns import Meter
+    from agent_fsm.testing import RecordingModel
+    from agent_fsm.testing._watchdog import _Watched
+
+    image = Image(data=png(2048, 2048), media_type="image/png")  # with the text: 783 by OpenAI, 3297 by Anthropic
+    local = {"base_url": "http://127.0.0.1:9", "max_retries": 0}  # nothing listens: a call made fails at once
+    anthropic = AnthropicMessages(model="claude", api_key="sk-ant-0123456789", **local)
+    limits = Limits(max_prompt_tokens=2000)
+    recording = Agent(RecordingModel(anthropic, tmp_path / "c.json"), {}, limits=limits)
+    metered = Meter().metered(Agent(anthropic, {}, limits=limits))
+    watched = Agent(_Watched(anthropic, None), {}, limits=limits)
+    for agent in (recording, metered, watched):
+        assert agent.token_estimator is media_estimator("anthropic"), agent.model
+        bound = agent.run(["Describe it.", image])
+        assert bound.stop is Stop.TOKEN_LIMIT and bound.state.turns == 0, agent.model  # refused before asking

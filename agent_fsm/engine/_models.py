@@ -240,6 +240,16 @@ def model_estimator(model: Any) -> TokenEstimator:
     return own if callable(own) else estimate_tokens
 
 
+def wrapped_estimator(attribute: str) -> property:
+    """
+    A model wrapper's ``estimator``: the one of the model it holds in ``attribute``, read afresh.
+
+    An agent given the wrapper then measures its prompts as it would the model
+    itself (an adapter's provider rule for images and files), not by the default.
+    """
+    return property(lambda wrapper: model_estimator(getattr(wrapper, attribute)))
+
+
 def _dearest(estimators: Sequence[TokenEstimator]) -> TokenEstimator:
     def estimate(message: Mapping[str, Any]) -> int:
         return max(estimator(message) for estimator in estimators)
