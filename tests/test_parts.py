@@ -26,6 +26,7 @@ from agent_fsm import (
     estimate_tokens,
     image_tokens,
     media_estimator,
+    placeholder,
     run,
     tool_call_message,
 )
@@ -35,7 +36,7 @@ from agent_fsm.engine._launch import start_state
 from agent_fsm.engine._messages import image_size, media_tokens
 from agent_fsm.engine._state import SAVED
 from agent_fsm.providers import AnthropicMessages, GeminiGenerate, OllamaChat, OpenAIChat, OpenAIResponses
-from agent_fsm.testing import tasks
+from agent_fsm.testing import tasks, tool_results
 from agent_fsm.web import render_view, timeline_of
 from tests.media import pdf, png
 
@@ -346,3 +347,28 @@ def test_a_wrapped_model_passes_its_adapters_estimator_on(tmp_path):
         assert agent.token_estimator is media_estimator("anthropic"), agent.model
         bound = agent.run(["Describe it.", image])
         assert bound.stop is Stop.TOKEN_LIMIT and bound.state.turns == 0, agent.model  # refused before asking
+
+
+@given(tool_results())
+def test_whatever_a_tool_returns_its_media_reach_the_model_and_only_their_placeholders_elsewhere(returned):
+    """
+    For any result with images and files in it: the tool message carries exactly those parts, in order; the
+    observation and the events (but the ending, which holds the state) show no byte of them; the saved state
+    gives them back whole.
+    """
+    items = returned.values() if isinstance(returned, dict) else returned if isinstance(returned, list) else [returned]
+    found = [x for x in items if isinstance(x, Image | File)]
+    events: list[Any] = []
+    tools, script = _snapping(returned)
+    roomy = Limits(max_prompt_tokens=10**6)  # a PDF by URL is priced as 3,000 tokens, the top of the published range
+    state = Agent(script, tools, gate=allow_all, limits=roomy).run("Snap.", on_event=events.append).state
+    observation = state.observations[0]
+    assert list(observation.media) == [item.part for item in found]
+    message = state.messages[-2]
+    assert (message["content"][1:] if found else []) == [item.part for item in found]
+    shown = json.dumps(observation.content) + repr([e for e in events if not hasattr(e, "result")])  # Ended: the state
+    for item in found:
+        data = item.part.get("data")
+        assert data is None or len(data) < 12 or data not in shown
+        assert placeholder(item.part) in shown
+    assert RunState.from_json(state.to_json()) == state
