@@ -452,12 +452,17 @@ def media_after_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[s
     """
     out: list[Mapping[str, Any]] = []
     held: list[dict[str, Any]] = []
+    names: dict[Any, Any] = {}  # call id -> tool name, so the model is told which of its calls it sees
     for message in messages:
+        for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+            if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+                names[call.get("id")] = call["function"].get("name")
         if message.get("role") == "tool":
             media = result_media(message)
             if media:
                 out.append({**message, "content": result_text(message["content"])})
-                said = f"The result of call {message.get('tool_call_id')} shows:"
+                ident = message.get("tool_call_id")
+                said = f"The result of {names.get(ident, 'the tool')} (call {ident}) shows:"
                 held += [{"type": "text", "text": said}, *media]
                 continue
         elif held:

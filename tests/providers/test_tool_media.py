@@ -203,3 +203,33 @@ def test_every_recording_names_its_origin():
         assert len(recording.origin["commit"]) == 40 and recording.origin["repo"] == "pydantic/pydantic-ai"
         assert f"`tool_media/{recording.adapter}/{recording.name}.json`" in listed, recording.id
         assert recording.origin["path"] in listed
+
+
+def test_chat_sends_a_turns_results_first_then_their_images_in_one_user_message(server):
+    """
+    Two calls in one turn, each returning an image: Chat Completions gets both tool messages as text, then one
+    user message naming each call and holding its image (a user message between them would break the turn).
+    """
+    from agent_fsm import ScriptedModel
+    from agent_fsm.engine import tool_call_message
+    from tests.media import png
+
+    first, second = Image(data=png(4, 4), media_type="image/png"), Image(url="https://example.com/b.png")
+    tools = {
+        "front": ToolSpec("Front view.", {}, lambda: first),
+        "back": ToolSpec("Back view.", {}, lambda: {"view": second}),
+    }
+    both = tool_call_message("c1", "front", {})
+    both["tool_calls"] += tool_call_message("c2", "back", {})["tool_calls"]
+    state = run("Look.", ScriptedModel([both], last_word="Done."), tools).state
+    server.script(RECORDINGS["openai__direct_binary_image_openai_chat"].reply(1))
+    OpenAIChat(base_url=server.url + "/v1", **recorded_settings()).chat(state.messages[:-1], [])
+    sent = server.requests[0].body["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "tool", "user"]
+    assert all(isinstance(m["content"], str) for m in sent[3:5])
+    assert sent[5]["content"] == [
+        {"type": "text", "text": "The result of front (call c1) shows:"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{first.part['data']}"}},
+        {"type": "text", "text": "The result of back (call c2) shows:"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/b.png"}},
+    ]
