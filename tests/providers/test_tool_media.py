@@ -233,3 +233,20 @@ def test_chat_sends_a_turns_results_first_then_their_images_in_one_user_message(
         {"type": "text", "text": "The result of back (call c2) shows:"},
         {"type": "image_url", "image_url": {"url": "https://example.com/b.png"}},
     ]
+
+
+def test_ollama_sends_a_tools_image_in_a_user_message_after_the_result():
+    """Ollama's tool messages take text: the result's image goes as base64 in a user message after it."""
+    from agent_fsm import Observation
+    from agent_fsm.engine import tool_call_message, tool_message
+    from agent_fsm.providers import OllamaChat
+    from tests.media import png
+
+    image = Image(data=png(4, 4), media_type="image/png")
+    result = tool_message(Observation("c1", True, "result", str(image), media=(image.part,)))
+    messages = [{"role": "user", "content": "Look."}, tool_call_message("c1", "snap", {}), result]
+    body = OllamaChat(base_url="http://127.0.0.1:9", model="m").request_body(messages, [])
+    sent = body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[2]["content"] == result["content"][0]["text"]
+    assert sent[3]["images"] == [image.part["data"]] and "snap (call c1)" in sent[3]["content"]
