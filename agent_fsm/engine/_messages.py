@@ -20,7 +20,9 @@ or a file. Each part is plain JSON so a saved state holds it losslessly::
 Nothing else is a part: :func:`content_problem` refuses any other shape, and
 bytes above :data:`MAX_PART_BYTES` are refused where they enter (typed, as
 :class:`ContentPartError`), so a transcript that saved is one that loads.
-Each adapter writes its provider's form of a part, or refuses it typed.
+Each adapter writes its provider's form of a part, or refuses it typed. A
+tool's result may hold them too (:func:`split_media`): the observation shows
+their placeholders, and the tool message carries the parts.
 
 
 [wire]
@@ -425,6 +427,9 @@ class Observation:
     (``ToolError(..., permanent=True)``); such an error ends the run ``handoff``.
     ``text_form`` marks content that is a text rendering of what the handler
     returned, because JSON could not hold it (the effect happened all the same).
+    ``media`` holds the images and files the handler returned, as saved parts
+    (see :func:`split_media`): ``content`` shows each one's placeholder, and the
+    tool message (:func:`tool_message`) carries the parts to the model.
     """
 
     call_id: str
@@ -433,7 +438,6 @@ class Observation:
     content: Any
     permanent: bool = attrs.field(default=False, kw_only=True)
     text_form: bool = attrs.field(default=False, kw_only=True)
-    # The images and files a handler returned, as saved parts; ``content`` holds each one's placeholder.
     media: tuple[dict[str, Any], ...] = attrs.field(default=(), kw_only=True, repr=_placeholders)
 
     def wire_content(self) -> str:
