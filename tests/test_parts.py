@@ -372,3 +372,14 @@ def test_whatever_a_tool_returns_its_media_reach_the_model_and_only_their_placeh
         assert data is None or len(data) < 12 or data not in shown
         assert placeholder(item.part) in shown
     assert RunState.from_json(state.to_json()) == state
+
+
+def test_a_result_that_holds_itself_sends_its_image_once_and_keeps_the_rest_as_text():
+    """A cyclic result: its image is taken out once; the cycle stays its text form, with no byte of the image."""
+    image = Image(data=PNG, media_type="image/png")
+    cyclic: list[Any] = [image]
+    cyclic.append(cyclic)
+    tools, script = _snapping(cyclic)
+    observation = Agent(script, tools, gate=allow_all).run("Snap.").state.observations[0]
+    assert observation.media == (image.part,) and observation.text_form
+    assert image.part["data"] not in observation.content and placeholder(image.part) in observation.content

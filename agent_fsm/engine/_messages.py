@@ -558,18 +558,21 @@ def split_media(value: Any) -> tuple[Any, tuple[dict[str, Any], ...]]:
     themselves (see :func:`tool_message`). A result without any is returned as is.
     """
     media: list[dict[str, Any]] = []
+    inside: set[int] = set()  # the containers being walked: one met again is a cycle, left to its text form
 
     def walk(item: Any, depth: int) -> Any:
         if isinstance(item, Image | File):
             media.append(dict(item.part))
             return placeholder(item.part)
-        if depth >= _MEDIA_DEPTH:
+        if depth >= _MEDIA_DEPTH or id(item) in inside or type(item) not in (list, tuple, dict):
             return item
-        if type(item) in (list, tuple):
-            return [walk(x, depth + 1) for x in item]
+        inside.add(id(item))
         if type(item) is dict:
-            return {key: walk(x, depth + 1) for key, x in item.items()}
-        return item
+            walked: Any = {key: walk(x, depth + 1) for key, x in item.items()}
+        else:
+            walked = [walk(x, depth + 1) for x in item]
+        inside.discard(id(item))
+        return walked
 
     if not _holds_media(value, 0):
         return value, ()
