@@ -383,3 +383,11 @@ def test_a_result_that_holds_itself_sends_its_image_once_and_keeps_the_rest_as_t
     observation = Agent(script, tools, gate=allow_all).run("Snap.").state.observations[0]
     assert observation.media == (image.part,) and observation.text_form
     assert image.part["data"] not in observation.content and placeholder(image.part) in observation.content
+
+
+def test_a_scripted_models_reactions_read_the_text_of_a_result_that_holds_an_image():
+    """ScriptedModel's reactions match the text part of a tool message whose content is a list of parts."""
+    tools, _ = _snapping(["the desk", Image(data=PNG, media_type="image/png")])
+    script = ScriptedModel([tool_call_message("c1", "snap", {})], reactions={"the desk": answer_message("Seen.")})
+    result = Agent(script, tools, gate=allow_all).run("Snap.")
+    assert result.stop is Stop.ANSWERED and result.answer == "Seen."

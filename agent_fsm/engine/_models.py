@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from agent_fsm.engine._errors import ScriptExhausted
-from agent_fsm.engine._messages import TokenEstimator, answer_message, estimate_tokens
+from agent_fsm.engine._messages import TokenEstimator, answer_message, assistant_text, estimate_tokens
 
 __all__ = [
     "FALLBACK_KINDS",
@@ -183,6 +183,8 @@ class ScriptedModel:
         if message.get("role") != "tool":
             return None
         text = message.get("content")
+        if type(text) is list:  # a result with images or files: its text part
+            text = assistant_text(message)
         if not isinstance(text, str):
             return None
         for needle, reply in self.reactions.items():
