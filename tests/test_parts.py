@@ -17,6 +17,7 @@ from agent_fsm import (
     File,
     Image,
     Limits,
+    Observation,
     RunState,
     ScriptedModel,
     Stop,
@@ -391,3 +392,24 @@ def test_a_scripted_models_reactions_read_the_text_of_a_result_that_holds_an_ima
     script = ScriptedModel([tool_call_message("c1", "snap", {})], reactions={"the desk": answer_message("Seen.")})
     result = Agent(script, tools, gate=allow_all).run("Snap.")
     assert result.stop is Stop.ANSWERED and result.answer == "Seen."
+
+
+def test_a_policy_reads_a_result_that_holds_an_image_as_its_text():
+    """observations_of (what a policy reads) gives a tool's image result as data with the placeholder, not a crash."""
+    from agent_fsm.engine import observations_of, tool_message
+
+    image = Image(data=PNG, media_type="image/png")
+    result = tool_message(Observation("c1", True, "result", ["the desk", str(image)], media=(image.part,)))
+    messages = [{"role": "user", "content": "Snap."}, tool_call_message("c1", "snap", {}), result]
+    (seen,) = observations_of(messages)
+    assert seen["ok"] and seen["action"] == "snap" and seen["result"] == ["the desk", placeholder(image.part)]
+
+
+def test_the_kits_report_of_a_run_shows_a_tools_image_as_its_placeholder():
+    """describe_run (a failing example's report) names a tool's image by type and size, never its bytes."""
+    from agent_fsm.testing import describe_run
+
+    image = Image(data=PNG, media_type="image/png")
+    tools, script = _snapping(image)
+    report = describe_run(Agent(script, tools, gate=allow_all).run("Snap."))
+    assert image.part["data"] not in report and report.count(placeholder(image.part)) == 2  # the text, the part
