@@ -10,6 +10,7 @@ or changes its server starts its own.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 
 from agent_fsm import (
+    MAX_PART_BYTES,
     Agent,
     File,
     Image,
@@ -399,6 +401,14 @@ def test_the_answer_shapes() -> None:
     bmp = ImageContent(type="image", data="Qk0=", mime_type="image/bmp")  # no provider reads it: a placeholder
     both = answer_of(CallToolResult(content=[pdf, bmp]), secrets=secrets).content
     assert both == [File(data=b"%PDF"), {"type": "image", "mime_type": "image/bmp", "bytes": 2}]
+    half = base64.b64encode(b"\0" * (MAX_PART_BYTES // 2 + 1)).decode()  # two of them pass the cap together
+    pair = [ImageContent(type="image", data=half, mime_type="image/png")] * 2
+    sent, held = answer_of(CallToolResult(content=pair), secrets=secrets).content
+    assert isinstance(sent, Image) and held == {
+        "type": "image",
+        "mime_type": "image/png",
+        "bytes": MAX_PART_BYTES // 2 + 1,
+    }
     error = CallToolResult(content=[TextContent(type="text", text=f"denied for {SECRET}")], is_error=True)
     assert answer_of(error, secrets=secrets).content == f"denied for {REDACTED}"
     assert not answer_of(error, secrets=secrets).ok

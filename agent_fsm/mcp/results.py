@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import ContentPartError, File, Image
+from agent_fsm.engine import MAX_PART_BYTES, ContentPartError, File, Image
 from agent_fsm.mcp.secrets import Secrets
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "Answer", "answer_of"]
@@ -160,8 +160,18 @@ def answer_of(result: Any, *, secrets: Secrets, limit: int = DEFAULT_MAX_RESULT_
 
 
 def _with_media(content: Any, result: Any) -> Any:
-    # Each image or PDF block's placeholder, in a list of blocks, becomes the Image or File itself.
+    # Each image or PDF block's placeholder, in a list of blocks, becomes the Image or File itself, while their
+    # bytes together stay within MAX_PART_BYTES: a server cannot fill the transcript with many large images.
     blocks = getattr(result, "content", None) or []
     if type(content) is not list or len(content) != len(blocks) or getattr(result, "structured_content", None):
         return content
-    return [media or shown for shown, media in zip(content, map(_media, blocks), strict=True)]
+    out: list[Any] = []
+    room = MAX_PART_BYTES
+    for shown, media in zip(content, map(_media, blocks), strict=True):
+        size = _size(media.part["data"]) if media is not None else 0
+        if media is not None and size <= room:
+            out.append(media)
+            room -= size
+        else:
+            out.append(shown)
+    return out
