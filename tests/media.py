@@ -6,14 +6,14 @@ import struct
 import zlib
 
 
-def png(width: int, height: int) -> bytes:
-    """A valid grey PNG of ``width`` x ``height`` pixels."""
+def png(width: int, height: int, shade: int = 0x80) -> bytes:
+    """A valid grey PNG of ``width`` x ``height`` pixels, every one of ``shade``."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    rows = b"".join(b"\x00" + bytes([shade]) * width for _ in range(height))
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 

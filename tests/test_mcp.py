@@ -10,6 +10,7 @@ or changes its server starts its own.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -26,7 +27,10 @@ from typing import Any
 import pytest
 
 from agent_fsm import (
+    MAX_PART_BYTES,
     Agent,
+    File,
+    Image,
     Limits,
     OutcomeUnknown,
     ScriptedModel,
@@ -387,11 +391,24 @@ def test_the_answer_shapes() -> None:
         ]
     )
     assert answer_of(media, secrets=secrets).content == [
-        {"type": "image", "mime_type": "image/png", "bytes": 5},
+        Image(data=b"hello", media_type="image/png"),  # sent on to the model; its placeholder elsewhere
         {"type": "audio", "mime_type": "audio/wav", "bytes": 3},
         {"type": "resource_link", "uri": "file:///x", "name": "x", "mime_type": "text/plain"},
         {"type": "resource", "uri": "file:///b", "mime_type": "x/y", "bytes": 3},
     ]
+    blob = BlobResourceContents(uri="file:///r.pdf", blob="JVBERg==", mime_type="application/pdf")
+    pdf = EmbeddedResource(type="resource", resource=blob)
+    bmp = ImageContent(type="image", data="Qk0=", mime_type="image/bmp")  # no provider reads it: a placeholder
+    both = answer_of(CallToolResult(content=[pdf, bmp]), secrets=secrets).content
+    assert both == [File(data=b"%PDF"), {"type": "image", "mime_type": "image/bmp", "bytes": 2}]
+    half = base64.b64encode(b"\0" * (MAX_PART_BYTES // 2 + 1)).decode()  # two of them pass the cap together
+    pair = [ImageContent(type="image", data=half, mime_type="image/png")] * 2
+    sent, held = answer_of(CallToolResult(content=pair), secrets=secrets).content
+    assert isinstance(sent, Image) and held == {
+        "type": "image",
+        "mime_type": "image/png",
+        "bytes": MAX_PART_BYTES // 2 + 1,
+    }
     error = CallToolResult(content=[TextContent(type="text", text=f"denied for {SECRET}")], is_error=True)
     assert answer_of(error, secrets=secrets).content == f"denied for {REDACTED}"
     assert not answer_of(error, secrets=secrets).ok
@@ -628,8 +645,11 @@ def test_everything_structured_content_media_and_errors(everything: MCPServer) -
     structured, image, resource, invalid, env, failed = result.state.observations
     assert failed.kind == "error" and failed.content == "fetch failed"  # the server's isError, with its text
     assert structured.kind == "result" and "temperature" in structured.content
-    kinds = [block["type"] for block in image.content if isinstance(block, dict)]
-    assert "image" in kinds and all(b["bytes"] > 0 for b in image.content if isinstance(b, dict))
+    assert [part["media_type"] for part in image.media] == ["image/png"]  # the image itself goes on to the model
+    assert any(isinstance(b, str) and b.startswith("[image image/png, ") for b in image.content)
+    assert image.media[0]["data"] not in json.dumps(image.content)
+    carried = next(m for m in result.state.messages if m.get("tool_call_id") == image.call_id)
+    assert carried["content"][1:] == list(image.media)  # the tool message the model reads holds the image
     assert any(isinstance(b, dict) and b["type"] == "resource" and "bytes" in b for b in resource.content)
     assert invalid.kind == "invalid"  # refused by the contract before the server saw it
     assert env.kind == "result" and SECRET not in json.dumps(env.content) and REDACTED in json.dumps(env.content)

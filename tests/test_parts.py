@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -16,6 +17,7 @@ from agent_fsm import (
     File,
     Image,
     Limits,
+    Observation,
     RunState,
     ScriptedModel,
     Stop,
@@ -25,6 +27,7 @@ from agent_fsm import (
     estimate_tokens,
     image_tokens,
     media_estimator,
+    placeholder,
     run,
     tool_call_message,
 )
@@ -34,7 +37,7 @@ from agent_fsm.engine._launch import start_state
 from agent_fsm.engine._messages import image_size, media_tokens
 from agent_fsm.engine._state import SAVED
 from agent_fsm.providers import AnthropicMessages, GeminiGenerate, OllamaChat, OpenAIChat, OpenAIResponses
-from agent_fsm.testing import tasks
+from agent_fsm.testing import tasks, tool_results
 from agent_fsm.web import render_view, timeline_of
 from tests.media import pdf, png
 
@@ -253,16 +256,58 @@ def test_any_task_of_text_images_and_files_saves_losslessly_and_shows_no_bytes(t
             assert f"{len(base64.b64decode(item.part['data']))} bytes" in shown
 
 
-def test_an_image_a_tool_returns_reaches_the_model_as_its_placeholder_not_its_bytes():
-    """A result holding an Image is stored as text (JSON cannot hold it): its placeholder, never the base64."""
+def _snapping(returned: Any) -> tuple[dict[str, ToolSpec], ScriptedModel]:
+    tools = {"snap": ToolSpec("Takes a picture.", {"type": "object", "properties": {}}, lambda: returned)}
+    return tools, ScriptedModel([tool_call_message("c1", "snap", {}), answer_message("Taken.")])
+
+
+def test_an_image_a_tool_returns_reaches_the_model_whole_and_everything_else_reads_its_placeholder():
+    """
+    The tool message carries the image itself; the observation (what gates, screens and events read) holds
+    its placeholder, the image rides in ``media``, and the saved state keeps it byte for byte.
+    """
     image = Image(data=PNG, media_type="image/png")
-    tools = {"snap": ToolSpec("Takes a picture.", {"type": "object", "properties": {}}, lambda: image)}
-    script = ScriptedModel([tool_call_message("c1", "snap", {}), answer_message("Taken.")])
-    state = run("Snap.", script, tools, gate=allow_all).state
-    assert state.observations[0].content == f"[image image/png, {len(PNG)} bytes]"
-    assert state.observations[0].text_form
-    assert base64.b64encode(PNG).decode()[:40] not in state.to_json()
-    assert repr(image) == f"Image([image image/png, {len(PNG)} bytes])"
+    tools, script = _snapping({"caption": "the desk", "shot": image})
+    seen: list[Any] = []
+
+    def screen(observation: Any, state: Any) -> None:
+        seen.append(observation.content)
+
+    state = Agent(script, tools, gate=allow_all, screen_result=screen).run("Snap.").state
+    shown = f"[image image/png, {len(PNG)} bytes]"
+    observation = state.observations[0]
+    assert observation.content == {"caption": "the desk", "shot": shown} and not observation.text_form
+    assert observation.media == (image.part,) and seen == [observation.content]
+    assert repr(observation).count(shown) == 2 and image.part["data"] not in repr(observation)
+    message = state.messages[-2]
+    assert message["role"] == "tool" and message["content"][1] == image.part
+    assert json.loads(message["content"][0]["text"])["content"]["shot"] == shown
+    assert RunState.from_json(state.to_json()) == state  # lossless: the bytes come back as they went
+    assert image.part["data"] not in summary_line(message) and shown in summary_line(message)
+    assert image.part["data"] not in render_view(state)
+
+
+def test_a_tools_image_is_priced_by_the_providers_rule_in_the_prompt_budget():
+    """The tool message holding a 2048x2048 PNG costs its text plus the image by the model's rule, never its base64."""
+    image = Image(data=png(2048, 2048), media_type="image/png")
+    tools, script = _snapping(image)
+    state = Agent(script, tools, gate=allow_all, estimator=media_estimator("anthropic")).run("Snap.").state
+    message = state.messages[-2]
+    text = {**message, "content": [message["content"][0]]}
+    expected = -(-len(json.dumps(text)) // 4) + image_tokens((2048, 2048), "anthropic")
+    assert media_estimator("anthropic")(message) == expected
+    assert expected < len(image.part["data"]) // 4  # the base64 alone would be priced far higher
+    assert state.message_tokens >= expected
+
+
+def test_a_redacting_screen_withholds_the_results_images():
+    """A redaction shows the model its content only: the image the tool returned does not reach the model."""
+    from agent_fsm import Redact
+
+    tools, script = _snapping(["secret", Image(data=PNG, media_type="image/png")])
+    state = Agent(script, tools, gate=allow_all, screen_result=lambda o, s: Redact("[withheld]")).run("Snap.").state
+    assert state.messages[-2]["content"] == json.dumps({"ok": True, "kind": "result", "content": "[withheld]"})
+    assert state.observations[0].media  # the raw observation keeps what the tool returned
 
 
 def test_an_agent_measures_prompts_by_its_models_rule_unasked():
@@ -281,3 +326,90 @@ def test_an_agent_measures_prompts_by_its_models_rule_unasked():
     assert chained.stop is Stop.TOKEN_LIMIT and chained.state.turns == 0
     swapped = Agent(openai, {}, limits=limits).replace(model=anthropic).run(["Describe it.", image])
     assert swapped.stop is Stop.TOKEN_LIMIT  # the agent follows its model when the model is replaced
+
+
+def test_a_wrapped_model_passes_its_adapters_estimator_on(tmp_path):
+    """
+    A recording, a meter's or the kit's watched model prices images by the wrapped adapter's rule: an Anthropic
+    adapter behind any of them binds the prompt budget as it does alone.
+    """
+    from agent_fsm.patterns import Meter
+    from agent_fsm.testing import RecordingModel
+    from agent_fsm.testing._watchdog import _Watched
+
+    image = Image(data=png(2048, 2048), media_type="image/png")  # with the text: 783 by OpenAI, 3297 by Anthropic
+    local = {"base_url": "http://127.0.0.1:9", "max_retries": 0}  # nothing listens: a call made fails at once
+    anthropic = AnthropicMessages(model="claude", api_key="sk-ant-0123456789", **local)
+    limits = Limits(max_prompt_tokens=2000)
+    recording = Agent(RecordingModel(anthropic, tmp_path / "c.json"), {}, limits=limits)
+    metered = Meter().metered(Agent(anthropic, {}, limits=limits))
+    watched = Agent(_Watched(anthropic, None), {}, limits=limits)
+    for agent in (recording, metered, watched):
+        assert agent.token_estimator is media_estimator("anthropic"), agent.model
+        bound = agent.run(["Describe it.", image])
+        assert bound.stop is Stop.TOKEN_LIMIT and bound.state.turns == 0, agent.model  # refused before asking
+
+
+@given(tool_results())
+def test_whatever_a_tool_returns_its_media_reach_the_model_and_only_their_placeholders_elsewhere(returned):
+    """
+    For any result with images and files in it: the tool message carries exactly those parts, in order; the
+    observation and the events (but the ending, which holds the state) show no byte of them; the saved state
+    gives them back whole.
+    """
+    items = returned.values() if isinstance(returned, dict) else returned if isinstance(returned, list) else [returned]
+    found = [x for x in items if isinstance(x, Image | File)]
+    events: list[Any] = []
+    tools, script = _snapping(returned)
+    roomy = Limits(max_prompt_tokens=10**6)  # a PDF by URL is priced as 3,000 tokens, the top of the published range
+    state = Agent(script, tools, gate=allow_all, limits=roomy).run("Snap.", on_event=events.append).state
+    observation = state.observations[0]
+    assert list(observation.media) == [item.part for item in found]
+    message = state.messages[-2]
+    assert (message["content"][1:] if found else []) == [item.part for item in found]
+    shown = json.dumps(observation.content) + repr([e for e in events if not hasattr(e, "result")])  # Ended: the state
+    for item in found:
+        data = item.part.get("data")
+        assert data is None or len(data) < 12 or data not in shown
+        assert placeholder(item.part) in shown
+    assert RunState.from_json(state.to_json()) == state
+
+
+def test_a_result_that_holds_itself_sends_its_image_once_and_keeps_the_rest_as_text():
+    """A cyclic result: its image is taken out once; the cycle stays its text form, with no byte of the image."""
+    image = Image(data=PNG, media_type="image/png")
+    cyclic: list[Any] = [image]
+    cyclic.append(cyclic)
+    tools, script = _snapping(cyclic)
+    observation = Agent(script, tools, gate=allow_all).run("Snap.").state.observations[0]
+    assert observation.media == (image.part,) and observation.text_form
+    assert image.part["data"] not in observation.content and placeholder(image.part) in observation.content
+
+
+def test_a_scripted_models_reactions_read_the_text_of_a_result_that_holds_an_image():
+    """ScriptedModel's reactions match the text part of a tool message whose content is a list of parts."""
+    tools, _ = _snapping(["the desk", Image(data=PNG, media_type="image/png")])
+    script = ScriptedModel([tool_call_message("c1", "snap", {})], reactions={"the desk": answer_message("Seen.")})
+    result = Agent(script, tools, gate=allow_all).run("Snap.")
+    assert result.stop is Stop.ANSWERED and result.answer == "Seen."
+
+
+def test_a_policy_reads_a_result_that_holds_an_image_as_its_text():
+    """observations_of (what a policy reads) gives a tool's image result as data with the placeholder, not a crash."""
+    from agent_fsm.engine import observations_of, tool_message
+
+    image = Image(data=PNG, media_type="image/png")
+    result = tool_message(Observation("c1", True, "result", ["the desk", str(image)], media=(image.part,)))
+    messages = [{"role": "user", "content": "Snap."}, tool_call_message("c1", "snap", {}), result]
+    (seen,) = observations_of(messages)
+    assert seen["ok"] and seen["action"] == "snap" and seen["result"] == ["the desk", placeholder(image.part)]
+
+
+def test_the_kits_report_of_a_run_shows_a_tools_image_as_its_placeholder():
+    """describe_run (a failing example's report) names a tool's image by type and size, never its bytes."""
+    from agent_fsm.testing import describe_run
+
+    image = Image(data=PNG, media_type="image/png")
+    tools, script = _snapping(image)
+    report = describe_run(Agent(script, tools, gate=allow_all).run("Snap."))
+    assert image.part["data"] not in report and report.count(placeholder(image.part)) == 2  # the text, the part

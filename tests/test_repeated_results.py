@@ -161,3 +161,26 @@ def test_the_counts_travel_through_a_store(opener):
     assert stuck.stop is Stop.NO_PROGRESS and stuck.code == REPEATED_RESULT
     kept = opener().load("w1").state
     assert kept.repeats == stuck.state.repeats and list(kept.repeats.values()) == [3] and kept.code == REPEATED_RESULT
+
+
+def test_screenshots_of_one_size_are_new_results_until_their_bytes_repeat():
+    """
+    A screenshot tool returns same-size PNGs (one placeholder text): differing bytes are progress; the same
+    image again, repeated_results times, is not.
+    """
+    from agent_fsm import Image
+    from tests.media import png
+
+    def shots(frames: list[bytes]) -> Agent:
+        taken = iter(frames)
+        look = tool_call_message("s", "screen", {})
+        tools = {"screen": ToolSpec("Screenshot.", {}, lambda: Image(data=next(taken), media_type="image/png"))}
+        return Agent(ScriptedModel([look], reactions={"result": look}), tools, limits=Limits(max_turns=4,
+                     max_prompt_tokens=10**6, repeated_results=2))  # fmt: skip
+
+    frames = [png(8, 8, shade) for shade in (0x80, 0x40, 0x20, 0x10)]
+    assert len({len(f) for f in frames}) == 1 and len(set(frames)) == 4  # one size, so one placeholder text
+    moving = shots(frames).run("Watch.")
+    assert moving.stop is Stop.STEP_LIMIT, moving.reason
+    still = shots([frames[0]] * 4).run("Watch.")
+    assert still.stop is Stop.NO_PROGRESS and still.code == REPEATED_RESULT

@@ -92,6 +92,19 @@ def test_a_provider_fault_reads_as_it_was_raised() -> None:
     )
 
 
+def test_a_tools_image_crosses_the_activity_boundary_whole() -> None:
+    """An observation's media travel from the tool activity to the workflow as JSON and come back equal."""
+    import json
+
+    from agent_fsm import Image, Observation
+    from agent_fsm.temporal.codec import observation_data, observation_of
+    from tests.media import png
+
+    image = Image(data=png(4, 4), media_type="image/png")
+    observation = Observation("c1", True, "result", ["a chart", str(image)], media=(image.part,))
+    assert observation_of(json.loads(json.dumps(observation_data(observation)))) == observation
+
+
 def test_a_result_travels_as_strict_json_and_a_forged_one_is_refused() -> None:
     """The result's state is read with RunState.from_json; a stop its state does not hold is refused."""
     import asyncio

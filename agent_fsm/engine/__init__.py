@@ -182,7 +182,15 @@ from agent_fsm.engine._messages import (
     tool_call_message,
     tool_message,
 )
-from agent_fsm.engine._models import DEFAULT_LAST_WORD, FALLBACK_KINDS, FallbackModel, Model, ModelReply, ScriptedModel
+from agent_fsm.engine._models import (
+    DEFAULT_LAST_WORD,
+    FALLBACK_KINDS,
+    FallbackModel,
+    Model,
+    ModelReply,
+    ScriptedModel,
+    wrapped_estimator,
+)
 from agent_fsm.engine._options import RUN_OPTIONS, RunOption
 from agent_fsm.engine._run import AnswerCheck, RunContext
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
@@ -274,6 +282,7 @@ __all__ = [
     "Charged",
     "FALLBACK_KINDS",
     "FallbackModel",
+    "wrapped_estimator",
     "FellBack",
     "Price",
     "Prices",

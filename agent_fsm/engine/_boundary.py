@@ -67,7 +67,7 @@ from agent_fsm.engine._errors import ApprovalNeeded, GateError, HandlerError, No
 from agent_fsm.engine._gates import Gate, as_verdict
 from agent_fsm.engine._json import storable
 from agent_fsm.engine._limits import Limits
-from agent_fsm.engine._messages import Observation, to_json_data
+from agent_fsm.engine._messages import Observation, split_media, to_json_data
 from agent_fsm.engine._state import Judgement, Pause, RunState
 from agent_fsm.engine._steps import (
     DECLINED,
@@ -394,7 +394,8 @@ def execute(
     Expected failures (:data:`EXPECTED_TOOL_ERRORS`) become ``error``
     observations (marked ``permanent`` when a :class:`ToolError` says so);
     results are stored as JSON data, or, when JSON cannot hold them, as
-    their text form marked ``text_form``: once the handler returned, the
+    their text form marked ``text_form`` (an :class:`Image` or :class:`File` in a result
+    rides in ``media``, its placeholder in the content): once the handler returned, the
     effect happened, and nothing after it may raise and lose that record.
     The handler gets the arguments its signature takes; a handler with a
     ``context`` parameter receives ``context`` (a run's own, or one for this
@@ -466,8 +467,9 @@ def execution(
             state=state,
             call=call,
         ) from exc
+    result, media = split_media(result)  # images and files travel beside the content, as their placeholders in it
     content, text_form = storable(result)
-    return Observation(call.call_id, True, "result", content, text_form=text_form)
+    return Observation(call.call_id, True, "result", content, text_form=text_form, media=media)
 
 
 def attempt(call: ToolCall, tools: Registry, gate: Gate) -> Observation:

@@ -211,6 +211,7 @@ def _names(cls: type) -> tuple[str, ...]:
 
 
 _OBSERVATION_SHAPE = shape(_names(Observation))
+_MEDIA = frozenset({"media"})
 _CALL_SHAPE = shape(_names(ToolCall))
 _LIMITS_SHAPE = shape(_names(Limits))
 _USAGE_SHAPE = shape(_names(Usage))
@@ -221,7 +222,7 @@ _USAGE_SHAPE = shape(_names(Usage))
 
 
 def _observation(value: Any, path: str) -> Observation:
-    data = read_object(value, path, _OBSERVATION_SHAPE)
+    data = read_object(value, path, _OBSERVATION_SHAPE, _MEDIA)  # written only when a result held media
     kind = data["kind"]
     if kind not in _KINDS:
         raise expect(f"{path}.kind", f"one of {', '.join(_KINDS)}", kind)
@@ -239,7 +240,13 @@ def _observation(value: Any, path: str) -> Observation:
     text_form = data["text_form"]
     if type(text_form) is not bool:
         raise expect(f"{path}.text_form", "true or false", text_form)
-    return Observation(call_id, ok, kind, data["content"], permanent=permanent, text_form=text_form)
+    media: tuple[dict[str, Any], ...] = ()
+    if "media" in data:
+        found = data["media"]
+        if type(found) is not list or not found or content_problem(found) or any(p["type"] == "text" for p in found):
+            raise expect(f"{path}.media", "a non-empty array of image and file parts", found)
+        media = tuple(found)
+    return Observation(call_id, ok, kind, data["content"], permanent=permanent, text_form=text_form, media=media)
 
 
 def _call(value: Any, path: str) -> ToolCall:
@@ -483,7 +490,7 @@ def nesting_problem(value: dict[str, Any], path: str) -> None:
 # records of a list, read by the hundred); every other record is built by its class, validators and all.
 _RECORDS: dict[type, tuple[tuple[str, ...], dict[str, Any]]] = {
     Observation: (
-        ("call_id", "ok", "kind", "content", "permanent", "text_form"),
+        ("call_id", "ok", "kind", "content", "permanent", "text_form", "media"),
         {"kind": attrs.validators.in_(_KINDS)},
     ),
     ToolCall: (("call_id", "name", "arguments", "raw_arguments", "original_id"), {}),
@@ -522,7 +529,7 @@ def _unused(record: Any, value: Any) -> None:
 
 
 _new = object.__new__
-_obs_call_id, _obs_ok, _obs_kind, _obs_content, _obs_permanent, _obs_text_form = (
+_obs_call_id, _obs_ok, _obs_kind, _obs_content, _obs_permanent, _obs_text_form, _obs_media = (
     _setter(Observation, n) for n in _RECORDS[Observation][0]
 )
 _call_id, _call_name, _call_arguments, _call_raw, _call_original = (_setter(ToolCall, n) for n in _RECORDS[ToolCall][0])
@@ -552,7 +559,7 @@ def _quick_observations(items: Any, data: dict[str, Any]) -> list[Observation]:
     observations = []
     for item in items:
         if type(item) is not dict or len(item) != 6:
-            raise Decline
+            raise Decline  # an observation with media (seven fields) is read by the strict reader
         kind, ok, call_id, content, permanent, text_form = (
             item["kind"], item["ok"], item["call_id"], item["content"], item["permanent"], item["text_form"]
         )  # fmt: skip
@@ -567,6 +574,7 @@ def _quick_observations(items: Any, data: dict[str, Any]) -> list[Observation]:
         _obs_content(o, content)
         _obs_permanent(o, permanent)
         _obs_text_form(o, text_form)
+        _obs_media(o, ())
         observations.append(o)
     return observations
 
@@ -730,7 +738,18 @@ def _optional(write: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda record: None if record is None else write(record)
 
 
-_observation_data = _writer(Observation)
+_observation_fields = _writer(Observation)
+
+
+def _observation_data(observation: Observation) -> dict[str, Any]:
+    data = _observation_fields(observation)
+    if data["media"]:
+        data["media"] = list(data["media"])
+    else:  # none: written as before media existed, so older texts are written again alike
+        del data["media"]
+    return data
+
+
 _call_data = _writer(ToolCall)
 _usage_fields = _writer(Usage)
 _limits_fields = _writer(Limits)

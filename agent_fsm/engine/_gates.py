@@ -328,8 +328,8 @@ def screen_observation(run: RunContext) -> Steps[None]:
         return
     verdict = yield from _ask(run, "result screen", screen, observation)
     action, code, reason, content = _read(verdict, "result", state)
-    if action == "redact":
-        _show(run, attrs.evolve(observation, content=content))
+    if action == "redact":  # the redacted content is all the model reads: a result's images and files withheld
+        _show(run, attrs.evolve(observation, content=content, media=()))
     elif action == "stop":
         state.code = code
         withheld = f"withheld by a result screen ({code})" + (f": {reason}" if reason else "")

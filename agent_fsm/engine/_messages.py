@@ -20,7 +20,9 @@ or a file. Each part is plain JSON so a saved state holds it losslessly::
 Nothing else is a part: :func:`content_problem` refuses any other shape, and
 bytes above :data:`MAX_PART_BYTES` are refused where they enter (typed, as
 :class:`ContentPartError`), so a transcript that saved is one that loads.
-Each adapter writes its provider's form of a part, or refuses it typed.
+Each adapter writes its provider's form of a part, or refuses it typed. A
+tool's result may hold them too (:func:`split_media`): the observation shows
+their placeholders, and the tool message carries the parts.
 
 
 [wire]
@@ -83,6 +85,7 @@ __all__ = [
     "parse_tool_calls",
     "part_bytes",
     "placeholder",
+    "split_media",
     "to_json_data",
     "tool_call_message",
     "tool_message",
@@ -407,6 +410,11 @@ def to_json_data(value: Any) -> Any:
     return storable(value)[0]
 
 
+def _placeholders(media: tuple[dict[str, Any], ...]) -> str:
+    # A repr shows what stands for each part, never its bytes.
+    return repr(tuple(placeholder(part) for part in media))
+
+
 @attrs.frozen
 class Observation:
     """
@@ -419,6 +427,9 @@ class Observation:
     (``ToolError(..., permanent=True)``); such an error ends the run ``handoff``.
     ``text_form`` marks content that is a text rendering of what the handler
     returned, because JSON could not hold it (the effect happened all the same).
+    ``media`` holds the images and files the handler returned, as saved parts
+    (see :func:`split_media`): ``content`` shows each one's placeholder, and the
+    tool message (:func:`tool_message`) carries the parts to the model.
     """
 
     call_id: str
@@ -427,6 +438,7 @@ class Observation:
     content: Any
     permanent: bool = attrs.field(default=False, kw_only=True)
     text_form: bool = attrs.field(default=False, kw_only=True)
+    media: tuple[dict[str, Any], ...] = attrs.field(default=(), kw_only=True, repr=_placeholders)
 
     def wire_content(self) -> str:
         """The text of the tool message that carries this observation to the model."""
@@ -521,8 +533,63 @@ def answer_message(text: str) -> Message:
 
 
 def tool_message(observation: Observation) -> Message:
-    """The tool message that carries ``observation`` back to the model."""
-    return {"role": "tool", "tool_call_id": observation.call_id, "content": observation.wire_content()}
+    """
+    The tool message that carries ``observation`` back to the model.
+
+    Its content is the observation's JSON text; when the handler returned images
+    or files, a list of parts: that text, then each image and file.
+    """
+    text = observation.wire_content()
+    content: Any = [{"type": "text", "text": text}, *observation.media] if observation.media else text
+    return {"role": "tool", "tool_call_id": observation.call_id, "content": content}
+
+
+_MEDIA_DEPTH = 8
+"""How deep in a result images and files are looked for (deeper ones, or a cycle, stay as their text form)."""
+
+
+def split_media(value: Any) -> tuple[Any, tuple[dict[str, Any], ...]]:
+    """
+    A tool's result with each :class:`Image` and :class:`File` replaced by its placeholder, and those parts.
+
+    Looked for at the top and in lists, tuples and a dict's values (down to
+    :data:`_MEDIA_DEPTH` levels): what a gate, a screen, an event or a summary
+    reads is the placeholder, while the tool message carries the parts
+    themselves (see :func:`tool_message`). A result without any is returned as is.
+    """
+    media: list[dict[str, Any]] = []
+    inside: set[int] = set()  # the containers being walked: one met again is a cycle, left to its text form
+
+    def walk(item: Any, depth: int) -> Any:
+        if isinstance(item, Image | File):
+            media.append(dict(item.part))
+            return placeholder(item.part)
+        if depth >= _MEDIA_DEPTH or id(item) in inside or type(item) not in (list, tuple, dict):
+            return item
+        inside.add(id(item))
+        if type(item) is dict:
+            walked: Any = {key: walk(x, depth + 1) for key, x in item.items()}
+        else:
+            walked = [walk(x, depth + 1) for x in item]
+        inside.discard(id(item))
+        return walked
+
+    if not _holds_media(value, 0):
+        return value, ()
+    return walk(value, 0), tuple(media)
+
+
+def _holds_media(value: Any, depth: int) -> bool:
+    # Looked at before anything is copied: a result without media is kept as the very object returned.
+    if isinstance(value, Image | File):
+        return True
+    if depth >= _MEDIA_DEPTH:
+        return False
+    if type(value) in (list, tuple):
+        return any(_holds_media(x, depth + 1) for x in value)
+    if type(value) is dict:
+        return any(_holds_media(x, depth + 1) for x in value.values())
+    return False
 
 
 INVALID_OUTPUT_HEAD = '{"ok": false, "kind": "invalid", "content": '

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from agent_fsm.engine._errors import ScriptExhausted
-from agent_fsm.engine._messages import TokenEstimator, answer_message, estimate_tokens
+from agent_fsm.engine._messages import TokenEstimator, answer_message, assistant_text, estimate_tokens
 
 __all__ = [
     "FALLBACK_KINDS",
@@ -183,6 +183,8 @@ class ScriptedModel:
         if message.get("role") != "tool":
             return None
         text = message.get("content")
+        if type(text) is list:  # a result with images or files: its text part
+            text = assistant_text(message)
         if not isinstance(text, str):
             return None
         for needle, reply in self.reactions.items():
@@ -238,6 +240,16 @@ def model_estimator(model: Any) -> TokenEstimator:
     """
     own = getattr(model, "estimator", None)
     return own if callable(own) else estimate_tokens
+
+
+def wrapped_estimator(attribute: str) -> property:
+    """
+    A model wrapper's ``estimator``: the one of the model it holds in ``attribute``, read afresh.
+
+    An agent given the wrapper then measures its prompts as it would the model
+    itself (an adapter's provider rule for images and files), not by the default.
+    """
+    return property(lambda wrapper: model_estimator(getattr(wrapper, attribute)))
 
 
 def _dearest(estimators: Sequence[TokenEstimator]) -> TokenEstimator:

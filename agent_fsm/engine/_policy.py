@@ -226,9 +226,12 @@ def observations_of(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         if message.get("role") != "tool":
             continue
         action, arguments = proposals.get(message.get("tool_call_id"), ("", None))
+        content = message.get("content")
+        if type(content) is list:  # a result with images or files: its text part (their placeholders)
+            content = assistant_text(message)
         try:
-            body = json.loads(message.get("content") or "")
-        except ValueError:
+            body = json.loads(content or "")
+        except (ValueError, TypeError):
             body = None
         if not isinstance(body, dict):
             body = {"ok": False, "kind": "error", "content": message.get("content")}

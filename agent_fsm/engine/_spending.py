@@ -257,7 +257,10 @@ def count_result(run: RunContext, call: ToolCall, observation: Observation) -> N
     import hashlib  # loaded by the first executed call, as the call fingerprints are
 
     text = f"{call.fingerprint()}\x00{observation.wire_content()}"
-    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+    for part in observation.media:  # two images of one size share a placeholder: their bytes tell them apart
+        digest.update(f"\x00{part.get('data') or part.get('url')}".encode())
+    key = digest.hexdigest()[:32]
     repeats = run.state.repeats
     if not repeats:  # an empty one may be the value shared by every state saved without counts: never fill it
         run.state.repeats = repeats = {}

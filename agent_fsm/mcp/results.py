@@ -3,9 +3,14 @@ What a ``tools/call`` answer becomes: the content of an observation the transcri
 
 * structured content (``structuredContent``) is the result, as the server sent it;
 * text that is JSON is the result parsed; other text is the result as text;
-* images, audio and resources become typed placeholders (kind, MIME type,
-  size): the model is told what came back, the transcript does not carry
-  megabytes of base64, and a saved state stays plain JSON;
+* an image (PNG, JPEG, GIF, WebP) and an embedded PDF become an
+  :class:`agent_fsm.Image` / :class:`agent_fsm.File`: the model sees them
+  where its provider allows, and everything else reads their placeholder
+  (see ``agent_fsm.engine.split_media``); one above the size cap, or not
+  valid base64, stays a placeholder;
+* audio and other resources become typed placeholders (kind, MIME type,
+  size): the model is told what came back, and the transcript does not carry
+  megabytes of base64;
 * several blocks are a list of the above;
 * ``isError`` is an error with the server's text.
 
@@ -16,11 +21,13 @@ saying how long it was. Nothing here raises on what a server sends.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import attrs
 
+from agent_fsm.engine import MAX_PART_BYTES, ContentPartError, File, Image
 from agent_fsm.mcp.secrets import Secrets
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "Answer", "answer_of"]
@@ -73,6 +80,21 @@ def _block(block: Any) -> Any:
     return {"type": str(kind), "note": "a content block of a kind this adapter does not know"}
 
 
+def _media(block: Any) -> Image | File | None:
+    """The image or PDF a block holds, when the conversation can carry it (else None: it stays a placeholder)."""
+    kind = getattr(block, "type", None)
+    source = getattr(block, "resource", None) if kind == "resource" else block
+    data = getattr(source, "data" if kind == "image" else "blob", None)
+    media_type = getattr(source, "mime_type", None)
+    if kind not in ("image", "resource") or not isinstance(data, str) or not isinstance(media_type, str):
+        return None
+    try:  # another type, bad base64, above the cap: the placeholder says what it was
+        raw = base64.b64decode(data, validate=True)
+        return Image(data=raw, media_type=media_type) if kind == "image" else File(data=raw, media_type=media_type)
+    except (ContentPartError, ValueError):
+        return None
+
+
 def _content(result: Any) -> Any:
     structured = getattr(result, "structured_content", None)
     if structured is not None and not getattr(result, "is_error", False):
@@ -109,7 +131,9 @@ def answer_of(result: Any, *, secrets: Secrets, limit: int = DEFAULT_MAX_RESULT_
 
     The content is passed through its JSON text once: that is where secrets
     are redacted (in any string, however deeply nested) and the size is
-    measured, and reading it back yields plain JSON data.
+    measured, and reading it back yields plain JSON data. Then, in a list of
+    blocks, each image or PDF's placeholder is replaced by the :class:`Image`
+    or :class:`File` it stands for, which the engine sends on to the model.
     """
     ok = not getattr(result, "is_error", False)
     try:
@@ -132,4 +156,22 @@ def answer_of(result: Any, *, secrets: Secrets, limit: int = DEFAULT_MAX_RESULT_
             content = json.loads(redacted)
         except (ValueError, RecursionError):  # a redaction inside an escape sequence: keep the text
             content = redacted
-    return Answer(True, content)
+    return Answer(True, _with_media(content, result))
+
+
+def _with_media(content: Any, result: Any) -> Any:
+    # Each image or PDF block's placeholder, in a list of blocks, becomes the Image or File itself, while their
+    # bytes together stay within MAX_PART_BYTES: a server cannot fill the transcript with many large images.
+    blocks = getattr(result, "content", None) or []
+    if type(content) is not list or len(content) != len(blocks) or getattr(result, "structured_content", None):
+        return content
+    out: list[Any] = []
+    room = MAX_PART_BYTES
+    for shown, media in zip(content, map(_media, blocks), strict=True):
+        size = _size(media.part["data"]) if media is not None else 0
+        if media is not None and size <= room:
+            out.append(media)
+            room -= size
+        else:
+            out.append(shown)
+    return out

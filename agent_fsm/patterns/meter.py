@@ -32,6 +32,7 @@ from agent_fsm.engine import (
     attempting,
     estimate_tokens,
     is_awaitable,
+    wrapped_estimator,
 )
 
 __all__ = ["Meter", "Spend"]
@@ -170,6 +171,9 @@ class _MeteredModel:
     def __init__(self, meter: Meter, model: Model) -> None:
         self._meter = meter
         self._model = model
+
+    # The wrapped model's token estimate, so an agent given this measures prompts as it would the model.
+    estimator = wrapped_estimator("_model")
 
     def __repr__(self) -> str:
         return f"{self._meter!r}.metered({self._model!r})"

@@ -430,6 +430,50 @@ def check_parts(
                 raise refuse_part(adapter, part, f"by URL to {api}, which takes a {kind} only as bytes")
 
 
+def result_text(content: Any) -> Any:
+    """A tool message's content with images and files left out: its text parts joined (other content as is)."""
+    if type(content) is not list:
+        return content
+    return "".join(p["text"] for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+
+
+def result_media(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The images and files a tool message carries (none for text)."""
+    return [p for p in message["content"] if p.get("type") != "text"] if has_parts(message) else []
+
+
+def media_after_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """
+    The transcript for an API whose tool results take text only: each result's images and files follow it.
+
+    A tool message keeps its text; after the turn's last tool message, one user
+    message carries each result's media, introduced by the call it came from
+    (a user message between two tool messages would break the turn apart).
+    """
+    out: list[Mapping[str, Any]] = []
+    held: list[dict[str, Any]] = []
+    names: dict[Any, Any] = {}  # call id -> tool name, so the model is told which of its calls it sees
+    for message in messages:
+        for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+            if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+                names[call.get("id")] = call["function"].get("name")
+        if message.get("role") == "tool":
+            media = result_media(message)
+            if media:
+                out.append({**message, "content": result_text(message["content"])})
+                ident = message.get("tool_call_id")
+                said = f"The result of {names.get(ident, 'the tool')} (call {ident}) shows:"
+                held += [{"type": "text", "text": said}, *media]
+                continue
+        elif held:
+            out.append({"role": "user", "content": held})
+            held = []
+        out.append(message)
+    if held:
+        out.append({"role": "user", "content": held})
+    return out
+
+
 def data_url(part: Mapping[str, Any]) -> str:
     """A part given as bytes written as a ``data:`` URL; a part given as a URL, that URL."""
     if "url" in part:

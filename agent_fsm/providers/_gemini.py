@@ -35,11 +35,14 @@ from agent_fsm.providers._adapter import (
     check_parts,
     check_tool_names,
     kept_parts,
+    media_after_results,
     merge_turn,
     model_of,
     object_of,
     prompt_tokens,
     refuse_part,
+    result_media,
+    result_text,
     system_text,
     usage_count,
     wire_tool_name,
@@ -118,12 +121,16 @@ def _user_part(part: Mapping[str, Any]) -> dict[str, Any]:
     return {"inlineData": {"mimeType": part["media_type"], "data": part["data"]}}
 
 
-def to_gemini_contents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+def to_gemini_contents(
+    messages: Sequence[Mapping[str, Any]], *, media_in_results: bool = False
+) -> tuple[str | None, list[dict[str, Any]]]:
     """
     Split an OpenAI-wire transcript into Gemini's system text and ``contents``.
 
     Consecutive messages of one role (a turn's function responses, then a
-    user message) are merged, as Gemini wants roles to alternate.
+    user message) are merged, as Gemini wants roles to alternate. A result's
+    images and files ride in its ``functionResponse.parts`` when
+    ``media_in_results`` (Gemini 3 and later read them there).
     """
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # call id -> function name, for the responses
@@ -141,8 +148,11 @@ def to_gemini_contents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
             ident = str(message.get("tool_call_id", ""))
             response: dict[str, Any] = {
                 "name": names.get(ident, "_"),
-                "response": _response_object(message.get("content")),
+                "response": _response_object(result_text(message.get("content"))),
             }
+            media = result_media(message) if media_in_results else []
+            if media:
+                response["parts"] = [_user_part(p) for p in media]
             if ident and not ident.startswith(CALL_PREFIX):
                 response["id"] = ident
             role, parts = "user", [{"functionResponse": response}]
@@ -228,6 +238,12 @@ class GeminiGenerate(HttpModel):
         self.thinking = dict(thinking) if thinking is not None else None
         self.safety_settings = [dict(s) for s in safety_settings] if safety_settings is not None else None
 
+    @property
+    def reads_media_in_results(self) -> bool:
+        """Whether this model reads images and files inside a function response (Gemini 3 and later)."""
+        found = re.match(r"gemini-(\d+)", self.model)
+        return found is not None and int(found.group(1)) >= 3
+
     def _path(self) -> str:
         verb = "streamGenerateContent?alt=sse" if self.streams else "generateContent"
         return f"/models/{self.model}:{verb}"
@@ -259,15 +275,19 @@ class GeminiGenerate(HttpModel):
 
         Raises:
             ProviderFailure: ``invalid_request`` when a tool's name or schema is one Gemini refuses,
-                an image or file stands outside a user message, or an image's URL names no media type.
+                an image or file stands outside a user message (or, from Gemini 3 on, a function
+                response), or an image's URL names no media type.
         """
         check_tool_names(self, tools)
-        check_parts(self, messages, "Gemini")
+        inline = self.reads_media_in_results
+        if not inline:  # a function response takes no media before Gemini 3: they follow it
+            messages = media_after_results(messages)
+        check_parts(self, messages, "Gemini", roles=("user", "tool") if inline else ("user",))
         for message in messages:
             for part in message["content"] if has_parts(message) else ():
                 if "url" in part and url_media_type(part) is None:
                     raise refuse_part(self, part, "to Gemini by a URL that names no media type (.png, .jpg, ...)")
-        system, contents = to_gemini_contents(messages)
+        system, contents = to_gemini_contents(messages, media_in_results=inline)
         body: dict[str, Any] = {"contents": contents}
         if system is not None:
             body["systemInstruction"] = {"parts": [{"text": system}]}

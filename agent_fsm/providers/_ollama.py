@@ -22,6 +22,7 @@ from agent_fsm.providers._adapter import (
     arguments_object,
     check_parts,
     check_tool_names,
+    media_after_results,
     model_of,
     object_of,
     prompt_tokens,
@@ -100,13 +101,14 @@ class OllamaChat(HttpModel):
         Messages with object arguments and ``tool_name``; ``stream`` as set; temperature inside ``options``.
 
         Typed ``output`` is asked for as Ollama's ``format`` (the JSON Schema itself).
-        Images go as base64 in the message's ``images``.
+        Images go as base64 in the message's ``images`` (a tool result's, in a user message after it).
 
         Raises:
             ProviderFailure: ``invalid_request`` for a file, an image by URL (Ollama
                 reads neither), or an image outside a user message.
         """
         check_tool_names(self, tools)
+        messages = media_after_results(messages)  # a tool message takes text: its images follow it
         check_parts(self, messages, "Ollama", kinds=("image",), by_url=())
         body: dict[str, Any] = {"model": self.model, "messages": _to_ollama_messages(messages), "stream": self.streams}
         if tools:

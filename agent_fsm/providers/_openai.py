@@ -39,6 +39,7 @@ from agent_fsm.providers._adapter import (
     check_parts,
     check_tool_names,
     data_url,
+    media_after_results,
     model_of,
     object_of,
     output_name,
@@ -201,6 +202,7 @@ class OpenAIChat(HttpModel):
                 or an image or file stands where Chat Completions cannot take it (a PDF by URL).
         """
         check_tool_names(self, tools)
+        messages = media_after_results(messages)  # a tool message takes text: its images and files follow it
         check_parts(self, messages, "Chat Completions", by_url=("image",))
         body: dict[str, Any] = {
             "model": self.model,

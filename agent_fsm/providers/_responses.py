@@ -118,12 +118,11 @@ def to_responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str | Non
             items.extend(_assistant_items(message))
         elif role == "tool":
             content = message.get("content")
+            output: Any = content if isinstance(content, str) else json.dumps(content)
+            if has_parts(message):  # a result's images and files: the output is a list of input parts
+                output = [_input_part(p) for p in message["content"]]
             items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": str(message.get("tool_call_id", "")),
-                    "output": content if isinstance(content, str) else json.dumps(content),
-                }
+                {"type": "function_call_output", "call_id": str(message.get("tool_call_id", "")), "output": output}
             )
         elif has_parts(message):  # images and files: only a user message (check_parts)
             parts = [_input_part(p) for p in message["content"]]
@@ -252,10 +251,10 @@ class OpenAIResponses(HttpModel):
 
         Raises:
             ProviderFailure: ``invalid_request`` when a declared tool's name is one the API refuses,
-                or an image or file stands outside a user message.
+                or an image or file stands outside a user message or a tool result.
         """
         check_tool_names(self, tools)
-        check_parts(self, messages, "the Responses API")
+        check_parts(self, messages, "the Responses API", roles=("user", "tool"))
         instructions, items = to_responses_input(messages)
         body: dict[str, Any] = {
             "model": self.model,

@@ -49,6 +49,7 @@ def observation_data(observation: Observation) -> dict[str, Any]:
         "content": observation.content,
         "permanent": observation.permanent,
         "text_form": observation.text_form,
+        "media": list(observation.media),
     }
 
 
@@ -61,6 +62,7 @@ def observation_of(data: dict[str, Any]) -> Observation:
         data["content"],
         permanent=data["permanent"],
         text_form=data["text_form"],
+        media=tuple(data.get("media", ())),
     )
 
 

@@ -128,6 +128,7 @@ from agent_fsm.testing._strategies import (
     thoughts,
     tool_arguments,
     tool_calls,
+    tool_results,
     tool_rule_sets,
     verdicts,
 )
@@ -164,6 +165,7 @@ __all__ = [
     "tasks",
     "images",
     "files",
+    "tool_results",
     "thoughts",
     "tool_arguments",
     "tool_calls",

@@ -26,7 +26,7 @@ import attrs
 from hypothesis import strategies as st
 
 from agent_fsm import ScriptedModel, ToolCall, Verdict
-from agent_fsm.engine import DEFAULT_LAST_WORD, Gate, Model, ModelReply, Registry
+from agent_fsm.engine import DEFAULT_LAST_WORD, Gate, Model, ModelReply, Registry, wrapped_estimator
 from agent_fsm.testing._schema import schema_values
 
 __all__ = [
@@ -119,6 +119,9 @@ class RecordingModel:
         self.path = Path(path)
         self.secrets = tuple(secrets)
         self.interactions: list[dict[str, Any]] = []
+
+    # The wrapped model's token estimate, so an agent given this measures prompts as it would the model.
+    estimator = wrapped_estimator("model")
 
     def __repr__(self) -> str:
         return f"RecordingModel({self.model!r}, {os.fspath(self.path)!r})"

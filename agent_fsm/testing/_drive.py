@@ -222,7 +222,8 @@ def describe_run(result: RunResult) -> str:
                 + (f"  thought={message.get('content')!r}" if message.get("content") else "")
             )
         elif role == "tool":
-            lines.append(f"  [{index}] tool {message.get('tool_call_id')}: {message.get('content')}")
+            shown = content_text(message["content"]) if has_parts(message) else message.get("content")
+            lines.append(f"  [{index}] tool {message.get('tool_call_id')}: {shown}")
         else:
             lines.append(f"  [{index}] {role}: {_shown(message)[:120]}")
     return "\n".join(lines)

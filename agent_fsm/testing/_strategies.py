@@ -482,6 +482,18 @@ def tasks(*, max_parts: int = 4) -> st.SearchStrategy[Any]:
     return st.one_of(_PROSE, st.lists(item, min_size=1, max_size=max_parts))
 
 
+def tool_results(*, max_parts: int = 3) -> st.SearchStrategy[Any]:
+    """
+    What a handler may return: an :class:`Image` or :class:`File` alone, or JSON data with some among it
+    (in a list, or as a dict's values), for checking that a run sends them on and shows their placeholders.
+    """
+    media = st.one_of(images(), files())
+    item = st.one_of(_PROSE, st.integers(-1000, 1000), media)
+    listed = st.lists(item, min_size=1, max_size=max_parts)
+    keyed = st.dictionaries(st.sampled_from(["shot", "scan", "note", "page"]), item, min_size=1, max_size=max_parts)
+    return st.one_of(media, listed, keyed)
+
+
 def register_type_strategies() -> None:
     """Let ``st.from_type`` build :class:`Limits`, :class:`Verdict`, images, files and (registry-free) tool calls."""
     st.register_type_strategy(Image, images())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_fsm.engine import Limits, Model, content_text, has_parts
+from agent_fsm.engine import Limits, Model, content_text, has_parts, wrapped_estimator
 from agent_fsm.testing._invariants import InvariantViolation
 
 __all__ = ["Runaway", "runaway_violation", "watchdog_calls"]
@@ -39,6 +39,9 @@ class _Watched:
         self.context = context
         self.max_calls = max_calls
         self.calls = 0
+
+    # The wrapped model's token estimate, so an agent given this measures prompts as it would the model.
+    estimator = wrapped_estimator("model")
 
     def __repr__(self) -> str:
         return repr(self.model)
