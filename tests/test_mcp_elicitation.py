@@ -1,0 +1,286 @@
+"""
+MCP elicitation against the real npm server-everything: a server's question during a call pauses the run.
+
+The server's ``trigger-elicitation-request`` tool sends ``elicitation/create``
+(a form of thirteen fields, ``name`` required) and returns what it heard:
+the content accepted, or that the person declined or cancelled. Nothing here
+is a mock: the server is the published package (tests/mcp_servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from agent_fsm import (
+    Agent,
+    AnswerRefused,
+    ScriptedModel,
+    Stop,
+    Verdict,
+    allow_all,
+    answer_message,
+    ask_for_effects,
+    tool_call_message,
+)
+from agent_fsm.engine import ASKED, OpenQuestion, answered_by
+from tests.test_mcp import _node_server
+
+mcp = pytest.importorskip("mcp", reason="the MCP SDK is in the test extra: pip install -e '.[test]'")
+
+from agent_fsm.mcp import MCPServer  # noqa: E402  (after the SDK's presence is known)
+from agent_fsm.store import SqliteStore, answer, approve, reject  # noqa: E402
+from agent_fsm.testing import answers, invalid_answers  # noqa: E402
+
+ELICIT = "trigger-elicitation-request"
+ANA = {"name": "Ana", "check": True, "integer": 7}
+
+
+def _server(*, elicitation: bool = True) -> MCPServer:
+    node, index = _node_server()
+    return MCPServer.stdio(node, [str(index), "stdio"], timeout=60, elicitation=elicitation)
+
+
+@pytest.fixture(scope="module")
+def everything() -> Iterator[MCPServer]:
+    with _server() as server:
+        yield server
+
+
+def _agent(server: MCPServer, gate: Any = allow_all) -> Agent:
+    script = [tool_call_message("c1", ELICIT, {}), answer_message("Thanks.")]
+    return Agent(ScriptedModel(script), server.tools(allow=[ELICIT]), gate=gate, name="form")
+
+
+def _said(result: Any) -> dict[str, Any]:
+    """What the server says it heard: the raw elicitation result it quotes at the end of its answer."""
+    observation = result.state.observations[0]
+    assert observation.kind == "result", observation
+    raw: dict[str, Any] = json.loads(observation.content[-1].split("Raw result:", 1)[1])
+    return raw
+
+
+def test_a_servers_question_pauses_the_run_and_the_answer_goes_back(everything: MCPServer) -> None:
+    """The call pauses with the server's message and schema; the answer reaches the server; its result is observed."""
+    agent = _agent(everything)
+    paused = agent.run("fill the form")
+    assert paused.stop is Stop.AWAITING_APPROVAL and paused.blocked_on is not None
+    assert paused.blocked_on.name == ELICIT
+    assert ASKED in paused.reason and "Please provide inputs for the following fields" in paused.reason
+    _call, question = answered_by(agent.tools, paused.state)
+    assert isinstance(question, OpenQuestion)
+    assert question.result["required"] == ["name"] and len(question.result["properties"]) == 13
+    done = agent.resume(paused.state, answer=ANA)
+    assert done.stop is Stop.ANSWERED
+    assert _said(done) == {"action": "accept", "content": ANA}
+    assert "- Name: Ana" in done.state.observations[0].content[1]
+
+
+def test_a_wrong_answer_is_refused_to_the_person_and_the_call_stays_open(everything: MCPServer) -> None:
+    """An answer breaking the server's schema is refused, typed, before anything is decided; a right one then goes."""
+    agent = _agent(everything)
+    paused = agent.run("fill the form")
+    with pytest.raises(AnswerRefused) as refused:
+        agent.resume(paused.state, answer={"name": 3, "integer": 500})
+    assert refused.value.problems == [
+        "integer: 500 is greater than the maximum of 100",
+        "name: 3 is not of type 'string'",
+    ]
+    with pytest.raises(AnswerRefused, match="arguments cannot change"):
+        agent.resume(paused.state, approve=True, arguments={"x": 1})
+    assert not paused.state.consumed and answered_by(agent.tools, paused.state)[1] is not None
+    assert _said(agent.resume(paused.state, answer={"name": "Bo"})) == {"action": "accept", "content": {"name": "Bo"}}
+
+
+def test_decline_and_cancel_reach_the_server_and_its_result_is_the_observation(everything: MCPServer) -> None:
+    """A rejection is the person's decline, an approval with no answer a cancel: the call completes either way."""
+    agent = _agent(everything)
+    declined = agent.resume(agent.run("form").state, approve=False, reason="not my data to give")
+    assert _said(declined) == {"action": "decline"}
+    assert "declined" in declined.state.observations[0].content[0]
+    agent = _agent(everything)
+    cancelled = agent.resume(agent.run("form").state, approve=True)
+    assert _said(cancelled) == {"action": "cancel"}
+
+
+def test_async_driver_pauses_and_resumes_the_open_call(everything: MCPServer) -> None:
+    """arun pauses on the server's question (the handler's thread returns); aresume's answer reaches the same call."""
+
+    async def both() -> Any:
+        agent = _agent(everything)
+        paused = await agent.arun("form")
+        assert paused.stop is Stop.AWAITING_APPROVAL
+        return await agent.aresume(paused.state, answer={"name": "Cy"})
+
+    assert _said(asyncio.run(both())) == {"action": "accept", "content": {"name": "Cy"}}
+
+
+def test_the_capability_is_declared_only_when_asked() -> None:
+    """Without elicitation=True the client does not declare the capability, and the server offers no eliciting tool."""
+    with _server(elicitation=False) as plain:
+        assert ELICIT not in plain.tools()
+    with _server() as asking:
+        assert ELICIT in asking.tools()
+
+
+def test_the_gate_judges_the_call_before_it_is_made_and_again_on_the_reply(everything: MCPServer) -> None:
+    """The gate's own ask comes first (no answer taken there); a gate that now refuses withdraws the question."""
+    tools = everything.tools(allow=[ELICIT])
+    agent = _agent(everything, gate=ask_for_effects(tools))
+    first = agent.run("form")
+    assert first.stop is Stop.AWAITING_APPROVAL and ASKED not in first.reason  # the gate asked: nothing was sent
+    with pytest.raises(AnswerRefused, match="not answered by a person"):
+        agent.resume(first.state, answer=ANA)
+    asked = agent.resume(first.state, approve=True)
+    assert asked.stop is Stop.AWAITING_APPROVAL and ASKED in asked.reason
+    _call, question = answered_by(agent.tools, asked.state)
+    assert isinstance(question, OpenQuestion)
+
+    refusing = _agent(everything, gate=lambda call: Verdict("deny", "forms are closed today"))
+    done = refusing.resume(asked.state, answer=ANA)
+    assert done.state.observations[0].kind == "denied" and "forms are closed" in done.state.observations[0].content
+    assert question.reply.result(timeout=5) == ("cancel", None)  # the server was told no answer will come
+    assert answered_by(agent.tools, asked.state)[1] is None  # and the call is no longer open here
+
+
+def test_store_answer_in_process_records_who_answered(everything: MCPServer, tmp_path: Path) -> None:
+    """A stored pause answered through the store, in the process holding the call: decided once, with the reviewer."""
+    store = SqliteStore(tmp_path / "runs.db")
+    agent = _agent(everything)
+    paused = agent.run("form", store=store, run_id="form-1")
+    assert store.load("form-1").summary.pause_id == paused.state.pause_id
+    done = answer(store, "form-1", _agent(everything), reviewer="ana", answer={"name": "Ana"})
+    assert _said(done) == {"action": "accept", "content": {"name": "Ana"}}
+    [decision] = store.history("form-1")
+    assert (decision.decision, decision.reviewer, decision.arguments) == ("answer", "ana", {"answer": {"name": "Ana"}})
+    assert store.load("form-1").state.machine_state == "Answered"
+
+
+def test_the_inbox_in_the_same_process_shows_the_servers_form_and_answers(
+    everything: MCPServer, tmp_path: Path
+) -> None:
+    """Over real HTTP: the run page's form is the server's schema; the answer is recorded and reaches the server."""
+    import httpx
+
+    from agent_fsm.store import open_store
+    from agent_fsm.web import Reviewers, inbox_app
+    from tests.test_web_inbox import _csrf, _signed_in
+    from tests.web_server import serving
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with SqliteStore(tmp_path / "runs.db") as store:
+        _agent(everything).run("form", store=store, run_id="form-3")
+    reviewers = Reviewers.parse("ana:ana-token-0123456789")
+    with serving(inbox_app(lambda: open_store(url), _agent(everything), reviewers=reviewers, wait=10)) as base:
+        ana: httpx.Client = _signed_in(base, token="ana-token-0123456789")
+        page = ana.get("/runs/form-3")
+        assert 'name="answer.name"' in page.text and "Please provide inputs" in page.text
+        pause = page.text.split('name="pause_id" value="', 1)[1].split('"', 1)[0]
+        form = {"csrf": _csrf(page.text), "pause_id": pause, "action": "answer", "answer.name": "Ana"}
+        refused = ana.post("/runs/form-3/decide", data={**form, "answer.integer": "500"})
+        assert refused.status_code == 422 and "maximum" in refused.text
+        done = ana.post("/runs/form-3/decide", data=form)
+        assert done.status_code == 303, done.text[:500]
+    with open_store(url) as store:
+        [decision] = store.history("form-3")
+        assert (decision.decision, decision.reviewer) == ("answer", "ana")
+        stored = store.load("form-3")
+    assert stored.status == "ended"
+    assert '"name": "Ana"' in stored.state.observations[0].content[-1]
+
+
+def test_a_url_elicitation_is_declined(everything: MCPServer) -> None:
+    """A server asking the person to open a web page is not carried: it is answered decline, and says so."""
+    script = [
+        tool_call_message("u1", "trigger-url-elicitation", {"url": "https://example.com/consent"}),
+        answer_message("ok"),
+    ]
+    tools = everything.tools(allow=["trigger-url-elicitation"])
+    result = Agent(ScriptedModel(script), tools, gate=allow_all).run("open the page")
+    assert result.stop is Stop.ANSWERED
+    assert _said(result) == {"action": "decline"}
+    assert "declined to open the URL" in result.state.observations[0].content[0]
+
+
+_PAUSE_AND_DIE = """
+import os, sys
+from agent_fsm import Agent, ScriptedModel, allow_all, answer_message, tool_call_message
+from agent_fsm.mcp import MCPServer
+from agent_fsm.store import SqliteStore
+
+node, index, db = sys.argv[1:4]
+server = MCPServer.stdio(node, [index, "stdio"], timeout=60, elicitation=True).open()
+script = [tool_call_message("c1", "trigger-elicitation-request", {}), answer_message("Thanks.")]
+agent = Agent(ScriptedModel(script), server.tools(allow=["trigger-elicitation-request"]), gate=allow_all, name="form")
+result = agent.run("fill the form", store=SqliteStore(db), run_id="form-2")
+print(result.stop.value, flush=True)
+os._exit(0)  # the process dies with the call open: nothing is closed, nothing is answered
+"""
+
+
+def test_resumed_after_a_restart_the_call_is_no_longer_open(tmp_path: Path) -> None:
+    """Paused in a process that died: the answer is refused, outcome unknown; approval calls it again, same key."""
+    node, index = _node_server()
+    db = tmp_path / "runs.db"
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    died = subprocess.run(
+        [sys.executable, "-c", _PAUSE_AND_DIE, node, str(index), str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+    )
+    assert died.stdout.strip() == "awaiting_approval", died.stderr[-2000:]
+    store = SqliteStore(db)
+    with _server() as server:
+        with pytest.raises(AnswerRefused, match="no longer open here") as refused:
+            answer(store, "form-2", _agent(server), reviewer="ana", answer=ANA)
+        assert "outcome is unknown" in str(refused.value) and "same idempotency key" in str(refused.value)
+        assert store.history("form-2") == []  # nothing was decided
+        again = approve(store, "form-2", _agent(server), reviewer="ana")  # run again: the server asks afresh
+        assert again.stop is Stop.AWAITING_APPROVAL and ASKED in again.reason
+        done = answer(store, "form-2", _agent(server), reviewer="bo", answer={"name": "Bo"})
+    assert _said(done) == {"action": "accept", "content": {"name": "Bo"}}
+    assert [(d.decision, d.reviewer) for d in store.history("form-2")] == [("approve", "ana"), ("answer", "bo")]
+
+
+def test_rejected_after_a_restart_the_call_is_recorded_as_not_run(tmp_path: Path) -> None:
+    """A call no longer open, rejected: the model reads the refusal; nothing is sent to any server."""
+    node, index = _node_server()
+    db = tmp_path / "runs.db"
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    subprocess.run(
+        [sys.executable, "-c", _PAUSE_AND_DIE, node, str(index), str(db)], timeout=120, env=environment, check=True
+    )
+    store = SqliteStore(db)
+    with _server() as server:
+        done = reject(store, "form-2", _agent(server), reviewer="ana", reason="the form went away")
+    assert done.state.observations[0].kind == "denied" and "the form went away" in done.state.observations[0].content
+
+
+@settings(
+    max_examples=min(settings().max_examples, 50),  # each example is a real run against the server
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=__import__("hypothesis").strategies.data())
+def test_answers_drawn_from_the_servers_schema(everything: MCPServer, data: Any) -> None:
+    """Every answer the server's schema refuses is refused and decides nothing; one it accepts reaches the server."""
+    agent = _agent(everything)
+    paused = agent.run("form")
+    question = answered_by(agent.tools, paused.state)[1]
+    assert isinstance(question, OpenQuestion)
+    wrong = data.draw(invalid_answers(question))
+    with pytest.raises(AnswerRefused):
+        agent.resume(paused.state, answer=wrong)
+    assert not paused.state.consumed
+    right = data.draw(answers(question))
+    assert _said(agent.resume(paused.state, answer=right)) == {"action": "accept", "content": right}
