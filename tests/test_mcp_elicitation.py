@@ -132,6 +132,17 @@ def test_the_capability_is_declared_only_when_asked() -> None:
         assert ELICIT in asking.tools()
 
 
+def test_a_temporal_worker_refuses_tools_that_ask_mid_call(everything: MCPServer) -> None:
+    """A call on Temporal runs in one activity, which cannot stay open for a person: such tools are refused."""
+    pytest.importorskip("temporalio", reason="Temporal is in the temporal extra")
+    from agent_fsm.temporal import AgentDefinition
+
+    with pytest.raises(ValueError, match=r"may ask a person in the middle of a call.*without elicitation"):
+        AgentDefinition(_agent(everything))
+    with _server(elicitation=False) as plain:
+        AgentDefinition(Agent(ScriptedModel([answer_message("ok")]), dict(plain.tools(allow=["echo"])), name="p"))
+
+
 def test_the_gate_judges_the_call_before_it_is_made_and_again_on_the_reply(everything: MCPServer) -> None:
     """The gate's own ask comes first (no answer taken there); a gate that now refuses withdraws the question."""
     tools = everything.tools(allow=[ELICIT])

@@ -597,8 +597,10 @@ class OpenQuestion(PersonAnswers):
     rejection (the person declines), or an approval with no answer (the
     person lets the call go on without one: cancel). The handler that asked
     offers it through a method ``asking(run_id, call_id)`` (see
-    :func:`open_question`); only the process holding the call open can, so a
-    saved state never carries one. Subclasses say how a reply reaches the
+    :func:`open_question`), and says it may with a true ``asks_mid_call``
+    attribute (a Temporal worker refuses such a tool: its calls run in
+    activities, which cannot stay open); only the process holding the call
+    open can offer the question, so a saved state never carries one. Subclasses say how a reply reaches the
     call (:meth:`hold`) and how the call is told none will come (:meth:`withdraw`).
 
     .. versionadded:: 0.4

@@ -153,6 +153,7 @@ class _Call:
         self._remote = remote
         self._shown = shown
         self._effectful = effectful
+        self.asks_mid_call = tools.server.elicitation  # its server may ask a person during the call
 
     def __repr__(self) -> str:
         return f"<MCP tool {self._remote!r} on {self._tools.server!r}>"
