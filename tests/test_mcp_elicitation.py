@@ -63,7 +63,7 @@ def _agent(server: MCPServer, gate: Any = allow_all) -> Agent:
 
 def _said(result: Any) -> dict[str, Any]:
     """What the server says it heard: the raw elicitation result it quotes at the end of its answer."""
-    observation = result.state.observations[0]
+    observation = getattr(result, "state", result).observations[0]
     assert observation.kind == "result", observation
     raw: dict[str, Any] = json.loads(observation.content[-1].split("Raw result:", 1)[1])
     return raw
@@ -209,6 +209,44 @@ def test_the_inbox_in_the_same_process_shows_the_servers_form_and_answers(
     assert '"name": "Ana"' in stored.state.observations[0].content[-1]
 
 
+def test_served_over_http_the_question_is_answered_by_the_plain_api(everything: MCPServer, tmp_path: Path) -> None:
+    """serve runs the agent in this process: its decision endpoint checks the answer and sends it to the server."""
+    from agent_fsm.serve import serve_app
+    from agent_fsm.store import open_store
+    from tests.test_serve_api import CLIENTS, _client, _events
+    from tests.web_server import serving
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    app = serve_app(_agent(everything), lambda: open_store(url), clients=CLIENTS, workers=2)
+    with serving(app) as base, _client(base) as http:
+        run_id = http.post("/runs", json={"task": "fill the form"}).json()["run_id"]
+        rest = _events(http, run_id)[-1]
+        assert rest["stop"] == "awaiting_approval" and ASKED in rest["reason"]
+        wrong = {"decision": "answer", "pause_id": rest["pause_id"], "answer": {"name": 3}}
+        refused = http.post(f"/runs/{run_id}/decision", json=wrong)
+        assert refused.status_code == 422 and "is not of type 'string'" in refused.json()["error"]["message"]
+        right = {"decision": "answer", "pause_id": rest["pause_id"], "answer": {"name": "Di"}}
+        assert http.post(f"/runs/{run_id}/decision", json=right).status_code == 202
+        assert _events(http, run_id, last=rest["id"])[-1]["stop"] == "answered"
+    with open_store(url) as store:
+        assert _said(store.load(run_id)) == {"action": "accept", "content": {"name": "Di"}}
+
+
+def test_a_question_inside_a_nested_run_is_answered_at_the_top(everything: MCPServer) -> None:
+    """The server's question in a run nested in a tool call pauses the top run; the answer goes down to the call."""
+    outer = Agent(
+        ScriptedModel([tool_call_message("o1", "form", {"task": "fill it"}), answer_message("Done.")]),
+        {"form": _agent(everything).as_tool("Fill the form.")},
+        gate=allow_all,
+    )
+    paused = outer.run("fill the form, through a helper")
+    assert paused.stop is Stop.AWAITING_APPROVAL and ASKED in paused.reason
+    assert isinstance(answered_by(outer.tools, paused.state)[1], OpenQuestion)
+    done = outer.resume(paused.state, answer={"name": "Ed"})
+    assert done.stop is Stop.ANSWERED and done.state.observations[0].content == "Thanks."
+    assert _said(done.state.children["o1"]) == {"action": "accept", "content": {"name": "Ed"}}
+
+
 def test_a_url_elicitation_is_declined(everything: MCPServer) -> None:
     """A server asking the person to open a web page is not carried: it is answered decline, and says so."""
     script = [
@@ -220,6 +258,53 @@ def test_a_url_elicitation_is_declined(everything: MCPServer) -> None:
     assert result.stop is Stop.ANSWERED
     assert _said(result) == {"action": "decline"}
     assert "declined to open the URL" in result.state.observations[0].content[0]
+
+
+def _servers_running() -> set[int]:
+    """The server-everything processes this test process started (its children)."""
+    found = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "server-everything"], capture_output=True, text=True)
+    return {int(pid) for pid in found.stdout.split()}
+
+
+def test_a_closed_connection_ends_the_question_and_an_approval_asks_afresh() -> None:
+    """Closing the server tells it cancel; the reopened server has no open call: answer refused, approval re-asks."""
+    server = _server()
+    with server:
+        agent = _agent(server)
+        paused = agent.run("form")
+        question = answered_by(agent.tools, paused.state)[1]
+        assert isinstance(question, OpenQuestion)
+    assert question.reply.result(timeout=5) == ("cancel", None)
+    with server:
+        with pytest.raises(AnswerRefused, match="no longer open here"):
+            agent.resume(paused.state, answer=ANA)
+        again = agent.resume(paused.state, approve=True)
+        assert again.stop is Stop.AWAITING_APPROVAL and ASKED in again.reason
+        assert _said(agent.resume(again.state, answer={"name": "Flo"})) == {
+            "action": "accept",
+            "content": {"name": "Flo"},
+        }
+
+
+def test_a_server_that_dies_while_asking_leaves_the_outcome_unknown() -> None:
+    """The server process killed during the question: an approval finds the call lost, and a person decides again."""
+    import signal
+    import time
+
+    before = _servers_running()
+    with _server() as server:
+        agent = _agent(server)
+        paused = agent.run("form")
+        [started] = _servers_running() - before
+        os.kill(started, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while answered_by(agent.tools, paused.state)[1] is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(AnswerRefused, match="outcome is unknown"):
+            agent.resume(paused.state, answer=ANA)
+        lost = agent.resume(paused.state, approve=True)
+    assert lost.stop is Stop.AWAITING_APPROVAL and lost.reason.startswith("outcome unknown")
+    assert lost.state.observations == []  # nothing is recorded as done or not done
 
 
 _PAUSE_AND_DIE = """

@@ -529,9 +529,9 @@ class MCPServer:
         """
         seconds = float(timeout if timeout is not None else self.timeout)
         opened = self._calls.take(key) if key is not None else None
-        if opened is not None:
-            assert opened.asking is not None, "a call is paused only on a question"
-            opened.asking.send_held()
+        if opened is not None:  # paused on a question: the reply the person left goes, and the call goes on
+            if opened.asking is not None:  # (none: the connection ended meanwhile, and so did the call)
+                opened.asking.send_held()
             return self._wait(opened, seconds, progress)
         try:
             loop, client = self._session()
@@ -554,7 +554,12 @@ class MCPServer:
 
         self._calls.start(opened)
         opened.future = future = asyncio.run_coroutine_threadsafe(calling(), loop)
-        future.add_done_callback(lambda f: opened.inbox.put(("done", f)))
+
+        def landed(done: concurrent.futures.Future[Any]) -> None:
+            self._calls.landed(opened)
+            opened.inbox.put(("done", done))
+
+        future.add_done_callback(landed)
         return self._wait(opened, seconds, progress)
 
     def _wait(self, opened: OpenCall, seconds: float, progress: Progress | None) -> Any:

@@ -138,10 +138,16 @@ class OpenCalls:
         with self._lock:
             self.flying.append(call)
 
-    def end(self, call: OpenCall) -> None:
+    def landed(self, call: OpenCall) -> None:
+        """The call's request is over (answered, failed, cancelled): no question can be its any more."""
         with self._lock:
             if call in self.flying:
                 self.flying.remove(call)
+
+    def end(self, call: OpenCall) -> None:
+        """Nobody waits on the call any more: it is neither in flight nor paused."""
+        self.landed(call)
+        with self._lock:
             if call.key is not None and self.paused.get(call.key) is call:
                 del self.paused[call.key]
 
@@ -169,7 +175,7 @@ class OpenCalls:
     def withdraw_all(self) -> None:
         """The connection is closing: every question still open is cancelled, and no call stays paused."""
         with self._lock:
-            calls, self.paused = list(self.paused.values()), {}
+            calls, self.paused, self.flying = list(self.paused.values()), {}, []
         for call in calls:
             if call.asking is not None:
                 call.asking.send("cancel", None)
