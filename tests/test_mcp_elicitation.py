@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from agent_fsm import (
     Agent,
     AnswerRefused,
+    Limits,
     ScriptedModel,
     Stop,
     Verdict,
@@ -39,7 +40,7 @@ mcp = pytest.importorskip("mcp", reason="the MCP SDK is in the test extra: pip i
 
 from agent_fsm.mcp import MCPServer  # noqa: E402  (after the SDK's presence is known)
 from agent_fsm.store import SqliteStore, answer, approve, reject  # noqa: E402
-from agent_fsm.testing import answers, invalid_answers  # noqa: E402
+from agent_fsm.testing import answers, assert_run_invariants, invalid_answers  # noqa: E402
 
 ELICIT = "trigger-elicitation-request"
 ANA = {"name": "Ana", "check": True, "integer": 7}
@@ -110,6 +111,18 @@ def test_decline_and_cancel_reach_the_server_and_its_result_is_the_observation(e
     agent = _agent(everything)
     cancelled = agent.resume(agent.run("form").state, approve=True)
     assert _said(cancelled) == {"action": "cancel"}
+
+
+def test_the_call_that_asked_is_one_attempt_of_the_tool_budget(everything: MCPServer) -> None:
+    """With one tool attempt allowed, the call that asked still completes: the pause spent no attempt of its own."""
+    script = [tool_call_message("c1", ELICIT, {}), answer_message("Thanks.")]
+    agent = Agent(
+        ScriptedModel(script), everything.tools(allow=[ELICIT]), gate=allow_all, limits=Limits(max_tool_calls=1)
+    )
+    paused = agent.run("form")
+    assert paused.state.tool_attempts == 0
+    done = agent.resume(paused.state, answer={"name": "Gil"})
+    assert _said(done) == {"action": "accept", "content": {"name": "Gil"}} and done.state.tool_attempts == 1
 
 
 def test_async_driver_pauses_and_resumes_the_open_call(everything: MCPServer) -> None:
@@ -369,14 +382,17 @@ def test_rejected_after_a_restart_the_call_is_recorded_as_not_run(tmp_path: Path
 )
 @given(data=__import__("hypothesis").strategies.data())
 def test_answers_drawn_from_the_servers_schema(everything: MCPServer, data: Any) -> None:
-    """Every answer the server's schema refuses is refused and decides nothing; one it accepts reaches the server."""
+    """Answers the server's schema refuses decide nothing; one it accepts reaches the server; the invariants hold."""
     agent = _agent(everything)
     paused = agent.run("form")
     question = answered_by(agent.tools, paused.state)[1]
     assert isinstance(question, OpenQuestion)
+    assert_run_invariants(paused, tools=agent.tools, gate=allow_all)
     wrong = data.draw(invalid_answers(question))
     with pytest.raises(AnswerRefused):
         agent.resume(paused.state, answer=wrong)
     assert not paused.state.consumed
     right = data.draw(answers(question))
-    assert _said(agent.resume(paused.state, answer=right)) == {"action": "accept", "content": right}
+    done = agent.resume(paused.state, answer=right)
+    assert _said(done) == {"action": "accept", "content": right}
+    assert_run_invariants(done, tools=agent.tools, gate=allow_all)

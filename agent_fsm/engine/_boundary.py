@@ -605,6 +605,11 @@ def run_call(
                 return observation
         except OutcomeUnknown as exc:
             unknown = exc
+        except ApprovalNeeded:
+            # Nothing is observed yet: the attempt that counts is the one made once a person decides (a call
+            # that asked mid-call goes on then), so each attempt still leaves one observation.
+            state.tool_attempts -= 1
+            raise
         if attempt >= retries or (limits.max_tool_calls is not None and state.tool_attempts >= limits.max_tool_calls):
             if unknown is not None:
                 raise unknown
