@@ -25,6 +25,7 @@ from agent_fsm import (
     Agent,
     AnswerRefused,
     Limits,
+    RunState,
     ScriptedModel,
     Stop,
     Verdict,
@@ -100,6 +101,19 @@ def test_a_wrong_answer_is_refused_to_the_person_and_the_call_stays_open(everyth
         agent.resume(paused.state, approve=True, arguments={"x": 1})
     assert not paused.state.consumed and answered_by(agent.tools, paused.state)[1] is not None
     assert _said(agent.resume(paused.state, answer={"name": "Bo"})) == {"action": "accept", "content": {"name": "Bo"}}
+
+
+def test_a_state_that_is_not_the_runs_own_reaches_no_question(everything: MCPServer) -> None:
+    """A copy of the paused state with another nonce cannot answer the open call; the run's own state can."""
+    agent = _agent(everything)
+    paused = agent.run("fill the form")
+    forged = RunState.from_json(paused.state.to_json())
+    forged.nonce = "0" * 32
+    assert answered_by(agent.tools, forged)[1] is None
+    with pytest.raises(AnswerRefused, match="no longer open here"):
+        agent.resume(forged, answer=ANA)
+    saved = RunState.from_json(paused.state.to_json())  # the run's own state, saved and loaded: still its question
+    assert _said(agent.resume(saved, answer={"name": "Hal"})) == {"action": "accept", "content": {"name": "Hal"}}
 
 
 def test_decline_and_cancel_reach_the_server_and_its_result_is_the_observation(everything: MCPServer) -> None:

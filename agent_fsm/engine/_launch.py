@@ -56,6 +56,7 @@ from agent_fsm.engine._boundary import (
     approved_judging,
     judge,
     mark_pause,
+    open_question,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import (
@@ -105,7 +106,6 @@ from agent_fsm.engine._tools import (
     ToolCall,
     call_fingerprint,
     measure,
-    open_question,
     person_tool,
 )
 
@@ -466,7 +466,7 @@ def deciding(
         _check(state, agent.tools)
         if head[0]:
             check_answer(agent.tools, state, answer)
-    asked = open_question(agent.tools.get(state.pending[0].name), state.run_id, state.pending[0].call_id)
+    asked = open_question(agent.tools.get(state.pending[0].name), state.run_id, state, state.pending[0])
     if head[0] and (head[3] is NO_ANSWER or asked is not None):
         refuse_ungated(agent, state)  # before anything is decided: an approval the default gate would refuse
     if asked is not None:  # the call is open and waits: every decision goes back to it, through the approval
@@ -596,7 +596,7 @@ def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswe
         call, level = child.pending[0], child
         spec = nested.tools.get(call.name)
         child = child.children.get(call.call_id) if child.children else None
-    return call, open_question(spec, level.run_id, call.call_id) or person_tool(spec)
+    return call, open_question(spec, level.run_id, level, call) or person_tool(spec)
 
 
 def check_answer(tools: Registry, state: RunState, answer: Any) -> None:

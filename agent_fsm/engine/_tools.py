@@ -48,7 +48,6 @@ __all__ = [
     "QuestionReply",
     "Registry",
     "Subrun",
-    "open_question",
     "person_tool",
     "TOOL_NAME",
     "ToolCall",
@@ -596,8 +595,10 @@ class OpenQuestion(PersonAnswers):
     answer checked against ``result`` (the schema the call asked for), a
     rejection (the person declines), or an approval with no answer (the
     person lets the call go on without one: cancel). The handler that asked
-    offers it through a method ``asking(run_id, call_id)`` (see
-    :func:`open_question`), and says it may with a true ``asks_mid_call``
+    offers it through a method ``asking(idempotency_key)``, the key its call
+    was given (derived from the run's secret nonce, the call's place and its
+    fingerprint: a state that is not the run's own, or a changed call, reaches
+    no question), and says it may with a true ``asks_mid_call``
     attribute (a Temporal worker refuses such a tool: its calls run in
     activities, which cannot stay open); only the process holding the call
     open can offer the question, so a saved state never carries one. Subclasses say how a reply reaches the
@@ -631,13 +632,6 @@ class QuestionReply:
     question: OpenQuestion = attrs.field(eq=False)
     kind: Literal["answer", "decline", "cancel"]
     value: Any = None
-
-
-def open_question(spec: ToolSpec | None, run_id: str, call_id: str) -> OpenQuestion | None:
-    """The question the call ``call_id`` of run ``run_id`` is asking a person now, in this process (``None``: none)."""
-    asking = getattr(spec.handler, "asking", None) if spec is not None else None
-    found = asking(run_id, call_id) if callable(asking) else None
-    return found if isinstance(found, OpenQuestion) else None
 
 
 def person_tool(spec: ToolSpec | None) -> PersonAnswers | None:

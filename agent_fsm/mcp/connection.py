@@ -417,9 +417,9 @@ class MCPServer:
             call.asking = None
         return types.ElicitResult(action=action, content=content)
 
-    def asking(self, run_id: str, call_id: str) -> Elicitation | None:
-        """The question the call ``call_id`` of run ``run_id`` is asking a person, open on this connection."""
-        return self._calls.question((run_id, call_id))
+    def asking(self, key: str) -> Elicitation | None:
+        """The question the call with idempotency key ``key`` is asking a person, open on this connection."""
+        return self._calls.question(key)
 
     async def _watch(self, client: Any) -> None:
         # 2026-era servers announce it on a subscription stream instead; a server without one is simply not watched.
@@ -510,14 +510,14 @@ class MCPServer:
         meta: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         progress: Progress | None = None,
-        key: tuple[str, str] | None = None,
+        key: str | None = None,
     ) -> Any:
         """
         Send ``tools/call`` and wait for the answer (a ``CallToolResult``), in the calling thread.
 
         Progress notifications are handed to ``progress`` in this thread, as
         they arrive, so an event sink never runs on the session's loop.
-        ``key`` (run id, call id) names the call of a run: with elicitation
+        ``key`` (the call's idempotency key) names the call of a run: with elicitation
         declared, a question from the server raises :class:`Asked` and the
         call stays open under that key; called again with the key, it goes on
         (the reply the person left is sent) instead of being sent anew.

@@ -8,7 +8,8 @@ person, and the handler (in the driver's thread) returns to the engine with
 :class:`agent_fsm.ApprovalNeeded`: the run rests in ``AwaitingApproval`` with
 the server's message as the question. Nothing about the call is unknown: it
 is pending, held in this process by the connection (:class:`OpenCall`, keyed
-by run id and call id). The person's decision reaches the call through the
+by the call's idempotency key: derived from the run's secret nonce, so a
+state that is not the run's own cannot reach the call). The person's decision reaches the call through the
 engine's approval: the deciding agent finds the question (its tool's
 ``asking``), checks an answer against the schema the server asked for, the
 gate judges the call afresh, and the handler, run again under the approval,
@@ -114,12 +115,12 @@ class OpenCall:
     """
     One ``tools/call`` in flight on a connection: what it hears (progress, a question, its end) arrives in ``inbox``.
 
-    ``key`` is ``(run_id, call_id)`` when a run made the call (only such a
-    call can pause for a person); ``asking`` is the question the server is
+    ``key`` is the call's idempotency key when a run made the call (only such
+    a call can pause for a person); ``asking`` is the question the server is
     waiting on, if any.
     """
 
-    def __init__(self, key: tuple[str, str] | None) -> None:
+    def __init__(self, key: str | None) -> None:
         self.key = key
         self.inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self.future: concurrent.futures.Future[Any] | None = None
@@ -127,12 +128,12 @@ class OpenCall:
 
 
 class OpenCalls:
-    """A connection's calls in flight, and those paused on a question (by run id and call id)."""
+    """A connection's calls in flight, and those paused on a question (by the call's idempotency key)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.flying: list[OpenCall] = []
-        self.paused: dict[tuple[str, str], OpenCall] = {}
+        self.paused: dict[str, OpenCall] = {}
 
     def start(self, call: OpenCall) -> None:
         with self._lock:
@@ -156,12 +157,12 @@ class OpenCalls:
         with self._lock:
             self.paused[call.key] = call
 
-    def take(self, key: tuple[str, str]) -> OpenCall | None:
+    def take(self, key: str) -> OpenCall | None:
         """The call paused under ``key``, taken to go on (``None``: no such call is open here)."""
         with self._lock:
             return self.paused.pop(key, None)
 
-    def question(self, key: tuple[str, str]) -> Elicitation | None:
+    def question(self, key: str) -> Elicitation | None:
         with self._lock:
             call = self.paused.get(key)
         return None if call is None else call.asking

@@ -158,9 +158,9 @@ class _Call:
     def __repr__(self) -> str:
         return f"<MCP tool {self._remote!r} on {self._tools.server!r}>"
 
-    def asking(self, run_id: str, call_id: str) -> Elicitation | None:
-        """The server's question this call is waiting on, open in this process (read by the deciding agent)."""
-        return self._tools.server.asking(run_id, call_id)
+    def asking(self, key: str) -> Elicitation | None:
+        """The server's question the call with idempotency key ``key`` waits on, open here (read by the decider)."""
+        return self._tools.server.asking(key)
 
     def __call__(self, /, context: ToolContext, **arguments: Any) -> Any:
         # ``self`` is positional-only: a tool's argument may be named "self" (it lands in ``arguments``).
@@ -184,7 +184,7 @@ class _Call:
                 meta={IDEMPOTENCY_KEY: context.idempotency_key},
                 timeout=tools.timeout,
                 progress=progress,
-                key=(context.run_id, context.call_id),
+                key=context.idempotency_key,
             )
         except Asked as asked:  # the call stays open on the connection; the run pauses on it (see elicitation)
             raise ApprovalNeeded(f"{self._shown} {ASKED} (MCP elicitation): {asked.question.question}") from None
