@@ -191,7 +191,7 @@ def test_the_gate_judges_the_call_before_it_is_made_and_again_on_the_reply(every
 
 
 def test_store_answer_in_process_records_who_answered(everything: MCPServer, tmp_path: Path) -> None:
-    """A stored pause answered through the store, in the process holding the call: decided once, with the reviewer."""
+    """Stored pauses answered, declined, cancelled through the store, in the process holding the call, by reviewer."""
     store = SqliteStore(tmp_path / "runs.db")
     agent = _agent(everything)
     paused = agent.run("form", store=store, run_id="form-1")
@@ -201,6 +201,15 @@ def test_store_answer_in_process_records_who_answered(everything: MCPServer, tmp
     [decision] = store.history("form-1")
     assert (decision.decision, decision.reviewer, decision.arguments) == ("answer", "ana", {"answer": {"name": "Ana"}})
     assert store.load("form-1").state.machine_state == "Answered"
+    _agent(everything).run("form", store=store, run_id="form-1b")
+    declined = reject(store, "form-1b", _agent(everything), reviewer="bo", reason="not mine to give")
+    assert _said(declined) == {"action": "decline"}
+    _agent(everything).run("form", store=store, run_id="form-1c")
+    assert _said(approve(store, "form-1c", _agent(everything), reviewer="cy")) == {"action": "cancel"}
+    assert [(d.decision, d.reviewer) for r in ("form-1b", "form-1c") for d in store.history(r)] == [
+        ("reject", "bo"),
+        ("approve", "cy"),
+    ]
 
 
 def test_the_inbox_in_the_same_process_shows_the_servers_form_and_answers(
@@ -222,6 +231,7 @@ def test_the_inbox_in_the_same_process_shows_the_servers_form_and_answers(
         ana: httpx.Client = _signed_in(base, token="ana-token-0123456789")
         page = ana.get("/runs/form-3")
         assert 'name="answer.name"' in page.text and "Please provide inputs" in page.text
+        assert 'id="cancel"' in page.text and 'id="reject"' in page.text and 'id="edit"' not in page.text
         pause = page.text.split('name="pause_id" value="', 1)[1].split('"', 1)[0]
         form = {"csrf": _csrf(page.text), "pause_id": pause, "action": "answer", "answer.name": "Ana"}
         refused = ana.post("/runs/form-3/decide", data={**form, "answer.integer": "500"})
