@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent_fsm import (
     Agent,
@@ -404,19 +405,23 @@ def test_rejected_after_a_restart_the_call_is_recorded_as_not_run(tmp_path: Path
     max_examples=min(settings().max_examples, 50),  # each example is a real run against the server
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(data=__import__("hypothesis").strategies.data())
-def test_answers_drawn_from_the_servers_schema(everything: MCPServer, data: Any) -> None:
-    """Answers the server's schema refuses decide nothing; one it accepts reaches the server; the invariants hold."""
+@given(data=st.data())
+def test_decisions_drawn_against_the_servers_schema(everything: MCPServer, data: Any) -> None:
+    """Answers the schema refuses decide nothing; an accepted answer, a decline or a cancel is what the server hears."""
     agent = _agent(everything)
     paused = agent.run("form")
     question = answered_by(agent.tools, paused.state)[1]
     assert isinstance(question, OpenQuestion)
     assert_run_invariants(paused, tools=agent.tools, gate=allow_all)
-    wrong = data.draw(invalid_answers(question))
+    wrong = data.draw(invalid_answers(question), label="wrong")
     with pytest.raises(AnswerRefused):
         agent.resume(paused.state, answer=wrong)
     assert not paused.state.consumed
-    right = data.draw(answers(question))
-    done = agent.resume(paused.state, answer=right)
-    assert _said(done) == {"action": "accept", "content": right}
+    kind = data.draw(st.sampled_from(["accept", "decline", "cancel"]), label="kind")
+    if kind == "accept":
+        right = data.draw(answers(question), label="right")
+        done, heard = agent.resume(paused.state, answer=right), {"action": "accept", "content": right}
+    else:
+        done, heard = agent.resume(paused.state, approve=kind == "cancel", reason="drawn"), {"action": kind}
+    assert _said(done) == heard and done.stop is Stop.ANSWERED
     assert_run_invariants(done, tools=agent.tools, gate=allow_all)
