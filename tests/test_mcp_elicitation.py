@@ -285,6 +285,22 @@ def test_a_question_inside_a_nested_run_is_answered_at_the_top(everything: MCPSe
     assert _said(done.state.children["o1"]) == {"action": "accept", "content": {"name": "Ed"}}
 
 
+def test_over_streamable_http_the_question_pauses_and_the_answer_goes_back() -> None:
+    """The same server over Streamable HTTP on 127.0.0.1: the question arrives on the call's stream, the answer goes."""
+    from tests.test_mcp import HERE, serving_http
+
+    node, _ = _node_server()
+    command = [node, "everything-http.mjs"]
+    with serving_http(lambda port: (command, {**os.environ, "PORT": str(port)}), HERE) as url:
+        server = MCPServer.http(url, timeout=60, elicitation=True)
+        with server:
+            agent = _agent(server)
+            paused = agent.run("form")
+            assert paused.stop is Stop.AWAITING_APPROVAL and ASKED in paused.reason
+            done = agent.resume(paused.state, answer={"name": "Ivy"})
+    assert _said(done) == {"action": "accept", "content": {"name": "Ivy"}}
+
+
 def test_a_url_elicitation_is_declined(everything: MCPServer) -> None:
     """A server asking the person to open a web page is not carried: it is answered decline, and says so."""
     script = [
