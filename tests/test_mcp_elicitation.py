@@ -117,6 +117,16 @@ def test_a_state_that_is_not_the_runs_own_reaches_no_question(everything: MCPSer
     assert _said(agent.resume(saved, answer={"name": "Hal"})) == {"action": "accept", "content": {"name": "Hal"}}
 
 
+def test_two_runs_paused_on_one_connection_are_answered_each_to_its_own_call(everything: MCPServer) -> None:
+    """A question arriving while another call waits for its person belongs to the new call; replies do not cross."""
+    first, second = _agent(everything), _agent(everything)
+    one = first.run("form one")
+    two = second.run("form two")
+    assert one.stop is two.stop is Stop.AWAITING_APPROVAL
+    assert _said(second.resume(two.state, answer={"name": "Two"})) == {"action": "accept", "content": {"name": "Two"}}
+    assert _said(first.resume(one.state, approve=False, reason="no")) == {"action": "decline"}
+
+
 def test_decline_and_cancel_reach_the_server_and_its_result_is_the_observation(everything: MCPServer) -> None:
     """A rejection is the person's decline, an approval with no answer a cancel: the call completes either way."""
     agent = _agent(everything)
