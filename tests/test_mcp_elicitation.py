@@ -113,7 +113,12 @@ def test_a_state_that_is_not_the_runs_own_reaches_no_question(everything: MCPSer
     assert answered_by(agent.tools, forged)[1] is None
     with pytest.raises(AnswerRefused, match="no longer open here"):
         agent.resume(forged, answer=ANA)
-    saved = RunState.from_json(paused.state.to_json())  # the run's own state, saved and loaded: still its question
+    key = b"k" * 32
+    signed = paused.state.to_json(key=key)
+    # A signed pause whose text was changed (its question's reason, here) is refused.
+    with pytest.raises(ValueError, match="signature does not match"):
+        RunState.from_json(signed.replace("Please provide", "Please send"), key=key)
+    saved = RunState.from_json(signed, key=key)  # the run's own state, signed, saved and loaded: still its question
     assert _said(agent.resume(saved, answer={"name": "Hal"})) == {"action": "accept", "content": {"name": "Hal"}}
 
 
