@@ -418,6 +418,21 @@ def test_resumed_after_a_restart_the_call_is_no_longer_open(tmp_path: Path) -> N
     assert [(d.decision, d.reviewer) for d in store.history("form-2")] == [("approve", "ana"), ("answer", "bo")]
 
 
+def test_runs_answer_in_another_process_is_refused_and_decides_nothing(tmp_path: Path) -> None:
+    """The command line is another process: the call is not open there, so `runs answer` refuses, typed, exit 1."""
+    node, index = _node_server()
+    db = tmp_path / "runs.db"
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    subprocess.run(
+        [sys.executable, "-c", _PAUSE_AND_DIE, node, str(index), str(db)], timeout=120, env=environment, check=True
+    )
+    command = [sys.executable, "-m", "agent_fsm.cli", "runs", "answer", "form-2", "--store", f"sqlite:///{db}"]
+    command += ["--world", "tests.elicit_world:world", "--reviewer", "ana", "--json", json.dumps(ANA)]
+    said = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert said.returncode != 0 and "no longer open here" in said.stderr + said.stdout, said.stderr[-2000:]
+    assert SqliteStore(db).history("form-2") == []
+
+
 def test_rejected_after_a_restart_the_call_is_recorded_as_not_run(tmp_path: Path) -> None:
     """A call no longer open, rejected: the model reads the refusal; nothing is sent to any server."""
     node, index = _node_server()
