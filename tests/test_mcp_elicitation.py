@@ -390,21 +390,27 @@ result = agent.run("fill the form", store=SqliteStore(db), run_id="form-2")
 print(result.stop.value, flush=True)
 os._exit(0)  # the process dies with the call open: nothing is closed, nothing is answered
 """
+ENVIRONMENT = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
 
 
-def test_resumed_after_a_restart_the_call_is_no_longer_open(tmp_path: Path) -> None:
-    """Paused in a process that died: the answer is refused, outcome unknown; approval calls it again, same key."""
+def _paused_in_a_process_that_died(folder: Path) -> Path:
+    """A SQLite store whose run form-2 paused on the server's question in a process that then died: its path."""
     node, index = _node_server()
-    db = tmp_path / "runs.db"
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    db = folder / "runs.db"
     died = subprocess.run(
         [sys.executable, "-c", _PAUSE_AND_DIE, node, str(index), str(db)],
         capture_output=True,
         text=True,
         timeout=120,
-        env=environment,
+        env=ENVIRONMENT,
     )
     assert died.stdout.strip() == "awaiting_approval", died.stderr[-2000:]
+    return db
+
+
+def test_resumed_after_a_restart_the_call_is_no_longer_open(tmp_path: Path) -> None:
+    """Paused in a process that died: the answer is refused, outcome unknown; approval calls it again, same key."""
+    db = _paused_in_a_process_that_died(tmp_path)
     store = SqliteStore(db)
     with _server() as server:
         with pytest.raises(AnswerRefused, match="no longer open here") as refused:
@@ -420,27 +426,17 @@ def test_resumed_after_a_restart_the_call_is_no_longer_open(tmp_path: Path) -> N
 
 def test_runs_answer_in_another_process_is_refused_and_decides_nothing(tmp_path: Path) -> None:
     """The command line is another process: the call is not open there, so `runs answer` refuses, typed, exit 1."""
-    node, index = _node_server()
-    db = tmp_path / "runs.db"
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    subprocess.run(
-        [sys.executable, "-c", _PAUSE_AND_DIE, node, str(index), str(db)], timeout=120, env=environment, check=True
-    )
+    db = _paused_in_a_process_that_died(tmp_path)
     command = [sys.executable, "-m", "agent_fsm.cli", "runs", "answer", "form-2", "--store", f"sqlite:///{db}"]
     command += ["--world", "tests.elicit_world:world", "--reviewer", "ana", "--json", json.dumps(ANA)]
-    said = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    said = subprocess.run(command, capture_output=True, text=True, timeout=120, env=ENVIRONMENT)
     assert said.returncode != 0 and "no longer open here" in said.stderr + said.stdout, said.stderr[-2000:]
     assert SqliteStore(db).history("form-2") == []
 
 
 def test_rejected_after_a_restart_the_call_is_recorded_as_not_run(tmp_path: Path) -> None:
     """A call no longer open, rejected: the model reads the refusal; nothing is sent to any server."""
-    node, index = _node_server()
-    db = tmp_path / "runs.db"
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    subprocess.run(
-        [sys.executable, "-c", _PAUSE_AND_DIE, node, str(index), str(db)], timeout=120, env=environment, check=True
-    )
+    db = _paused_in_a_process_that_died(tmp_path)
     store = SqliteStore(db)
     with _server() as server:
         done = reject(store, "form-2", _agent(server), reviewer="ana", reason="the form went away")
