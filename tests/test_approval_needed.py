@@ -153,3 +153,18 @@ def test_a_reason_that_is_not_text_is_a_handler_error_not_an_unreadable_pause() 
     state = caught.value.state
     assert state is not None and state.pause is None and state.machine_state != "AwaitingApproval"
     assert RunState.from_json(state.to_json()) == state
+
+
+def test_the_pause_spends_no_tool_attempt_so_a_budget_of_one_still_runs_the_approved_call() -> None:
+    """Asking is not an attempt: with max_tool_calls=1 the approved call runs, and attempts match observations."""
+    from agent_fsm import Limits
+
+    bank = Bank()
+    model = ScriptedModel([tool_call_message("c1", "transfer", {"to": "bob", "cents": 500}), answer_message("done")])
+    tools = {"transfer": ToolSpec("Move money.", TRANSFER, bank.transfer, effectful=True)}
+    agent = Agent(model, tools, gate=allow_all, limits=Limits(max_tool_calls=1))
+    paused = agent.run("pay bob")
+    assert paused.state.tool_attempts == 0
+    done = agent.resume(paused.state, approve=True)
+    assert bank.moved == [500] and done.state.observations[0].kind == "result"
+    assert done.state.tool_attempts == 1

@@ -9,16 +9,18 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_fsm.cli import app
+from tests.test_mcp import _node_server
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "mcp.md"
 
 
 def test_code_blocks_run_as_written() -> None:
-    """The git agent (its commit approved through the store), combine and prefixes, progress, an async run."""
+    """The git agent (its commit approved through the store), combine and prefixes, progress, async, elicitation."""
     pytest.importorskip("mcp_server_git", reason="mcp-server-git is in the test extra: pip install -e '.[test]'")
     pytest.importorskip("mcp_server_time", reason="mcp-server-time is in the test extra: pip install -e '.[test]'")
+    _node_server()  # the elicitation example runs the npm server-everything
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict[str, object] = {"__name__": "docs_mcp"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)

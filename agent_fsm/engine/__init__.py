@@ -207,8 +207,11 @@ from agent_fsm.engine._state import (
 )
 from agent_fsm.engine._steps import Steps, call_of, is_awaitable
 from agent_fsm.engine._tools import (
+    ASKED,
     NO_ANSWER,
+    OpenQuestion,
     PersonAnswers,
+    QuestionReply,
     Registry,
     Subrun,
     ToolCall,
@@ -275,6 +278,9 @@ __all__ = [
     "ApprovalNeeded",
     "NO_ANSWER",
     "PersonAnswers",
+    "OpenQuestion",
+    "QuestionReply",
+    "ASKED",
     "CallDecision",
     "answered_by",
     "check_answer",

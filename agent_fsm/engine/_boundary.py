@@ -80,7 +80,15 @@ from agent_fsm.engine._steps import (
     handler_call,
     pause_for,
 )
-from agent_fsm.engine._tools import Registry, ToolCall, call_fingerprint, check_registry, validate_call
+from agent_fsm.engine._tools import (
+    OpenQuestion,
+    Registry,
+    ToolCall,
+    ToolSpec,
+    call_fingerprint,
+    check_registry,
+    validate_call,
+)
 
 __all__ = [
     "OUTCOME_UNKNOWN",
@@ -104,6 +112,7 @@ __all__ = [
     "executing",
     "execution",
     "idempotency_key",
+    "open_question",
     "judge",
     "judging",
     "leave_call",
@@ -305,6 +314,13 @@ def idempotency_key(run_id: str, state: RunState, call: ToolCall, ahead: int = 0
     import hashlib  # pauses and intents only: a plain run never keys a call
 
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def open_question(spec: ToolSpec | None, run_id: str, state: RunState, call: ToolCall) -> OpenQuestion | None:
+    """The question ``call`` (at the head of ``state.pending``) is asking a person now, in this process, if any."""
+    asking = getattr(spec.handler, "asking", None) if spec is not None else None
+    found = asking(idempotency_key(run_id, state, call)) if callable(asking) else None
+    return found if isinstance(found, OpenQuestion) else None
 
 
 def mark_pause(state: RunState) -> None:
@@ -607,6 +623,11 @@ def run_call(
                 return observation
         except OutcomeUnknown as exc:
             unknown = exc
+        except ApprovalNeeded:
+            # Nothing is observed yet: the attempt that counts is the one made once a person decides (a call
+            # that asked mid-call goes on then), so each attempt still leaves one observation.
+            state.tool_attempts -= 1
+            raise
         if attempt >= retries or (limits.max_tool_calls is not None and state.tool_attempts >= limits.max_tool_calls):
             if unknown is not None:
                 raise unknown

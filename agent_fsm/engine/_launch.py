@@ -44,7 +44,7 @@ import copy
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -56,6 +56,7 @@ from agent_fsm.engine._boundary import (
     approved_judging,
     judge,
     mark_pause,
+    open_question,
 )
 from agent_fsm.engine._endings import Ending, EndingRule, code_for
 from agent_fsm.engine._errors import (
@@ -95,8 +96,11 @@ from agent_fsm.engine._spending import charge_nested, no_progress_reason
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, executed_calls, state_problem
 from agent_fsm.engine._steps import Steps, drive
 from agent_fsm.engine._tools import (
+    ASKED,
     NO_ANSWER,
+    OpenQuestion,
     PersonAnswers,
+    QuestionReply,
     Registry,
     Subrun,
     ToolCall,
@@ -462,8 +466,11 @@ def deciding(
         _check(state, agent.tools)
         if head[0]:
             check_answer(agent.tools, state, answer)
-    if head[0] and head[3] is NO_ANSWER:
+    asked = open_question(agent.tools.get(state.pending[0].name), state.run_id, state, state.pending[0])
+    if head[0] and (head[3] is NO_ANSWER or asked is not None):
         refuse_ungated(agent, state)  # before anything is decided: an approval the default gate would refuse
+    if asked is not None:  # the call is open and waits: every decision goes back to it, through the approval
+        head = _replying(asked, head, state)
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
     work.pause = None
@@ -580,15 +587,16 @@ def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswe
     """The call a paused ``state`` waits on, down through paused nested runs, and who answers it (``None``: nobody)."""
     call = state.pending[0]
     spec = tools.get(call.name)
+    level = state
     child = state.children.get(call.call_id) if state.children else None
     while child is not None and child.machine_state == "AwaitingApproval" and child.pending and spec is not None:
         nested = getattr(spec.handler, "agent", None) if isinstance(spec.handler, Subrun) else None
         if nested is None:
             break
-        call = child.pending[0]
+        call, level = child.pending[0], child
         spec = nested.tools.get(call.name)
         child = child.children.get(call.call_id) if child.children else None
-    return call, person_tool(spec)
+    return call, open_question(spec, level.run_id, level, call) or person_tool(spec)
 
 
 def check_answer(tools: Registry, state: RunState, answer: Any) -> None:
@@ -598,12 +606,26 @@ def check_answer(tools: Registry, state: RunState, answer: Any) -> None:
     Checked before anything is decided: a refused answer leaves the pause open, and the model never sees it.
     """
     call, person = answered_by(tools, state)
+    if person is None and answer is not NO_ANSWER and state.pause is not None and ASKED in state.pause.reason:
+        effectful = getattr(tools.get(call.name), "effectful", True)
+        then = (
+            "its outcome is unknown: approve to run it again under the same idempotency key, or reject to record"
+            " it as not run"
+            if effectful
+            else "it is effect-free: approve to call it again (it asks afresh), or reject it"
+        )
+        raise AnswerRefused(
+            f"the call of {call.name} that asked is no longer open here (the run was resumed in another process,"
+            f" or after a restart, or the connection closed): {then}",
+            [],
+            state=state,
+        )
     _refuse_answer(call, person, answer, state)
 
 
 def _refuse_answer(call: ToolCall, person: PersonAnswers | None, answer: Any, state: RunState) -> None:
     if answer is NO_ANSWER:
-        if person is not None:
+        if person is not None and not person.approvable:
             raise AnswerRefused(f"{call.name} asks a person for its result: answer it, or reject it", [], state=state)
         return
     if person is None:
@@ -712,10 +734,25 @@ def _judge_decision(context: RunContext, covers: str, decision: Decision) -> Ste
     return nested
 
 
+def _replying(asked: OpenQuestion, decision: Decision, state: RunState) -> Decision:
+    """A decision on an open question as the approval that carries the reply to the call (gated afresh)."""
+    approve, reason, arguments, answer = decision
+    if arguments is not None:
+        raise AnswerRefused(
+            "the call is already running: its arguments cannot change; answer, decline or cancel", [], state=state
+        )
+    kind: Literal["answer", "decline", "cancel"] = (
+        "answer" if answer is not NO_ANSWER else "cancel" if approve else "decline"
+    )
+    return True, reason, None, QuestionReply(asked, kind, None if answer is NO_ANSWER else answer)
+
+
 def _carry_out(context: RunContext, decision: Decision, allowed: bool, nested: bool) -> Steps[str]:
     """Take the decision's edge out of the pause (an approval judged afresh to be refused is a rejection)."""
     event = "approve" if allowed else "reject"
-    if allowed and not nested and decision[3] is not NO_ANSWER:
+    if isinstance(decision[3], QuestionReply):  # the handler, run again, hands the reply over
+        decision[3].question.hold(decision[3]) if allowed else decision[3].question.withdraw()
+    elif allowed and not nested and decision[3] is not NO_ANSWER:
         context.answer, event = decision[3], "answer"  # checked against the result schema, by this process
     return (yield from MACHINE.steps(context, event))
 

@@ -38,11 +38,14 @@ from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits
 from agent_fsm.engine._schema import compile_checker, make_validator, schema_problem
 
 __all__ = [
+    "ASKED",
     "measure",
     "contract_digest",
     "call_fingerprint",
     "NO_ANSWER",
+    "OpenQuestion",
     "PersonAnswers",
+    "QuestionReply",
     "Registry",
     "Subrun",
     "person_tool",
@@ -550,6 +553,8 @@ class PersonAnswers:
     only a person can answer.
     """
 
+    approvable = False  # an approval with no answer is refused: the result is the person's to give
+
     def __init__(self, result: Mapping[str, Any]) -> None:
         if not isinstance(result, Mapping):
             raise ToolDefinitionError(f"result must be a JSON Schema mapping, got {type(result).__name__}")
@@ -575,6 +580,58 @@ class PersonAnswers:
             where = "/".join(str(p) for p in error.path)
             found.append(f"{where}: {error.message}" if where else error.message)
         return found
+
+
+ASKED = "asked during its call"
+"""What the reason of a pause on an open question says (a decision elsewhere finds the call no longer open)."""
+
+
+class OpenQuestion(PersonAnswers):
+    """
+    A question a call asked a person while it runs (an MCP server's elicitation): the call waits, open, in this process.
+
+    The run rests paused on the call (its outcome is pending, not unknown).
+    The person's decision goes back to the call, which then completes: an
+    answer checked against ``result`` (the schema the call asked for), a
+    rejection (the person declines), or an approval with no answer (the
+    person lets the call go on without one: cancel). The handler that asked
+    offers it through a method ``asking(idempotency_key)``, the key its call
+    was given (derived from the run's secret nonce, the call's place and its
+    fingerprint: a state that is not the run's own, or a changed call, reaches
+    no question), and says it may with a true ``asks_mid_call``
+    attribute (a Temporal worker refuses such a tool: its calls run in
+    activities, which cannot stay open); only the process holding the call
+    open can offer the question, so a saved state never carries one. Subclasses say how a reply reaches the
+    call (:meth:`hold`) and how the call is told none will come (:meth:`withdraw`).
+
+    .. versionadded:: 0.4
+    """
+
+    approvable = True  # approved blank: the call goes on without an answer
+
+    def __init__(self, result: Mapping[str, Any], question: str) -> None:
+        super().__init__(result)
+        self.question = question
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.question[:60]!r}>"
+
+    def hold(self, reply: QuestionReply) -> None:
+        """Keep ``reply`` for the call: its handler, run again under the approval, hands it over."""
+        raise NotImplementedError
+
+    def withdraw(self) -> None:
+        """Tell the call no reply will come (the gate refused it afresh): it is cancelled."""
+        raise NotImplementedError
+
+
+@attrs.frozen
+class QuestionReply:
+    """A person's decision on an :class:`OpenQuestion`: ``answer`` (with ``value``), ``decline`` or ``cancel``."""
+
+    question: OpenQuestion = attrs.field(eq=False)
+    kind: Literal["answer", "decline", "cancel"]
+    value: Any = None
 
 
 def person_tool(spec: ToolSpec | None) -> PersonAnswers | None:

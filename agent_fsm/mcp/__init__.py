@@ -14,7 +14,9 @@ a tool is effectful unless it says it is read-only, and idempotent when it
 says so. Every call crosses the engine's boundary like a local tool's; its
 answer becomes an observation, secrets given to the server are redacted from
 everything it sends back, and a call whose outcome is unknown raises
-:class:`agent_fsm.OutcomeUnknown` for the engine to settle. See docs/mcp.md.
+:class:`agent_fsm.OutcomeUnknown` for the engine to settle. A server opened
+with ``elicitation=True`` may ask a person during a call: the run pauses on
+the open call, and the person's decision goes back to it. See docs/mcp.md.
 
 The MCP SDK (``pip install 'agent_fsm[mcp]'``) is imported when a server is
 first opened, not by importing this package.

@@ -37,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from agent_fsm.mcp.elicitation import Asked, Elicitation, OpenCall, OpenCalls
 from agent_fsm.mcp.errors import Lost, NotSent, ServerUnavailable
 from agent_fsm.mcp.secrets import Secrets
 
@@ -166,18 +167,22 @@ class MCPServer:
     def __init__(
         self,
         name: str,
-        connect: Callable[[Any], Any],
+        connect: Callable[[Any, Any], Any],
         *,
         secrets: Secrets,
         timeout: float = DEFAULT_TIMEOUT,
         shown: str,
+        elicitation: bool = False,
     ) -> None:
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.name = name
         self.timeout = float(timeout)
         self.secrets = secrets
-        self._connect = connect  # message handler -> an un-entered mcp.Client
+        self._connect = connect  # message handler, elicitation callback -> an un-entered mcp.Client
+        self.elicitation = bool(elicitation)
+        """Whether the client declares the elicitation capability: a call may pause its run to ask a person."""
+        self._calls = OpenCalls()
         self._shown = shown  # what repr() says: the command or URL, never env or header values
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -207,12 +212,15 @@ class MCPServer:
         cwd: str | Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         name: str | None = None,
+        elicitation: bool = False,
     ) -> MCPServer:
         """
         A server the adapter starts as ``command args...`` and talks to over its stdin and stdout.
 
         ``env`` is added to the few variables the SDK passes on (``PATH``,
         ``HOME``...; not the whole environment); its values are secrets.
+        ``elicitation=True`` declares the elicitation capability: a server's
+        question during a call pauses the run for a person (docs/mcp.md).
         """
         if isinstance(args, str):
             raise TypeError(f"args must be a sequence of arguments, not one string (got {args!r})")
@@ -221,17 +229,20 @@ class MCPServer:
 
         secrets = Secrets.of(env=extra)
 
-        def connect(handler: Any) -> Any:
+        def connect(handler: Any, elicit: Any) -> Any:
             from mcp import Client
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             parameters = StdioServerParameters(
                 command=command, args=arguments, env=extra or None, cwd=str(cwd) if cwd is not None else None
             )
-            return Client(_StdioTransport(parameters, stdio_client, secrets), message_handler=handler, cache=None)
+            transport = _StdioTransport(parameters, stdio_client, secrets)
+            return Client(transport, message_handler=handler, elicitation_callback=elicit, cache=None)
 
         shown = " ".join([command, *arguments])
-        return cls(name or Path(command).name, connect, secrets=secrets, timeout=timeout, shown=shown)
+        return cls(
+            name or Path(command).name, connect, secrets=secrets, timeout=timeout, shown=shown, elicitation=elicitation
+        )
 
     @classmethod
     def http(
@@ -241,12 +252,17 @@ class MCPServer:
         headers: Mapping[str, str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         name: str | None = None,
+        elicitation: bool = False,
     ) -> MCPServer:
-        """A server reached over Streamable HTTP at ``url``; ``headers`` (an ``Authorization``, say) are secrets."""
+        """
+        A server reached over Streamable HTTP at ``url``; ``headers`` (an ``Authorization``, say) are secrets.
+
+        ``elicitation=True`` declares the elicitation capability, as for :meth:`stdio`.
+        """
         sent = {str(k): str(v) for k, v in (headers or {}).items()}
         secrets = Secrets.of(headers=sent, url=url)
 
-        def connect(handler: Any) -> Any:
+        def connect(handler: Any, elicit: Any) -> Any:
             from mcp import Client
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
@@ -254,10 +270,12 @@ class MCPServer:
             return Client(
                 _HttpTransport(url, sent, streamable_http_client, create_mcp_http_client),
                 message_handler=handler,
+                elicitation_callback=elicit,
                 cache=None,
             )
 
-        return cls(name or "http", connect, secrets=secrets, timeout=timeout, shown=secrets.text(url))
+        shown = secrets.text(url)
+        return cls(name or "http", connect, secrets=secrets, timeout=timeout, shown=shown, elicitation=elicitation)
 
     def __repr__(self) -> str:
         return f"<MCPServer {self.name!r}: {self._shown}>"
@@ -278,6 +296,7 @@ class MCPServer:
         """End the session (a stdio server is stopped) and the loop's thread."""
         with self._lock:
             self._closed = True
+            self._calls.withdraw_all()  # a question nobody can answer any more: the server hears cancel
             self._reset()
             loop, self._loop = self._loop, None
             if loop is not None:
@@ -342,7 +361,7 @@ class MCPServer:
         # The session is entered and left in this one task, as anyio's cancel scopes require.
         closing = asyncio.Event()
         try:
-            async with self._connect(self._notified) as client:
+            async with self._connect(self._notified, self._elicited if self.elicitation else None) as client:
                 _guard_sdk_logs(self.secrets)  # the transport's modules, and their loggers, are loaded by now
                 # The SDK checks a result against the tool's output schema with Python's backtracking regex engine,
                 # in this loop's thread and holding the GIL: a server's pattern could stall the whole process past
@@ -369,6 +388,38 @@ class MCPServer:
         # Handshake-era servers announce a changed tool list with a notification.
         if getattr(message, "method", None) == "notifications/tools/list_changed":
             self.generation += 1
+
+    async def _elicited(self, context: Any, params: Any) -> Any:
+        # A server's question during a call (see agent_fsm.mcp.elicitation): it waits here, on the loop, for a person.
+        from mcp import types
+
+        from agent_fsm.engine import ToolDefinitionError
+
+        if getattr(params, "mode", None) == "url" or not isinstance(getattr(params, "requested_schema", None), dict):
+            return types.ElicitResult(action="decline")  # a web page to open: not carried (docs/mcp.md)
+        call = self._calls.asker()
+        if call is None or call.key is None:
+            why = "no call of a run is waiting alone on this connection, so nobody can be asked"
+            return types.ErrorData(code=types.INVALID_REQUEST, message=f"elicitation refused: {why}")
+        try:
+            question = Elicitation(
+                self.secrets.redact(dict(params.requested_schema)),
+                self.secrets.text(str(params.message))[:2000],
+                lambda: self._calls.end(call),
+            )
+        except ToolDefinitionError as exc:
+            return types.ErrorData(code=types.INVALID_PARAMS, message=f"the requested schema is refused: {exc}")
+        call.asking = question
+        call.inbox.put(("asked", question))
+        try:
+            action, content = await asyncio.wrap_future(question.reply)
+        finally:
+            call.asking = None
+        return types.ElicitResult(action=action, content=content)
+
+    def asking(self, key: str) -> Elicitation | None:
+        """The question the call with idempotency key ``key`` is asking a person, open on this connection."""
+        return self._calls.question(key)
 
     async def _watch(self, client: Any) -> None:
         # 2026-era servers announce it on a subscription stream instead; a server without one is simply not watched.
@@ -459,51 +510,80 @@ class MCPServer:
         meta: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         progress: Progress | None = None,
+        key: str | None = None,
     ) -> Any:
         """
         Send ``tools/call`` and wait for the answer (a ``CallToolResult``), in the calling thread.
 
         Progress notifications are handed to ``progress`` in this thread, as
         they arrive, so an event sink never runs on the session's loop.
+        ``key`` (the call's idempotency key) names the call of a run: with elicitation
+        declared, a question from the server raises :class:`Asked` and the
+        call stays open under that key; called again with the key, it goes on
+        (the reply the person left is sent) instead of being sent anew.
 
         Raises:
             NotSent: nothing reached a tool (the server could not be started, or refused the request).
             Lost: the request left and no answer came within ``timeout``, or the connection died.
+            Asked: the server asked a person (only with ``key``, on a server with elicitation declared).
         """
         seconds = float(timeout if timeout is not None else self.timeout)
+        opened = self._calls.take(key) if key is not None else None
+        if opened is not None:  # paused on a question: the reply the person left goes, and the call goes on
+            if opened.asking is not None:  # (none: the connection ended meanwhile, and so did the call)
+                opened.asking.send_held()
+            return self._wait(opened, seconds, progress)
         try:
             loop, client = self._session()
         except ServerUnavailable as exc:
             raise NotSent(str(exc)) from None
-        inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        opened = OpenCall(key if self.elicitation else None)
 
         async def told(done: float, total: float | None, message: str | None) -> None:
-            inbox.put(("progress", (done, total, self.secrets.text(message) if message else message)))
+            opened.inbox.put(("progress", (done, total, self.secrets.text(message) if message else message)))
 
         async def calling() -> Any:
             return await client.call_tool(
                 tool,
                 dict(arguments),
-                read_timeout_seconds=seconds,
+                # With elicitation a call may wait for a person: the wait is bounded here, a person's time apart.
+                read_timeout_seconds=None if self.elicitation else seconds,
                 progress_callback=told if progress is not None else None,
                 meta=dict(meta) if meta else None,
             )
 
-        future = asyncio.run_coroutine_threadsafe(calling(), loop)
-        future.add_done_callback(lambda f: inbox.put(("done", f)))
+        self._calls.start(opened)
+        opened.future = future = asyncio.run_coroutine_threadsafe(calling(), loop)
+
+        def landed(done: concurrent.futures.Future[Any]) -> None:
+            self._calls.landed(opened)
+            opened.inbox.put(("done", done))
+
+        future.add_done_callback(landed)
+        return self._wait(opened, seconds, progress)
+
+    def _wait(self, opened: OpenCall, seconds: float, progress: Progress | None) -> Any:
+        # What the call hears, in the caller's thread, until its answer, a question, or the deadline.
+        future = opened.future
+        assert future is not None
         deadline = time.monotonic() + seconds + _GRACE
         while True:
             remaining = deadline - time.monotonic()
             try:
-                kind, item = inbox.get(timeout=max(remaining, 0.0))
+                kind, item = opened.inbox.get(timeout=max(remaining, 0.0))
             except queue.Empty:
                 future.cancel()
+                self._calls.end(opened)
                 raise Lost(f"no answer within {seconds:g}s") from None
             if kind == "progress":
                 if progress is not None:
                     progress(*item)
                 continue
+            if kind == "asked":
+                self._calls.pause(opened)  # open, under its key, until the person's reply (or the connection ends)
+                raise Asked(item)
             break
+        self._calls.end(opened)
         try:
             return future.result()
         except concurrent.futures.CancelledError:

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from agent_fsm.engine import (
+    ASKED,
+    ApprovalNeeded,
     OutcomeUnknown,
     OutputDefinitionError,
     RunEvent,
@@ -46,6 +48,7 @@ from agent_fsm.engine import (
     check_registry,
     output_spec,
 )
+from agent_fsm.mcp.elicitation import Asked, Elicitation
 from agent_fsm.mcp.errors import Lost, NotSent, ToolsRefused
 from agent_fsm.mcp.results import DEFAULT_MAX_RESULT_CHARS, answer_of
 
@@ -150,9 +153,14 @@ class _Call:
         self._remote = remote
         self._shown = shown
         self._effectful = effectful
+        self.asks_mid_call = tools.server.elicitation  # its server may ask a person during the call
 
     def __repr__(self) -> str:
         return f"<MCP tool {self._remote!r} on {self._tools.server!r}>"
+
+    def asking(self, key: str) -> Elicitation | None:
+        """The server's question the call with idempotency key ``key`` waits on, open here (read by the decider)."""
+        return self._tools.server.asking(key)
 
     def __call__(self, /, context: ToolContext, **arguments: Any) -> Any:
         # ``self`` is positional-only: a tool's argument may be named "self" (it lands in ``arguments``).
@@ -176,7 +184,10 @@ class _Call:
                 meta={IDEMPOTENCY_KEY: context.idempotency_key},
                 timeout=tools.timeout,
                 progress=progress,
+                key=context.idempotency_key,
             )
+        except Asked as asked:  # the call stays open on the connection; the run pauses on it (see elicitation)
+            raise ApprovalNeeded(f"{self._shown} {ASKED} (MCP elicitation): {asked.question.question}") from None
         except NotSent as exc:
             raise ToolError(f"{self._shown} was not run: {exc}") from None
         except Lost as exc:

@@ -75,6 +75,13 @@ class Timeouts:
 def _agent(instance: Any, attribute: Any, value: Agent) -> None:
     if not isinstance(value, Agent):
         raise TypeError(f"an AgentDefinition holds an Agent (got {value!r} that is a {type(value).__name__}).")
+    asking = sorted(name for name, spec in value.tools.items() if getattr(spec.handler, "asks_mid_call", False))
+    if asking:
+        raise ValueError(
+            f"tools {asking} may ask a person in the middle of a call (an MCP server opened with elicitation=True):"
+            " a call runs in one activity, which cannot stay open while the run waits for the person; open the"
+            " worker's servers without elicitation"
+        )
     if getattr(value.limits, "max_seconds", None) is not None:
         raise ValueError(
             "Limits(max_seconds=...) reads the clock, which a workflow may not do on replay;"

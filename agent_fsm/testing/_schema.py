@@ -57,6 +57,7 @@ _SUPPORTED = frozenset(
         "default",
         "examples",
         "$schema",
+        "enumNames",  # the labels of an enum's values (MCP's legacy titled enum): an annotation
     }
 )
 
@@ -76,6 +77,23 @@ _ANY_JSON = st.recursive(
 
 class UnsupportedSchema(ValueError):
     """A schema uses a keyword this generator does not understand (it would guess otherwise)."""
+
+
+def _titled(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """
+    A ``oneOf``/``anyOf`` of titled constants (``{"const": v, "title": ...}``, as MCP forms write a choice) as an enum.
+
+    Any other ``oneOf``/``anyOf`` is left as it is, for :func:`_check_supported` to refuse.
+    """
+    for key in ("oneOf", "anyOf"):
+        choices = schema.get(key)
+        if not isinstance(choices, list) or not choices:
+            continue
+        titled = all(isinstance(c, Mapping) and "const" in c for c in choices)
+        if titled and all(set(c) <= {"const", "title", "description"} for c in choices):
+            rest = {k: v for k, v in schema.items() if k != key}
+            return {**rest, "enum": [c["const"] for c in choices]}
+    return schema
 
 
 def _check_supported(schema: Mapping[str, Any]) -> None:
@@ -217,6 +235,7 @@ def schema_values(schema: Mapping[str, Any], constants: Iterable[Any] = ()) -> s
     Raises:
         UnsupportedSchema: ``schema`` uses a keyword outside the subset.
     """
+    schema = _titled(schema)
     _check_supported(schema)
     if "const" in schema:
         return st.just(schema["const"])
@@ -329,6 +348,7 @@ def schema_violations(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
     Candidates are not all guaranteed invalid (a random text may match a
     pattern); callers holding the tool filter with the real validator.
     """
+    schema = _titled(schema)
     _check_supported(schema)
     options = [_wrong_type(schema), _out_of_range(schema)]
     if schema.get("type") == "object":

@@ -98,21 +98,30 @@ def invalid_arguments(tools: Registry, name: str) -> st.SearchStrategy[Any]:
     return schema_violations(tool.json_schema).filter(lambda args: bool(tool.errors(args)))
 
 
-def _person(tools: Registry, name: str) -> PersonAnswers:
-    person = tools[name].handler
+def _person(tools: Registry | PersonAnswers, name: str | None) -> PersonAnswers:
+    if isinstance(tools, PersonAnswers):  # a question asked now (an open call's, say): its schema is the contract
+        return tools
+    person = tools[name].handler if name is not None else None
     if not isinstance(person, PersonAnswers):
         raise TypeError(f"tool {name!r} is not one a person answers (declare it with ToolSpec.person)")
     return person
 
 
-def answers(tools: Registry, name: str, *, constants: Iterable[Any] = ()) -> st.SearchStrategy[Any]:
-    """Answers a person could give a call to tool ``name`` that its result schema accepts."""
+def answers(
+    tools: Registry | PersonAnswers, name: str | None = None, *, constants: Iterable[Any] = ()
+) -> st.SearchStrategy[Any]:
+    """
+    Answers a person could give a call to tool ``name`` that its result schema accepts.
+
+    Give a question instead of ``tools, name`` (``answered_by(agent.tools,
+    state)[1]``: an MCP server's elicitation open now, say) for answers to it.
+    """
     person = _person(tools, name)
     return schema_values(person.result, constants).filter(lambda value: not person.errors(value))
 
 
-def invalid_answers(tools: Registry, name: str) -> st.SearchStrategy[Any]:
-    """Answers tool ``name``'s result schema refuses: wrong types, missing or extra fields, broken bounds."""
+def invalid_answers(tools: Registry | PersonAnswers, name: str | None = None) -> st.SearchStrategy[Any]:
+    """Answers tool ``name``'s result schema (or a question's) refuses: wrong types, missing or extra fields, bounds."""
     person = _person(tools, name)
     return schema_violations(person.result).filter(lambda value: bool(person.errors(value)))
 

@@ -331,12 +331,14 @@ def inbox_app(
         blocked_path: tuple[str, ...] = ()
         state = stored.state
         fields = None
+        asked = False  # the call is open and asked mid-call: an approval with no answer is the person's cancel
         review: list[Any] = []
         if blocked is not None and state.machine_state == "AwaitingApproval" and state.pending:
             # a nested pause: the person decides the innermost call (an edit edits it), under the calls leading to it
             blocked, blocked_path = blocked_call(state)
             person = answered_by(agent.tools, state)[1]  # the deciding agent's declaration, never the saved state
             fields = None if person is None else answer_fields(person.result)
+            asked = person is not None and person.approvable
             if len(blocked_path) <= 1:
                 review = await run_in_threadpool(_reply_review, state)
         notice = _NOTICES.get(request.query_params.get("decided", ""))
@@ -349,6 +351,7 @@ def inbox_app(
             blocked_path=blocked_path,
             blocked_arguments=pretty_json(blocked.arguments) if blocked is not None else "",
             answer_fields=fields,
+            asked=asked,
             review=review if len(review) > 1 else [],
             review_json=pretty_json({call.call_id: {"approve": True} for call in review}),
             notice=notice,
