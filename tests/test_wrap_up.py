@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from decimal import Decimal
 
 import pytest
@@ -158,4 +159,30 @@ def test_a_call_proposed_at_a_wrap_up_for_money_ends_cost_limit(driver):
     agent, _ = _costly([LOOKUP, LOOKUP, LOOKUP])
     result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
     assert (result.stop, result.code) == (Stop.COST_LIMIT, "cost_limit") and result.state.tool_attempts == 2
+    assert_run_invariants(result, limits=agent.limits)
+
+
+def _slow(replies) -> tuple[Agent, Recording]:
+    # A lookup takes 0.8 s of a 2 s budget: after it, 1.2 s is left, less than two turns at that pace.
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: time.sleep(0.8) or 1)}
+    model = Recording(replies)
+    return Agent(model, tools, limits=Limits(max_turns=8, max_seconds=2.0, wrap_up=True)), model
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_call_the_time_left_admits_last_is_the_wrap_up(driver):
+    """Less time left than two turns at the run's pace: call 2 offers no tools and its answer is coded wrap_up."""
+    agent, model = _slow([LOOKUP, answer_message("1 cent")])
+    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+    assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "1 cent")
+    assert model.offered == [["balance"], []]
+    assert_run_invariants(result, limits=agent.limits)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_call_proposed_at_a_wrap_up_for_time_ends_time_limit(driver):
+    """The model proposes a call at the wrap-up the clock called: the run ends time_limit, the call not run."""
+    agent, _ = _slow([LOOKUP, LOOKUP])
+    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+    assert (result.stop, result.code) == (Stop.TIME_LIMIT, "time_limit") and result.state.tool_attempts == 1
     assert_run_invariants(result, limits=agent.limits)

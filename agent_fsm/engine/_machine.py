@@ -394,6 +394,7 @@ RUN_MACHINE = MachineSpec(
         Edge(
             "WrappingUp", "judge", "CostLimit", guard="wrapped_for_cost", meaning="a call proposed at the money's end"
         ),
+        Edge("WrappingUp", "judge", "TimeLimit", guard="wrapped_for_time", meaning="a call proposed at the time's end"),
         Edge("WrappingUp", "judge", "StepLimit", guard="calls_pending", meaning="a call proposed all the same"),
         Edge("WrappingUp", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),
         Edge("WrappingUp", "judge", "Answered", meaning="the last word, coded wrap_up"),

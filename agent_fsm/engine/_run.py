@@ -461,6 +461,11 @@ def wrapped_for_cost(run: RunContext) -> bool:
     return bool(run.state.pending) and run.wrapping == "cost_limit"
 
 
+def wrapped_for_time(run: RunContext) -> bool:
+    """The wrap-up the time left called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "time_limit"
+
+
 def turn_budget_spent(run: RunContext) -> bool:
     """``max_turns`` model calls were made."""
     return run.state.turns >= run.limits.max_turns
@@ -1110,6 +1115,7 @@ MACHINE = compile_machine(
             name_repeat,
             last_turn_due,
             wrapped_for_cost,
+            wrapped_for_time,
             ask_last_word,
             compact_prompt,
             take_proposal,

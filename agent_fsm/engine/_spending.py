@@ -207,13 +207,18 @@ def wrap_up_cause(run: RunContext) -> str | None:
     """
     The budget that admits exactly one more model call, as the code of the stop it would end with (``None``: none).
 
-    Turns: one is left. Money: what is left covers the wrap-up call's worst case once but not twice.
+    Turns: one is left. Money: what is left covers the wrap-up call's worst case once but not twice. Time: less
+    is left than two turns at the run's pace so far (seconds spent per model call made), so the turn after the
+    next would likely not be admitted.
     """
     state, limits = run.state, run.limits
     if state.turns + 1 == limits.max_turns:
         return "step_limit"
     if limits.max_cost is not None and not _admits_twice(run, _wrap_up_prompt(run)):
         return "cost_limit"
+    left = run.remaining_seconds()
+    if left is not None and state.turns and left < 2 * run.elapsed() / state.turns:
+        return "time_limit"
     return None
 
 

@@ -195,7 +195,7 @@ def _check_budgets(result: RunResult, limits: Limits) -> None:
         _fail(
             "stop_justified", f"stopped tool_limit after {state.tool_attempts} attempts (max {limits.max_tool_calls})"
         )
-    other_budget = limits.max_cost is not None  # the money left may call a wrap-up early
+    other_budget = limits.max_cost is not None or limits.max_seconds is not None  # these may call a wrap-up early
     if result.code == "wrap_up" and (
         stop is not Stop.ANSWERED or not limits.wrap_up or (state.turns != limits.max_turns and not other_budget)
     ):

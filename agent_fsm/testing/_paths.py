@@ -290,6 +290,7 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
         first = valid[0]["tool_calls"][0]
         second = {**first, "id": "call_v"}
         replies.append(("two calls", {"role": "assistant", "content": None, "tool_calls": [first, second]}))
+        replies.append(("a slow call", {**valid[0], "wait_seconds": _SLOW_SECONDS}))
         replies.append(
             (
                 "unknown, then a call",
@@ -303,6 +304,9 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
 
 _money_for_one = Limits(max_turns=3, max_output_tokens=1_000_000, max_cost=Decimal("1.5"), wrap_up=True)
 """The first call's worst case (the output cap, a unit at :data:`_PRICES`) fits once, not twice: it is the wrap-up."""
+
+_time_for_one = Limits(max_turns=3, max_seconds=_SLOW_SECONDS * 2.5, wrap_up=True)
+"""After a slow turn less time is left than two turns at that pace: the next call is the wrap-up."""
 
 _Setup = tuple[str, Limits, bool, str | None, Failure, Gate, Screening, Mapping[str, Any], bool]
 
@@ -331,6 +335,7 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         ("wrap_up, max_turns=1, an answer check refusing every answer", last_word, True, None, "permanent"),
         ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
         ("wrap_up, money for one worst case", _money_for_one, False, None, "permanent"),
+        ("wrap_up, time for a slow turn and a half", _time_for_one, False, None, "permanent"),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
     if first is not None:
