@@ -23,7 +23,7 @@ from agent_fsm import (
     tool_call_message,
 )
 from agent_fsm.engine._spending import WRAP_UP, WRAP_UP_NOTE
-from agent_fsm.testing import InvariantViolation, assert_run_invariants, limits
+from agent_fsm.testing import InvariantViolation, ManualClock, assert_run_invariants, limits
 
 LOOKUP = tool_call_message("w", "balance", {"account": "ACME"})
 
@@ -162,27 +162,61 @@ def test_a_call_proposed_at_a_wrap_up_for_money_ends_cost_limit(driver):
     assert_run_invariants(result, limits=agent.limits)
 
 
-def _slow(replies) -> tuple[Agent, Recording]:
+def _slow(replies, clock: ManualClock | None = None) -> tuple[Agent, Recording]:
     # A lookup takes 0.8 s of a 2 s budget: after it, 1.2 s is left, less than two turns at that pace.
-    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: time.sleep(0.8) or 1)}
+    def balance(account: str) -> int:
+        if clock is None:
+            time.sleep(0.8)
+        else:
+            clock.advance(0.8)
+        return 1
+
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, balance)}
     model = Recording(replies)
-    return Agent(model, tools, limits=Limits(max_turns=8, max_seconds=2.0, wrap_up=True)), model
+    return Agent(model, tools, limits=Limits(max_turns=8, max_seconds=2.0, wrap_up=True), clock=clock), model
+
+
+def _go(agent: Agent, driver: str, store=None, run_id: str | None = None):
+    """Run ``agent`` on the sync or the async driver, kept in ``store`` when one is given."""
+    kept = {} if store is None else {"store": store, "run_id": run_id}
+    return agent.run("Check.", **kept) if driver == "sync" else asyncio.run(agent.arun("Check.", **kept))
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
-def test_the_call_the_time_left_admits_last_is_the_wrap_up(driver):
-    """Less time left than two turns at the run's pace: call 2 offers no tools and its answer is coded wrap_up."""
-    agent, model = _slow([LOOKUP, answer_message("1 cent")])
-    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+def test_the_call_the_time_left_admits_last_is_the_wrap_up(driver, opener):
+    """Less time left than two turns at the run's pace: call 2 offers no tools, its answer coded wrap_up, kept."""
+    agent, model = _slow([LOOKUP, answer_message("1 cent")], ManualClock())
+    result = _go(agent, driver, opener(), "t1")
     assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "1 cent")
-    assert model.offered == [["balance"], []]
+    assert model.offered == [["balance"], []] and result.state.path[-2:] == ["WrappingUp", "Answered"]
+    assert opener().load("t1").state.code == WRAP_UP
     assert_run_invariants(result, limits=agent.limits)
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
-def test_a_call_proposed_at_a_wrap_up_for_time_ends_time_limit(driver):
+def test_a_call_proposed_at_a_wrap_up_for_time_ends_time_limit(driver, opener):
     """The model proposes a call at the wrap-up the clock called: the run ends time_limit, the call not run."""
-    agent, _ = _slow([LOOKUP, LOOKUP])
-    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+    agent, _ = _slow([LOOKUP, LOOKUP], ManualClock())
+    result = _go(agent, driver, opener(), "t2")
     assert (result.stop, result.code) == (Stop.TIME_LIMIT, "time_limit") and result.state.tool_attempts == 1
+    assert result.state.path[-2:] == ["WrappingUp", "TimeLimit"] and opener().load("t2").summary.stop == "time_limit"
     assert_run_invariants(result, limits=agent.limits)
+
+
+def test_the_time_trigger_reads_the_real_clock_by_default():
+    """With no clock given the time budget reads time.monotonic: a lookup sleeping 0.8 s of 2 s calls the wrap-up."""
+    agent, model = _slow([LOOKUP, answer_message("1 cent")])
+    result = agent.run("Check.")
+    assert result.code == WRAP_UP and model.offered == [["balance"], []] and 0.8 <= result.state.elapsed < 2.0
+
+
+def test_a_clock_must_be_callable_and_a_manual_clock_only_goes_forward():
+    """Agent(clock=...) refuses what cannot be called; ManualClock steps at each reading and refuses going back."""
+    with pytest.raises(TypeError, match="'clock' must be callable or None"):
+        Agent(ScriptedModel([]), {}, clock=3.0)
+    clock = ManualClock(10.0, step=0.5)
+    assert clock() == 10.5 and clock() == 11.0
+    clock.advance(2.0)
+    assert clock() == 13.5
+    with pytest.raises(ValueError, match="forward only"):
+        clock.advance(-1.0)

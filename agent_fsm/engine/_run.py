@@ -104,11 +104,13 @@ from agent_fsm.engine._spending import (
     count_rejection,
     count_result,
     fall_back,
+    last_turn_due,
     may_fall_back,
     no_progress,
     over_budget,
     wrap_up_cause,
-    wrap_up_fits,
+    wrapped_for_cost,
+    wrapped_for_time,
 )
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import (
@@ -158,6 +160,7 @@ class RunContext:
         "authorized",
         "call_ids",
         "checkpointer",
+        "clock",
         "clock_start",
         "compact",
         "compact_at",
@@ -256,7 +259,8 @@ class RunContext:
         self.perform: Perform | None = None
         debug = LOG.isEnabledFor(logging.DEBUG)
         self.entered: Callable[[str, str, str | None], None] | None = self._entered if listening or debug else None
-        # The clock is read only under a time budget.
+        # The clock (Agent(clock=...), see equip) is read only under a time budget.
+        self.clock: Callable[[], float] = time.monotonic
         self.clock_start = time.monotonic() if limits.max_seconds is not None else None
         # Set by equip(): the compaction, and the tool offer (None: the transcript is the prompt, all tools offered).
         self.compact: Any = None
@@ -292,6 +296,9 @@ class RunContext:
         self.compact, self.compact_at = agent.compact, agent.compact_at
         self.output = agent.output_spec
         self.parallel = agent.parallel_calls
+        if agent.clock is not None:
+            self.clock = agent.clock
+            self.clock_start = None if self.clock_start is None else agent.clock()
         if agent.tool_rules or agent.tools_for is not None:
             self.offer, self.usage = agent, Usage.of(self.state)
         self.table = MACHINE.without(ruled_out(agent, self.limits))
@@ -381,7 +388,7 @@ class RunContext:
         """Seconds this run has spent in drivers under its time budget, this call included."""
         if self.clock_start is None:
             return self.state.elapsed
-        return self.state.elapsed + (time.monotonic() - self.clock_start)
+        return self.state.elapsed + (self.clock() - self.clock_start)
 
     def remaining_seconds(self) -> float | None:
         """Seconds left in the time budget (``None``: no time budget)."""
@@ -391,7 +398,7 @@ class RunContext:
     def settle_clock(self) -> None:
         """Record the time spent so far in the state, as the run rests or is interrupted."""
         if self.clock_start is not None:
-            now = time.monotonic()
+            now = self.clock()
             self.state.elapsed += now - self.clock_start
             self.clock_start = now
 
@@ -449,21 +456,6 @@ def time_spent(run: RunContext) -> bool:
     """The run has spent its ``max_seconds`` time budget."""
     limit = run.limits.max_seconds
     return limit is not None and run.elapsed() >= limit
-
-
-def last_turn_due(run: RunContext) -> bool:
-    """Wrap-up is asked for, a budget admits exactly one more model call (see wrap_up_cause), and that call fits."""
-    return run.limits.wrap_up and wrap_up_cause(run) is not None and wrap_up_fits(run)
-
-
-def wrapped_for_cost(run: RunContext) -> bool:
-    """The wrap-up the money left called proposed a call all the same."""
-    return bool(run.state.pending) and run.wrapping == "cost_limit"
-
-
-def wrapped_for_time(run: RunContext) -> bool:
-    """The wrap-up the time left called proposed a call all the same."""
-    return bool(run.state.pending) and run.wrapping == "time_limit"
 
 
 def turn_budget_spent(run: RunContext) -> bool:

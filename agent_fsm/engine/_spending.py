@@ -38,6 +38,7 @@ __all__ = [
     "count_rejection",
     "count_result",
     "fall_back",
+    "last_turn_due",
     "may_fall_back",
     "no_progress",
     "no_progress_reason",
@@ -45,6 +46,8 @@ __all__ = [
     "price_of",
     "wrap_up_cause",
     "wrap_up_fits",
+    "wrapped_for_cost",
+    "wrapped_for_time",
 ]
 
 
@@ -220,6 +223,21 @@ def wrap_up_cause(run: RunContext) -> str | None:
     if left is not None and state.turns and left < 2 * run.elapsed() / state.turns:
         return "time_limit"
     return None
+
+
+def last_turn_due(run: RunContext) -> bool:
+    """Wrap-up is asked for, a budget admits exactly one more model call (see wrap_up_cause), and that call fits."""
+    return run.limits.wrap_up and wrap_up_cause(run) is not None and wrap_up_fits(run)
+
+
+def wrapped_for_cost(run: RunContext) -> bool:
+    """The wrap-up the money left called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "cost_limit"
+
+
+def wrapped_for_time(run: RunContext) -> bool:
+    """The wrap-up the time left called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "time_limit"
 
 
 def _admits_twice(run: RunContext, prompt_tokens: int) -> bool:
