@@ -6,6 +6,7 @@ import asyncio
 import time
 from decimal import Decimal
 
+import attrs
 import pytest
 from hypothesis import given
 
@@ -20,6 +21,7 @@ from agent_fsm import (
     Stop,
     ToolSpec,
     answer_message,
+    drop_middle,
     tool_call_message,
 )
 from agent_fsm.engine._spending import WRAP_UP, WRAP_UP_NOTE
@@ -220,3 +222,130 @@ def test_a_clock_must_be_callable_and_a_manual_clock_only_goes_forward():
     assert clock() == 13.5
     with pytest.raises(ValueError, match="forward only"):
         clock.advance(-1.0)
+
+
+def _dear_tools(replies, **limits) -> tuple[Agent, Recording]:
+    # Input at 1 a token, output free: the tool declarations (168 tokens) make a normal call dearer than the wrap-up.
+    tools = {"balance": ToolSpec("Read a balance in cents. " * 20, {"account": str}, lambda account: 1)}
+    model = Recording(replies)
+    price = Prices(default=Price(input=Decimal(1_000_000), output=Decimal(0)))
+    chosen = Limits(max_turns=8, max_output_tokens=1, max_cost=Decimal(200), wrap_up=True, **limits)
+    return Agent(model, tools, limits=chosen, prices=price), model
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_wrap_up_wins_when_a_normal_call_would_pass_the_money_but_it_fits(driver, opener):
+    """A normal first call (255 tokens) would pass max_cost=200, the wrap-up without declarations fits: it is made."""
+    agent, model = _dear_tools([answer_message("1 cent")])
+    result = _go(agent, driver, opener(), "c1")
+    assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "1 cent")
+    assert model.offered == [[]] and result.usage.cost <= 200
+    assert opener().load("c1").state.code == WRAP_UP
+    assert_run_invariants(result, limits=agent.limits)
+
+
+def test_without_wrap_up_the_same_run_ends_cost_limit():
+    """The same budget without the option: the normal call's worst case does not fit, no call is made."""
+    agent, model = _dear_tools([answer_message("1 cent")])
+    result = agent.replace(limits=attrs.evolve(agent.limits, wrap_up=False)).run("Check.")
+    assert result.stop is Stop.COST_LIMIT and model.offered == []
+
+
+def _ten_a_message(message) -> int:
+    """Ten tokens a message (and a tool declaration): each turn adds twenty, the note ten."""
+    return 10
+
+
+def _growing(replies, **options) -> tuple[Agent, Recording]:
+    # Prompts of 30, 50, 70 tokens: after two turns, 70 plus the average growth (20) passes 85; 70 fits.
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    model = Recording(replies)
+    chosen = Limits(max_turns=8, max_prompt_tokens=85, wrap_up=True)
+    return Agent(model, tools, limits=chosen, estimator=_ten_a_message, **options), model
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_call_the_prompt_budget_admits_last_is_the_wrap_up(driver, opener):
+    """The third prompt (70) fits 85 but the fourth would not at the growth so far: call 3 is the wrap-up, kept."""
+    agent, model = _growing([LOOKUP, LOOKUP, answer_message("1 cent")])
+    result = _go(agent, driver, opener(), "p1")
+    assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "1 cent")
+    assert model.offered == [["balance"], ["balance"], []] and result.state.prompt_token_log == [30, 50, 70]
+    assert opener().load("p1").state.code == WRAP_UP
+    assert_run_invariants(result, limits=agent.limits)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_call_proposed_at_a_wrap_up_for_tokens_ends_token_limit(driver, opener):
+    """The model proposes a call at the wrap-up the prompt's growth called: token_limit, the call not run."""
+    agent, _ = _growing([LOOKUP, LOOKUP, LOOKUP])
+    result = _go(agent, driver, opener(), "p2")
+    assert (result.stop, result.code) == (Stop.TOKEN_LIMIT, "token_limit") and result.state.tool_attempts == 2
+    assert result.state.path[-2:] == ["WrappingUp", "TokenLimit"] and opener().load("p2").summary.stop == "token_limit"
+    assert_run_invariants(result, limits=agent.limits)
+
+
+def _lean_declarations(message) -> int:
+    """Ten tokens a message, five for the note, twenty for a tool declaration: the wrap-up is the smaller call."""
+    if message.get("type") == "function":
+        return 20
+    return 5 if message.get("content") == WRAP_UP_NOTE else 10
+
+
+@pytest.mark.parametrize("wrap_up", [True, False])
+def test_the_wrap_up_wins_when_only_the_tool_declarations_pass_the_prompt_budget(wrap_up):
+    """A first prompt of 40 (20 of it declarations) passes 29; the wrap-up's (20 and a note of 5) fits: it is made."""
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    model = Recording([answer_message("nothing looked up")])
+    limits = Limits(max_prompt_tokens=29, wrap_up=wrap_up)
+    result = Agent(model, tools, limits=limits, estimator=_lean_declarations).run("Check.")
+    if wrap_up:
+        assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP) and model.offered == [[]]
+        assert result.state.prompt_token_log == [25]
+    else:
+        assert result.stop is Stop.TOKEN_LIMIT and model.offered == []
+
+
+class InOrder(Recording):
+    """A recording model that plays its replies in the order it is called, whatever the prompt it is sent."""
+
+    def chat(self, messages, tools=()):
+        self.offered.append([t["function"]["name"] for t in tools])
+        return self.turns[min(len(self.offered), len(self.turns)) - 1]
+
+
+def test_the_prompt_trigger_is_off_under_compaction():
+    """An agent that compacts keeps its prompt within budget itself: its prompt's growth calls no wrap-up."""
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    model = InOrder([LOOKUP, LOOKUP, LOOKUP, answer_message("1 cent")])
+    limits = Limits(max_turns=8, max_prompt_tokens=85, wrap_up=True)
+    agent = Agent(model, tools, limits=limits, estimator=_ten_a_message, compact=drop_middle(keep=1))
+    result = agent.run("Check.")
+    assert result.code == "answered" and "WrappingUp" not in result.state.path
+    assert model.offered[2] == ["balance"] and result.state.compactions
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_compaction_due_on_the_last_turn_is_skipped_when_the_wrap_up_fits_without_it(driver, opener):
+    """Turn 3 of 3 passes compact_at=60 but its wrap-up fits max_prompt_tokens: no compaction, the last word at once."""
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    model = InOrder([LOOKUP, LOOKUP, answer_message("1 cent")])
+    limits = Limits(max_turns=3, max_prompt_tokens=85, wrap_up=True)
+    agent = Agent(model, tools, limits=limits, estimator=_ten_a_message, compact=drop_middle(keep=1), compact_at=60)
+    result = _go(agent, driver, opener(), "d1")
+    assert (result.code, model.offered[-1]) == (WRAP_UP, []) and not result.state.compactions
+    assert result.state.path[-3:] == ["Ready", "WrappingUp", "Answered"] and result.state.prompt_token_log[-1] == 70
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_last_turn_compacts_first_when_the_wrap_up_fits_only_compacted(driver, opener):
+    """Turn 4 of 4: the wrap-up (90) passes 85, so the prompt is compacted first and the last word sent compacted."""
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    model = InOrder([LOOKUP, LOOKUP, LOOKUP, answer_message("1 cent")])
+    limits = Limits(max_turns=4, max_prompt_tokens=85, wrap_up=True)
+    agent = Agent(model, tools, limits=limits, estimator=_ten_a_message, compact=drop_middle(keep=1))
+    result = _go(agent, driver, opener(), "d2")
+    assert (result.code, model.offered[-1]) == (WRAP_UP, []) and len(result.state.compactions) == 1
+    assert result.state.path[-3:] == ["Compacting", "WrappingUp", "Answered"]
+    assert result.state.prompt_token_log[-1] <= 85 and opener().load("d2").state.code == WRAP_UP
+    assert_run_invariants(result, limits=agent.limits)

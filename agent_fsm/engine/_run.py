@@ -109,8 +109,10 @@ from agent_fsm.engine._spending import (
     no_progress,
     over_budget,
     wrap_up_cause,
+    wrap_up_instead,
     wrapped_for_cost,
     wrapped_for_time,
+    wrapped_for_tokens,
 )
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import (
@@ -464,18 +466,22 @@ def turn_budget_spent(run: RunContext) -> bool:
 
 
 def prompt_over_budget(run: RunContext) -> bool:
-    """The next prompt is estimated above ``max_prompt_tokens``."""
-    return run.next_prompt_tokens() > run.limits.max_prompt_tokens
+    """The next prompt is estimated above ``max_prompt_tokens`` (the wrap-up's, when it is due: it fits)."""
+    return run.next_prompt_tokens() > run.limits.max_prompt_tokens and not wrap_up_instead(run)
 
 
 def compaction_due(run: RunContext) -> bool:
-    """The agent compacts and the next prompt passes ``compact_at`` (or ``max_prompt_tokens``)."""
-    return run.compact is not None and run.next_prompt_tokens() > threshold(run.limits, run.compact_at)
+    """The agent compacts and the next prompt passes ``compact_at`` (or ``max_prompt_tokens``); not for a wrap-up."""
+    return (
+        run.compact is not None
+        and run.next_prompt_tokens() > threshold(run.limits, run.compact_at)
+        and not wrap_up_instead(run)
+    )
 
 
 def cost_over_budget(run: RunContext) -> bool:
-    """The next model call's worst case (the prompt estimate in, ``max_output_tokens`` out) would pass ``max_cost``."""
-    return run.limits.max_cost is not None and over_budget(run, run.model)
+    """The next call's worst case (prompt estimate in, ``max_output_tokens`` out) passes ``max_cost``; a wrap-up: no."""
+    return run.limits.max_cost is not None and over_budget(run, run.model) and not wrap_up_instead(run)
 
 
 def can_fall_back(run: RunContext) -> bool:
@@ -1108,6 +1114,7 @@ MACHINE = compile_machine(
             last_turn_due,
             wrapped_for_cost,
             wrapped_for_time,
+            wrapped_for_tokens,
             ask_last_word,
             compact_prompt,
             take_proposal,

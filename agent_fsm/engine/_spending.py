@@ -47,7 +47,9 @@ __all__ = [
     "wrap_up_cause",
     "wrap_up_fits",
     "wrapped_for_cost",
+    "wrap_up_instead",
     "wrapped_for_time",
+    "wrapped_for_tokens",
 ]
 
 
@@ -212,7 +214,9 @@ def wrap_up_cause(run: RunContext) -> str | None:
 
     Turns: one is left. Money: what is left covers the wrap-up call's worst case once but not twice. Time: less
     is left than two turns at the run's pace so far (seconds spent per model call made), so the turn after the
-    next would likely not be admitted.
+    next would likely not be admitted. Prompt tokens (unless the agent compacts, which keeps the prompt within
+    its budget itself): the next prompt does not fit ``max_prompt_tokens``, or it does but, grown by the average
+    growth per turn so far, the one after it would not.
     """
     state, limits = run.state, run.limits
     if state.turns + 1 == limits.max_turns:
@@ -222,7 +226,15 @@ def wrap_up_cause(run: RunContext) -> str | None:
     left = run.remaining_seconds()
     if left is not None and state.turns and left < 2 * run.elapsed() / state.turns:
         return "time_limit"
+    if run.compact is None and _prompt_outgrows(run):
+        return "token_limit"
     return None
+
+
+def _prompt_outgrows(run: RunContext) -> bool:
+    """The next prompt passes ``max_prompt_tokens``, or the one after it will at the average growth per turn."""
+    log, most, upcoming = run.state.prompt_token_log, run.limits.max_prompt_tokens, run.next_prompt_tokens()
+    return upcoming > most or (bool(log) and upcoming + (upcoming - log[0]) / len(log) > most)
 
 
 def last_turn_due(run: RunContext) -> bool:
@@ -238,6 +250,19 @@ def wrapped_for_cost(run: RunContext) -> bool:
 def wrapped_for_time(run: RunContext) -> bool:
     """The wrap-up the time left called proposed a call all the same."""
     return bool(run.state.pending) and run.wrapping == "time_limit"
+
+
+def wrapped_for_tokens(run: RunContext) -> bool:
+    """The wrap-up the prompt's growth called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "token_limit"
+
+
+def wrap_up_instead(run: RunContext) -> bool:
+    """
+    The next call is the wrap-up (see :func:`last_turn_due`): the guards pricing the next call price it, not a
+    normal call with its tool declarations, so a normal call the budgets refuse still leaves room for the last word.
+    """
+    return run.limits.wrap_up and last_turn_due(run)
 
 
 def _admits_twice(run: RunContext, prompt_tokens: int) -> bool:

@@ -332,8 +332,13 @@ _time_for_one = Limits(max_turns=3, max_seconds=_SLOW_SECONDS * 2.5, wrap_up=Tru
 _Setup = tuple[str, Limits, bool, str | None, Failure, Gate, Screening, Mapping[str, Any], bool]
 
 
-def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
-    """Each gate under the plain limits, then under one changed budget or fault at a time."""
+def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]], first_prompt: int) -> Iterator[_Setup]:
+    """
+    Each gate under the plain limits, then under one changed budget or fault at a time.
+
+    ``first_prompt`` is the size of this world's first prompt: a prompt budget one token under it refuses a
+    normal first call and admits the wrap-up, which sends no tool declarations (where they outweigh its note).
+    """
     base = Limits(max_turns=3)
     repeating = attrs.evolve(base, repeated_results=2)
     last_word = attrs.evolve(base, max_turns=1, wrap_up=True)  # the first call is the wrap-up
@@ -356,6 +361,13 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         ("wrap_up, max_turns=1, an answer check refusing every answer", last_word, True, None, "permanent"),
         ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
         ("wrap_up, money for one worst case", _money_for_one, False, None, "permanent"),
+        (
+            "wrap_up, max_prompt_tokens just under the first prompt",
+            attrs.evolve(last_word, max_turns=3, max_prompt_tokens=max(first_prompt - 1, 0)),
+            False,
+            None,
+            "permanent",
+        ),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
     if first is not None:
@@ -370,6 +382,8 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         ("compacting from the first turn", base, _compacting()),
         ("compacting, its summarizer down", base, _compacting(down=True)),
         ("compacting, max_prompt_tokens=1", attrs.evolve(base, max_prompt_tokens=1), _compacting()),
+        # The summary of the two turns a script makes spends the third: the fourth and last is the wrap-up.
+        ("wrap_up, max_turns=4, compacting from the first turn", attrs.evolve(last_word, max_turns=4), _compacting()),
         ("compacting, max_seconds=1e-9", attrs.evolve(base, max_seconds=1e-9), _compacting()),
         (
             "compacting, max_cost=0",
@@ -430,7 +444,10 @@ def routes(
     seen = coverage if coverage is not None else Coverage.of_tools(probe.tools)
     alphabet = _alphabet(probe.tools, fixed)
     found: dict[str, Route] = {}
-    setups = list(_setups(probe.tools, gates))
+    first = _play(
+        Route((answer_message("Done."),), Limits(max_turns=1), _table("allow")), world_of(tools_factory()), task
+    )
+    setups = list(_setups(probe.tools, gates, first.state.prompt_token_log[0] if first.state.turns else 0))
     for length in range(1, max_replies + 1):
         for words in itertools.product(alphabet, repeat=length):
             replies = tuple(reply for _, reply in words)
