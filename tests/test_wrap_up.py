@@ -20,11 +20,13 @@ from agent_fsm import (
     ScriptedModel,
     Stop,
     ToolSpec,
+    Verdict,
     answer_message,
     drop_middle,
     tool_call_message,
 )
 from agent_fsm.engine._spending import WRAP_UP, WRAP_UP_NOTE
+from agent_fsm.store import approve
 from agent_fsm.testing import InvariantViolation, ManualClock, assert_run_invariants, limits
 
 LOOKUP = tool_call_message("w", "balance", {"account": "ACME"})
@@ -348,4 +350,78 @@ def test_the_last_turn_compacts_first_when_the_wrap_up_fits_only_compacted(drive
     assert (result.code, model.offered[-1]) == (WRAP_UP, []) and len(result.state.compactions) == 1
     assert result.state.path[-3:] == ["Compacting", "WrappingUp", "Answered"]
     assert result.state.prompt_token_log[-1] <= 85 and opener().load("d2").state.code == WRAP_UP
+    assert_run_invariants(result, limits=agent.limits)
+
+
+CENTS = {"type": "object", "properties": {"cents": {"type": "integer"}}, "required": ["cents"]}
+PAY = tool_call_message("p", "pay", {"cents": 1})
+
+
+def _typed(replies) -> Agent:
+    """An agent whose answer is typed (CENTS) and whose payment a person approves; its second call is the wrap-up."""
+    tools = {"pay": ToolSpec("Pay cents.", {"cents": int}, lambda cents: "paid", effectful=True)}
+    limits = Limits(max_turns=2, wrap_up=True)
+    return Agent(
+        Recording(replies), tools, gate=lambda call: Verdict("ask", "a person pays"), limits=limits, output=CENTS
+    )
+
+
+def _paused_then_approved(agent: Agent, driver: str, opener, run_id: str):
+    """Start the run in a store (it pauses on the payment), then approve it from a fresh store object."""
+    paused = agent.run("Pay.", store=opener(), run_id=run_id)
+    assert paused.stop is Stop.AWAITING_APPROVAL
+    if driver == "sync":
+        return approve(opener(), run_id, agent, reviewer="ana")
+    store = opener()
+    decided = store.decide(run_id, store.load(run_id).summary.pause_id, "approve", reviewer="ana")
+    return asyncio.run(agent.aresume(decided.state, approve=True, store=store, run_id=run_id))
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_typed_wrap_up_answer_is_the_runs_output_after_a_stored_pause(driver, opener):
+    """Approved from the store, the run wraps up: its JSON answer validates, is the output, kept coded wrap_up."""
+    agent = _typed([PAY, answer_message('{"cents": 1}')])
+    result = _paused_then_approved(agent, driver, opener, "o1")
+    assert (result.stop, result.code, result.output) == (Stop.ANSWERED, WRAP_UP, {"cents": 1})
+    assert agent.model.offered[-1] == [] and result.state.path[-2:] == ["WrappingUp", "Answered"]
+    kept = opener().load("o1").state
+    assert (kept.code, kept.output) == (WRAP_UP, {"cents": 1})
+    assert_run_invariants(result, limits=agent.limits)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_wrap_up_answer_that_is_not_the_typed_output_ends_output_invalid(driver, opener):
+    """The last word is not valid output: no turn is left to send it back, it ends answer_rejected, output_invalid."""
+    agent = _typed([PAY, answer_message("one cent")])
+    result = _paused_then_approved(agent, driver, opener, "o2")
+    assert (result.stop, result.code, result.output) == (Stop.ANSWER_REJECTED, "output_invalid", None)
+    assert result.state.path[-2:] == ["WrappingUp", "AnswerRejected"] and result.state.output_rejections == 0
+    assert opener().load("o2").state.code == "output_invalid"
+    assert_run_invariants(result, limits=agent.limits)
+
+
+class StallsAtTheWrapUp(Recording):
+    """A model that looks a balance up, then never answers the wrap-up (the call offered no tools) until cancelled."""
+
+    async def achat(self, messages, tools=()):
+        self.offered.append([t["function"]["name"] for t in tools])
+        if not tools:
+            await asyncio.sleep(60)
+        return LOOKUP
+
+
+def test_a_wrap_up_cancelled_in_flight_goes_on_from_the_store_with_one_note(opener):
+    """Cancelled while the model writes its last word, the stored run goes on to a wrap-up that sends the note once."""
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    agent = Agent(StallsAtTheWrapUp([]), tools, limits=Limits(max_turns=2, wrap_up=True))
+    with pytest.raises(TimeoutError):
+        asyncio.run(asyncio.wait_for(agent.arun("Check.", store=opener(), run_id="x1"), timeout=0.5))
+    kept = opener().load("x1").state
+    assert kept.machine_state == "Ready" and kept.turns == 1
+    store = opener()
+    stored = store.claim_stale(0)[0].state
+    result = agent.replace(model=InOrder([answer_message("1 cent")])).advance(stored, store=store, run_id="x1")
+    assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "1 cent")
+    notes = [m for m in result.state.messages if m == {"role": "user", "content": WRAP_UP_NOTE}]
+    assert len(notes) == 1 and result.state.turns == 2
     assert_run_invariants(result, limits=agent.limits)

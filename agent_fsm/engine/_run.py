@@ -777,7 +777,9 @@ def ask_last_word(run: RunContext) -> Steps[None]:
     """The wrap-up call: the model, told the budget is spent, is offered no tools; a plain answer is judged."""
     state = run.state
     run.wrapping = wrap_up_cause(run)
-    run.append({"role": "user", "content": WRAP_UP_NOTE})
+    note = {"role": "user", "content": WRAP_UP_NOTE}
+    if state.messages[-1] != note:  # else the wrap-up was cancelled in flight and is asked again: one note
+        run.append(note)
     run.offer, run.declarations, run.declaration_tokens = None, [], 0
     yield from _ask_model(run)
     if state.fault is None and not state.pending:

@@ -185,7 +185,7 @@ WRAP_UP = "wrap_up"
 
 WRAP_UP_NOTE = (
     "The budget of this run is spent: this is your last reply and no tools are available. "
-    "Answer now, in plain text, from what you have gathered."
+    "Give your final answer now, from what you have gathered."
 )
 """The message the wrap-up call tells the model the budget is spent with."""
 
