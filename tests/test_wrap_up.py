@@ -9,6 +9,7 @@ from decimal import Decimal
 import attrs
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from agent_fsm import (
     Agent,
@@ -118,7 +119,7 @@ def test_drawn_limits_with_wrap_up_keep_the_invariants(drawn: Limits):
     result = Agent(model, tools, limits=drawn).run("Check.")
     assert_run_invariants(result, limits=drawn)
     if result.code == WRAP_UP:  # else the note did not fit the budgets and the last turn was a normal one
-        assert result.state.path[-2:] == ["WrappingUp", "Answered"] and result.state.turns == drawn.max_turns
+        assert result.state.path[-2:] == ["WrappingUp", "Answered"]
 
 
 def test_no_wrap_up_when_the_note_would_pass_the_prompt_budget():
@@ -425,3 +426,61 @@ def test_a_wrap_up_cancelled_in_flight_goes_on_from_the_store_with_one_note(open
     notes = [m for m in result.state.messages if m == {"role": "user", "content": WRAP_UP_NOTE}]
     assert len(notes) == 1 and result.state.turns == 2
     assert_run_invariants(result, limits=agent.limits)
+
+
+class AnswersOnlyAtTheWrapUp(Recording):
+    """Looks the balance up whenever tools are offered; answers only when offered none (the wrap-up)."""
+
+    def chat(self, messages, tools=()):
+        self.offered.append([t["function"]["name"] for t in tools])
+        return LOOKUP if tools else answer_message("1 cent")
+
+
+@given(most=st.integers(0, 700), turns=st.integers(1, 40))
+def test_the_prompt_trigger_makes_the_last_call_that_fits_the_wrap_up(most: int, turns: int):
+    """
+    Prompts growing 20 a turn (30, 50, ...): the wrap-up is the last prompt that fits (the next would pass the
+    budget) or the last turn; only a budget the second prompt passes ends token_limit (no growth is known before).
+    """
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    limits = Limits(max_turns=turns, max_prompt_tokens=most, wrap_up=True)
+    result = Agent(AnswersOnlyAtTheWrapUp([]), tools, limits=limits, estimator=_ten_a_message).run("Check.")
+    assert_run_invariants(result, limits=limits)
+    log = result.state.prompt_token_log
+    if most < 30:  # not even the first wrap-up fits
+        assert result.stop is Stop.TOKEN_LIMIT and log == []
+    elif most < 50 and turns > 1:  # the first call is a normal one; the second prompt, wrap-up or not, passes
+        assert result.stop is Stop.TOKEN_LIMIT and log == [30]
+    else:
+        assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP) and log[-1] <= most
+        assert result.state.turns == turns or log[-1] + 20 > most  # never earlier than needed
+
+
+@given(
+    budget=st.integers(1, 200),
+    pace=st.integers(1, 10),
+    driver=st.sampled_from(["sync", "async"]),
+    drawn=limits(max_turns=(1000, 1000), max_prompt_tokens=(100_000, 100_000), max_tool_calls=None, wrap_up=True),
+)
+def test_the_time_trigger_makes_the_last_call_the_time_admits_the_wrap_up(budget, pace, driver, drawn):
+    """
+    Every lookup takes ``pace`` seconds of a ``budget`` on a ManualClock: a run whose first turn fits answers
+    coded wrap_up, never ending time_limit; the wrap-up comes once less than two turns' time is left, not before.
+    """
+    clock = ManualClock(step=0.0)
+
+    def balance(account: str) -> int:
+        clock.advance(pace)
+        return 1
+
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, balance)}
+    chosen = attrs.evolve(drawn, max_seconds=float(budget), repeated_results=None)
+    agent = Agent(AnswersOnlyAtTheWrapUp([]), tools, limits=chosen, clock=clock)
+    result = _go(agent, driver)
+    assert_run_invariants(result, limits=chosen)
+    made = result.state.turns - 1  # normal turns, each spending pace
+    if budget <= pace:
+        assert result.stop is Stop.TIME_LIMIT and result.state.turns == 1
+    else:
+        assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP)
+        assert budget - made * pace < 2 * pace and (made == 1 or budget - (made - 1) * pace >= 2 * pace)
