@@ -51,6 +51,12 @@ def _agent(replies, **limits) -> tuple[Agent, Recording]:
     return Agent(model, tools, limits=Limits(max_turns=3, wrap_up=True, **limits)), model
 
 
+def _go(agent: Agent, driver: str, store=None, run_id: str | None = None):
+    """Run ``agent`` on the sync or the async driver, kept in ``store`` when one is given."""
+    kept = {} if store is None else {"store": store, "run_id": run_id}
+    return agent.run("Check.", **kept) if driver == "sync" else asyncio.run(agent.arun("Check.", **kept))
+
+
 def test_the_last_turn_offers_no_tools_and_its_answer_is_coded_wrap_up():
     """Turn 3 of 3 is the wrap-up: no tools offered, the note sent, the answer ends answered with code wrap_up."""
     agent, model = _agent([LOOKUP, LOOKUP, answer_message("12000 cents")])
@@ -92,10 +98,11 @@ def test_the_async_driver_wraps_up_the_same_way():
     assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP) and model.offered[-1] == []
 
 
-def test_the_option_is_saved_and_the_wrap_up_works_with_a_store(opener):
-    """A run kept in a store wraps up; the limits it ran under, wrap_up included, read back."""
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_option_is_saved_and_the_wrap_up_works_with_a_store(driver, opener):
+    """A run kept in a store wraps up (the turns' trigger); the limits it ran under, wrap_up included, read back."""
     agent, _ = _agent([LOOKUP, LOOKUP, answer_message("12000 cents")])
-    result = agent.run("Check the balance.", store=opener(), run_id="w1")
+    result = _go(agent, driver, opener(), "w1")
     kept = opener().load("w1").state
     assert kept.code == WRAP_UP and kept.limits is not None and kept.limits.wrap_up is True
     assert RunState.from_json(result.state.to_json()).limits == result.state.limits
@@ -149,20 +156,22 @@ def _costly(replies) -> tuple[Agent, Metered]:
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
-def test_the_call_the_money_left_admits_last_is_the_wrap_up(driver):
-    """After 10 spent of 28, one worst case (10) fits and two do not: call 3 offers no tools, coded wrap_up."""
+def test_the_call_the_money_left_admits_last_is_the_wrap_up(driver, opener):
+    """After 10 spent of 28, one worst case (10) fits and two do not: call 3 offers no tools, coded wrap_up, kept."""
     agent, model = _costly([LOOKUP, LOOKUP, answer_message("12000 cents")])
-    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+    result = _go(agent, driver, opener(), "m1")
+    assert opener().load("m1").state.code == WRAP_UP
     assert (result.stop, result.code, result.answer) == (Stop.ANSWERED, WRAP_UP, "12000 cents")
     assert model.offered == [["balance"], ["balance"], []] and result.usage.cost == 15
     assert_run_invariants(result, limits=agent.limits)
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
-def test_a_call_proposed_at_a_wrap_up_for_money_ends_cost_limit(driver):
+def test_a_call_proposed_at_a_wrap_up_for_money_ends_cost_limit(driver, opener):
     """The model proposes a call at the wrap-up the money called: the run ends cost_limit, the call not run."""
     agent, _ = _costly([LOOKUP, LOOKUP, LOOKUP])
-    result = agent.run("Check.") if driver == "sync" else asyncio.run(agent.arun("Check."))
+    result = _go(agent, driver, opener(), "m2")
+    assert opener().load("m2").summary.stop == "cost_limit"
     assert (result.stop, result.code) == (Stop.COST_LIMIT, "cost_limit") and result.state.tool_attempts == 2
     assert_run_invariants(result, limits=agent.limits)
 
@@ -179,12 +188,6 @@ def _slow(replies, clock: ManualClock | None = None) -> tuple[Agent, Recording]:
     tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, balance)}
     model = Recording(replies)
     return Agent(model, tools, limits=Limits(max_turns=8, max_seconds=2.0, wrap_up=True), clock=clock), model
-
-
-def _go(agent: Agent, driver: str, store=None, run_id: str | None = None):
-    """Run ``agent`` on the sync or the async driver, kept in ``store`` when one is given."""
-    kept = {} if store is None else {"store": store, "run_id": run_id}
-    return agent.run("Check.", **kept) if driver == "sync" else asyncio.run(agent.arun("Check.", **kept))
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
