@@ -487,3 +487,21 @@ def test_the_time_trigger_makes_the_last_call_the_time_admits_the_wrap_up(budget
     else:
         assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP)
         assert budget - made * pace < 2 * pace and (made == 1 or budget - (made - 1) * pace >= 2 * pace)
+
+
+@pytest.mark.parametrize(
+    "make, stop",
+    [
+        (lambda: _agent([LOOKUP, LOOKUP, LOOKUP])[0], Stop.STEP_LIMIT),
+        (lambda: _costly([LOOKUP, LOOKUP, LOOKUP])[0], Stop.COST_LIMIT),
+        (lambda: _slow([LOOKUP, LOOKUP], ManualClock())[0], Stop.TIME_LIMIT),
+        (lambda: _growing([LOOKUP, LOOKUP, LOOKUP])[0], Stop.TOKEN_LIMIT),
+    ],
+)
+def test_the_reason_of_a_stop_at_the_wrap_up_says_a_call_was_proposed_there(make, stop):
+    """A budget's stop reached from WrappingUp says the last word was a call, not that the budget was spent."""
+    result = make().run("Check.")
+    assert result.stop is stop and result.state.path[-2] == "WrappingUp"
+    assert result.reason is not None and result.reason.startswith(
+        "the wrap-up call proposed a call instead of answering"
+    )
