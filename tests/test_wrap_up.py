@@ -505,3 +505,25 @@ def test_the_reason_of_a_stop_at_the_wrap_up_says_a_call_was_proposed_there(make
     assert result.reason is not None and result.reason.startswith(
         "the wrap-up call proposed a call instead of answering"
     )
+
+
+def test_a_nested_run_reads_its_parents_clock():
+    """An agent run as a tool of an agent on a ManualClock spends that clock: a 150 s lookup ends it time_limit."""
+    clock = ManualClock(step=0.0)
+
+    def slow(account: str) -> int:
+        clock.advance(150.0)
+        return 1
+
+    inner_tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, slow)}
+    inner = Agent(InOrder([LOOKUP, answer_message("1 cent")]), inner_tools, name="inner")
+    ask = tool_call_message("n", "inner", {"task": "Check ACME."})
+    outer = Agent(
+        InOrder([ask, answer_message("done")]),
+        {"inner": inner.as_tool("Check a balance.")},
+        limits=Limits(max_seconds=100.0),
+        clock=clock,
+    )
+    result = outer.run("Check.")
+    child = next(iter(result.state.children.values()))
+    assert child.machine_state == "TimeLimit" and result.state.observations[0].kind == "error"
