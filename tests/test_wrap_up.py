@@ -527,3 +527,14 @@ def test_a_nested_run_reads_its_parents_clock():
     result = outer.run("Check.")
     child = next(iter(result.state.children.values()))
     assert child.machine_state == "TimeLimit" and result.state.observations[0].kind == "error"
+
+
+def test_the_kits_invariant_refuses_a_wrap_up_code_on_an_answer_given_in_the_runs_course():
+    """A run coded wrap_up whose answer did not come from WrappingUp breaks stop_justified, even on its last turn."""
+    agent, _ = _agent([LOOKUP, answer_message("12000 cents")])
+    result = agent.run("Check the balance.")
+    assert result.code == "answered"
+    result.state.code = WRAP_UP  # what a driver that coded every last answer wrap_up would report
+    with pytest.raises(InvariantViolation) as caught:
+        assert_run_invariants(attrs.evolve(result, code=WRAP_UP), limits=Limits(max_turns=2, wrap_up=True))
+    assert caught.value.invariant == "stop_justified"
