@@ -209,19 +209,14 @@ class Route:
         return _play(self, world_of(tools_factory()), task)
 
 
-def _failing(
-    tools: Registry, name: str | None, failure: str = "permanent", clock: ManualClock | None = None
-) -> Registry:
+def _failing(tools: Registry, name: str | None, failure: str, clock: ManualClock) -> Registry:
     if name is None:
         return tools
     if failure == "slow":
         spec = tools[name]
 
         def slow(**arguments: Any) -> Any:
-            if clock is not None:
-                clock.advance(_SLOW_SECONDS)
-            else:
-                time.sleep(_SLOW_SECONDS)
+            clock.advance(_SLOW_SECONDS)
             return spec.handler(**arguments)
 
         return {**tools, name: attrs.evolve(spec, handler=slow)}
