@@ -109,7 +109,6 @@ from agent_fsm.engine._spending import (
     no_progress,
     over_budget,
     wrap_up_cause,
-    wrap_up_instead,
     wrapped_for_cost,
     wrapped_for_time,
     wrapped_for_tokens,
@@ -467,7 +466,7 @@ def turn_budget_spent(run: RunContext) -> bool:
 
 def prompt_over_budget(run: RunContext) -> bool:
     """The next prompt is estimated above ``max_prompt_tokens`` (the wrap-up's, when it is due: it fits)."""
-    return run.next_prompt_tokens() > run.limits.max_prompt_tokens and not wrap_up_instead(run)
+    return run.next_prompt_tokens() > run.limits.max_prompt_tokens and not last_turn_due(run)
 
 
 def compaction_due(run: RunContext) -> bool:
@@ -475,13 +474,13 @@ def compaction_due(run: RunContext) -> bool:
     return (
         run.compact is not None
         and run.next_prompt_tokens() > threshold(run.limits, run.compact_at)
-        and not wrap_up_instead(run)
+        and not last_turn_due(run)
     )
 
 
 def cost_over_budget(run: RunContext) -> bool:
     """The next call's worst case (prompt estimate in, ``max_output_tokens`` out) passes ``max_cost``; a wrap-up: no."""
-    return run.limits.max_cost is not None and over_budget(run, run.model) and not wrap_up_instead(run)
+    return run.limits.max_cost is not None and over_budget(run, run.model) and not last_turn_due(run)
 
 
 def can_fall_back(run: RunContext) -> bool:

@@ -47,7 +47,6 @@ __all__ = [
     "wrap_up_cause",
     "wrap_up_fits",
     "wrapped_for_cost",
-    "wrap_up_instead",
     "wrapped_for_time",
     "wrapped_for_tokens",
 ]
@@ -204,6 +203,8 @@ def wrap_up_fits(run: RunContext) -> bool:
 def _wrap_up_prompt(run: RunContext) -> int:
     """The wrap-up call's prompt estimate: the transcript and the note, without tool declarations."""
     note = {"role": "user", "content": WRAP_UP_NOTE}
+    if run.state.messages and run.state.messages[-1] == note:  # sent once already (a wrap-up cancelled in flight)
+        return run.state.message_tokens + run.state.usage_offset
     size = estimate_tokens(note) if run.estimator is estimate_tokens else measure(run.estimator, note)
     return run.state.message_tokens + run.state.usage_offset + size
 
@@ -238,7 +239,13 @@ def _prompt_outgrows(run: RunContext) -> bool:
 
 
 def last_turn_due(run: RunContext) -> bool:
-    """Wrap-up is asked for, a budget admits exactly one more model call (see wrap_up_cause), and that call fits."""
+    """
+    Wrap-up is asked for, a budget admits exactly one more model call (see wrap_up_cause), and that call fits.
+
+    The guards that price the next call (``prompt_over_budget``, ``cost_over_budget``, ``compaction_due``) then
+    price the wrap-up, not a normal call with its tool declarations: a normal call the budgets refuse may still
+    leave room for the last word.
+    """
     return run.limits.wrap_up and wrap_up_cause(run) is not None and wrap_up_fits(run)
 
 
@@ -255,14 +262,6 @@ def wrapped_for_time(run: RunContext) -> bool:
 def wrapped_for_tokens(run: RunContext) -> bool:
     """The wrap-up the prompt's growth called proposed a call all the same."""
     return bool(run.state.pending) and run.wrapping == "token_limit"
-
-
-def wrap_up_instead(run: RunContext) -> bool:
-    """
-    The next call is the wrap-up (see :func:`last_turn_due`): the guards pricing the next call price it, not a
-    normal call with its tool declarations, so a normal call the budgets refuse still leaves room for the last word.
-    """
-    return run.limits.wrap_up and last_turn_due(run)
 
 
 def _admits_twice(run: RunContext, prompt_tokens: int) -> bool:
