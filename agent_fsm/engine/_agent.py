@@ -145,7 +145,8 @@ class Agent:
     observations, budgets and rules as if they ran in order (see docs/machine.md);
     ``clock`` is what ``Limits(max_seconds=...)`` reads (seconds that only go
     forward; ``None``: :func:`time.monotonic`), so a test can drive a time
-    budget without sleeping (see :class:`agent_fsm.testing.ManualClock`).
+    budget without sleeping (see :class:`agent_fsm.testing.ManualClock`); the
+    async driver still cuts a model call in flight after the time left, in real seconds.
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
