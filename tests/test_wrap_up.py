@@ -28,7 +28,14 @@ from agent_fsm import (
 )
 from agent_fsm.engine._spending import WRAP_UP, WRAP_UP_NOTE
 from agent_fsm.store import approve
-from agent_fsm.testing import InvariantViolation, ManualClock, assert_run_invariants, limits
+from agent_fsm.testing import (
+    InvariantViolation,
+    ManualClock,
+    assert_run_invariants,
+    limits,
+    prices,
+    scripted_models,
+)
 
 LOOKUP = tool_call_message("w", "balance", {"account": "ACME"})
 
@@ -538,3 +545,39 @@ def test_the_kits_invariant_refuses_a_wrap_up_code_on_an_answer_given_in_the_run
     with pytest.raises(InvariantViolation) as caught:
         assert_run_invariants(attrs.evolve(result, code=WRAP_UP), limits=Limits(max_turns=2, wrap_up=True))
     assert caught.value.invariant == "stop_justified"
+
+
+def _ticking_tools(clock: ManualClock) -> dict[str, ToolSpec]:
+    def balance(account: str) -> int:
+        clock.advance(1.0)
+        return 1
+
+    return {"balance": ToolSpec("Read a balance in cents.", {"account": str}, balance)}
+
+
+@given(data=st.data(), driver=st.sampled_from(["sync", "async"]))
+def test_every_budget_with_wrap_up_keeps_the_invariants_under_random_scripts(data, driver):
+    """
+    Random scripts under drawn turns, prompt, money and time budgets (a lookup takes a second on a ManualClock),
+    wrap-up on: every run keeps the kit's invariants, and a run that went through WrappingUp ended there.
+    """
+    clock = ManualClock()
+    tools = _ticking_tools(clock)
+    drawn = data.draw(
+        limits(
+            max_turns=(1, 6),
+            max_prompt_tokens=(0, 1500),
+            max_cost=(Decimal(0), Decimal("0.02")),
+            max_seconds=(0.5, 6.0),
+            wrap_up=True,
+        )
+    )
+    model = data.draw(scripted_models(tools, max_size=6))
+    agent = Agent(model, tools, limits=drawn, prices=data.draw(prices()), clock=clock)
+    result = _go(agent, driver)
+    assert_run_invariants(result, limits=drawn)
+    path = result.state.path
+    if "WrappingUp" in path:
+        messages = result.state.messages
+        last = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")  # the wrap-up's reply
+        assert path.index("WrappingUp") == len(path) - 2 and messages[last - 1]["content"] == WRAP_UP_NOTE
