@@ -163,6 +163,9 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     ],
     # bench/temporal_scale.py: three turns, two effect-free calls, nothing written anywhere.
     "bench": [_look("c1"), _look("c2", "A-18"), answer_message("Both orders were paid 4999 cents.")],
+    # Limits(wrap_up=True): the turns' last call is the wrap-up; the prompt's growth calls one, answered by a call.
+    "wrap-up": [_look("c1"), _look("c2"), answer_message("A-17 was paid 4999 cents.")],
+    "wrap-up-tokens": [_look(f"c{i}") for i in range(1, 10)],
 }
 
 LIMITS = {
@@ -170,6 +173,8 @@ LIMITS = {
     "token-limit": Limits(max_prompt_tokens=600),
     "tool-limit": Limits(max_tool_calls=2),
     "long": Limits(max_turns=20),
+    "wrap-up": Limits(max_turns=3, wrap_up=True),
+    "wrap-up-tokens": Limits(max_prompt_tokens=600, wrap_up=True),
 }
 
 

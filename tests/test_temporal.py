@@ -88,6 +88,8 @@ ENDINGS = [
     ("handoff", Stop.HANDOFF),
     ("provider-error", Stop.PROVIDER_ERROR),
     ("answer-rejected", Stop.ANSWER_REJECTED),
+    ("wrap-up", Stop.ANSWERED),
+    ("wrap-up-tokens", Stop.TOKEN_LIMIT),
 ]
 
 

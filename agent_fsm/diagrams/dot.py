@@ -131,9 +131,9 @@ def fit(graph: Any, size: tuple[float, float] | None) -> None:
 def _detours(machine: MachineSpec) -> set[Edge]:
     """
     Edges that rejoin the main line from a detour: ``S --> D`` where ``S`` is a working state entered only
-    from ``P``, ``P --> D`` comes earlier in the table, and ``S`` leads nowhere else but to endings (Ready to
-    Compacting and back on to Proposing). Drawn without a say in the ranks, so the detour sits beside the
-    line instead of pushing everything after it a rank over.
+    from ``P``, ``P --> D`` comes earlier in the table, and ``S`` leads nowhere but to endings and to states
+    ``P`` leads to (Ready to Compacting and back on to Proposing, or to WrappingUp). Drawn without a say in
+    the ranks, so the detour sits beside the line instead of pushing everything after it a rank over.
     """
     kinds = {s.name: s.kind for s in machine.states}
     found: set[Edge] = set()
@@ -143,7 +143,8 @@ def _detours(machine: MachineSpec) -> set[Edge]:
         sources = {e.source for e in machine.edges if e.dest == edge.source}
         onward = {e.dest for e in machine.edges if e.source == edge.source and kinds[e.dest] != "absorbing"}
         earlier = {e.source for e in machine.edges[:index] if e.dest == edge.dest}
-        if len(sources) == 1 and sources <= earlier and onward == {edge.dest}:
+        rejoined = {e.dest for e in machine.edges if e.source in sources}
+        if len(sources) == 1 and sources <= earlier and edge.dest in onward and onward <= rejoined:
             found.add(edge)
     return found
 

@@ -142,7 +142,11 @@ class Agent:
     so a run reports its cost and ``Limits(max_cost=...)`` can bound it;
     ``parallel_calls=True`` runs the effect-free calls of one reply
     concurrently (``ToolSpec(parallel=True)`` opts in one tool), with the
-    observations, budgets and rules as if they ran in order (see docs/machine.md).
+    observations, budgets and rules as if they ran in order (see docs/machine.md);
+    ``clock`` is what ``Limits(max_seconds=...)`` reads (seconds that only go
+    forward; ``None``: :func:`time.monotonic`), so a test can drive a time
+    budget without sleeping (see :class:`agent_fsm.testing.ManualClock`); the
+    async driver still cuts a model call in flight after the time left, in real seconds.
 
     A variant is :meth:`replace` (``attrs.evolve``)::
 
@@ -172,6 +176,7 @@ class Agent:
     output: Any = attrs.field(default=None, kw_only=True)
     prices: Prices | None = attrs.field(default=None, kw_only=True)
     parallel_calls: bool = attrs.field(default=False, kw_only=True)
+    clock: Callable[[], float] | None = attrs.field(default=None, kw_only=True)
     # The digest, and the registry's version it was computed at (see Agent.digest).
     _digest: tuple[Any, str] | None = attrs.field(init=False, default=None, repr=False, alias="_digest")
 
@@ -217,6 +222,8 @@ class Agent:
             raise _refused("prices", "a Prices or None", self.prices)
         if type(self.parallel_calls) is not bool:
             raise _refused("parallel_calls", "True or False", self.parallel_calls)
+        if self.clock is not None and not callable(self.clock):
+            raise _refused("clock", "callable or None", self.clock)
 
     @property
     def ending_tools(self) -> frozenset[str]:

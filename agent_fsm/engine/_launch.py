@@ -43,7 +43,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -128,6 +128,8 @@ Launch = tuple[RunContext, Steps[RunResult]]
 def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop is Stop.ANSWERED:
         return None
+    if stop in _WRAPPED and state.path[-2:-1] == ["WrappingUp"]:
+        return f"the wrap-up call proposed a call instead of answering (not run); {_WRAPPED[stop](state, limits)}"
     if stop in (Stop.ANSWER_REJECTED, Stop.AWAITING_APPROVAL):
         return state.judgement.reason if state.judgement is not None else None
     if stop is Stop.PROVIDER_ERROR:
@@ -157,6 +159,17 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
+
+
+_WRAPPED: dict[Stop, Callable[[RunState, Limits], str]] = {
+    Stop.STEP_LIMIT: lambda state, limits: f"{state.turns} of {limits.max_turns} model calls made",
+    Stop.COST_LIMIT: lambda state, limits: (
+        f"{format(state.usage.cost, 'f')} of the {limits.max_cost} cost budget spent"
+    ),
+    Stop.TIME_LIMIT: lambda state, limits: f"{state.elapsed:.3f} s of the {limits.max_seconds} s time budget spent",
+    Stop.TOKEN_LIMIT: lambda state, limits: f"the prompt would outgrow {limits.max_prompt_tokens} tokens",
+}
+"""What a budget that called the wrap-up stands at, when the wrap-up's reply proposed a call (see _reason)."""
 
 
 def _handed_reason(state: RunState) -> str:

@@ -126,7 +126,9 @@ class Limits:
     its answer ends the run ``answered`` with the code ``wrap_up``, and a
     call it still proposes ends the run ``step_limit`` as without it. Under
     ``max_cost`` the call is a wrap-up as soon as the money left covers its
-    worst case once but not twice (a call proposed there ends ``cost_limit``).
+    worst case once but not twice (a call proposed there ends ``cost_limit``),
+    and under ``max_seconds`` once less time is left than two turns at the
+    run's pace so far (a call proposed there ends ``time_limit``).
     """
 
     max_turns: int = attrs.field(default=8, validator=_non_negative)

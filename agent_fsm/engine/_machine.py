@@ -389,10 +389,26 @@ RUN_MACHINE = MachineSpec(
         Edge("Compacting", "compacted", "TokenLimit", guard="prompt_over_budget", meaning="compaction cannot fit"),
         Edge("Compacting", "compacted", "TimeLimit", guard="time_spent", meaning="time budget spent"),
         Edge("Compacting", "compacted", "CostLimit", guard="cost_over_budget", meaning="worst case passes max_cost"),
+        Edge(
+            "Compacting",
+            "compacted",
+            "WrappingUp",
+            guard="last_turn_due",
+            consumes="turns",
+            meaning="the compacted prompt leaves one more model call: the last word",
+        ),
         Edge("Compacting", "compacted", "Proposing", consumes="turns", meaning="the compacted prompt fits"),
         Edge("WrappingUp", "judge", "ProviderError", guard="provider_failed", meaning="model call failed"),
         Edge(
             "WrappingUp", "judge", "CostLimit", guard="wrapped_for_cost", meaning="a call proposed at the money's end"
+        ),
+        Edge("WrappingUp", "judge", "TimeLimit", guard="wrapped_for_time", meaning="a call proposed at the time's end"),
+        Edge(
+            "WrappingUp",
+            "judge",
+            "TokenLimit",
+            guard="wrapped_for_tokens",
+            meaning="a call proposed at the prompt's end",
         ),
         Edge("WrappingUp", "judge", "StepLimit", guard="calls_pending", meaning="a call proposed all the same"),
         Edge("WrappingUp", "judge", "AnswerRejected", guard="answer_refused", meaning="answer check refused"),

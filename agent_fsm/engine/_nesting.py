@@ -226,19 +226,24 @@ def held_limits(agent: Agent, parent: Limits) -> Limits:
 
 
 def _bounded(agent: Agent, run: RunContext) -> Agent:
-    """``agent`` under limits bounded by the run's; priced as the run is when it has no prices of its own."""
+    """
+    ``agent`` under limits bounded by the run's; priced as the run is when it has no prices of its own, and
+    timed by the run's clock when it has none (the time left it is given was read on that clock).
+    """
     own = agent.limits if agent.limits is not None else DEFAULT_LIMITS
     limits = bounded_limits(own, run.limits, run.state, run.remaining_seconds())
     parent = run.agent
     prices = agent.prices
     if prices is None and run.limits.max_cost is not None and parent is not None:
         prices = parent.prices  # a money budget bounds only what is priced
-    if limits is agent.limits and prices is agent.prices:
+    clock = agent.clock if agent.clock is not None or parent is None else parent.clock
+    if limits is agent.limits and prices is agent.prices and clock is agent.clock:
         return agent
     bounded = object.__new__(type(agent))
     bounded.__dict__.update(agent.__dict__)  # checked when it was built; the limits are checked Limits
     bounded.__dict__["limits"] = limits
     bounded.__dict__["prices"] = prices
+    bounded.__dict__["clock"] = clock
     return bounded
 
 

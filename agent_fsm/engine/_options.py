@@ -94,7 +94,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "wrap-up",
         "Limits(wrap_up=True)",
-        ("last_turn_due", "wrapped_for_cost"),
+        ("last_turn_due", "wrapped_for_cost", "wrapped_for_time", "wrapped_for_tokens"),
         lambda _, li: li.wrap_up,
     ),
     RunOption(

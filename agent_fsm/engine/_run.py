@@ -104,11 +104,14 @@ from agent_fsm.engine._spending import (
     count_rejection,
     count_result,
     fall_back,
+    last_turn_due,
     may_fall_back,
     no_progress,
     over_budget,
     wrap_up_cause,
-    wrap_up_fits,
+    wrapped_for_cost,
+    wrapped_for_time,
+    wrapped_for_tokens,
 )
 from agent_fsm.engine._state import Judgement, ProviderFault, RunState
 from agent_fsm.engine._steps import (
@@ -158,6 +161,7 @@ class RunContext:
         "authorized",
         "call_ids",
         "checkpointer",
+        "clock",
         "clock_start",
         "compact",
         "compact_at",
@@ -256,7 +260,8 @@ class RunContext:
         self.perform: Perform | None = None
         debug = LOG.isEnabledFor(logging.DEBUG)
         self.entered: Callable[[str, str, str | None], None] | None = self._entered if listening or debug else None
-        # The clock is read only under a time budget.
+        # The clock (Agent(clock=...), see equip) is read only under a time budget.
+        self.clock: Callable[[], float] = time.monotonic
         self.clock_start = time.monotonic() if limits.max_seconds is not None else None
         # Set by equip(): the compaction, and the tool offer (None: the transcript is the prompt, all tools offered).
         self.compact: Any = None
@@ -292,6 +297,9 @@ class RunContext:
         self.compact, self.compact_at = agent.compact, agent.compact_at
         self.output = agent.output_spec
         self.parallel = agent.parallel_calls
+        if agent.clock is not None:
+            self.clock = agent.clock
+            self.clock_start = None if self.clock_start is None else agent.clock()
         if agent.tool_rules or agent.tools_for is not None:
             self.offer, self.usage = agent, Usage.of(self.state)
         self.table = MACHINE.without(ruled_out(agent, self.limits))
@@ -381,7 +389,7 @@ class RunContext:
         """Seconds this run has spent in drivers under its time budget, this call included."""
         if self.clock_start is None:
             return self.state.elapsed
-        return self.state.elapsed + (time.monotonic() - self.clock_start)
+        return self.state.elapsed + (self.clock() - self.clock_start)
 
     def remaining_seconds(self) -> float | None:
         """Seconds left in the time budget (``None``: no time budget)."""
@@ -391,7 +399,7 @@ class RunContext:
     def settle_clock(self) -> None:
         """Record the time spent so far in the state, as the run rests or is interrupted."""
         if self.clock_start is not None:
-            now = time.monotonic()
+            now = self.clock()
             self.state.elapsed += now - self.clock_start
             self.clock_start = now
 
@@ -451,34 +459,28 @@ def time_spent(run: RunContext) -> bool:
     return limit is not None and run.elapsed() >= limit
 
 
-def last_turn_due(run: RunContext) -> bool:
-    """Wrap-up is asked for, a budget admits exactly one more model call (see wrap_up_cause), and that call fits."""
-    return run.limits.wrap_up and wrap_up_cause(run) is not None and wrap_up_fits(run)
-
-
-def wrapped_for_cost(run: RunContext) -> bool:
-    """The wrap-up the money left called proposed a call all the same."""
-    return bool(run.state.pending) and run.wrapping == "cost_limit"
-
-
 def turn_budget_spent(run: RunContext) -> bool:
     """``max_turns`` model calls were made."""
     return run.state.turns >= run.limits.max_turns
 
 
 def prompt_over_budget(run: RunContext) -> bool:
-    """The next prompt is estimated above ``max_prompt_tokens``."""
-    return run.next_prompt_tokens() > run.limits.max_prompt_tokens
+    """The next prompt is estimated above ``max_prompt_tokens`` (the wrap-up's, when it is due: it fits)."""
+    return run.next_prompt_tokens() > run.limits.max_prompt_tokens and not last_turn_due(run)
 
 
 def compaction_due(run: RunContext) -> bool:
-    """The agent compacts and the next prompt passes ``compact_at`` (or ``max_prompt_tokens``)."""
-    return run.compact is not None and run.next_prompt_tokens() > threshold(run.limits, run.compact_at)
+    """The agent compacts and the next prompt passes ``compact_at`` (or ``max_prompt_tokens``); not for a wrap-up."""
+    return (
+        run.compact is not None
+        and run.next_prompt_tokens() > threshold(run.limits, run.compact_at)
+        and not last_turn_due(run)
+    )
 
 
 def cost_over_budget(run: RunContext) -> bool:
-    """The next model call's worst case (the prompt estimate in, ``max_output_tokens`` out) would pass ``max_cost``."""
-    return run.limits.max_cost is not None and over_budget(run, run.model)
+    """The next call's worst case (prompt estimate in, ``max_output_tokens`` out) passes ``max_cost``; a wrap-up: no."""
+    return run.limits.max_cost is not None and over_budget(run, run.model) and not last_turn_due(run)
 
 
 def can_fall_back(run: RunContext) -> bool:
@@ -774,7 +776,9 @@ def ask_last_word(run: RunContext) -> Steps[None]:
     """The wrap-up call: the model, told the budget is spent, is offered no tools; a plain answer is judged."""
     state = run.state
     run.wrapping = wrap_up_cause(run)
-    run.append({"role": "user", "content": WRAP_UP_NOTE})
+    note = {"role": "user", "content": WRAP_UP_NOTE}
+    if state.messages[-1] != note:  # else the wrap-up was cancelled in flight and is asked again: one note
+        run.append(note)
     run.offer, run.declarations, run.declaration_tokens = None, [], 0
     yield from _ask_model(run)
     if state.fault is None and not state.pending:
@@ -1110,6 +1114,8 @@ MACHINE = compile_machine(
             name_repeat,
             last_turn_due,
             wrapped_for_cost,
+            wrapped_for_time,
+            wrapped_for_tokens,
             ask_last_word,
             compact_prompt,
             take_proposal,

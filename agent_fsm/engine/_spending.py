@@ -38,6 +38,7 @@ __all__ = [
     "count_rejection",
     "count_result",
     "fall_back",
+    "last_turn_due",
     "may_fall_back",
     "no_progress",
     "no_progress_reason",
@@ -45,6 +46,9 @@ __all__ = [
     "price_of",
     "wrap_up_cause",
     "wrap_up_fits",
+    "wrapped_for_cost",
+    "wrapped_for_time",
+    "wrapped_for_tokens",
 ]
 
 
@@ -180,7 +184,7 @@ WRAP_UP = "wrap_up"
 
 WRAP_UP_NOTE = (
     "The budget of this run is spent: this is your last reply and no tools are available. "
-    "Answer now, in plain text, from what you have gathered."
+    "Give your final answer now, from what you have gathered."
 )
 """The message the wrap-up call tells the model the budget is spent with."""
 
@@ -199,6 +203,8 @@ def wrap_up_fits(run: RunContext) -> bool:
 def _wrap_up_prompt(run: RunContext) -> int:
     """The wrap-up call's prompt estimate: the transcript and the note, without tool declarations."""
     note = {"role": "user", "content": WRAP_UP_NOTE}
+    if run.state.messages and run.state.messages[-1] == note:  # sent once already (a wrap-up cancelled in flight)
+        return run.state.message_tokens + run.state.usage_offset
     size = estimate_tokens(note) if run.estimator is estimate_tokens else measure(run.estimator, note)
     return run.state.message_tokens + run.state.usage_offset + size
 
@@ -207,14 +213,55 @@ def wrap_up_cause(run: RunContext) -> str | None:
     """
     The budget that admits exactly one more model call, as the code of the stop it would end with (``None``: none).
 
-    Turns: one is left. Money: what is left covers the wrap-up call's worst case once but not twice.
+    Turns: one is left. Money: what is left covers the wrap-up call's worst case once but not twice. Time: less
+    is left than two turns at the run's pace so far (seconds spent per model call made), so the turn after the
+    next would likely not be admitted. Prompt tokens (unless the agent compacts, which keeps the prompt within
+    its budget itself): the next prompt does not fit ``max_prompt_tokens``, or it does but, grown by the average
+    growth per turn so far, the one after it would not.
     """
     state, limits = run.state, run.limits
     if state.turns + 1 == limits.max_turns:
         return "step_limit"
     if limits.max_cost is not None and not _admits_twice(run, _wrap_up_prompt(run)):
         return "cost_limit"
+    left = run.remaining_seconds()
+    if left is not None and state.turns and left < 2 * run.elapsed() / state.turns:
+        return "time_limit"
+    if run.compact is None and _prompt_outgrows(run):
+        return "token_limit"
     return None
+
+
+def _prompt_outgrows(run: RunContext) -> bool:
+    """The next prompt passes ``max_prompt_tokens``, or the one after it will at the average growth per turn."""
+    log, most, upcoming = run.state.prompt_token_log, run.limits.max_prompt_tokens, run.next_prompt_tokens()
+    return upcoming > most or (bool(log) and upcoming + (upcoming - log[0]) / len(log) > most)
+
+
+def last_turn_due(run: RunContext) -> bool:
+    """
+    Wrap-up is asked for, a budget admits exactly one more model call (see wrap_up_cause), and that call fits.
+
+    The guards that price the next call (``prompt_over_budget``, ``cost_over_budget``, ``compaction_due``) then
+    price the wrap-up, not a normal call with its tool declarations: a normal call the budgets refuse may still
+    leave room for the last word.
+    """
+    return run.limits.wrap_up and wrap_up_cause(run) is not None and wrap_up_fits(run)
+
+
+def wrapped_for_cost(run: RunContext) -> bool:
+    """The wrap-up the money left called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "cost_limit"
+
+
+def wrapped_for_time(run: RunContext) -> bool:
+    """The wrap-up the time left called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "time_limit"
+
+
+def wrapped_for_tokens(run: RunContext) -> bool:
+    """The wrap-up the prompt's growth called proposed a call all the same."""
+    return bool(run.state.pending) and run.wrapping == "token_limit"
 
 
 def _admits_twice(run: RunContext, prompt_tokens: int) -> bool:

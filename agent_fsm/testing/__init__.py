@@ -9,6 +9,7 @@ agent_fsm.testing: property-test your own gates, models and run loops against th
   :func:`check_policy_ends`, :func:`check_driver`;
 * :class:`RunHarness`, a ``RuleBasedStateMachine`` that chooses each reply
   and each human decision, checking the invariants after every step;
+* :class:`ManualClock`, a clock for ``Agent(clock=...)``: time budgets tested without sleeping;
 * :func:`drive_machine` and :func:`check_machine_terminates`: a watchdog and
   a ranking-function check along the paths a machine really takes;
 * :class:`Coverage`, which every check returns (``report=True`` prints it):
@@ -58,6 +59,7 @@ from agent_fsm.testing._drive import (
     DEFAULT_TASK,
     Driver,
     GateContext,
+    ManualClock,
     Outcome,
     World,
     describe_run,
@@ -184,6 +186,7 @@ __all__ = [
     "Driver",
     "Outcome",
     "GateContext",
+    "ManualClock",
     "World",
     "check_driver",
     "check_gate_contains",

@@ -37,6 +37,7 @@ __all__ = [
     "GateFactory",
     "Outcome",
     "GateContext",
+    "ManualClock",
     "World",
     "describe_run",
     "drive",
@@ -48,6 +49,35 @@ DEFAULT_TASK = "Help the customer with their request."
 
 Driver = Callable[..., RunResult]
 """Anything called like :func:`agent_fsm.run`: ``driver(task, model, tools, *, gate=, limits=)``."""
+
+
+class ManualClock:
+    """
+    A clock for ``Agent(clock=...)`` that moves only when told to, and by ``step`` seconds at each reading.
+
+    A time budget tested on it ends the same way on any machine, loaded or
+    not, and without sleeping: a slow model or tool calls :meth:`advance`
+    instead of :func:`time.sleep`. ``step`` (default a microsecond) stands for
+    the little time every step of a run takes, so a tiny budget still ends.
+    """
+
+    def __init__(self, start: float = 0.0, step: float = 1e-6) -> None:
+        if not step >= 0:
+            raise ValueError(f"step must be a number of seconds >= 0 (got {step!r})")
+        self.now, self.step = float(start), float(step)
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self.now!r}, step={self.step!r})"
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass (a slow call's duration)."""
+        if not seconds >= 0:
+            raise ValueError(f"a clock goes forward only (got {seconds!r} seconds)")
+        self.now += seconds
 
 
 @attrs.define

@@ -195,9 +195,11 @@ def _check_budgets(result: RunResult, limits: Limits) -> None:
         _fail(
             "stop_justified", f"stopped tool_limit after {state.tool_attempts} attempts (max {limits.max_tool_calls})"
         )
-    other_budget = limits.max_cost is not None  # the money left may call a wrap-up early
     if result.code == "wrap_up" and (
-        stop is not Stop.ANSWERED or not limits.wrap_up or (state.turns != limits.max_turns and not other_budget)
+        stop is not Stop.ANSWERED
+        or not limits.wrap_up
+        or state.path[-2:] != ["WrappingUp", "Answered"]
+        or (state.turns != limits.max_turns and not _early_wrap_up_explained(state, limits))
     ):
         _fail("stop_justified", f"coded wrap_up but stopped {stop} after {state.turns} of {limits.max_turns} calls")
     most = limits.repeated_results
@@ -214,6 +216,22 @@ def _check_budgets(result: RunResult, limits: Limits) -> None:
             f"stopped no_progress but no proposal was rejected {limits.repeated_denials} times"
             f" and no two alternated over {limits.oscillation} rejections",
         )
+
+
+def _early_wrap_up_explained(state: RunState, limits: Limits) -> bool:
+    """
+    Whether a budget other than the turns may have called the wrap-up: money, time, or the prompt's size.
+
+    The prompt's (see ``wrap_up_cause``) needs the normal prompt the wrap-up
+    replaced to pass half of ``max_prompt_tokens`` (that prompt, grown by at
+    most its own size, would not fit). That prompt was at most the wrap-up's
+    and the tool declarations, which an earlier prompt carried too; a
+    wrap-up as the first call has no earlier prompt to bound it by.
+    """
+    if limits.max_cost is not None or limits.max_seconds is not None:
+        return True
+    *earlier, last = state.prompt_token_log
+    return not earlier or 2 * (last + max(earlier)) > limits.max_prompt_tokens
 
 
 def _check_correlation(state: RunState) -> None:

@@ -54,7 +54,7 @@ from agent_fsm import (
 from agent_fsm.engine import DEFAULT_LAST_WORD, Agent, Gate, Nested, PersonAnswers, Registry, ToolCall, ToolSpec
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
-from agent_fsm.testing._drive import DEFAULT_TASK, GateContext, GateFactory, World, decide_pause, world_of
+from agent_fsm.testing._drive import DEFAULT_TASK, GateContext, GateFactory, ManualClock, World, decide_pause, world_of
 from agent_fsm.testing._enumeration import contract_cases, plain_arguments
 from agent_fsm.testing._invariants import InvariantViolation
 
@@ -64,7 +64,7 @@ PROVIDER_DOWN: Mapping[str, Any] = {"provider_down": "the model could not be rea
 """A reply in a :class:`Route` standing for a model call that fails (the model raises ``ProviderFailure``)."""
 
 _SLOW_SECONDS = 0.02
-"""How long a slow reply takes, and (a little less) the time budget that it spends."""
+"""How long a slow reply takes on the route's :class:`ManualClock` (no real time passes), and the budgets it spends."""
 
 
 def paths_to(machine: MachineSpec, state: str) -> tuple[Edge, ...]:
@@ -114,11 +114,15 @@ def _compacting(down: bool = False) -> dict[str, Any]:
 
 
 class RouteModel:
-    """Plays a route's replies in order: :data:`PROVIDER_DOWN` raises, a reply with ``wait_seconds`` is slow."""
+    """
+    Plays a route's replies in order: :data:`PROVIDER_DOWN` raises, a reply with ``wait_seconds`` is slow
+    (it moves ``clock`` on by that much; with no clock, it sleeps).
+    """
 
-    def __init__(self, replies: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, replies: Sequence[Mapping[str, Any]], clock: ManualClock | None = None) -> None:
         self.replies = [dict(r) for r in replies]
         self.used = 0
+        self.clock = clock
 
     def __repr__(self) -> str:
         return f"RouteModel({self.replies!r})"
@@ -129,7 +133,10 @@ class RouteModel:
         if reply == dict(PROVIDER_DOWN):
             raise ProviderFailure(str(PROVIDER_DOWN["provider_down"]))
         if "wait_seconds" in reply:
-            time.sleep(float(reply["wait_seconds"]))
+            if self.clock is not None:
+                self.clock.advance(float(reply["wait_seconds"]))
+            else:
+                time.sleep(float(reply["wait_seconds"]))
             return {k: v for k, v in reply.items() if k != "wait_seconds"}
         return reply
 
@@ -140,10 +147,11 @@ def _refuse_answers(answer: str, state: Any) -> str:
 
 Screening = Literal["none", "pass", "refuse", "stop"]
 """The kit's screens in a route: none, both passing everything, an input screen refusing, a result screen stopping."""
-Failure = Literal["permanent", "unknown", "handoff", "again"]
+Failure = Literal["permanent", "unknown", "handoff", "again", "slow"]
 """
 How the kit's failing tool fails: for good, with its outcome unknown, by handing the run over to another agent,
-or the same recoverable way every time (a repeated result).
+the same recoverable way every time (a repeated result), or not at all but slowly (its call takes a slow
+reply's time on the route's clock).
 """
 
 
@@ -191,9 +199,9 @@ class Route:
     options: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     backup: bool = False  # the replies' model is the primary of a FallbackModel whose backup answers
 
-    def model(self) -> RouteModel | FallbackModel:
-        """A fresh model playing the replies (with a backup that answers, when the route has one)."""
-        played = RouteModel(self.replies)
+    def model(self, clock: ManualClock | None = None) -> RouteModel | FallbackModel:
+        """A fresh model playing the replies (with a backup that answers, when the route has one) on ``clock``."""
+        played = RouteModel(self.replies, clock)
         return FallbackModel(played, ScriptedModel([], last_word=DEFAULT_LAST_WORD)) if self.backup else played
 
     def run(self, tools_factory: Callable[[], Any], task: str = DEFAULT_TASK) -> RunResult:
@@ -201,9 +209,17 @@ class Route:
         return _play(self, world_of(tools_factory()), task)
 
 
-def _failing(tools: Registry, name: str | None, failure: str = "permanent") -> Registry:
+def _failing(tools: Registry, name: str | None, failure: str, clock: ManualClock) -> Registry:
     if name is None:
         return tools
+    if failure == "slow":
+        spec = tools[name]
+
+        def slow(**arguments: Any) -> Any:
+            clock.advance(_SLOW_SECONDS)
+            return spec.handler(**arguments)
+
+        return {**tools, name: attrs.evolve(spec, handler=slow)}
     if failure == "handoff":  # the tool hands the conversation over to an agent that answers
         spec = tools[name]
         handler = Nested(_HOLDER, hands_over=True)
@@ -220,13 +236,14 @@ def _failing(tools: Registry, name: str | None, failure: str = "permanent") -> R
 
 
 def _play(route: Route, world: World, task: str, coverage: Coverage | None = None) -> RunResult:
-    tools = _failing(world.tools, route.failing_tool, route.failure)
-    model = route.model()
+    clock = ManualClock()  # the time budgets are read from it: a slow reply or tool takes no real time
+    tools = _failing(world.tools, route.failing_tool, route.failure, clock)
+    model = route.model(clock)
     check = _refuse_answers if route.refuse_answers else None
     gate = route.gate if coverage is None else coverage.counting(route.gate)
     # A world's own agent keeps its answer check, endings, prompt and estimator; the route sets the rest.
     base = world.agent if world.agent is not None else Agent(model, tools, gate=gate)
-    changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits}
+    changes: dict[str, Any] = {"model": model, "tools": tools, "gate": gate, "limits": route.limits, "clock": clock}
     changes.update(_SCREENS[route.screening])
     changes.update(route.options)
     if base.prices is None:  # every model's tokens cost something: a money budget can bind
@@ -304,11 +321,19 @@ def _alphabet(tools: Registry, gate: Gate | None) -> list[tuple[str, Mapping[str
 _money_for_one = Limits(max_turns=3, max_output_tokens=1_000_000, max_cost=Decimal("1.5"), wrap_up=True)
 """The first call's worst case (the output cap, a unit at :data:`_PRICES`) fits once, not twice: it is the wrap-up."""
 
+_time_for_one = Limits(max_turns=3, max_seconds=_SLOW_SECONDS * 2.5, wrap_up=True)
+"""After a slow tool's turn less time is left than two turns at that pace: the next call is the wrap-up."""
+
 _Setup = tuple[str, Limits, bool, str | None, Failure, Gate, Screening, Mapping[str, Any], bool]
 
 
-def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Setup]:
-    """Each gate under the plain limits, then under one changed budget or fault at a time."""
+def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]], first_prompt: int) -> Iterator[_Setup]:
+    """
+    Each gate under the plain limits, then under one changed budget or fault at a time.
+
+    ``first_prompt`` is the size of this world's first prompt: a prompt budget one token under it refuses a
+    normal first call and admits the wrap-up, which sends no tool declarations (where they outweigh its note).
+    """
     base = Limits(max_turns=3)
     repeating = attrs.evolve(base, repeated_results=2)
     last_word = attrs.evolve(base, max_turns=1, wrap_up=True)  # the first call is the wrap-up
@@ -331,6 +356,13 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
         ("wrap_up, max_turns=1, an answer check refusing every answer", last_word, True, None, "permanent"),
         ("max_cost=0", attrs.evolve(base, max_output_tokens=1, max_cost=Decimal(0)), False, None, "permanent"),
         ("wrap_up, money for one worst case", _money_for_one, False, None, "permanent"),
+        (
+            "wrap_up, max_prompt_tokens just under the first prompt",
+            attrs.evolve(last_word, max_turns=3, max_prompt_tokens=max(first_prompt - 1, 0)),
+            False,
+            None,
+            "permanent",
+        ),
     ]
     first = min(tools, key=lambda n: (not tools[n].effectful, n)) if tools else None
     if first is not None:
@@ -339,11 +371,14 @@ def _setups(tools: Registry, gates: Sequence[tuple[str, Gate]]) -> Iterator[_Set
             changes.append((f"{first} with its outcome unknown", base, False, first, "unknown"))
         changes.append((f"{first} handing the conversation over to another agent", base, False, first, "handoff"))
         changes.append((f"{first} failing the same way, repeated_results=2", repeating, False, first, "again"))
+        changes.append((f"wrap_up, {first} slow, time for its turn and a half", _time_for_one, False, first, "slow"))
     # Agent options opening the doors of the context and the tools of each turn.
     agent_changes: list[tuple[str, Limits, Mapping[str, Any]]] = [
         ("compacting from the first turn", base, _compacting()),
         ("compacting, its summarizer down", base, _compacting(down=True)),
         ("compacting, max_prompt_tokens=1", attrs.evolve(base, max_prompt_tokens=1), _compacting()),
+        # The summary of the two turns a script makes spends the third: the fourth and last is the wrap-up.
+        ("wrap_up, max_turns=4, compacting from the first turn", attrs.evolve(last_word, max_turns=4), _compacting()),
         ("compacting, max_seconds=1e-9", attrs.evolve(base, max_seconds=1e-9), _compacting()),
         (
             "compacting, max_cost=0",
@@ -404,7 +439,10 @@ def routes(
     seen = coverage if coverage is not None else Coverage.of_tools(probe.tools)
     alphabet = _alphabet(probe.tools, fixed)
     found: dict[str, Route] = {}
-    setups = list(_setups(probe.tools, gates))
+    first = _play(
+        Route((answer_message("Done."),), Limits(max_turns=1), _table("allow")), world_of(tools_factory()), task
+    )
+    setups = list(_setups(probe.tools, gates, first.state.prompt_token_log[0] if first.state.turns else 0))
     for length in range(1, max_replies + 1):
         for words in itertools.product(alphabet, repeat=length):
             replies = tuple(reply for _, reply in words)

@@ -337,6 +337,7 @@ def limits(
     max_output_tokens: tuple[int, int] = (1, 500),
     repeated_results: tuple[int, int] | None = (2, 4),
     wrap_up: bool | None = None,
+    max_seconds: tuple[float, float] | None = None,
 ) -> st.SearchStrategy[Limits]:
     """
     :class:`agent_fsm.Limits` with each budget drawn from an inclusive range (``max_tool_calls`` and
@@ -344,7 +345,10 @@ def limits(
     given.
 
     With ``max_cost`` (a range of amounts) the limits carry a money budget and
-    the output cap it needs, drawn from ``max_output_tokens``.
+    the output cap it needs, drawn from ``max_output_tokens``. With
+    ``max_seconds`` (a range of seconds) they carry a time budget: run them on
+    a :class:`~agent_fsm.testing.ManualClock` (``Agent(clock=...)``) so that
+    the time a run spends is the property's to choose, not the machine's load.
     """
     tool_budget = st.none() if max_tool_calls is None else st.none() | st.integers(*max_tool_calls)
     money = st.none() if max_cost is None else st.decimals(*max_cost, places=6)
@@ -358,6 +362,7 @@ def limits(
         max_output_tokens=st.none() if max_cost is None else st.integers(*max_output_tokens),
         repeated_results=st.none() if repeated_results is None else st.none() | st.integers(*repeated_results),
         wrap_up=st.booleans() if wrap_up is None else st.just(wrap_up),
+        max_seconds=st.none() if max_seconds is None else st.floats(*max_seconds, exclude_min=max_seconds[0] <= 0),
     )
 
 
