@@ -152,6 +152,8 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
         return _handed_reason(state)
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
+    if stop is Stop.CANCELLED:  # who cancelled and why, as the call it waited on was answered
+        return last.removeprefix("not run: ") if isinstance(last, str) else json.dumps(last)
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
 
 
@@ -471,6 +473,47 @@ def deciding(
     work.limits = chosen
     context = _context(agent, work, chosen, store, run_id, listening)
     return context, _decided(context, state, head, seen, agent.endings, rest)
+
+
+def cancelling(
+    agent: Agent,
+    state: RunState,
+    by: str,
+    reason: str,
+    seen: Seen | None,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+) -> Launch:
+    """A person's cancel of a paused ``state`` (see :meth:`agent_fsm.Agent.cancel`): the run ends ``cancelled``."""
+    if not isinstance(by, str) or not by.strip():
+        raise TypeError(f"'by' names who cancels the run (a non-empty str, got {by!r})")
+    if not isinstance(reason, str):
+        raise TypeError(f"'reason' must be a str (got {reason!r} that is a {type(reason).__name__}).")
+    _still_paused(state)
+    _check(state, agent.tools)
+    chosen = _trusted_limits(state, agent.limits)
+    work = copy.deepcopy(state)
+    work.pause, work.pause_id, work.limits = None, None, chosen
+    context = _context(agent, work, chosen, store, run_id, listening)
+    return context, _cancelled(context, state, by, reason, seen, agent.endings)
+
+
+def _cancelled(
+    context: RunContext, state: RunState, by: str, reason: str, seen: Seen | None, endings: EndingRule | None
+) -> Steps[RunResult]:
+    _still_paused(state)
+    pause = state.pause
+    assert pause is not None, "state_problem checks that a paused state holds its pause"
+    if seen is not None and seen(pause.pause_id):
+        raise NotPaused(f"pause {pause.pause_id!r} was decided already; a pause is decided once", state=state)
+    state.consumed = True
+    work = context.state
+    if nested_pause(work):  # the run it paused stays as it was, never to go on: what it spent is charged
+        charge_nested(work, work.children[work.pending[0].call_id])
+    work.judgement = Judgement("denied", f"cancelled by {by}: {reason or 'no reason given'}")
+    yield from MACHINE.steps(context, "cancel")
+    return _rest(context, endings)
 
 
 Decision = tuple[bool, str, Mapping[str, Any] | None, Any]

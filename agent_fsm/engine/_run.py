@@ -1042,9 +1042,12 @@ def close_pending(run: RunContext) -> None:
     """
     state = run.state
     stop = RUN_MACHINE.ending_of(state.machine_state)
+    why = f"the run stopped ({stop})"
+    if stop == "cancelled" and state.judgement is not None:  # who cancelled, and why (the cancel's judgement)
+        why = state.judgement.reason
     while state.pending:
         call = state.pending[0]
-        _observe(run, Observation(call.call_id, False, "denied", f"not run: the run stopped ({stop})"))
+        _observe(run, Observation(call.call_id, False, "denied", f"not run: {why}"))
 
 
 def record_answer(run: RunContext) -> None:

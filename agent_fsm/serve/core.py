@@ -124,7 +124,7 @@ def asks(agent: Agent, state: RunState) -> dict[str, Any]:
     """
     call, person = answered_by(agent.tools, state)
     found: dict[str, Any] = {
-        "decisions": ["answer", "reject"] if person is not None else ["approve", "edit", "reject"],
+        "decisions": ["answer", "reject", "cancel"] if person is not None else ["approve", "edit", "reject", "cancel"],
         "call": {"call_id": call.call_id, "name": call.name, "arguments": call.arguments},
     }
     if person is not None:

@@ -66,6 +66,7 @@ _NOTICES = {
     "reject": "You rejected the call; the model was told your reason.",
     "answer": "You answered the call; your answer is its result.",
     "reply": "You decided every call of the reply.",
+    "cancel": "You cancelled the run; the call was not run.",
 }
 
 
