@@ -452,6 +452,7 @@ def deciding(
 ) -> Launch:
     """A human's decision on a paused ``state``, judged by ``agent`` (see :meth:`agent_fsm.Agent.resume`)."""
     rest: dict[str, Decision] | None = None
+    head: Decision | Mapping[str, CallDecision]
     if reply is not None:
         if approve is not None or arguments is not None or answer is not NO_ANSWER or reason:
             raise TypeError("'reply' decides each call of the reply: give no approve, reason, arguments or answer")
@@ -464,7 +465,8 @@ def deciding(
         _check(state, agent.tools)
         if head[0]:
             check_answer(agent.tools, state, answer)
-    if head[0] and head[3] is NO_ANSWER:
+    first = next(iter(head.values())) if isinstance(head, Mapping) else CallDecision(*head)  # the innermost call's
+    if first.approve and first.answer is NO_ANSWER:
         refuse_ungated(agent, state)  # before anything is decided: an approval the default gate would refuse
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
@@ -579,12 +581,27 @@ def reply_review(agent: Agent, state: RunState) -> list[ToolCall]:
     """
     tools = agent.tools
     gate = agent.gate if agent.gate is not None else deny_effects(tools)
-    calls = [state.pending[0]]
+    below = _paused_below(agent, state)
+    calls = [state.pending[0]] if below is None else _addressed(state.pending[0].call_id, reply_review(*below))
     for call in state.pending[1:]:
         kind = judge(call, tools, gate, state=state).kind
         if kind == "ask" or (kind == "allow" and person_tool(tools.get(call.name)) is not None):
             calls.append(call)
     return calls
+
+
+def _paused_below(agent: Agent, state: RunState) -> tuple[Agent, RunState] | None:
+    """The agent and the paused run nested in the call ``state`` is blocked on (``None``: the pause is its own)."""
+    spec = agent.tools.get(state.pending[0].name)
+    inner = getattr(spec.handler, "agent", None) if spec is not None and isinstance(spec.handler, Subrun) else None
+    if inner is None or not nested_pause(state):
+        return None
+    return inner, state.children[state.pending[0].call_id]
+
+
+def _addressed(call_id: str, calls: list[ToolCall]) -> list[ToolCall]:
+    """A nested run's calls addressed from its parent: ``CALL_ID/`` before each id (as ``blocked_path`` reads)."""
+    return [attrs.evolve(call, call_id=f"{call_id}/{call.call_id}") for call in calls]
 
 
 def check_reply(agent: Agent, state: RunState, reply: Mapping[str, CallDecision]) -> None:
@@ -594,8 +611,13 @@ def check_reply(agent: Agent, state: RunState, reply: Mapping[str, CallDecision]
 
 def _reply_decisions(
     agent: Agent, state: RunState, reply: Mapping[str, CallDecision]
-) -> tuple[Decision, dict[str, Decision]]:
-    """Every call of the reviewed reply decided, each decision checked: the head's, and the rest by call id."""
+) -> tuple[Decision | Mapping[str, CallDecision], dict[str, Decision]]:
+    """
+    Every call of the reviewed reply decided, each decision checked: the head's, and the rest by call id.
+
+    When the head runs a paused nested run, the head's decision is the nested run's own review (its calls'
+    decisions by their ids there), checked by the nested agent, and carried down as a ``reply=`` of its own.
+    """
     if not isinstance(reply, Mapping) or not all(isinstance(d, CallDecision) for d in reply.values()):
         raise TypeError("'reply' maps each call id of the reply to a CallDecision")
     wanted = reply_review(agent, state)
@@ -611,12 +633,21 @@ def _reply_decisions(
     for index, call in enumerate(wanted):
         given = reply[call.call_id]
         one = _one_decision(given.approve, given.reason, given.arguments, given.answer)
+        if "/" in call.call_id:  # a nested run's call: judged below, by the agent whose call it is
+            continue
         if one[0] and index == 0:
             check_answer(agent.tools, state, one[3])
         elif one[0]:
             _refuse_answer(call, person_tool(agent.tools.get(call.name)), one[3], state)
         decisions[call.call_id] = one
-    return decisions.pop(ids[0]), decisions
+    below = _paused_below(agent, state)
+    if below is None:
+        return decisions.pop(ids[0]), decisions
+    # The nested run's calls go down with the decision on the call that runs it, as a review of its own reply.
+    head = state.pending[0].call_id
+    inner = {i.partition("/")[2]: reply[i] for i in ids if i.partition("/")[0] == head and "/" in i}
+    _reply_decisions(*below, inner)
+    return inner, decisions
 
 
 def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
@@ -702,7 +733,7 @@ def _still_paused(state: RunState) -> None:
 def _decided(
     context: RunContext,
     state: RunState,
-    decision: Decision,
+    decision: Decision | Mapping[str, CallDecision],
     seen: Seen | None,
     endings: EndingRule | None,
     rest: dict[str, Decision] | None = None,
@@ -720,27 +751,31 @@ def _decided(
     state.consumed = True
     # An approval judged afresh to be refused (invalid now, denied, not the
     # call approved, no tool attempts left) leaves the pause as a rejection.
-    allowed = (decision[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
+    approved = nested or (not isinstance(decision, Mapping) and decision[0])
+    allowed = approved and work.judgement is not None and work.judgement.kind == "allow"
     if nested and not allowed:  # the run it paused stays as it was, never to go on: what it spent is charged
         charge_nested(work, work.children[work.pending[0].call_id])
     yield from _carry_out(context, decision, allowed, nested)
     # The rest of a reply reviewed whole: each call the run pauses on next is decided as the person said,
     # in this same step, and the run is committed once, where it rests after them.
     while rest and work.machine_state == "AwaitingApproval" and work.pending[0].call_id in rest:
-        decision = rest.pop(work.pending[0].call_id)
+        one = rest.pop(work.pending[0].call_id)
         assert work.pause is not None, "a run awaiting approval holds its pause"
         covers, work.pause, work.pause_id = work.pause.fingerprint, None, None
-        nested = yield from _judge_decision(context, covers, decision)
-        allowed = (decision[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
+        nested = yield from _judge_decision(context, covers, one)
+        allowed = (one[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
         if nested and not allowed:
             charge_nested(work, work.children[work.pending[0].call_id])
-        yield from _carry_out(context, decision, allowed, nested)
+        yield from _carry_out(context, one, allowed, nested)
     return _rest(context, endings)
 
 
-def _judge_decision(context: RunContext, covers: str, decision: Decision) -> Steps[bool]:
-    """Judge a decision on the call the run waits on afresh (nothing runs yet); whether that call's pause is nested."""
-    approve, reason, arguments, _ = decision
+def _judge_decision(context: RunContext, covers: str, decision: Decision | Mapping[str, CallDecision]) -> Steps[bool]:
+    """
+    Judge a decision on the call the run waits on afresh (nothing runs yet); whether that call's pause is nested.
+
+    A nested pause's decision goes down as it is: one call's, or (a mapping) the nested run's reply reviewed whole.
+    """
     work = context.state
     nested = nested_pause(work)
     if nested:
@@ -748,17 +783,22 @@ def _judge_decision(context: RunContext, covers: str, decision: Decision) -> Ste
         # (nobody edits it), and the decision itself goes down to the run that paused, judged there.
         yield from _approve_delegation(context, covers)
         context.decision = decision
-    elif approve:
+        return nested
+    assert not isinstance(decision, Mapping), "a reply's decision goes down only to a paused nested run"
+    approve, reason, arguments, _ = decision
+    if approve:
         yield from _approve(context, covers, arguments)  # may consult the gate; runs nothing yet
     else:
         work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
     return nested
 
 
-def _carry_out(context: RunContext, decision: Decision, allowed: bool, nested: bool) -> Steps[str]:
+def _carry_out(
+    context: RunContext, decision: Decision | Mapping[str, CallDecision], allowed: bool, nested: bool
+) -> Steps[str]:
     """Take the decision's edge out of the pause (an approval judged afresh to be refused is a rejection)."""
     event = "approve" if allowed else "reject"
-    if allowed and not nested and decision[3] is not NO_ANSWER:
+    if allowed and not nested and not isinstance(decision, Mapping) and decision[3] is not NO_ANSWER:
         context.answer, event = decision[3], "answer"  # checked against the result schema, by this process
     return (yield from MACHINE.steps(context, event))
 

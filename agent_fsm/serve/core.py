@@ -135,7 +135,11 @@ def asks(agent: Agent, state: RunState) -> dict[str, Any]:
         found["decisions"].append("reply")
         found["reply"] = []
         for one in review:
-            spec = agent.tools.get(one.name)
+            owner, at = agent, state  # a nested run's call (``n1/c2``) is its own agent's tool
+            for call_id in one.call_id.split("/")[:-1]:
+                outer = owner.tools.get(at.pending[0].name)
+                owner, at = getattr(outer.handler if outer else None, "agent", owner), at.children[call_id]
+            spec = owner.tools.get(one.name)
             answers = spec.handler if spec is not None and isinstance(spec.handler, PersonAnswers) else None
             entry = {"call_id": one.call_id, "name": one.name, "arguments": one.arguments}
             found["reply"].append(entry if answers is None else {**entry, "result_schema": answers.result})
