@@ -142,8 +142,6 @@ def test_the_kit_reaches_the_cancelled_ending_by_a_person_cancelling() -> None:
 
 def test_random_cancels_end_runs_cancelled_and_every_invariant_holds() -> None:
     """With ``cancelled`` expected, the kit's person cancels some pauses; each cancelled run keeps the invariants."""
-    from hypothesis import settings
-
     from agent_fsm.testing import check_policy_ends
 
     coverage = check_policy_ends(
@@ -151,7 +149,6 @@ def test_random_cancels_end_runs_cancelled_and_every_invariant_holds() -> None:
         lambda: _agent([]),
         ("answered", "cancelled", "awaiting_approval"),
         gate=_agent([]).gate,
-        settings=settings(max_examples=40, database=None),
     )
     assert coverage.states["Cancelled"] > 0 and coverage.states["Answered"] > 0
 
@@ -201,3 +198,49 @@ def test_a_stored_cancel_names_its_reviewer_and_warns_of_another_agent(opener: C
     with pytest.warns(DifferentAgent, match="paused by agent 'writer', decided by agent 'someone_else'"):
         ended = cancel(opener(), "job-2", other, reviewer="ana")
     assert ended.stop is Stop.CANCELLED
+
+
+def test_cancelling_a_nested_pause_ends_every_run_down_the_path_cancelled() -> None:
+    """A pause inside a nested agent, cancelled at the top: the nested run ends ``cancelled`` too, charged upward."""
+    from tests.test_people_reply_nested import make_lead
+
+    paid: list[int] = []
+    lead = make_lead(paid, [])
+    paused = lead.run("settle")
+    assert paused.blocked_path == ("n1", "c1")
+    ended = lead.cancel(RunState.from_json(paused.state.to_json()), by="ana", reason="stop")
+    assert ended.stop is Stop.CANCELLED and paid == []
+    child = ended.state.children["n1"]
+    assert child.machine_state == "Cancelled" and child.pending == []
+    assert [json.loads(m["content"])["content"] for m in child.messages if m["role"] == "tool"] == [
+        "not run: cancelled by ana: stop"
+    ] * 3
+    assert ended.state.turns == paused.state.turns + child.turns  # what the nested run spent is charged here
+    assert RunState.from_json(ended.state.to_json()).children["n1"].machine_state == "Cancelled"
+
+
+def test_the_nested_kit_cancels_at_random_and_every_run_down_the_path_ends() -> None:
+    """check_nesting's person cancels some pauses: every run of the tree must still end absorbing (checked)."""
+    from agent_fsm.testing import check_nesting, nested_worlds
+
+    check_nesting(nested_worlds(max_depth=2, min_depth=2))
+
+
+def test_a_cancel_three_levels_down_by_the_kit_ends_the_whole_tree_cancelled() -> None:
+    """drive_nested with CANCEL at a pause three levels down: every run of the tree ends ``cancelled``, nothing ran."""
+    from agent_fsm import Limits, tool_call_message
+    from agent_fsm.testing import CANCEL, TableGate, assert_nested_invariants, drive_nested, nested_world
+
+    models = [
+        ScriptedModel([tool_call_message("a", "agent_1", {"task": "go"}), answer_message("top done")]),
+        ScriptedModel([tool_call_message("b", "agent_2", {"task": "go"}), answer_message("middle done")]),
+        ScriptedModel([tool_call_message("w", "write_2", {"n": 4}), answer_message("bottom done")]),
+    ]
+    gates = [TableGate({"agent_1": "allow"}), TableGate({"agent_2": "allow"}), TableGate({"write_2": "ask"})]
+    world = nested_world(models, gates, [Limits(max_turns=10), Limits(max_turns=6), Limits(max_turns=4)])
+    outcome = drive_nested(world, lambda result: CANCEL)
+    assert_nested_invariants(outcome)
+    top = outcome.result.state
+    assert outcome.result.stop is Stop.CANCELLED and world.effects == []
+    middle = top.children["a"]
+    assert [middle.machine_state, middle.children["b"].machine_state] == ["Cancelled", "Cancelled"]

@@ -78,6 +78,7 @@ from agent_fsm.engine._gates import (
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import (
+    Observation,
     Task,
     TokenEstimator,
     estimate_tokens,
@@ -90,6 +91,7 @@ from agent_fsm.engine._run import (
     ask_about_unknown,
     judge_proposal,
 )
+from agent_fsm.engine._run import _observe as observe
 from agent_fsm.engine._schema import OutputSpec
 from agent_fsm.engine._spending import charge_nested, no_progress_reason
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, executed_calls, state_problem
@@ -511,11 +513,35 @@ def _cancelled(
         raise NotPaused(f"pause {pause.pause_id!r} was decided already; a pause is decided once", state=state)
     state.consumed = True
     work = context.state
-    if nested_pause(work):  # the run it paused stays as it was, never to go on: what it spent is charged
-        charge_nested(work, work.children[work.pending[0].call_id])
+    if nested_pause(work):
+        yield from _cancel_below(context, by, reason)
     work.judgement = Judgement("denied", f"cancelled by {by}: {reason or 'no reason given'}")
     yield from MACHINE.steps(context, "cancel")
     return _rest(context, endings)
+
+
+def _cancel_below(context: RunContext, by: str, reason: str) -> Steps[None]:
+    """
+    The paused run nested in the blocked call ends ``cancelled`` too (and so on down), is charged here, and its
+    ending is the call's observation, an ``error`` as any nested run's ending but an answer is.
+    """
+    work = context.state
+    call = work.pending[0]
+    spec = context.tools.get(call.name)
+    inner = getattr(spec.handler, "agent", None) if spec is not None and isinstance(spec.handler, Subrun) else None
+    if inner is None:  # not this agent's nesting tool: the nested run stays as it was, its spending charged
+        charge_nested(work, work.children[call.call_id])
+        return
+    child_id = f"{work.run_id}/{call.call_id}"  # the parent commits the whole tree where it rests
+    below, steps = cancelling(
+        inner, work.children[call.call_id], by, reason, None, None, child_id, context.outbox is not None
+    )
+    below.outbox, below.relay, below.perform = context.outbox, context.relay, context.perform
+    ended = yield from steps
+    work.children[call.call_id] = below.state
+    charge_nested(work, below.state)
+    said = {"agent": inner.name, "stop": ended.stop.value, "code": ended.code, "reason": ended.reason}
+    observe(context, Observation(call.call_id, False, "error", said))
 
 
 Decision = tuple[bool, str, Mapping[str, Any] | None, Any]

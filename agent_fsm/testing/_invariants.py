@@ -352,20 +352,17 @@ def _check_cancelled(result: RunResult, assistants: list[tuple[int, dict[str, An
         _fail("cancelled_at_pause", f"ended cancelled along {state.path[-3:]} with {len(state.pending)} calls pending")
     last_index, last = assistants[-1] if assistants else (0, {})
     calls = [c.call_id for c in parse_tool_calls(last)]
-    tools = [m for m in state.messages[last_index + 1 :] if m.get("role") == "tool"]
-    closed = (
-        [
-            o
-            for o in state.observations[-len(calls) :]
-            if o.kind == "denied" and str(o.content).startswith("not run: cancelled by ")
-        ]
-        if calls
-        else []
+    answers = {o.call_id: o for o in state.observations[-len(calls) :]} if calls else {}
+    final = answers.get(calls[-1]) if calls else None
+    # The calls the cancel closed: not run, naming who cancelled; a nested run's call ends with that run, cancelled.
+    closed = final is not None and (
+        (final.kind == "denied" and str(final.content).startswith("not run: cancelled by "))
+        or (final.kind == "error" and isinstance(final.content, dict) and final.content.get("stop") == "cancelled")
     )
-    if len(tools) != len(calls) or not closed or closed[-1].call_id != calls[-1]:
+    if not closed:
         _fail(
             "cancelled_at_pause",
-            "a call of the reply it was cancelled in is not answered as not run",
+            "the last call of the reply it was cancelled in is not answered as not run",
             f"message {last_index}",
         )
 
