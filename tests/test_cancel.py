@@ -13,18 +13,12 @@ import pytest
 from agent_fsm import Agent, NotPaused, RunState, ScriptedModel, Stop, ToolSpec, Verdict, answer_message
 from agent_fsm.engine import RUN_MACHINE, tool_message
 from agent_fsm.store import AlreadyDecided, DifferentAgent, RunStore, cancel
+from tests.test_people_reply_nested import _calls, make_lead
 
 
 def _reply() -> dict[str, Any]:
     """One assistant message with two writes the gate asks about and a read it allows."""
-    calls = [("w1", "write", {"n": 1}), ("r1", "read", {}), ("w2", "write", {"n": 2})]
-    return {
-        "role": "assistant",
-        "content": "two writes and a read",
-        "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for i, n, a in calls
-        ],
-    }
+    return _calls(("w1", "write", {"n": 1}), ("r1", "read", {}), ("w2", "write", {"n": 2}))
 
 
 def _agent(written: list[int], model: ScriptedModel | None = None) -> Agent:
@@ -202,8 +196,6 @@ def test_a_stored_cancel_names_its_reviewer_and_warns_of_another_agent(opener: C
 
 def test_cancelling_a_nested_pause_ends_every_run_down_the_path_cancelled() -> None:
     """A pause inside a nested agent, cancelled at the top: the nested run ends ``cancelled`` too, charged upward."""
-    from tests.test_people_reply_nested import make_lead
-
     paid: list[int] = []
     lead = make_lead(paid, [])
     paused = lead.run("settle")
