@@ -387,8 +387,15 @@ def test_a_paused_run_is_cancelled_over_http_once_and_a_working_or_ended_one_is_
         pause = _events(http, other)[-1]["pause_id"]
         by_decision = http.post(f"/runs/{other}/decision", json={"decision": "cancel", "pause_id": pause})
         assert by_decision.status_code == 202, by_decision.text
+        third = _start(http, ["BIG-3"])
+        _events(http, third)
+        assert (
+            http.post(f"/runs/{third}/cancel", content=b"not json", headers={"content-type": "text/plain"}).status_code
+            == 415
+        )
+        assert http.post(f"/runs/{third}/cancel").status_code == 202  # no body at all: no reason given
     with SqliteStore(url.removeprefix("sqlite:///")) as store:
         [decision] = store.history(run_id)
         assert (decision.decision, decision.reviewer, decision.reason) == ("cancel", "ui", "wrong vendor")
-        assert store.load(other).summary.stop == "cancelled"
+        assert store.load(other).summary.stop == store.load(third).summary.stop == "cancelled"
     assert not [e for e in read_ledger(ledger) if e["event"] == "effect" and e["tool"] == "pay"]

@@ -162,7 +162,8 @@ def plain_routes(api: Api) -> list[Route]:
         client = api.client(request, "decide")
         run_id = request.path_params["run_id"]
         summary = await api.summary(client, run_id)
-        body = await read_json(request)
+        empty = request.headers.get("content-length", "0") == "0" and "content-type" not in request.headers
+        body = {} if empty else await read_json(request)  # a cancel needs no body; one given is read as JSON
         if summary.status != "paused":
             raise Refused(
                 409,
