@@ -338,8 +338,7 @@ def inbox_app(
             blocked, blocked_path = blocked_call(state)
             person = answered_by(agent.tools, state)[1]  # the deciding agent's declaration, never the saved state
             fields = None if person is None else answer_fields(person.result)
-            if len(blocked_path) <= 1:
-                review = await run_in_threadpool(_reply_review, state)
+            review = await run_in_threadpool(_reply_review, state)  # a nested run's calls addressed n1/c1, ...
         notice = _NOTICES.get(request.query_params.get("decided", ""))
         return page(
             request,
