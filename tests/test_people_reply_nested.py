@@ -160,3 +160,18 @@ def test_what_a_served_pause_asks_names_a_nested_calls_result_schema() -> None:
     listed = asks(lead, lead.run("settle").state)["reply"]
     assert [c["call_id"] for c in listed] == list(WHOLE)
     assert listed[2]["result_schema"] == SIZE and "result_schema" not in listed[0]
+
+
+def test_a_model_call_id_holding_a_slash_is_its_own_runs_call() -> None:
+    """Ids the model sent (``w/1``) are not taken for nested addresses: the review decides them as the run's own."""
+    written: list[int] = []
+    tools = {"write": ToolSpec("Write n.", {"n": int}, lambda n: written.append(n) or "ok", effectful=True)}
+    agent = Agent(
+        ScriptedModel([_calls(("w/1", "write", {"n": 1}), ("w/2", "write", {"n": 2})), answer_message("done")]),
+        tools,
+        gate=lambda call: Verdict("ask", "writes need a person"),
+    )
+    paused = agent.run("write")
+    assert [c.call_id for c in agent.reply_review(paused.state)] == ["w/1", "w/2"]
+    done = agent.resume(paused.state, reply={"w/1": CallDecision.approved(), "w/2": CallDecision.rejected("no")})
+    assert done.stop is Stop.ANSWERED and written == [1]

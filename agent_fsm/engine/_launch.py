@@ -527,8 +527,7 @@ def _cancel_below(context: RunContext, by: str, reason: str) -> Steps[None]:
     """
     work = context.state
     call = work.pending[0]
-    spec = context.tools.get(call.name)
-    inner = getattr(spec.handler, "agent", None) if spec is not None and isinstance(spec.handler, Subrun) else None
+    inner = _nested_agent(context.tools, call)
     if inner is None:  # not this agent's nesting tool: the nested run stays as it was, its spending charged
         charge_nested(work, work.children[call.call_id])
         return
@@ -605,10 +604,17 @@ def reply_review(agent: Agent, state: RunState) -> list[ToolCall]:
     judge it when it reaches the call (so a gate that changes its mind in
     between may run or deny a call decided here: the run follows the gate).
     """
+    below = _paused_below(agent, state)
+    if below is None:
+        return _own_review(agent, state, False)
+    return _addressed(state.pending[0].call_id, reply_review(*below)) + _own_review(agent, state, True)
+
+
+def _own_review(agent: Agent, state: RunState, nested: bool) -> list[ToolCall]:
+    """The calls of this run's own reply that need a person: the blocked one (unless ``nested``), then the rest."""
     tools = agent.tools
     gate = agent.gate if agent.gate is not None else deny_effects(tools)
-    below = _paused_below(agent, state)
-    calls = [state.pending[0]] if below is None else _addressed(state.pending[0].call_id, reply_review(*below))
+    calls = [] if nested else [state.pending[0]]
     for call in state.pending[1:]:
         kind = judge(call, tools, gate, state=state).kind
         if kind == "ask" or (kind == "allow" and person_tool(tools.get(call.name)) is not None):
@@ -618,11 +624,17 @@ def reply_review(agent: Agent, state: RunState) -> list[ToolCall]:
 
 def _paused_below(agent: Agent, state: RunState) -> tuple[Agent, RunState] | None:
     """The agent and the paused run nested in the call ``state`` is blocked on (``None``: the pause is its own)."""
-    spec = agent.tools.get(state.pending[0].name)
-    inner = getattr(spec.handler, "agent", None) if spec is not None and isinstance(spec.handler, Subrun) else None
+    inner = _nested_agent(agent.tools, state.pending[0])
     if inner is None or not nested_pause(state):
         return None
     return inner, state.children[state.pending[0].call_id]
+
+
+def _nested_agent(tools: Registry, call: ToolCall) -> Agent | None:
+    """The agent ``call`` runs nested (``None``: its tool is no nesting tool of ``tools``)."""
+    spec = tools.get(call.name)
+    inner: Agent | None = getattr(spec.handler, "agent", None) if spec and isinstance(spec.handler, Subrun) else None
+    return inner
 
 
 def _addressed(call_id: str, calls: list[ToolCall]) -> list[ToolCall]:
@@ -646,7 +658,9 @@ def _reply_decisions(
     """
     if not isinstance(reply, Mapping) or not all(isinstance(d, CallDecision) for d in reply.values()):
         raise TypeError("'reply' maps each call id of the reply to a CallDecision")
-    wanted = reply_review(agent, state)
+    below = _paused_below(agent, state)
+    inner_calls = reply_review(*below) if below is not None else []
+    wanted = _addressed(state.pending[0].call_id, inner_calls) + _own_review(agent, state, bool(below))
     ids = [call.call_id for call in wanted]
     missing, extra = [i for i in ids if i not in reply], [i for i in reply if i not in ids]
     if missing or extra:
@@ -656,22 +670,19 @@ def _reply_decisions(
             f"a reply is decided whole, each of {ids} once; " + "; ".join(said), "PartialDecision", state=state
         )
     decisions: dict[str, Decision] = {}
-    for index, call in enumerate(wanted):
+    for index, call in enumerate(wanted[len(inner_calls) :]):
         given = reply[call.call_id]
         one = _one_decision(given.approve, given.reason, given.arguments, given.answer)
-        if "/" in call.call_id:  # a nested run's call: judged below, by the agent whose call it is
-            continue
-        if one[0] and index == 0:
+        if one[0] and index == 0 and below is None:
             check_answer(agent.tools, state, one[3])
         elif one[0]:
             _refuse_answer(call, person_tool(agent.tools.get(call.name)), one[3], state)
         decisions[call.call_id] = one
-    below = _paused_below(agent, state)
     if below is None:
         return decisions.pop(ids[0]), decisions
-    # The nested run's calls go down with the decision on the call that runs it, as a review of its own reply.
-    head = state.pending[0].call_id
-    inner = {i.partition("/")[2]: reply[i] for i in ids if i.partition("/")[0] == head and "/" in i}
+    # The nested run's calls go down with the decision on the call that runs it, as a review of its own reply,
+    # judged there by the agent whose calls they are.
+    inner = {call.call_id: reply[ids[k]] for k, call in enumerate(inner_calls)}
     _reply_decisions(*below, inner)
     return inner, decisions
 
