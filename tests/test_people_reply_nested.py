@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agent_fsm import Agent, CallDecision, RunState, ScriptedModel, Stop, ToolSpec, Verdict, answer_message
 from agent_fsm.engine import DecisionRefused
 from agent_fsm.store import SqliteStore, decide_reply
+from tests.test_parallel_calls import _reply as _calls
 
 SIZE = {"type": "integer", "minimum": 1, "maximum": 10}
-
-
-def _calls(*calls: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for i, n, a in calls
-        ],
-    }
 
 
 def make_lead(paid: list[int], written: list[int]) -> Agent:
