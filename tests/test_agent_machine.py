@@ -203,6 +203,7 @@ def test_a_plain_agent_draws_only_the_states_it_can_enter() -> None:
     assert names == {
         "Ready", "Proposing", "Executing", "Denied", "AwaitingApproval",
         "Answered", "AnswerRejected", "StepLimit", "TokenLimit", "NoProgress", "ProviderError", "Handoff",
+        "Cancelled",
     }  # fmt: skip
     for absent in (
         "ScreeningInput",

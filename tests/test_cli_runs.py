@@ -185,3 +185,21 @@ def test_approve_finds_the_world_in_the_folder_it_is_run_from(paused: str, tmp_p
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ticket-1: answered"
+
+
+def test_cancel_ends_a_paused_run_cancelled_and_show_names_who(paused: str, tmp_path: Path) -> None:
+    """``runs cancel`` ends the run ``cancelled`` with who and why; nothing is refunded; a second cancel fails."""
+    code, out, err = runs(
+        "cancel", "ticket-1", "--store", paused, "--world", WORLD, "--reviewer", "ana", "--reason", "duplicate"
+    )
+    assert code == 0, err
+    assert out.strip() == "ticket-1: cancelled (cancelled by ana: duplicate)"
+    code, out, _ = runs("show", "ticket-1", "--store", paused)
+    assert "path: Proposing -> Executing -> Ready -> Proposing -> AwaitingApproval -> Cancelled" in out
+    assert "decision: cancel by ana at " in out and "(duplicate)" in out
+    refunds = tmp_path / "refunds.jsonl"
+    assert not refunds.exists() or all(
+        r["refunded_cents"] != 9999 for r in map(json.loads, refunds.read_text().splitlines())
+    )
+    code, _, err = runs("cancel", "ticket-1", "--store", paused, "--world", WORLD, "--reviewer", "bo")
+    assert code == 1 and "not waiting for a decision" in err

@@ -50,7 +50,7 @@ def test_the_plain_world_draws_only_the_states_it_can_enter(mermaid_parse) -> No
     assert _parsed_relations(report) == _expected_relations(machine)
     names = {s["id"] for s in report["states"]}
     assert not names & OPTIONAL
-    assert "plain: the run machine as configured (12 of 25 states, 18 of 60 edges)" in result.stdout
+    assert "plain: the run machine as configured (13 of 26 states, 19 of 61 edges)" in result.stdout
     full = runner.invoke(app, ["diagram", "--world", "tests.test_diagrams_configured:plain", "--full"])
     (whole,) = mermaid_parse([full.stdout])
     assert _parsed_relations(whole) == _expected_relations(RUN_MACHINE)

@@ -30,7 +30,7 @@ def test_code_blocks_run_as_written(capsys, monkeypatch) -> None:
 def test_the_commands_shown_exist() -> None:
     """Each ``agent-fsm runs`` subcommand on the page is one the CLI has, with the options shown."""
     shown = re.findall(r"^agent-fsm runs (\w+)(.*?)(?:\s+#.*)?$", DOC.read_text(), flags=re.MULTILINE)
-    assert {name for name, _ in shown} == {"list", "show", "approve", "reject", "recover", "export", "fork"}
+    assert {name for name, _ in shown} == {"list", "show", "approve", "reject", "cancel", "recover", "export", "fork"}
     runner = CliRunner()
     for name, rest in shown:
         helped = runner.invoke(app, ["runs", name, "--help"])

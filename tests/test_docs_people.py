@@ -15,16 +15,16 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "people.md"
 def test_code_blocks_run_as_written() -> None:
     """Every Python block of the page runs, in order, in one namespace."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict[str, object] = {"__name__": "docs_people"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)
 
 
 def test_the_commands_shown_exist() -> None:
-    """``agent-fsm runs answer`` and ``runs review`` take every option the page shows."""
+    """``agent-fsm runs answer``, ``runs review`` and ``runs cancel`` take every option the page shows."""
     text = DOC.read_text().replace("\\\n", "")
-    for name in ("answer", "review"):
+    for name in ("answer", "review", "cancel"):
         shown = re.findall(rf"agent-fsm runs {name} RUN (.*)$", text, flags=re.MULTILINE)
         assert shown, name
         helped = CliRunner().invoke(app, ["runs", name, "--help"]).stdout

@@ -47,5 +47,6 @@ def test_every_stop_value_is_its_name_in_lowercase():
         "tool_ended",
         "cost_limit",
         "handed_over",
+        "cancelled",
     }
     assert all(s.value == s.name.lower() for s in Stop)

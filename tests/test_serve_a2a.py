@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -113,7 +114,7 @@ def test_a_streamed_task_pauses_for_input_and_the_next_message_decides_it(served
     )
     assert _states(first)[0] == "TASK_STATE_WORKING" and _states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
     pause = first[-1]["statusUpdate"]["status"]["message"]["parts"][1]["data"]
-    assert pause["call"]["name"] == "pay" and pause["decisions"] == ["approve", "edit", "reject"]
+    assert pause["call"]["name"] == "pay" and pause["decisions"] == ["approve", "edit", "reject", "cancel"]
     assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
     artifacts = [e["artifactUpdate"]["artifact"] for e in second if "artifactUpdate" in e]
     assert artifacts[0]["parts"] == [{"text": "Handled 1 invoices."}]
@@ -195,7 +196,7 @@ def test_input_required_carries_the_question_and_the_next_message_answers_it(sho
     )
     pause = first[-1]["statusUpdate"]["status"]["message"]["parts"][1]["data"]
     assert pause["question"] == {"question": "Size?"} and pause["result_schema"] == SIZE
-    assert pause["decisions"] == ["answer", "reject"]
+    assert pause["decisions"] == ["answer", "reject", "cancel"]
     assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
     artifacts = [e["artifactUpdate"]["artifact"] for e in second if "artifactUpdate" in e]
     assert '"size": "M"' in artifacts[0]["parts"][0]["text"]
@@ -229,10 +230,11 @@ def test_a_wrong_answer_or_a_whole_reply_by_message(shop: str, tmp_path: Path) -
     assert (tmp_path / "written.txt").read_text() == "3\n"
 
 
-def test_a_task_waiting_for_input_is_cancelled_as_a_rejection_that_ends_the_run(served: tuple[str, Path]) -> None:
+def test_a_task_waiting_for_input_is_cancelled_and_the_run_ends_cancelled(served: tuple[str, Path]) -> None:
     """
-    CancelTask on an input-required task rejects its call and ends the run: canceled, nothing paid, no receipt
-    sent, the model not called again; cancelling it again is TaskNotCancelableError.
+    CancelTask on an input-required task ends the run in its own typed ending, ``cancelled``: canceled, nothing
+    paid, the waiting call answered as not run, the model's budget untouched and not called again, who
+    cancelled recorded; cancelling it again is TaskNotCancelableError.
     """
     base, ledger = served
 
@@ -240,6 +242,7 @@ def test_a_task_waiting_for_input_is_cancelled_as_a_rejection_that_ends_the_run(
         out: dict[str, Any] = {}
         async with _connected(base) as (http, client):
             task_id, _ = await _paused(client, "BIG-5")
+            out["task_id"] = task_id
             cancelled = await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
             out["cancelled"] = a2a_types.TaskState.Name(cancelled.status.state)
             got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
@@ -254,10 +257,17 @@ def test_a_task_waiting_for_input_is_cancelled_as_a_rejection_that_ends_the_run(
 
     out = asyncio.run(scenario())
     assert out["cancelled"] == out["read"] == "TASK_STATE_CANCELED"
-    assert out["said"]["stop"] == "step_limit" and out["said"]["cancelled_by"] == "ui"
+    assert out["said"]["stop"] == "cancelled" and out["said"]["cancelled_by"] == "ui"
     assert out["again"] == "TaskNotCancelableError"
-    assert out["read_http"]["status"] == "ended" and out["read_http"]["stop"] == "step_limit"
+    assert out["read_http"]["status"] == "ended" and out["read_http"]["stop"] == "cancelled"
     assert [e for e in read_ledger(ledger) if e["event"] == "effect"] == []
+    stored = open_store(f"sqlite:///{ledger.parent / 'runs.db'}").load(out["task_id"])
+    last = stored.state.messages[-1]
+    assert last["role"] == "tool" and json.loads(last["content"])["content"].startswith("not run: cancelled by ui")
+    assert stored.state.limits is not None and stored.state.limits.max_turns != stored.state.turns
+    assert [d.decision for d in open_store(f"sqlite:///{ledger.parent / 'runs.db'}").history(out["task_id"])] == [
+        "cancel"
+    ]
 
 
 class _SlowLedger(LedgerModel):

@@ -111,6 +111,16 @@ def test_a_cancelled_interrupt_rejects_the_call(served: tuple[str, Path]) -> Non
     assert _paid(ledger) == []
 
 
+def test_a_cancel_decision_through_resume_ends_the_run_cancelled(served: tuple[str, Path]) -> None:
+    """A resume payload ``{"decision": "cancel"}`` ends the run ``cancelled``: a RUN_ERROR coded so, nothing paid."""
+    base, ledger = served
+    report = drive(base, task_for(["BIG-5"]), json.dumps({"decision": "cancel", "reason": "not today"}))
+    assert report["runs"][0]["interrupts"]
+    errors = [e for e in report["events"] if e["type"] == "RUN_ERROR"]
+    assert [e["code"] for e in errors] == ["cancelled"] and "cancelled by ui: not today" in errors[0]["message"]
+    assert _paid(ledger) == []
+
+
 def test_a_token_without_decide_cannot_resume(served: tuple[str, Path]) -> None:
     """A client allowed to start but not to decide gets its interrupt, and a 403 when it tries to resume it."""
     base, ledger = served
@@ -161,7 +171,7 @@ def test_a_question_is_an_interrupt_carrying_its_schema_and_the_resume_answers_i
     [interrupt] = first["interrupts"]
     asks = interrupt["metadata"]["agent_fsm"]
     assert interrupt["reason"] == "input" and asks["question"] == {"question": "Size?"}
-    assert asks["result_schema"] == SIZE and asks["decisions"] == ["answer", "reject"]
+    assert asks["result_schema"] == SIZE and asks["decisions"] == ["answer", "reject", "cancel"]
     assert "answer" in interrupt["responseSchema"]["properties"]
     assert second["result"]["stop"] == "answered" and '"size": "L"' in second["result"]["answer"]
 

@@ -360,3 +360,42 @@ def test_a_reply_is_decided_whole_over_http(shop: tuple[str, Path]) -> None:
         after = _events(http, run_id, last=rest["id"])
         assert after[-1]["stop"] == "answered" and '"size": "S"' in after[-1]["answer"]
     assert written.read_text() == "5\n"
+
+
+def test_a_paused_run_is_cancelled_over_http_once_and_a_working_or_ended_one_is_not(
+    world: tuple[str, Path, str],
+) -> None:
+    """
+    ``POST /runs/{id}/cancel`` ends a paused run ``cancelled`` (the stream goes on to that ending; nothing is
+    paid; recorded as the client's ``cancel``); a second cancel, or one of a run not paused, is a 409; the
+    decision endpoint takes ``cancel`` too; a reader's token may not cancel.
+    """
+    base, ledger, url = world
+    with _client(base) as http, _client(base, READER) as reader:
+        run_id = _start(http, ["BIG-1"])
+        rest = _events(http, run_id)[-1]
+        assert rest["stop"] == "awaiting_approval"
+        assert reader.post(f"/runs/{run_id}/cancel", json={}).status_code == 403
+        cancelled = http.post(f"/runs/{run_id}/cancel", json={"reason": "wrong vendor"})
+        assert cancelled.status_code == 202, cancelled.text
+        after = _events(http, run_id, last=rest["id"])
+        assert after[-1]["event"] == "ended" and after[-1]["stop"] == "cancelled"
+        assert http.get(f"/runs/{run_id}").json()["stop"] == "cancelled"
+        again = http.post(f"/runs/{run_id}/cancel", json={})
+        assert again.status_code == 409 and again.json()["error"]["code"] == "not_cancelable"
+        other = _start(http, ["BIG-2"])
+        pause = _events(http, other)[-1]["pause_id"]
+        by_decision = http.post(f"/runs/{other}/decision", json={"decision": "cancel", "pause_id": pause})
+        assert by_decision.status_code == 202, by_decision.text
+        third = _start(http, ["BIG-3"])
+        _events(http, third)
+        assert (
+            http.post(f"/runs/{third}/cancel", content=b"not json", headers={"content-type": "text/plain"}).status_code
+            == 415
+        )
+        assert http.post(f"/runs/{third}/cancel").status_code == 202  # no body at all: no reason given
+    with SqliteStore(url.removeprefix("sqlite:///")) as store:
+        [decision] = store.history(run_id)
+        assert (decision.decision, decision.reviewer, decision.reason) == ("cancel", "ui", "wrong vendor")
+        assert store.load(other).summary.stop == store.load(third).summary.stop == "cancelled"
+    assert not [e for e in read_ledger(ledger) if e["event"] == "effect" and e["tool"] == "pay"]

@@ -125,3 +125,31 @@ def test_a_whole_reply_is_reviewed_from_the_run_page(tmp_path: Path) -> None:
         (decision,) = store.history("o-1")
         assert (decision.decision, decision.reviewer) == ("reply", "ana")
         assert store.load("o-1").status == "ended"
+
+
+def test_a_nested_reply_is_reviewed_whole_from_the_run_page(tmp_path: Path) -> None:
+    """A pause inside a nested agent: the page lists its calls as ``n1/...`` with the lead's; one form decides all."""
+    import json
+
+    from tests.test_people_reply_nested import make_lead
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    paid: list[int] = []
+    written: list[int] = []
+    with SqliteStore(tmp_path / "runs.db") as store:
+        make_lead(paid, written).run("settle", store=store, run_id="o-1")
+    with serving(inbox_app(lambda: open_store(url), make_lead(paid, written), reviewers=REVIEWERS, wait=10)) as base:
+        ana = _signed_in(base)
+        page, form = _form(ana)
+        assert 'id="review"' in page and all(f"<code>{c}</code>" in page for c in ("n1/c1", "n1/c2", "n1/q3", "w2"))
+        whole = {
+            "n1/c1": {"arguments": {"n": 5}},
+            "n1/c2": {"reject": "once"},
+            "n1/q3": {"answer": 3},
+            "w2": {"approve": True},
+        }
+        done = ana.post("/runs/o-1/decide", data={**form, "action": "reply", "reply": json.dumps(whole)})
+        assert done.status_code == 303, done.text[:300]
+    assert paid == [5] and written == [7]
+    with open_store(url) as store:
+        assert store.load("o-1").summary.stop == "answered"

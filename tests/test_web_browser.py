@@ -314,3 +314,20 @@ def test_the_policy_stops_script_even_where_escaping_fails(browser: Any, tmp_pat
     assert browser.find_elements("css selector", "main img")
     assert browser.execute_script("return window.__pwned === undefined")
     assert any("Content Security Policy" in v for v in policy_violations(browser))
+
+
+def test_the_cancel_form_ends_the_run_cancelled(browser: Any, desk: dict[str, Any]) -> None:
+    """Cancel the run with a reason: the page says so, the store keeps ana's ``cancel``, no refund is made."""
+    with _serve(desk["url"]) as base:
+        _sign_in(browser, base)
+        browser.get(base + "/runs/ticket-1")
+        _by_id(browser, "cancel-reason").send_keys("customer withdrew")
+        _by_id(browser, "cancel").click()
+        _wait(browser, lambda b: b.find_elements("id", "notice"))
+        assert "You cancelled the run" in _main_text(browser)
+        assert "cancelled by ana: customer withdrew" in _main_text(browser)
+    with open_store(desk["url"]) as store:
+        [decision] = store.history("ticket-1")
+        assert (decision.decision, decision.reviewer, decision.reason) == ("cancel", "ana", "customer withdrew")
+        assert store.load("ticket-1").summary.stop == "cancelled"
+    assert _refunds(desk["ledger"]) == []

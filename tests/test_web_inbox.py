@@ -368,3 +368,21 @@ def test_the_run_page_draws_the_agents_machine_with_the_runs_path(base: str) -> 
     drawn = set(re.findall(r"<title>([A-Za-z]+)</title>", svg))
     assert {"Proposing", "AwaitingApproval"} <= drawn
     assert not drawn & absent, sorted(drawn & absent)
+
+
+def test_the_cancel_button_ends_the_run_cancelled_under_the_signed_in_reviewer(base: str, store_url: str) -> None:
+    """The run page offers a cancel form; posting it ends the run ``cancelled``, recorded as ana's ``cancel``."""
+    ana = _signed_in(base)
+    page = ana.get("/runs/ticket-1").text
+    assert 'id="cancel"' in page and 'name="action" value="cancel"' in page
+    form = _decision_form(ana)
+    response = ana.post("/runs/ticket-1/decide", data={**form, "action": "cancel", "reason": "duplicate"})
+    assert response.status_code == 303 and response.headers["location"] == "/runs/ticket-1?decided=cancel"
+    assert "You cancelled the run" in ana.get(response.headers["location"]).text
+    with open_store(store_url) as store:
+        [decision] = store.history("ticket-1")
+        assert (decision.reviewer, decision.decision, decision.reason) == ("ana", "cancel", "duplicate")
+        stored = store.load("ticket-1")
+        assert stored.status == "ended" and stored.summary.stop == "cancelled"
+    again = ana.post("/runs/ticket-1/decide", data={**form, "action": "cancel"})
+    assert again.status_code == 409 and "Nothing was decided" in again.text

@@ -32,6 +32,7 @@ from agent_fsm.store import (
     StoreError,
     answer,
     approve,
+    cancel,
     decide_reply,
     fork,
     open_store,
@@ -357,6 +358,19 @@ def reject_command(
 ) -> None:
     """Reject a paused run's blocked call (the model is told why) and continue the run."""
     typer.echo(_decide(reject, run_id, store, world, reviewer=reviewer, reason=reason, pause_id=pause_id))
+
+
+@runs_app.command("cancel")
+def cancel_command(
+    run_id: str,
+    store: StoreOption,
+    world: WorldOption,
+    reviewer: Annotated[str, typer.Option("--reviewer", help="Who cancels (kept in the run's history).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why, kept with the decision.")] = "",
+    pause_id: Annotated[str | None, typer.Option("--pause", help="The pause id seen in the inbox.")] = None,
+) -> None:
+    """Cancel a paused run: it ends ``cancelled``, the call it waited on answered as not run."""
+    typer.echo(_decide(cancel, run_id, store, world, reviewer=reviewer, reason=reason, pause_id=pause_id))
 
 
 @runs_app.command("recover")

@@ -30,6 +30,7 @@ from agent_fsm.engine._launch import (
     DEFAULT_SYSTEM_PROMPT,
     CallDecision,
     Launch,
+    cancelling,
     continuing,
     deciding,
     failed,
@@ -490,6 +491,34 @@ class Agent:
         launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, listening, answer, reply)
         return _performed(launch, on_event)
 
+    def cancel(
+        self,
+        state: RunState,
+        *,
+        by: str,
+        reason: str = "",
+        seen: Seen | None = None,
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """
+        Cancel a run paused in ``awaiting_approval``, once: it ends ``cancelled``, nothing more runs.
+
+        A decision like :meth:`resume`'s (the pause consumed, ``seen`` honoured):
+        the call it waited on, and any later call of the same reply, is
+        answered as not run, naming ``by`` (who cancelled) and ``reason``;
+        the transcript is kept whole and no model call is made. To cancel a
+        stored pause from any process, use :func:`agent_fsm.store.cancel`.
+
+        Raises:
+            TypeError: ``by`` is not a non-empty str, or ``reason`` not a str.
+            NotPaused: ``state`` is not awaiting approval, was decided already, or ``seen`` says so.
+            StateError: the state's counters or indices disagree with its transcript.
+        """
+        launch = cancelling(self, state, by, reason, seen, store, run_id, on_event is not None)
+        return _performed(launch, on_event)
+
     def reply_review(self, state: RunState) -> list[ToolCall]:
         """The calls of the reply paused ``state`` waits in that need a person: what ``resume(reply=)`` decides."""
         return reply_review(self, state)
@@ -579,6 +608,23 @@ class Agent:
 
         listening = on_event is not None
         launch = deciding(self, state, approve, reason, arguments, seen, store, run_id, listening, answer, reply)
+        return _resting(await performed(launch, on_event))
+
+    async def acancel(
+        self,
+        state: RunState,
+        *,
+        by: str,
+        reason: str = "",
+        seen: Seen | None = None,
+        store: Checkpointer | None = None,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """:meth:`cancel`, awaited."""
+        from agent_fsm.engine._async import performed
+
+        launch = cancelling(self, state, by, reason, seen, store, run_id, on_event is not None)
         return _resting(await performed(launch, on_event))
 
     # --- how a run is launched ---------------------------------------------------

@@ -79,6 +79,7 @@ from agent_fsm.engine._gates import (
 from agent_fsm.engine._limits import DEFAULT_LIMITS, Limits, Stop
 from agent_fsm.engine._machine import RUN_MACHINE
 from agent_fsm.engine._messages import (
+    Observation,
     Task,
     TokenEstimator,
     estimate_tokens,
@@ -91,6 +92,7 @@ from agent_fsm.engine._run import (
     ask_about_unknown,
     judge_proposal,
 )
+from agent_fsm.engine._run import _observe as observe
 from agent_fsm.engine._schema import OutputSpec
 from agent_fsm.engine._spending import charge_nested, no_progress_reason
 from agent_fsm.engine._state import Judgement, RunResult, RunState, blocked_call, executed_calls, state_problem
@@ -158,6 +160,8 @@ def _reason(stop: Stop, state: RunState, limits: Limits) -> str | None:
         return _handed_reason(state)
     if stop is Stop.HANDOFF:
         return f"a tool failed permanently: {last if isinstance(last, str) else json.dumps(last)}"
+    if stop is Stop.CANCELLED:  # who cancelled and why, as the call it waited on was answered
+        return last.removeprefix("not run: ") if isinstance(last, str) else json.dumps(last)
     return f"{state.tool_attempts} of {limits.max_tool_calls} tool attempts made"
 
 
@@ -467,6 +471,7 @@ def deciding(
 ) -> Launch:
     """A human's decision on a paused ``state``, judged by ``agent`` (see :meth:`agent_fsm.Agent.resume`)."""
     rest: dict[str, Decision] | None = None
+    head: Decision | Mapping[str, CallDecision]
     if reply is not None:
         if approve is not None or arguments is not None or answer is not NO_ANSWER or reason:
             raise TypeError("'reply' decides each call of the reply: give no approve, reason, arguments or answer")
@@ -479,10 +484,15 @@ def deciding(
         _check(state, agent.tools)
         if head[0]:
             check_answer(agent.tools, state, answer)
-    asked = open_question(agent.tools.get(state.pending[0].name), state.run_id, state, state.pending[0])
-    if head[0] and (head[3] is NO_ANSWER or asked is not None):
+    first = next(iter(head.values())) if isinstance(head, Mapping) else CallDecision(*head)  # the innermost call's
+    asked = (
+        None
+        if isinstance(head, Mapping)
+        else open_question(agent.tools.get(state.pending[0].name), state.run_id, state, state.pending[0])
+    )
+    if first.approve and (first.answer is NO_ANSWER or asked is not None):
         refuse_ungated(agent, state)  # before anything is decided: an approval the default gate would refuse
-    if asked is not None:  # the call is open and waits: every decision goes back to it, through the approval
+    if asked is not None and not isinstance(head, Mapping):  # the call is open and waits: the decision goes to it
         head = _replying(asked, head, state)
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
@@ -491,6 +501,70 @@ def deciding(
     work.limits = chosen
     context = _context(agent, work, chosen, store, run_id, listening)
     return context, _decided(context, state, head, seen, agent.endings, rest)
+
+
+def cancelling(
+    agent: Agent,
+    state: RunState,
+    by: str,
+    reason: str,
+    seen: Seen | None,
+    store: Checkpointer | None,
+    run_id: str | None,
+    listening: bool,
+) -> Launch:
+    """A person's cancel of a paused ``state`` (see :meth:`agent_fsm.Agent.cancel`): the run ends ``cancelled``."""
+    if not isinstance(by, str) or not by.strip():
+        raise TypeError(f"'by' names who cancels the run (a non-empty str, got {by!r})")
+    if not isinstance(reason, str):
+        raise TypeError(f"'reason' must be a str (got {reason!r} that is a {type(reason).__name__}).")
+    _still_paused(state)
+    _check(state, agent.tools)
+    chosen = _trusted_limits(state, agent.limits)
+    work = copy.deepcopy(state)
+    work.pause, work.pause_id, work.limits = None, None, chosen
+    context = _context(agent, work, chosen, store, run_id, listening)
+    return context, _cancelled(context, state, by, reason, seen, agent.endings)
+
+
+def _cancelled(
+    context: RunContext, state: RunState, by: str, reason: str, seen: Seen | None, endings: EndingRule | None
+) -> Steps[RunResult]:
+    _still_paused(state)
+    pause = state.pause
+    assert pause is not None, "state_problem checks that a paused state holds its pause"
+    if seen is not None and seen(pause.pause_id):
+        raise NotPaused(f"pause {pause.pause_id!r} was decided already; a pause is decided once", state=state)
+    state.consumed = True
+    work = context.state
+    if nested_pause(work):
+        yield from _cancel_below(context, by, reason)
+    work.judgement = Judgement("denied", f"cancelled by {by}: {reason or 'no reason given'}")
+    yield from MACHINE.steps(context, "cancel")
+    return _rest(context, endings)
+
+
+def _cancel_below(context: RunContext, by: str, reason: str) -> Steps[None]:
+    """
+    The paused run nested in the blocked call ends ``cancelled`` too (and so on down), is charged here, and its
+    ending is the call's observation, an ``error`` as any nested run's ending but an answer is.
+    """
+    work = context.state
+    call = work.pending[0]
+    inner = _nested_agent(context.tools, call)
+    if inner is None:  # not this agent's nesting tool: the nested run stays as it was, its spending charged
+        charge_nested(work, work.children[call.call_id])
+        return
+    child_id = f"{work.run_id}/{call.call_id}"  # the parent commits the whole tree where it rests
+    below, steps = cancelling(
+        inner, work.children[call.call_id], by, reason, None, None, child_id, context.outbox is not None
+    )
+    below.outbox, below.relay, below.perform = context.outbox, context.relay, context.perform
+    ended = yield from steps
+    work.children[call.call_id] = below.state
+    charge_nested(work, below.state)
+    said = {"agent": inner.name, "stop": ended.stop.value, "code": ended.code, "reason": ended.reason}
+    observe(context, Observation(call.call_id, False, "error", said))
 
 
 Decision = tuple[bool, str, Mapping[str, Any] | None, Any]
@@ -554,14 +628,42 @@ def reply_review(agent: Agent, state: RunState) -> list[ToolCall]:
     judge it when it reaches the call (so a gate that changes its mind in
     between may run or deny a call decided here: the run follows the gate).
     """
+    below = _paused_below(agent, state)
+    if below is None:
+        return _own_review(agent, state, False)
+    return _addressed(state.pending[0].call_id, reply_review(*below)) + _own_review(agent, state, True)
+
+
+def _own_review(agent: Agent, state: RunState, nested: bool) -> list[ToolCall]:
+    """The calls of this run's own reply that need a person: the blocked one (unless ``nested``), then the rest."""
     tools = agent.tools
     gate = agent.gate if agent.gate is not None else deny_effects(tools)
-    calls = [state.pending[0]]
+    calls = [] if nested else [state.pending[0]]
     for call in state.pending[1:]:
         kind = judge(call, tools, gate, state=state).kind
         if kind == "ask" or (kind == "allow" and person_tool(tools.get(call.name)) is not None):
             calls.append(call)
     return calls
+
+
+def _paused_below(agent: Agent, state: RunState) -> tuple[Agent, RunState] | None:
+    """The agent and the paused run nested in the call ``state`` is blocked on (``None``: the pause is its own)."""
+    inner = _nested_agent(agent.tools, state.pending[0])
+    if inner is None or not nested_pause(state):
+        return None
+    return inner, state.children[state.pending[0].call_id]
+
+
+def _nested_agent(tools: Registry, call: ToolCall) -> Agent | None:
+    """The agent ``call`` runs nested (``None``: its tool is no nesting tool of ``tools``)."""
+    spec = tools.get(call.name)
+    inner: Agent | None = getattr(spec.handler, "agent", None) if spec and isinstance(spec.handler, Subrun) else None
+    return inner
+
+
+def _addressed(call_id: str, calls: list[ToolCall]) -> list[ToolCall]:
+    """A nested run's calls addressed from its parent: ``CALL_ID/`` before each id (as ``blocked_path`` reads)."""
+    return [attrs.evolve(call, call_id=f"{call_id}/{call.call_id}") for call in calls]
 
 
 def check_reply(agent: Agent, state: RunState, reply: Mapping[str, CallDecision]) -> None:
@@ -571,11 +673,18 @@ def check_reply(agent: Agent, state: RunState, reply: Mapping[str, CallDecision]
 
 def _reply_decisions(
     agent: Agent, state: RunState, reply: Mapping[str, CallDecision]
-) -> tuple[Decision, dict[str, Decision]]:
-    """Every call of the reviewed reply decided, each decision checked: the head's, and the rest by call id."""
+) -> tuple[Decision | Mapping[str, CallDecision], dict[str, Decision]]:
+    """
+    Every call of the reviewed reply decided, each decision checked: the head's, and the rest by call id.
+
+    When the head runs a paused nested run, the head's decision is the nested run's own review (its calls'
+    decisions by their ids there), checked by the nested agent, and carried down as a ``reply=`` of its own.
+    """
     if not isinstance(reply, Mapping) or not all(isinstance(d, CallDecision) for d in reply.values()):
         raise TypeError("'reply' maps each call id of the reply to a CallDecision")
-    wanted = reply_review(agent, state)
+    below = _paused_below(agent, state)
+    inner_calls = reply_review(*below) if below is not None else []
+    wanted = _addressed(state.pending[0].call_id, inner_calls) + _own_review(agent, state, bool(below))
     ids = [call.call_id for call in wanted]
     missing, extra = [i for i in ids if i not in reply], [i for i in reply if i not in ids]
     if missing or extra:
@@ -585,15 +694,21 @@ def _reply_decisions(
             f"a reply is decided whole, each of {ids} once; " + "; ".join(said), "PartialDecision", state=state
         )
     decisions: dict[str, Decision] = {}
-    for index, call in enumerate(wanted):
+    for index, call in enumerate(wanted[len(inner_calls) :]):
         given = reply[call.call_id]
         one = _one_decision(given.approve, given.reason, given.arguments, given.answer)
-        if one[0] and index == 0:
+        if one[0] and index == 0 and below is None:
             check_answer(agent.tools, state, one[3])
         elif one[0]:
             _refuse_answer(call, person_tool(agent.tools.get(call.name)), one[3], state)
         decisions[call.call_id] = one
-    return decisions.pop(ids[0]), decisions
+    if below is None:
+        return decisions.pop(ids[0]), decisions
+    # The nested run's calls go down with the decision on the call that runs it, as a review of its own reply,
+    # judged there by the agent whose calls they are.
+    inner = {call.call_id: reply[ids[k]] for k, call in enumerate(inner_calls)}
+    _reply_decisions(*below, inner)
+    return inner, decisions
 
 
 def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
@@ -694,7 +809,7 @@ def _still_paused(state: RunState) -> None:
 def _decided(
     context: RunContext,
     state: RunState,
-    decision: Decision,
+    decision: Decision | Mapping[str, CallDecision],
     seen: Seen | None,
     endings: EndingRule | None,
     rest: dict[str, Decision] | None = None,
@@ -712,27 +827,31 @@ def _decided(
     state.consumed = True
     # An approval judged afresh to be refused (invalid now, denied, not the
     # call approved, no tool attempts left) leaves the pause as a rejection.
-    allowed = (decision[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
+    approved = nested or (not isinstance(decision, Mapping) and decision[0])
+    allowed = approved and work.judgement is not None and work.judgement.kind == "allow"
     if nested and not allowed:  # the run it paused stays as it was, never to go on: what it spent is charged
         charge_nested(work, work.children[work.pending[0].call_id])
     yield from _carry_out(context, decision, allowed, nested)
     # The rest of a reply reviewed whole: each call the run pauses on next is decided as the person said,
     # in this same step, and the run is committed once, where it rests after them.
     while rest and work.machine_state == "AwaitingApproval" and work.pending[0].call_id in rest:
-        decision = rest.pop(work.pending[0].call_id)
+        one = rest.pop(work.pending[0].call_id)
         assert work.pause is not None, "a run awaiting approval holds its pause"
         covers, work.pause, work.pause_id = work.pause.fingerprint, None, None
-        nested = yield from _judge_decision(context, covers, decision)
-        allowed = (decision[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
+        nested = yield from _judge_decision(context, covers, one)
+        allowed = (one[0] or nested) and work.judgement is not None and work.judgement.kind == "allow"
         if nested and not allowed:
             charge_nested(work, work.children[work.pending[0].call_id])
-        yield from _carry_out(context, decision, allowed, nested)
+        yield from _carry_out(context, one, allowed, nested)
     return _rest(context, endings)
 
 
-def _judge_decision(context: RunContext, covers: str, decision: Decision) -> Steps[bool]:
-    """Judge a decision on the call the run waits on afresh (nothing runs yet); whether that call's pause is nested."""
-    approve, reason, arguments, _ = decision
+def _judge_decision(context: RunContext, covers: str, decision: Decision | Mapping[str, CallDecision]) -> Steps[bool]:
+    """
+    Judge a decision on the call the run waits on afresh (nothing runs yet); whether that call's pause is nested.
+
+    A nested pause's decision goes down as it is: one call's, or (a mapping) the nested run's reply reviewed whole.
+    """
     work = context.state
     nested = nested_pause(work)
     if nested:
@@ -740,7 +859,10 @@ def _judge_decision(context: RunContext, covers: str, decision: Decision) -> Ste
         # (nobody edits it), and the decision itself goes down to the run that paused, judged there.
         yield from _approve_delegation(context, covers)
         context.decision = decision
-    elif approve:
+        return nested
+    assert not isinstance(decision, Mapping), "a reply's decision goes down only to a paused nested run"
+    approve, reason, arguments, _ = decision
+    if approve:
         yield from _approve(context, covers, arguments)  # may consult the gate; runs nothing yet
     else:
         work.judgement = Judgement("denied", f"rejected by a human reviewer: {reason or 'no reason given'}")
@@ -760,10 +882,14 @@ def _replying(asked: OpenQuestion, decision: Decision, state: RunState) -> Decis
     return True, reason, None, QuestionReply(asked, kind, None if answer is NO_ANSWER else answer)
 
 
-def _carry_out(context: RunContext, decision: Decision, allowed: bool, nested: bool) -> Steps[str]:
+def _carry_out(
+    context: RunContext, decision: Decision | Mapping[str, CallDecision], allowed: bool, nested: bool
+) -> Steps[str]:
     """Take the decision's edge out of the pause (an approval judged afresh to be refused is a rejection)."""
     event = "approve" if allowed else "reject"
-    if isinstance(decision[3], QuestionReply):  # the handler, run again, hands the reply over
+    if isinstance(decision, Mapping):  # a nested reply, handed down whole to the paused child
+        pass
+    elif isinstance(decision[3], QuestionReply):  # the handler, run again, hands the reply over
         decision[3].question.hold(decision[3]) if allowed else decision[3].question.withdraw()
     elif allowed and not nested and decision[3] is not NO_ANSWER:
         context.answer, event = decision[3], "answer"  # checked against the result schema, by this process

@@ -48,6 +48,7 @@ class Stop(str, enum.Enum):
     TOOL_ENDED = "tool_ended"  # a tool declared to end the run (ends_run) returned a result
     COST_LIMIT = "cost_limit"  # the next model call's worst-case cost would take the run past max_cost
     HANDED_OVER = "handed_over"  # the agent handed the conversation to another agent, whose ending ended it
+    CANCELLED = "cancelled"  # a person cancelled the run at a pause; the call it waited on did not run
 
     def __str__(self) -> str:
         return self.value

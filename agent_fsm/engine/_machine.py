@@ -356,6 +356,13 @@ RUN_MACHINE = MachineSpec(
             on_enter=("close_pending", "record_handover"),
             stop="handed_over",
         ),
+        StateSpec(
+            "Cancelled",
+            "absorbing",
+            "A person cancelled the run at a pause: the calls it waited on answered as not run.",
+            on_enter=("close_pending",),
+            stop="cancelled",
+        ),
     ),
     edges=(
         Edge("Ready", "next_turn", "StepLimit", guard="turn_budget_spent", meaning="max_turns reached"),
@@ -520,6 +527,7 @@ RUN_MACHINE = MachineSpec(
             meaning="a person answered the call, the answer valid against its result schema",
         ),
         Edge("AwaitingApproval", "reject", "Denied", meaning="a human rejected the call, or it failed afresh"),
+        Edge("AwaitingApproval", "cancel", "Cancelled", consumes="decisions", meaning="a person cancelled the run"),
     ),
 )
 """The run machine: every state a run can be in and every edge, read by the driver, the diagrams and the checker."""

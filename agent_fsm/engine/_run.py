@@ -278,10 +278,10 @@ class RunContext:
         self.output_failed = False
         self.output_value: Any = None
         # Nesting (agent_fsm.engine._nesting), never saved: a person's decision on a pause inside the call
-        # this run executes next (approve, reason, arguments), passed down to the child it paused;
-        # the effect a crash left in flight inside that child (the store's intent, a level down);
-        # and the call whose handoff just ended, which ends this run.
-        self.decision: tuple[bool, str, Mapping[str, Any] | None, Any] | None = None
+        # this run executes next (approve, reason, arguments, answer; or the child's reply reviewed whole,
+        # by call id), passed down to the child it paused; the effect a crash left in flight inside that
+        # child (the store's intent, a level down); and the call whose handoff just ended, which ends this run.
+        self.decision: tuple[bool, str, Mapping[str, Any] | None, Any] | Mapping[str, Any] | None = None
         self.recovering: Any = None
         self.handed: str | None = None
         self.depth = 0  # how many runs this one is nested in (0: the top run)
@@ -1046,9 +1046,12 @@ def close_pending(run: RunContext) -> None:
     """
     state = run.state
     stop = RUN_MACHINE.ending_of(state.machine_state)
+    why = f"the run stopped ({stop})"
+    if stop == "cancelled" and state.judgement is not None:  # who cancelled, and why (the cancel's judgement)
+        why = state.judgement.reason
     while state.pending:
         call = state.pending[0]
-        _observe(run, Observation(call.call_id, False, "denied", f"not run: the run stopped ({stop})"))
+        _observe(run, Observation(call.call_id, False, "denied", f"not run: {why}"))
 
 
 def record_answer(run: RunContext) -> None:

@@ -443,6 +443,8 @@ def state_problem(state: RunState) -> tuple[str, str] | None:
     paused = state.machine_state == "AwaitingApproval"
     if paused and (state.pause is None or not state.pending):
         return "pause", "a run awaiting approval must hold its pause and the blocked call"
+    if state.pending and state.machine_state == "Cancelled":
+        return "pending", "a cancelled run answers every call it waited on as not run; calls are still pending"
     if state.output is not None and state.machine_state != "Answered":
         return "output", f"typed output is recorded but the run is in {state.machine_state!r}"
     if type(state.output_rejections) is not int or state.output_rejections < 0:

@@ -124,7 +124,7 @@ def asks(agent: Agent, state: RunState) -> dict[str, Any]:
     """
     call, person = answered_by(agent.tools, state)
     found: dict[str, Any] = {
-        "decisions": ["answer", "reject"] if person is not None else ["approve", "edit", "reject"],
+        "decisions": ["answer", "reject", "cancel"] if person is not None else ["approve", "edit", "reject", "cancel"],
         "call": {"call_id": call.call_id, "name": call.name, "arguments": call.arguments},
     }
     if person is not None:
@@ -135,7 +135,11 @@ def asks(agent: Agent, state: RunState) -> dict[str, Any]:
         found["decisions"].append("reply")
         found["reply"] = []
         for one in review:
-            spec = agent.tools.get(one.name)
+            owner, at = agent, state  # a nested run's call (``n1/c2``) is its own agent's tool
+            for call_id in one.call_id.split("/")[:-1]:
+                outer = owner.tools.get(at.pending[0].name)
+                owner, at = getattr(outer.handler if outer else None, "agent", owner), at.children[call_id]
+            spec = owner.tools.get(one.name)
             answers = spec.handler if spec is not None and isinstance(spec.handler, PersonAnswers) else None
             entry = {"call_id": one.call_id, "name": one.name, "arguments": one.arguments}
             found["reply"].append(entry if answers is None else {**entry, "result_schema": answers.result})

@@ -3,7 +3,8 @@ The plain API: start runs, list and read them, stream their events as SSE, decid
 
 A client sees and decides only its own runs (another's is 404, as an unknown
 one). The event stream is the run's own events, numbered, resumed from
-``Last-Event-ID``.
+``Last-Event-ID``. ``POST /runs/{id}/cancel`` cancels a paused run: it ends
+``cancelled`` (a decision like the others, taken once).
 """
 
 from __future__ import annotations
@@ -157,6 +158,26 @@ def plain_routes(api: Api) -> list[Route]:
         action = await decide_as(api, client, run_id, body, api.agent(body.get("agent")))
         return JSONResponse({"run_id": run_id, "decision": action, "events": f"/runs/{run_id}/events"}, 202)
 
+    async def cancel(request: Request) -> Response:
+        client = api.client(request, "decide")
+        run_id = request.path_params["run_id"]
+        summary = await api.summary(client, run_id)
+        empty = request.headers.get("content-length", "0") == "0" and "content-type" not in request.headers
+        body = {} if empty else await read_json(request)  # a cancel needs no body; one given is read as JSON
+        if summary.status != "paused":
+            raise Refused(
+                409,
+                "not_cancelable",
+                f"run {run_id!r} is {summary.status}: a run is cancelled at a pause, not between its steps",
+            )
+        asked = {
+            "decision": "cancel",
+            "pause_id": body.get("pause_id") or summary.pause_id,
+            "reason": body.get("reason"),
+        }
+        action = await decide_as(api, client, run_id, asked, api.agent(body.get("agent")))
+        return JSONResponse({"run_id": run_id, "decision": action, "events": f"/runs/{run_id}/events"}, 202)
+
     return [
         Route("/agents", guarded(agents), methods=["GET"]),
         Route("/runs", guarded(start), methods=["POST"]),
@@ -164,4 +185,5 @@ def plain_routes(api: Api) -> list[Route]:
         Route("/runs/{run_id}", guarded(read), methods=["GET"]),
         Route("/runs/{run_id}/events", guarded(events), methods=["GET"]),
         Route("/runs/{run_id}/decision", guarded(decide), methods=["POST"]),
+        Route("/runs/{run_id}/cancel", guarded(cancel), methods=["POST"]),
     ]

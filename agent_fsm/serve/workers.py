@@ -5,9 +5,9 @@ One store object serves the process (both stores are safe across threads),
 so the process is the owner of every run it begins or decides. A decision
 goes through :func:`agent_fsm.store.approve`, :func:`agent_fsm.store.reject`,
 :func:`agent_fsm.store.answer`, :func:`agent_fsm.store.decide_reply` or
-:func:`cancel` (a compare-and-set on the open pause, an edit or answer judged
-by the agent's contract and gate), then the run goes on in the pool; the
-caller is answered once the decision is committed, its continuation
+:func:`agent_fsm.store.cancel` (a compare-and-set on the open pause, an edit
+or answer judged by the agent's contract and gate), then the run goes on in
+the pool; the caller is answered once the decision is committed, its continuation
 streamed as it comes.
 """
 
@@ -22,19 +22,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
-
-from agent_fsm import Agent, Limits
+from agent_fsm import Agent
 from agent_fsm.engine import RunEvent, RunResult, continue_run
 from agent_fsm.serve.stream import Hub
 from agent_fsm.store import Session
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.web.decisions import Request, decide
 
-__all__ = ["CANCELLED", "Workers", "cancel"]
-
-CANCELLED = "the task was cancelled"
-"""The reason a cancelled pause's rejection is recorded with (and its model told)."""
+__all__ = ["Workers"]
 
 _log = logging.getLogger("agent_fsm.serve")
 
@@ -88,7 +83,7 @@ class Workers:
         Take ``request`` as ``client`` and let the run go on in the pool; return once the decision is committed.
 
         ``given`` is a person's answer (the JSON value) when ``request.action`` is ``answer``;
-        ``cancel`` is a rejection that ends the run (:func:`cancel`).
+        ``cancel`` ends the run ``cancelled``.
 
         Raises:
             AlreadyDecided, RunNotFound, ValueError (an edit, an answer or a review refused), StoreError:
@@ -115,10 +110,7 @@ class Workers:
                 loop.call_soon_threadsafe(settle, None)
 
         def deciding() -> RunResult | None:
-            how: dict[str, Any] = {"reviewer": client, "pause_id": request.pause_id, "on_event": on_event}
             try:
-                if request.action == "cancel":
-                    return cancel(self.store, request.run_id, agent, **how)
                 return decide(self.store, request, agent, reviewer=client, given=given, on_event=on_event)
             except Exception as exc:
                 loop.call_soon_threadsafe(settle, exc)
@@ -172,23 +164,3 @@ class Workers:
         with self._busy_lock:
             self._busy += 1
         self._pool.submit(work).add_done_callback(report)
-
-
-def cancel(
-    store: RunStore, run_id: str, agent: Agent, *, reviewer: str, pause_id: str | None, on_event: Any = None
-) -> RunResult:
-    """
-    Reject the open pause ``pause_id`` as :data:`CANCELLED` and end the run there, as ``agent``.
-
-    The rejection is decided once and recorded as any is; the run's budget
-    of model calls is then closed at the calls it made, so it goes no further
-    than recording the rejection and rests on ``step_limit``: no model call,
-    no effect after it.
-
-    Raises:
-        AlreadyDecided: the pause was decided by someone else first, or is not open.
-    """
-    decided = store.decide(run_id, pause_id or "", "reject", reviewer=reviewer, reason=CANCELLED)
-    state = decided.state
-    state.limits = attrs.evolve(state.limits or Limits(), max_turns=state.turns)
-    return agent.resume(state, approve=False, reason=CANCELLED, store=store, run_id=run_id, on_event=on_event)

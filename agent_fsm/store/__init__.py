@@ -6,7 +6,7 @@ Durable runs: a store that keeps every run, its pauses and its effects, across p
     result = agent.run(task, store=store, run_id="ticket-42")
     # ... any process, later, with the same agent:
     for waiting in store.paused():
-        approve(store, waiting.run_id, agent, reviewer="ana")
+        approve(store, waiting.run_id, agent, reviewer="ana")  # or reject, answer, cancel
     recover(store, agent)  # after a crash
     fork(store, "ticket-42", at=1, new_run_id="ticket-42b")  # a new run from an earlier checkpoint
     Session(store, agent, "chat-7").run("and then?")  # a conversation continued across stored runs
@@ -29,7 +29,16 @@ from agent_fsm.store.errors import (
     StoreError,
 )
 from agent_fsm.store.forks import fork
-from agent_fsm.store.inbox import DifferentAgent, agent_mismatch, answer, approve, decide_reply, reject, reply_of
+from agent_fsm.store.inbox import (
+    DifferentAgent,
+    agent_mismatch,
+    answer,
+    approve,
+    cancel,
+    decide_reply,
+    reject,
+    reply_of,
+)
 from agent_fsm.store.listing import MAX_PAGE, PausedFilter, PausedPage
 from agent_fsm.store.postgres import PostgresStore
 from agent_fsm.store.protocol import RunStore
@@ -66,6 +75,7 @@ __all__ = [
     "agent_mismatch",
     "answer",
     "approve",
+    "cancel",
     "decide_reply",
     "reply_of",
     "reject",

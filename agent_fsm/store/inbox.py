@@ -35,7 +35,7 @@ from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.store.records import StoredRun
 
-__all__ = ["DifferentAgent", "agent_mismatch", "answer", "approve", "decide_reply", "reject", "reply_of"]
+__all__ = ["DifferentAgent", "agent_mismatch", "answer", "approve", "cancel", "decide_reply", "reject", "reply_of"]
 
 
 class DifferentAgent(UserWarning):
@@ -184,6 +184,33 @@ def reject(
     if (stored.summary.reason or "").startswith(OUTCOME_UNKNOWN):
         told = f"recorded as not run ({reason or 'no reason given'})"
     return agent.resume(decided.state, approve=False, reason=told, store=store, run_id=run_id, on_event=on_event)
+
+
+def cancel(
+    store: RunStore,
+    run_id: str,
+    agent: Agent,
+    *,
+    reviewer: str,
+    reason: str = "",
+    pause_id: str | None = None,
+    on_event: EventSink | None = None,
+) -> RunResult:
+    """
+    Cancel the stored paused run: it ends ``cancelled`` here, as ``agent`` (see :meth:`agent_fsm.Agent.cancel`).
+
+    Decided once, like any decision, and recorded as ``cancel`` with the
+    reviewer and ``reason``; the call it waited on is answered as not run and
+    no model call is made. ``on_event`` is told the run's events.
+
+    Raises:
+        AlreadyDecided: the pause was decided by someone else first, or is not open.
+        ValueError: no reviewer was named.
+        TypeError: ``agent`` is not an :class:`~agent_fsm.Agent` (nothing is decided).
+    """
+    stored = _open_pause(store, run_id, agent, pause_id, reviewer)
+    decided = store.decide(run_id, stored.summary.pause_id or "", "cancel", reviewer=reviewer, reason=reason)
+    return agent.cancel(decided.state, by=reviewer, reason=reason, store=store, run_id=run_id, on_event=on_event)
 
 
 def answer(

@@ -56,6 +56,7 @@ from agent_fsm.testing._checks import check_driver, check_gate_contains, check_p
 from agent_fsm.testing._constants import constants_of, gate_constants
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import (
+    CANCEL,
     DEFAULT_TASK,
     Driver,
     GateContext,
@@ -182,6 +183,7 @@ __all__ = [
     "CallMatch",
     "by_call",
     # Driving runs and one-call checks
+    "CANCEL",
     "DEFAULT_TASK",
     "Driver",
     "Outcome",

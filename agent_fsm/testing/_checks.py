@@ -21,6 +21,7 @@ from agent_fsm.engine import DEFAULT_LAST_WORD, Gate, Limits, Model, Registry, S
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
 from agent_fsm.testing._drive import (
+    CANCEL,
     Driver,
     GateContext,
     GateFactory,
@@ -309,7 +310,8 @@ def check_policy_ends(
 
     ``models`` is a zero-argument factory or a strategy of models. With no
     gate given, gates are drawn (:func:`gates`: each tool allowed, denied or
-    sent to a human); at each pause a human approves or rejects at random.
+    sent to a human); at each pause a human approves or rejects at random, or cancels
+    when ``cancelled`` is one of ``stops``.
     ``match``, ``report`` and the coverage returned are as for :func:`check_gate_contains`.
 
     Raises:
@@ -322,6 +324,10 @@ def check_policy_ends(
     model_strategy = _models_strategy(models, tools, constants)
     limit_strategy = _limits_strategy(limits)
     drawn_gates = gate is None and gate_factory is None
+    # A person at a pause approves or rejects; they cancel too when the run may end cancelled.
+    choices: st.SearchStrategy[bool | str] = st.sampled_from(
+        (True, False, CANCEL) if Stop.CANCELLED in expected else (True, False)
+    )
 
     def property_(data: st.DataObject) -> None:
         model = data.draw(model_strategy, label="model")
@@ -333,7 +339,7 @@ def check_policy_ends(
             gate=chosen_gate,
             gate_factory=gate_factory,
             limits=chosen_limits,
-            decide=lambda call: data.draw(st.booleans(), label=f"approve {call.call_id}"),
+            decide=lambda call: data.draw(choices, label=f"decide {call.call_id}"),
             driver=driver,
             coverage=coverage,
         )

@@ -32,6 +32,7 @@ from agent_fsm.testing._enumeration import plain_answer
 from agent_fsm.testing._watchdog import Runaway, _Watched, runaway_violation, watchdog_calls
 
 __all__ = [
+    "CANCEL",
     "DEFAULT_TASK",
     "Driver",
     "GateFactory",
@@ -46,6 +47,9 @@ __all__ = [
 
 DEFAULT_TASK = "Help the customer with their request."
 """The user message of runs the kit drives when a check is given no task of its own."""
+
+CANCEL = "cancel"
+"""A person's decision at a pause besides approve (``True``) and reject (``False``): cancel the run there."""
 
 Driver = Callable[..., RunResult]
 """Anything called like :func:`agent_fsm.run`: ``driver(task, model, tools, *, gate=, limits=)``."""
@@ -164,7 +168,7 @@ def drive(
     gate: Gate | None = None,
     gate_factory: GateFactory | None = None,
     limits: Limits = Limits(),
-    decide: Callable[[ToolCall], bool] = lambda call: False,
+    decide: Callable[[ToolCall], bool | str] = lambda call: False,
     driver: Driver | None = None,
     task: str = DEFAULT_TASK,
     coverage: Coverage | None = None,
@@ -175,7 +179,8 @@ def drive(
     With ``driver=None`` the engine runs it (the world's agent, or an
     :class:`agent_fsm.Agent` of its tools, with ``model``, the gate and
     ``limits`` in place; then ``resume`` with ``decide(blocked_call)`` until
-    the run no longer pauses). Another ``driver`` is called once and its result kept as it is.
+    the run no longer pauses; :data:`CANCEL` cancels it). Another ``driver`` is called once and its
+    result kept as it is.
     ``coverage`` records the run (its path, proposals and the gate's verdicts).
     """
     context = GateContext(world.tools, world.effects)
@@ -192,7 +197,7 @@ def _driven(
     chosen: Gate,
     context: GateContext,
     limits: Limits,
-    decide: Callable[[ToolCall], bool],
+    decide: Callable[[ToolCall], bool | str],
     driver: Driver | None,
     task: str,
     coverage: Coverage | None,
@@ -213,7 +218,7 @@ def _driven(
         while result.stop is Stop.AWAITING_APPROVAL:
             assert result.blocked_on is not None
             approve = decide(result.blocked_on)
-            if approve:
+            if approve is True:
                 approved.append(result.blocked_on.call_id)
             result = decide_pause(agent, result, approve)
     except Runaway as runaway:
@@ -221,17 +226,20 @@ def _driven(
     return Outcome(result, world, chosen, tuple(approved), agent)
 
 
-def decide_pause(agent: Agent, result: RunResult, approve: bool) -> RunResult:
+def decide_pause(agent: Agent, result: RunResult, approve: bool | str) -> RunResult:
     """
-    Approve or reject the pause ``result`` rests in; a call a person answers is answered, when approved.
+    Approve, reject or (:data:`CANCEL`) cancel the pause ``result`` rests in; a call a person answers is
+    answered, when approved.
 
     The answer is the simplest value its result schema accepts: the kit's person says yes by answering.
     """
-    if approve:
+    if approve == CANCEL:
+        return agent.cancel(result.state, by="kit", reason="a random cancel")
+    if approve is True:
         _call, person = answered_by(agent.tools, result.state)
         if person is not None:
             return agent.resume(result.state, answer=plain_answer(person.result))
-    return agent.resume(result.state, approve=approve)
+    return agent.resume(result.state, approve=bool(approve))
 
 
 def describe_run(result: RunResult) -> str:

@@ -38,6 +38,7 @@ from agent_fsm.engine import (
 )
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._drive import (
+    CANCEL,
     DEFAULT_TASK,
     GateContext,
     GateFactory,
@@ -145,7 +146,7 @@ class RunHarness(RuleBasedStateMachine):
 
     def _new_run(self) -> None:
         self.replies: list[dict[str, Any]] = []
-        self.decisions: list[tuple[bool, bool]] = []  # (approve, resumed from a JSON copy)
+        self.decisions: list[tuple[bool | str, bool]] = []  # (approve, or CANCEL; resumed from a JSON copy)
         self.world: World = world_of(self.make_world())
         self.context = GateContext(self.world.tools, self.world.effects)
         self.gate: Gate = self.make_gate(self.context)
@@ -185,15 +186,18 @@ class RunHarness(RuleBasedStateMachine):
         model = _Watched(_Replies([reply]), self.context)
         self._rested(self._agent(model, limits).advance(self.state), limits)
 
-    def _decide(self, approve: bool, via_json: bool) -> None:
+    def _decide(self, approve: bool | str, via_json: bool) -> None:
         assert self.result is not None and self.result.blocked_on is not None
         self.decisions.append((approve, via_json))
-        if approve:
+        if approve is True:
             self.approved = (*self.approved, self.result.blocked_on.call_id)
         state = RunState.from_json(self.state.to_json()) if via_json else self.state
         limits = self._limits_for(0)
-        model = _Watched(_Replies([]), self.context)
-        self._rested(self._agent(model, limits).resume(state, approve=approve), limits)
+        agent = self._agent(_Watched(_Replies([]), self.context), limits)
+        if approve == CANCEL:
+            self._rested(agent.cancel(state, by="harness", reason="a random cancel"), limits)
+        else:
+            self._rested(agent.resume(state, approve=bool(approve)), limits)
 
     def _check_replay(self) -> None:
         """
@@ -223,7 +227,10 @@ class RunHarness(RuleBasedStateMachine):
         for approve, _ in self.decisions:
             if replayed.stop is not Stop.AWAITING_APPROVAL:
                 break
-            replayed = await agent.aresume(replayed.state, approve=approve)
+            if approve == CANCEL:
+                replayed = await agent.acancel(replayed.state, by="harness", reason="a random cancel")
+            else:
+                replayed = await agent.aresume(replayed.state, approve=bool(approve))
         return replayed
 
     def replies_of(self, kinds: tuple[MessageKind, ...]) -> st.SearchStrategy[dict[str, Any]]:
@@ -297,6 +304,12 @@ class RunHarness(RuleBasedStateMachine):
     def reject(self, via_json: bool) -> None:
         """A human rejects the blocked call."""
         self._decide(False, via_json)
+
+    @precondition(lambda self: self.paused)
+    @rule(via_json=st.booleans())
+    def cancel(self, via_json: bool) -> None:
+        """A person cancels the run at its pause: it ends ``cancelled``."""
+        self._decide(CANCEL, via_json)
 
     @precondition(lambda self: not self.waiting and not self.paused)
     @rule()

@@ -63,6 +63,9 @@ INVARIANTS: dict[str, str] = {
     "effects_authorized": "every effect in the log comes from an executed call (its result, or a call_id naming it)",
     "answer_recorded": "an answer is the final assistant message's text, and only an answered run has one",
     "paused_on_call": "a paused run is blocked on a proposed call that has no observation yet",
+    "cancelled_at_pause": (
+        "a cancelled run was cancelled by a person at a pause, every call it waited on answered as not run"
+    ),
     "state_round_trip": "the state survives a JSON round trip unchanged",
     "check_run": "the engine's own agent_fsm.check_run agrees",
     "forbidden_effect": "no call the given predicate forbids crosses the effect boundary unless a human approved it",
@@ -357,6 +360,29 @@ def _check_answer_and_pause(result: RunResult) -> None:
             )
     elif result.blocked_on is not None:
         _fail("paused_on_call", f"stopped {result.stop} yet blocked on {result.blocked_on!r}")
+    if result.stop is Stop.CANCELLED:
+        _check_cancelled(result, assistants)
+
+
+def _check_cancelled(result: RunResult, assistants: list[tuple[int, dict[str, Any]]]) -> None:
+    state = result.state
+    if state.path[-2:] != ["AwaitingApproval", "Cancelled"] or state.pending:
+        _fail("cancelled_at_pause", f"ended cancelled along {state.path[-3:]} with {len(state.pending)} calls pending")
+    last_index, last = assistants[-1] if assistants else (0, {})
+    calls = [c.call_id for c in parse_tool_calls(last)]
+    answers = {o.call_id: o for o in state.observations[-len(calls) :]} if calls else {}
+    final = answers.get(calls[-1]) if calls else None
+    # The calls the cancel closed: not run, naming who cancelled; a nested run's call ends with that run, cancelled.
+    closed = final is not None and (
+        (final.kind == "denied" and str(final.content).startswith("not run: cancelled by "))
+        or (final.kind == "error" and isinstance(final.content, dict) and final.content.get("stop") == "cancelled")
+    )
+    if not closed:
+        _fail(
+            "cancelled_at_pause",
+            "the last call of the reply it was cancelled in is not answered as not run",
+            f"message {last_index}",
+        )
 
 
 def assert_run_invariants(

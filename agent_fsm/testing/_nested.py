@@ -46,7 +46,7 @@ from agent_fsm.engine import (
     as_verdict,
     deny_effects,
 )
-from agent_fsm.testing._drive import DEFAULT_TASK, describe_run
+from agent_fsm.testing._drive import CANCEL, DEFAULT_TASK, describe_run
 from agent_fsm.testing._invariants import INVARIANTS, InvariantViolation, executed_calls
 from agent_fsm.testing._search import run_property
 from agent_fsm.testing._strategies import TableGate, assistant_messages, limits
@@ -310,14 +310,15 @@ def _round_trip(state: RunState, where: str) -> RunState:
 
 def drive_nested(
     world: NestedWorld,
-    decide: Callable[[RunResult], bool],
+    decide: Callable[[RunResult], bool | str],
     *,
     task: str = DEFAULT_TASK,
     run_id: str = "run",
     max_decisions: int = 64,
 ) -> NestedOutcome:
     """
-    Run ``world``'s top agent to its end, asking ``decide`` at every pause.
+    Run ``world``'s top agent to its end, asking ``decide`` at every pause (approve, reject, or
+    :data:`~agent_fsm.testing.CANCEL`: the run, and every run down the pause's path, ends ``cancelled``).
 
     Each pause is saved and loaded back (which must give the same state), the
     decision is taken on the loaded copy, and that copy is then decided again,
@@ -336,15 +337,19 @@ def drive_nested(
             _fail("ends_absorbing", f"still paused after {max_decisions} decisions:\n{describe_run(result)}")
         loaded = _round_trip(result.state, f"at pause {len(outcome.decisions) + 1}")
         assert result.blocked_on is not None, "a paused result names its blocked call"
-        approve = bool(decide(result))
+        choice = decide(result)
+        approve = choice is True
         inner = "/".join((run_id, *result.blocked_path[:-1]))
         before = len(world.attempts)
-        outcome.result = top.resume(loaded, approve=approve, on_event=outcome.events.append)
+        if choice == CANCEL:
+            outcome.result = top.cancel(loaded, by="kit", reason="a random cancel", on_event=outcome.events.append)
+        else:
+            outcome.result = top.resume(loaded, approve=approve, on_event=outcome.events.append)
         decision = NestedDecision(approve, inner, result.blocked_on, result.blocked_path, before, len(world.attempts))
         outcome.decisions.append(decision)
         snapshot = loaded.to_json()
         try:
-            top.resume(loaded, approve=approve)
+            top.cancel(loaded, by="kit") if choice == CANCEL else top.resume(loaded, approve=approve)
         except NotPaused:
             pass
         else:
@@ -551,7 +556,8 @@ def check_nesting(
     settings: Settings | None = None,
 ) -> None:
     """
-    Run Hypothesis over ``worlds`` (default :func:`nested_worlds`), a person deciding every pause at random.
+    Run Hypothesis over ``worlds`` (default :func:`nested_worlds`), a person deciding every pause at random
+    (approving, rejecting or cancelling).
 
     Each run is driven by :func:`drive_nested` and checked by
     :func:`assert_nested_invariants`; ``settings`` default to the kit's
@@ -564,7 +570,8 @@ def check_nesting(
 
     def property_(data: st.DataObject) -> None:
         world = data.draw(drawn, label="world")
-        outcome = drive_nested(world, lambda result: data.draw(st.booleans(), label="approve"), task=task)
+        choices: st.SearchStrategy[bool | str] = st.sampled_from((True, False, CANCEL))
+        outcome = drive_nested(world, lambda result: data.draw(choices, label="decide"), task=task)
         assert_nested_invariants(outcome)
 
     run_property(property_, settings)

@@ -54,7 +54,16 @@ from agent_fsm import (
 from agent_fsm.engine import DEFAULT_LAST_WORD, Agent, Gate, Nested, PersonAnswers, Registry, ToolCall, ToolSpec
 from agent_fsm.testing._constants import gate_constants
 from agent_fsm.testing._coverage import Coverage
-from agent_fsm.testing._drive import DEFAULT_TASK, GateContext, GateFactory, ManualClock, World, decide_pause, world_of
+from agent_fsm.testing._drive import (
+    CANCEL,
+    DEFAULT_TASK,
+    GateContext,
+    GateFactory,
+    ManualClock,
+    World,
+    decide_pause,
+    world_of,
+)
 from agent_fsm.testing._enumeration import contract_cases, plain_arguments
 from agent_fsm.testing._invariants import InvariantViolation
 
@@ -188,7 +197,7 @@ class Route:
     replies: tuple[Mapping[str, Any], ...]
     limits: Limits
     gate: Gate
-    decisions: tuple[bool, ...] = ()
+    decisions: tuple[bool | str, ...] = ()  # True approves, False rejects, "cancel" cancels
     refuse_answers: bool = False
     failing_tool: str | None = None
     path: tuple[str, ...] = ()
@@ -447,7 +456,7 @@ def routes(
         for words in itertools.product(alphabet, repeat=length):
             replies = tuple(reply for _, reply in words)
             for label, limits, refuse, failing, failure, chosen, screening, options, backup in setups:
-                for decisions in ((), (True,), (False,)):
+                for decisions in ((), (True,), (False,), (CANCEL,)):
                     route = Route(
                         replies,
                         limits,

@@ -66,6 +66,7 @@ _NOTICES = {
     "reject": "You rejected the call; the model was told your reason.",
     "answer": "You answered the call; your answer is its result.",
     "reply": "You decided every call of the reply.",
+    "cancel": "You cancelled the run; the call was not run.",
 }
 
 
@@ -339,8 +340,7 @@ def inbox_app(
             person = answered_by(agent.tools, state)[1]  # the deciding agent's declaration, never the saved state
             fields = None if person is None else answer_fields(person.result)
             asked = person is not None and person.approvable
-            if len(blocked_path) <= 1:
-                review = await run_in_threadpool(_reply_review, state)
+            review = await run_in_threadpool(_reply_review, state)  # a nested run's calls addressed n1/c1, ...
         notice = _NOTICES.get(request.query_params.get("decided", ""))
         return page(
             request,

@@ -1,8 +1,8 @@
 """
 A reviewer's decision from a form, applied through the store's atomic decision functions.
 
-Nothing here decides by itself: :func:`agent_fsm.store.approve` and
-:func:`agent_fsm.store.reject` check that the pause the reviewer saw is the
+Nothing here decides by itself: :func:`agent_fsm.store.approve`,
+:func:`agent_fsm.store.reject` and the others check that the pause the reviewer saw is the
 open one (a compare-and-set on its id), and an edit is judged against the
 tool's contract and the gate like a new proposal. This module turns the form
 into their arguments and their refusals into answers a person can act on.
@@ -18,14 +18,24 @@ import attrs
 
 from agent_fsm import Agent
 from agent_fsm.engine import DEPTH_CEILING, EventSink, RunResult, UngatedApproval, answered_by, nesting_exceeds
-from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError, answer, approve, decide_reply, reject, reply_of
+from agent_fsm.store import (
+    AlreadyDecided,
+    RunNotFound,
+    StoreError,
+    answer,
+    approve,
+    cancel,
+    decide_reply,
+    reject,
+    reply_of,
+)
 from agent_fsm.store.protocol import RunStore
 
 __all__ = ["ACTIONS", "FormRefused", "Request", "answer_fields", "apply", "decide", "read_form"]
 
-ACTIONS = ("approve", "edit", "reject", "answer", "reply")
+ACTIONS = ("approve", "edit", "reject", "answer", "reply", "cancel")
 """What a form may ask: approve the call as it is, approve it with edited arguments, reject it, answer it,
-or decide every call of the reply at once."""
+decide every call of the reply at once, or cancel the run (it ends ``cancelled``)."""
 
 MAX_REASON = 2000
 
@@ -176,14 +186,14 @@ def read_form(run_id: str, form: Mapping[str, Any]) -> Request:
         if isinstance(form.get("answer"), str):
             fields["answer"] = form["answer"]
         return Request(run_id, pause_id, "answer", fields=fields)
-    if action == "reject":
+    if action in ("reject", "cancel"):
         reason = form.get("reason")
         reason = reason.strip() if isinstance(reason, str) else ""
-        if not reason:
+        if not reason and action == "reject":
             raise FormRefused(422, "A rejection needs a reason", "say why: the model is told the reason")
         if len(reason) > MAX_REASON:
             raise FormRefused(422, "The reason is too long", f"keep the reason under {MAX_REASON} characters")
-        return Request(run_id, pause_id, "reject", reason=reason)
+        return Request(run_id, pause_id, action, reason=reason)
     return Request(run_id, pause_id, "approve")
 
 
@@ -210,6 +220,8 @@ def decide(
     how: dict[str, Any] = {"reviewer": reviewer, "pause_id": request.pause_id, "on_event": on_event}
     if request.action == "reject":
         return reject(store, request.run_id, agent, reason=request.reason or "", **how)
+    if request.action == "cancel":
+        return cancel(store, request.run_id, agent, reason=request.reason or "", **how)
     if request.action == "reply":
         return decide_reply(store, request.run_id, agent, reply=reply_of(request.reply), **how)
     if request.action == "answer":

@@ -32,6 +32,8 @@ def state_of(status: str, stop: str | None) -> str:
         return "TASK_STATE_INPUT_REQUIRED"
     if status == "ended" and stop in COMPLETED_STOPS:
         return "TASK_STATE_COMPLETED"
+    if status == "ended" and stop == "cancelled":
+        return "TASK_STATE_CANCELED"
     return "TASK_STATE_FAILED"
 
 
@@ -84,8 +86,7 @@ class Tasks:
         """The task of a stored run, its pause or ending said in its status message; ``cancelled_by``: who cancelled."""
         task_state = state_of(summary.status, summary.stop)
         message = None
-        if cancelled_by is not None:
-            task_state = "TASK_STATE_CANCELED"
+        if task_state == "TASK_STATE_CANCELED":
             said = {"stop": summary.stop, "code": state.code or summary.stop, "cancelled_by": cancelled_by}
             message = agent_message(summary.reason or "cancelled", summary.run_id, self.context_id, said)
         elif task_state == "TASK_STATE_INPUT_REQUIRED":
@@ -122,7 +123,7 @@ class Tasks:
             update = {"taskId": task_id, "contextId": self.context_id, "artifact": artifact, "lastChunk": True}
             return [{"artifactUpdate": update}, self._update(task_id, "TASK_STATE_COMPLETED", None)]
         said = agent_message(result.reason or stop, task_id, self.context_id, {"stop": stop, "code": result.code})
-        return [self._update(task_id, "TASK_STATE_FAILED", said)]
+        return [self._update(task_id, "TASK_STATE_CANCELED" if stop == "cancelled" else "TASK_STATE_FAILED", said)]
 
     def _update(self, task_id: str, state: str, message: dict[str, Any] | None) -> dict[str, Any]:
         status = self.status(task_id, state, message)

@@ -7,10 +7,10 @@ message to a task waiting for input (``TASK_STATE_INPUT_REQUIRED``) decides
 its pause (scope ``decide``), with a data part ``{"decision": ...}`` as the
 plain API takes it or the text ``approve`` or ``reject: <reason>``, judged
 afresh by the agent's gate. ``CancelTask`` cancels a task waiting for
-input: its call rejected and the run ended there
-(:func:`agent_fsm.serve.workers.cancel`, ``TASK_STATE_CANCELED``); a working
-task answers ``TaskNotCancelableError``, as a run is not stopped between
-its steps.
+input: the run ends ``cancelled`` there, decided once through
+:func:`agent_fsm.store.cancel` (``TASK_STATE_CANCELED``); a working task
+answers ``TaskNotCancelableError``, as a run is not stopped between its
+steps.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from agent_fsm.serve.a2a.events import Tasks
 from agent_fsm.serve.clients import Client
 from agent_fsm.serve.core import Api, Refused, read_json
 from agent_fsm.serve.plain import decide_as, guarded
-from agent_fsm.serve.workers import CANCELLED
 from agent_fsm.store import AlreadyDecided
 from agent_fsm.web.decisions import Request as Decision
 
@@ -44,6 +43,9 @@ UNSUPPORTED = -32004
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 INVALID_REQUEST = -32600
+
+CANCELLED = "the task was cancelled"
+"""The reason a ``CancelTask`` is recorded with (the request gives none)."""
 
 
 class RpcError(Exception):
@@ -186,10 +188,9 @@ def a2a_routes(api: Api) -> list[Route]:
         summary = await _summary(client, task_id)
         stored = await run_in_threadpool(api.store.load, task_id)
         by = None
-        if summary.status == "ended" and summary.stop == "step_limit":  # ended by a cancel, or its budget?
+        if summary.status == "ended" and summary.stop == "cancelled":  # who cancelled: the last decision's reviewer
             decisions = await run_in_threadpool(api.store.history, task_id)
-            last = decisions[-1] if decisions else None
-            by = last.reviewer if last is not None and (last.decision, last.reason) == ("reject", CANCELLED) else None
+            by = decisions[-1].reviewer if decisions and decisions[-1].decision == "cancel" else None
         return Tasks(contexts.get(task_id, task_id), _served(stored.state)).of_summary(summary, stored.state, by)
 
     async def cancel(client: Client, task_id: str, rpc_id: Any) -> Response:
@@ -207,7 +208,9 @@ def a2a_routes(api: Api) -> list[Route]:
         seen = len(log.after(0))
         try:
             await api.workers.decide(
-                _served(stored.state), Decision(task_id, summary.pause_id or "", "cancel"), client=client.name
+                _served(stored.state),
+                Decision(task_id, summary.pause_id or "", "cancel", reason=CANCELLED),
+                client=client.name,
             )
         except AlreadyDecided:
             raise RpcError(

@@ -165,7 +165,7 @@ class Translator:
 _DECISION_SCHEMA = {
     "type": "object",
     "properties": {
-        "decision": {"enum": ["approve", "edit", "reject", "answer", "reply"]},
+        "decision": {"enum": ["approve", "edit", "reject", "answer", "reply", "cancel"]},
         "arguments": {"type": "object"},
         "reason": {"type": "string"},
         "answer": {},
