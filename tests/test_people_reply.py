@@ -172,3 +172,47 @@ def test_answers_and_reviews_are_decided_once_on_both_databases(opener: Any) -> 
     with opener() as store:
         (record,) = store.history("race")
         assert (record.decision, record.reviewer, record.arguments["q1"]) == ("reply", "ana", {"answer": 3})
+
+
+def nested_desk(log: list[int] | None = None) -> Agent:
+    """A desk running the reviewed agent as its tool: the reply to review is the nested run's, a level down."""
+    from agent_fsm import allow_all, tool_call_message
+
+    inner = make_agent(log).replace(name="reviewed-inner")
+    model = ScriptedModel([tool_call_message("t", "inner", {"task": "work"}), answer_message("desk done")])
+    return Agent(model, {"inner": inner.as_tool()}, gate=allow_all, name="reviewed-desk")
+
+
+def test_a_nested_runs_reply_is_reviewed_whole_from_the_top() -> None:
+    """The review lists the nested run's calls; decided whole at the top, each is applied down there, once."""
+    log: list[int] = []
+    desk = nested_desk(log)
+    paused = desk.run("work")
+    assert [call.call_id for call in desk.reply_review(paused.state)] == ["w1", "q1", "w2"]
+    with pytest.raises(DecisionRefused, match="undecided"):
+        desk.resume(paused.state, reply={"t": CallDecision.approved()})
+    with pytest.raises(AnswerRefused):
+        desk.resume(paused.state, reply={**WHOLE, "q1": CallDecision.answered(11)})
+    assert log == [] and not paused.state.consumed
+    done = desk.resume(paused.state, reply=WHOLE)
+    assert done.stop is Stop.ANSWERED and done.answer == "desk done" and log == [5]
+    inner = done.state.children["t"]
+    kinds = [(o.call_id, o.kind) for o in inner.observations]
+    assert kinds == [("w1", "result"), ("r1", "result"), ("q1", "result"), ("w2", "denied")]
+    assert inner.observations[2].content == 3
+
+
+def test_a_nested_reply_is_reviewed_whole_on_the_async_driver_and_a_store(tmp_path: Path) -> None:
+    """aresume(reply=) and decide_reply take the nested reply whole too: one record, the run ended."""
+    import asyncio
+
+    log: list[int] = []
+    paused = asyncio.run(nested_desk(log).arun("work"))
+    done = asyncio.run(nested_desk(log).aresume(paused.state, reply=WHOLE))
+    assert done.stop is Stop.ANSWERED and log == [5]
+    store = SqliteStore(tmp_path / "runs.db")
+    nested_desk(log).run("work", store=store, run_id="n")
+    done = decide_reply(store, "n", nested_desk(log), reviewer="ana", reply=WHOLE)
+    assert done.stop is Stop.ANSWERED and log == [5, 5]
+    (record,) = store.history("n")
+    assert record.decision == "reply" and set(record.arguments) == {"w1", "q1", "w2"}

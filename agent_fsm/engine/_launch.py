@@ -450,19 +450,22 @@ def deciding(
 ) -> Launch:
     """A human's decision on a paused ``state``, judged by ``agent`` (see :meth:`agent_fsm.Agent.resume`)."""
     rest: dict[str, Decision] | None = None
+    down: Mapping[str, CallDecision] | None = None
     if reply is not None:
         if approve is not None or arguments is not None or answer is not NO_ANSWER or reason:
             raise TypeError("'reply' decides each call of the reply: give no approve, reason, arguments or answer")
         _still_paused(state)
         _check(state, agent.tools)
         head, rest = _reply_decisions(agent, state, reply)
+        if nested_pause(state):  # the reply is the nested run's: this call is approved, the reply goes down whole
+            head, rest, down = (True, "", None, NO_ANSWER), None, reply
     else:
         head = _one_decision(approve, reason, arguments, answer)
         _still_paused(state)
         _check(state, agent.tools)
         if head[0]:
             check_answer(agent.tools, state, answer)
-    if head[0] and head[3] is NO_ANSWER:
+    if head[0] and head[3] is NO_ANSWER and down is None:  # a reply going down is checked where it is decided
         refuse_ungated(agent, state)  # before anything is decided: an approval the default gate would refuse
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
@@ -470,7 +473,7 @@ def deciding(
     work.pause_id = None  # this pause is being decided; a later one gets its own id
     work.limits = chosen
     context = _context(agent, work, chosen, store, run_id, listening)
-    return context, _decided(context, state, head, seen, agent.endings, rest)
+    return context, _decided(context, state, head, seen, agent.endings, rest, down)
 
 
 Decision = tuple[bool, str, Mapping[str, Any] | None, Any]
@@ -513,6 +516,47 @@ class CallDecision:
         return cls(answer=answer)
 
 
+def reply_of(data: Any) -> dict[str, CallDecision]:
+    """
+    A reply's decisions from their JSON form: ``{call_id: {"approve": true} | {"arguments": {...}} |
+    {"reject": "reason"} | {"answer": VALUE}}``, one key each (what a store records, a CLI or a workflow takes).
+
+    Raises:
+        ValueError: the form is not that, saying where.
+    """
+    if not isinstance(data, Mapping) or not data:
+        raise ValueError("a reply's decisions are an object mapping each call id to its decision")
+    found: dict[str, CallDecision] = {}
+    for call_id, given in data.items():
+        if not isinstance(given, Mapping) or len(given) != 1:
+            raise ValueError(f"call {call_id!r}: one of approve, arguments, reject or answer")
+        ((kind, value),) = given.items()
+        if kind == "approve" and value is True:
+            found[call_id] = CallDecision.approved()
+        elif kind == "arguments" and isinstance(value, Mapping):
+            found[call_id] = CallDecision.edited(value)
+        elif kind == "reject" and isinstance(value, str):
+            found[call_id] = CallDecision.rejected(value)
+        elif kind == "answer":
+            found[call_id] = CallDecision.answered(value)
+        else:
+            raise ValueError(f"call {call_id!r}: {kind!r} is not approve (true), arguments, reject (text) or answer")
+    return found
+
+
+def reply_data(reply: Mapping[str, CallDecision]) -> dict[str, dict[str, Any]]:
+    """The JSON form of a reply's decisions, as :func:`reply_of` reads it."""
+
+    def said(decision: CallDecision) -> dict[str, Any]:
+        if decision.answer is not NO_ANSWER:
+            return {"answer": decision.answer}
+        if not decision.approve:
+            return {"reject": decision.reason}
+        return {"approve": True} if decision.arguments is None else {"arguments": dict(decision.arguments)}
+
+    return {call_id: said(decision) for call_id, decision in reply.items()}
+
+
 def _one_decision(approve: bool | None, reason: str, arguments: Mapping[str, Any] | None, answer: Any) -> Decision:
     if answer is not NO_ANSWER:
         if approve is False or arguments is not None:
@@ -533,7 +577,12 @@ def reply_review(agent: Agent, state: RunState) -> list[ToolCall]:
     answers or that the agent's gate asks about, judged now as the run will
     judge it when it reaches the call (so a gate that changes its mind in
     between may run or deny a call decided here: the run follows the gate).
+    A run paused inside a nested run waits in that run's reply: the calls are
+    its, judged by the nested agent (down to the innermost paused run).
     """
+    inner = _paused_within(agent, state)
+    if inner is not None:
+        return reply_review(*inner)
     tools = agent.tools
     gate = agent.gate if agent.gate is not None else deny_effects(tools)
     calls = [state.pending[0]]
@@ -555,6 +604,9 @@ def _reply_decisions(
     """Every call of the reviewed reply decided, each decision checked: the head's, and the rest by call id."""
     if not isinstance(reply, Mapping) or not all(isinstance(d, CallDecision) for d in reply.values()):
         raise TypeError("'reply' maps each call id of the reply to a CallDecision")
+    inner = _paused_within(agent, state)
+    if inner is not None:  # checked against the nested agent's tools, as that run will judge it
+        return _reply_decisions(*inner, reply)
     wanted = reply_review(agent, state)
     ids = [call.call_id for call in wanted]
     missing, extra = [i for i in ids if i not in reply], [i for i in reply if i not in ids]
@@ -574,6 +626,15 @@ def _reply_decisions(
             _refuse_answer(call, person_tool(agent.tools.get(call.name)), one[3], state)
         decisions[call.call_id] = one
     return decisions.pop(ids[0]), decisions
+
+
+def _paused_within(agent: Agent, state: RunState) -> tuple[Agent, RunState] | None:
+    """The nested agent and its paused run that the call ``state`` is blocked on runs (``None``: not nested)."""
+    spec = agent.tools.get(state.pending[0].name) if state.pending else None
+    inner = getattr(spec.handler, "agent", None) if spec is not None and isinstance(spec.handler, Subrun) else None
+    if inner is None or not nested_pause(state):
+        return None
+    return inner, state.children[state.pending[0].call_id]
 
 
 def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
@@ -663,11 +724,14 @@ def _decided(
     seen: Seen | None,
     endings: EndingRule | None,
     rest: dict[str, Decision] | None = None,
+    down: Mapping[str, CallDecision] | None = None,
 ) -> Steps[RunResult]:
     pause = state.pause
     assert pause is not None, "state_problem checks that a paused state holds its pause"
     work = context.state
     nested = yield from _judge_decision(context, pause.fingerprint, decision)
+    if down is not None:  # a reply reviewed whole inside the nested run: decided there, whole
+        context.decision = down
     # Decided from here on: nothing ran before this point, so a failure above
     # leaves the pause open. Checked again after the gate was awaited: another
     # decision may have taken the pause meanwhile.

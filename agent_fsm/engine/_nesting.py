@@ -311,8 +311,11 @@ def _nested_steps(nested: Nested, run: RunContext, call: ToolCall) -> Steps[Obse
         if decision is None:  # nobody decided here: the pause stands, and this run waits on it again
             pause_on(run, call, _paused_reason(nested, call, result_of(agent, child)))
             return None
-        approve, reason, arguments, answer = decision
-        launch = deciding(agent, child, approve, reason, arguments, None, store, child_id, listening, answer)
+        if isinstance(decision, Mapping):  # a reply reviewed whole: each of its calls decided in the child
+            launch = deciding(agent, child, None, "", None, None, store, child_id, listening, reply=decision)
+        else:
+            approve, reason, arguments, answer = decision
+            launch = deciding(agent, child, approve, reason, arguments, None, store, child_id, listening, answer)
     elif child.stop is not None:  # absorbing: a paused child was taken above
         # Ended, and committed, before a crash took this run: not charged yet (the charge and the
         # observation are made in one step, with no commit between them).

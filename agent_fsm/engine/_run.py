@@ -273,10 +273,10 @@ class RunContext:
         self.output_failed = False
         self.output_value: Any = None
         # Nesting (agent_fsm.engine._nesting), never saved: a person's decision on a pause inside the call
-        # this run executes next (approve, reason, arguments), passed down to the child it paused;
+        # this run executes next (approve, reason, arguments; or a reply's, call id: CallDecision), for the child;
         # the effect a crash left in flight inside that child (the store's intent, a level down);
         # and the call whose handoff just ended, which ends this run.
-        self.decision: tuple[bool, str, Mapping[str, Any] | None, Any] | None = None
+        self.decision: tuple[bool, str, Mapping[str, Any] | None, Any] | Mapping[str, Any] | None = None
         self.recovering: Any = None
         self.handed: str | None = None
         self.depth = 0  # how many runs this one is nested in (0: the top run)

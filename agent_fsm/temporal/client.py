@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_fsm.engine import AlreadyDecided, DecisionRefused, RunResult, RunState
+from agent_fsm.engine import AlreadyDecided, CallDecision, DecisionRefused, RunResult, RunState, reply_data
 from agent_fsm.temporal.codec import result_of
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class RunHandle:
             decided: str = await self.handle.execute_update(kind, decision)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
-            refusals = ("AlreadyDecided", "NotPaused", "BadDecision", "BadAnswer")
+            refusals = ("AlreadyDecided", "NotPaused", "BadDecision", "BadAnswer", "PartialDecision")
             if isinstance(cause, ApplicationError) and cause.type in refusals:
                 error = AlreadyDecided if cause.type == "AlreadyDecided" else DecisionRefused
                 raise error(cause.message, cause.type) from exc
@@ -109,6 +109,18 @@ class RunHandle:
                 (kind ``BadAnswer``; nothing is decided).
         """
         return await self._decide("answer", {"reviewer": reviewer, "answer": answer, "pause_id": pause_id})
+
+    async def review(self, *, reviewer: str, reply: Mapping[str, CallDecision], pause_id: str | None = None) -> str:
+        """
+        Decide every call of the paused reply at once (:meth:`agent_fsm.Agent.reply_review` lists them), in one
+        update: ``reply`` maps each call id to its :class:`~agent_fsm.CallDecision`.
+
+        Raises:
+            AlreadyDecided: that pause was decided already.
+            DecisionRefused: the run is not paused there, a call of the reply is left undecided or one awaits
+                nobody (kind ``PartialDecision``), an answer breaks its schema (``BadAnswer``): nothing is decided.
+        """
+        return await self._decide("reply", {"reviewer": reviewer, "reply": reply_data(reply), "pause_id": pause_id})
 
 
 async def start_run(

@@ -6,8 +6,8 @@ The workflow drives the run with the registered agent's
 model and the handlers it reaches are activities
 (:mod:`agent_fsm.temporal.proxies`), validation and pure gates run here,
 deterministic on replay (the run id is the workflow id, so pause ids and
-idempotency keys are too). A pause waits for an ``approve`` or
-``reject`` update naming its pause id; the update's validator refuses any
+idempotency keys are too). A pause waits for an ``approve``, ``reject``,
+``answer`` or ``reply`` (a reply reviewed whole) update naming its pause id; the update's validator refuses any
 other, and of two decisions on one pause the first handled wins. Past
 ``history_bound`` events the run continues as new, carrying its state as
 its own strict JSON, at a pause or before a model call.
@@ -25,6 +25,7 @@ from agent_fsm import Agent
 from agent_fsm.engine import (
     NO_ANSWER,
     AnswerRefused,
+    DecisionRefused,
     HandlerError,
     Nested,
     RunError,
@@ -36,7 +37,9 @@ from agent_fsm.engine import (
     acontinue_run,
     blocked_call,
     check_answer,
+    check_reply,
     judge,
+    reply_of,
 )
 from agent_fsm.temporal.codec import result_json
 from agent_fsm.temporal.definition import HISTORY_BOUND, AgentDefinition, definition_for
@@ -133,6 +136,8 @@ class RunWorkflow:
             paused = result.state
             if decision["decision"] == "answer":
                 resumed = agent.aresume(paused, answer=decision["answer"], store=log, run_id=run_id)
+            elif decision["decision"] == "reply":
+                resumed = agent.aresume(paused, reply=reply_of(decision["reply"]), store=log, run_id=run_id)
             else:
                 approve = decision["decision"] == "approve"
                 resumed = agent.aresume(
@@ -211,6 +216,9 @@ class RunWorkflow:
             raise _refuse("BadDecision", "a decision names its reviewer (a non-empty str)")
         if kind == "answer" and "answer" not in decision:
             raise _refuse("BadAnswer", "an answer decision carries its 'answer'")
+        if kind == "reply":
+            self._check_reply(resting.state, decision.get("reply"))
+            return
         if kind != "reject":  # an answer meets its result schema; a call a person answers is never approved blank
             try:
                 check_answer(self._agent.tools, resting.state, decision.get("answer", NO_ANSWER))
@@ -231,6 +239,21 @@ class RunWorkflow:
         if judgement.kind in ("invalid", "denied"):
             raise _refuse("BadDecision", f"the edited call is {judgement.kind}: {judgement.reason}")
 
+    def _check_reply(self, state: RunState, given: Any) -> None:
+        """Every call of the paused reply decided, each decision checked, as ``resume(reply=)`` checks it."""
+        if self._blocked(state)[1].gate_does_io:
+            raise _refuse("BadDecision", "a gate doing I/O cannot list a reply here: decide its calls one at a time")
+        try:
+            reply = reply_of(given)
+        except ValueError as exc:
+            raise _refuse("BadDecision", f"'reply': {exc}") from None
+        try:
+            check_reply(self._agent, state, reply)
+        except AnswerRefused as exc:
+            raise _refuse("BadAnswer", exc.message) from None
+        except DecisionRefused as exc:
+            raise _refuse(exc.kind, str(exc)) from None
+
     def _blocked(self, state: RunState) -> tuple[ToolCall, AgentDefinition]:
         """The call a person decides on, and the definition of the agent whose contract and gate judge it."""
         blocked, path = blocked_call(state)
@@ -250,7 +273,8 @@ class RunWorkflow:
         pause_id = self._resting.state.pause_id
         assert pause_id is not None
         taken = {"reason": None, **decision, "decision": kind, "pause_id": pause_id, "at": workflow.now().timestamp()}
-        self._decisions.append({k: taken[k] for k in ("decision", "pause_id", "reviewer", "at", "reason")})
+        kept = ("decision", "pause_id", "reviewer", "at", "reason", *(("reply",) if kind == "reply" else ()))
+        self._decisions.append({k: taken[k] for k in kept})
         self._decision = taken
         return pause_id
 
@@ -280,3 +304,12 @@ class RunWorkflow:
     @answer.validator
     def _answerable(self, decision: dict[str, Any]) -> None:
         self._check(decision, "answer")
+
+    @workflow.update(name="reply")
+    def reply(self, decision: dict[str, Any]) -> str:
+        """Decide every call of the paused reply in one step (``reply``: call id to its decision's JSON form)."""
+        return self._take(decision, "reply")
+
+    @reply.validator
+    def _reviewable(self, decision: dict[str, Any]) -> None:
+        self._check(decision, "reply")
