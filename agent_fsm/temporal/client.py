@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_fsm.engine import AlreadyDecided, CallDecision, DecisionRefused, RunResult, RunState, reply_data
+from agent_fsm.engine import (
+    AlreadyDecided,
+    CallDecision,
+    DecisionRefused,
+    RunEvent,
+    RunResult,
+    RunState,
+    event_from_json,
+    reply_data,
+)
 from agent_fsm.temporal.codec import result_of
 
 if TYPE_CHECKING:
@@ -39,6 +48,15 @@ class RunHandle:
     async def state(self) -> RunState:
         """The run's state now (a query, answered by a worker): current machine state, transcript, path."""
         return RunState.from_json(await self.handle.query("state"))
+
+    async def events(self, after: int = 0) -> tuple[int, list[RunEvent]]:
+        """
+        The run's events numbered above ``after`` (a query; kept only for a run started with ``keep_events``),
+        with the number of the first returned: a run continued as new carries only its latest events, so a
+        reader far behind finds the first number past ``after + 1``.
+        """
+        found = await self.handle.query("events", after)
+        return found["first"], [event_from_json(data) for data in found["events"]]
 
     async def decisions(self) -> list[dict[str, Any]]:
         """Every decision taken on the run's pauses: ``decision``, ``pause_id``, ``reviewer``, ``at``, ``reason``."""
@@ -133,6 +151,7 @@ async def start_run(
     task_queue: str = DEFAULT_TASK_QUEUE,
     history_bound: int | None = None,
     execution_timeout: timedelta | None = None,
+    keep_events: bool = False,
 ) -> RunHandle:
     """
     Start a run of the agent registered as ``agent`` on the workers of ``task_queue``; its id is ``run_id``.
@@ -141,13 +160,17 @@ async def start_run(
     is refused by the server. ``history_bound`` is the number of history
     events after which the run continues as new (default
     :data:`agent_fsm.temporal.HISTORY_BOUND`); ``execution_timeout`` bounds
-    the run's whole life, pauses included.
+    the run's whole life, pauses included. With ``keep_events`` the workflow
+    keeps the run's events (the stream ``on_event`` hears in-process) for
+    :meth:`RunHandle.events`, which is how ``agent_fsm.serve`` streams a run on Temporal.
     """
     from agent_fsm.temporal.workflow import WORKFLOW_NAME
 
     if not isinstance(run_id, str) or not run_id:
         raise TypeError(f"a run needs a run_id to be found by (a non-empty str, got {run_id!r})")
     start = {"agent": agent, "task": task, "history": [dict(m) for m in history], "history_bound": history_bound}
+    if keep_events:
+        start["keep_events"] = True
     handle = await client.start_workflow(
         WORKFLOW_NAME, start, id=run_id, task_queue=task_queue, execution_timeout=execution_timeout
     )

@@ -15,6 +15,7 @@ its own strict JSON, at a pause or before a model call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from typing import Any
 
@@ -26,9 +27,11 @@ from agent_fsm.engine import (
     NO_ANSWER,
     AnswerRefused,
     DecisionRefused,
+    Ended,
     HandlerError,
     Nested,
     RunError,
+    RunEvent,
     RunResult,
     RunState,
     Stop,
@@ -38,6 +41,7 @@ from agent_fsm.engine import (
     blocked_call,
     check_answer,
     check_reply,
+    event_to_json,
     judge,
     reply_of,
 )
@@ -50,6 +54,9 @@ __all__ = ["WORKFLOW_NAME", "RunWorkflow"]
 
 WORKFLOW_NAME = "agent_fsm.run"
 """The workflow type every run is started under."""
+
+EVENTS_CARRIED = 200
+"""How many of its latest events a run keeping them carries when it continues as new (the rest were streamed)."""
 
 
 def _refuse(kind: str, message: str, *details: Any) -> ApplicationError:
@@ -84,6 +91,11 @@ class RunWorkflow:
         # Everything a decision's validator reads is ready before the first update can arrive.
         self._decision: dict[str, Any] | None = None
         self._decisions: list[dict[str, Any]] = list(start.get("decisions", []))
+        # The run's events as their JSON, for a server to stream (start_run(..., keep_events=True)): numbered
+        # from 1, the first ``_events_base`` of them heard by an earlier workflow run of this one (continued as new).
+        self._keeping: bool = bool(start.get("keep_events"))
+        self._events: list[dict[str, Any]] = list(start.get("events", []))
+        self._events_base: int = start.get("events_base", 0)
         name = start["agent"]
         # A run carried over keeps the definition it began with: a fresh history would admit every patch.
         carried = start.get("patches")
@@ -123,7 +135,10 @@ class RunWorkflow:
         state = self._log.live
         assert state is not None
         agent, log, run_id = self._agent, self._log, self._run_id
-        result = await self._drive(start, agent.aadvance(state, store=log, run_id=run_id))
+        heard = self._heard if self._keeping else None
+        # A run carried over while paused was heard resting already: its rest is not told twice.
+        first = heard if self._resting is None else None
+        result = await self._drive(start, agent.aadvance(state, store=log, run_id=run_id, on_event=first))
         while result.stop is Stop.AWAITING_APPROVAL:
             self._resting = result
             if self._model.calls and self._over_bound():  # a run carried over and still paused stays as it is
@@ -135,9 +150,10 @@ class RunWorkflow:
             self._resting = None
             paused = result.state
             if decision["decision"] == "answer":
-                resumed = agent.aresume(paused, answer=decision["answer"], store=log, run_id=run_id)
+                resumed = agent.aresume(paused, answer=decision["answer"], store=log, run_id=run_id, on_event=heard)
             elif decision["decision"] == "reply":
-                resumed = agent.aresume(paused, reply=reply_of(decision["reply"]), store=log, run_id=run_id)
+                reply = reply_of(decision["reply"])
+                resumed = agent.aresume(paused, reply=reply, store=log, run_id=run_id, on_event=heard)
             else:
                 approve = decision["decision"] == "approve"
                 resumed = agent.aresume(
@@ -147,12 +163,23 @@ class RunWorkflow:
                     arguments=decision.get("arguments") if approve else None,
                     store=log,
                     run_id=run_id,
+                    on_event=heard,
                 )
             result = await self._drive(start, resumed)
         self._resting = result
         return result_json(result)
 
     async def _drive(self, start: dict[str, Any], step: Awaitable[RunResult]) -> RunResult:
+        """One stretch of driving to a rest, its ``ended`` event kept (when events are)."""
+        result = await self._driven(start, step)
+        if self._keeping and (not self._events or self._events[-1]["type"] != "ended"):  # a rest settled unheard
+            self._heard(Ended(self._run_id, workflow.now().timestamp(), result))
+        return result
+
+    def _heard(self, event: RunEvent) -> None:
+        self._events.append(json.loads(json.dumps(event_to_json(event), default=repr)))
+
+    async def _driven(self, start: dict[str, Any], step: Awaitable[RunResult]) -> RunResult:
         """One stretch of driving; an interrupted effect is settled, a rollover continues as new."""
         try:
             return await step
@@ -163,7 +190,8 @@ class RunWorkflow:
                 self._log.live = state
                 if nested:  # settled inside a nested run: each run above pauses on it, by the recovery rules
                     return await acontinue_run(self._agent, state, store=self._log, run_id=self._run_id, intent=None)
-                return await self._agent.aadvance(state, store=self._log, run_id=self._run_id)
+                heard = self._heard if self._keeping else None
+                return await self._agent.aadvance(state, store=self._log, run_id=self._run_id, on_event=heard)
             saved = exc.state.to_json() if exc.state is not None else None
             raise _refuse("HandlerError", f"{exc} (the run's state is in the details)", saved) from exc
         except RunError as exc:
@@ -183,6 +211,9 @@ class RunWorkflow:
             "decisions": self._decisions,
             "history_bound": start.get("history_bound"),
         }
+        if self._keeping:  # the latest events travel on, for a server that has not read them yet
+            tail = self._events[-EVENTS_CARRIED:]
+            carried.update(keep_events=True, events=tail, events_base=self._events_base + len(self._events) - len(tail))
         workflow.continue_as_new(carried)
 
     # --- what a client may ask and decide ---------------------------------------------------
@@ -193,6 +224,15 @@ class RunWorkflow:
         live = self._resting.state if self._resting is not None else self._log.live
         assert live is not None
         return live.to_json()
+
+    @workflow.query(name="events")
+    def events(self, after: int) -> dict[str, Any]:
+        """
+        The run's events numbered above ``after``, as JSON (kept only when the run was started with
+        ``keep_events``): ``{"first": number of the first given, "events": [...]}``.
+        """
+        skip = max(after - self._events_base, 0)
+        return {"first": self._events_base + skip + 1, "events": self._events[skip:]}
 
     @workflow.query(name="decisions")
     def decisions(self) -> list[dict[str, Any]]:
