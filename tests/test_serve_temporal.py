@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agent_fsm.engine import RunEvent
+from tests import temporal_world as world
 from tests.ledger_world import ledger_agent, read_ledger, task_for
 from tests.person_world import shop_agent
 from tests.test_serve_api import CLIENTS, OTHER, _client, _events
@@ -34,7 +35,7 @@ def served(temporal_server: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     ADDRESS[:] = [temporal_server.address]
     folder = tmp_path_factory.mktemp("served")
     ledger, written = folder / "ledger.jsonl", folder / "written.txt"
-    agents = [ledger_agent(ledger).replace(name="ledger"), shop_agent(written)]
+    agents = [ledger_agent(ledger).replace(name="ledger"), shop_agent(written), world.agent("long")]
     worker = ThreadWorker(temporal_server.address, QUEUE, agents).start()
     try:
         with serving(temporal_app(agents, temporal_server.address, clients=CLIENTS, task_queue=QUEUE)) as base:
@@ -178,3 +179,30 @@ async def _state_of(run_id: str) -> Any:
     from agent_fsm.temporal import get_run
 
     return await get_run(await Client.connect(ADDRESS[0]), run_id).state()
+
+
+def test_a_run_continued_as_new_tells_each_event_once_numbered_on(served: tuple[str, Path, Path]) -> None:
+    """Rolled over (its history bound passed), the run's kept events are still those arun hears, none told twice."""
+    from temporalio.client import Client
+
+    from agent_fsm.temporal import start_run
+
+    run_id = f"long-{uuid.uuid4().hex[:8]}"
+    task = "Look twelve times."
+
+    async def remote() -> tuple[int, list[RunEvent], bool]:
+        client = await Client.connect(ADDRESS[0])
+        handle = await start_run(
+            client, agent="long", task=task, run_id=run_id, task_queue=QUEUE, history_bound=40, keep_events=True
+        )
+        await handle.result()
+        latest = (await handle.handle.describe()).run_id
+        first, events = await handle.events(0)
+        return first, events, latest != handle.handle.first_execution_run_id
+
+    first, events, rolled = asyncio.run(remote())
+    heard: list[RunEvent] = []
+    asyncio.run(world.agent_of("long").arun(task, run_id=run_id, on_event=heard.append))
+    assert rolled and first >= 1
+    assert [e.type for e in events] == [e.type for e in heard][first - 1 :]
+    assert [getattr(e, "state", None) for e in events] == [getattr(e, "state", None) for e in heard][first - 1 :]

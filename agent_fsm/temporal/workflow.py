@@ -196,6 +196,12 @@ class RunWorkflow:
             raise _refuse("HandlerError", f"{exc} (the run's state is in the details)", saved) from exc
         except RunError as exc:
             if isinstance(exc.__cause__, Rollover) and exc.state is not None:
+                # What the stopped call's turn told since Ready the next run tells again, under the same numbers.
+                while self._events and (self._events[-1]["type"], self._events[-1].get("state")) != (
+                    "state_entered",
+                    "Ready",
+                ):
+                    self._events.pop()
                 self._continue(start, _before_the_call(exc.state))
             raise _refuse(type(exc).__name__, str(exc)) from exc
 
