@@ -6,22 +6,32 @@ read by query, streamed from the workflow's events, decided by its updates; the 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from typer.testing import CliRunner
 
+from agent_fsm.cli import app as cli
 from agent_fsm.engine import RunEvent
+from agent_fsm.serve import CLIENTS_VARIABLE
 from tests import temporal_world as world
 from tests.ledger_world import ledger_agent, read_ledger, task_for
 from tests.person_world import shop_agent
-from tests.test_serve_api import CLIENTS, OTHER, _client, _events
+from tests.test_serve_api import CLIENTS, OTHER, UI, _client, _events
 
 pytestmark = pytest.mark.temporal
 
 QUEUE = f"serve-{uuid.uuid4().hex[:8]}"
+ROOT = Path(__file__).resolve().parents[1]
 ADDRESS: list[str] = []  # the dev server's, once the fixture has it
 
 
@@ -206,3 +216,96 @@ def test_a_run_continued_as_new_tells_each_event_once_numbered_on(served: tuple[
     assert rolled and first >= 1
     assert [e.type for e in events] == [e.type for e in heard][first - 1 :]
     assert [getattr(e, "state", None) for e in events] == [getattr(e, "state", None) for e in heard][first - 1 :]
+
+
+def named_ledger() -> Any:
+    """The ledger agent by its served name, as ``--world tests.test_serve_temporal:named_ledger`` loads it."""
+    return ledger_agent(Path(os.environ["AGENT_FSM_LEDGER"])).replace(name="ledger")
+
+
+def test_the_command_serves_on_temporal(served: tuple[str, Path, Path], tmp_path: Path) -> None:
+    """``agent-fsm serve --temporal`` in a process of its own starts a run the worker drives, streamed to its end."""
+    port = _free_port()
+    command = [sys.executable, "-m", "agent_fsm.cli", "serve", "--world", "tests.test_serve_temporal:named_ledger"]
+    command += ["--temporal", ADDRESS[0], "--task-queue", QUEUE, "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), CLIENTS_VARIABLE: f"ui:{UI}:start+read"}
+    env["AGENT_FSM_LEDGER"] = str(tmp_path / "unused.jsonl")  # the worker's handlers write, not the server's
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/agents", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and process.poll() is None, process.stderr
+                time.sleep(0.1)
+        with _client(base) as http:
+            run_id = http.post("/runs", json={"task": task_for(["A-8"])}).json()["run_id"]
+            assert _events(http, run_id)[-1]["stop"] == "answered"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+@pytest.mark.parametrize("where", [[], ["--store", "sqlite:///x.db", "--temporal", "127.0.0.1:7233"]])
+def test_the_command_takes_a_store_or_temporal(where: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither, or both: exit 1 saying which to give, before anything is opened."""
+    monkeypatch.setenv(CLIENTS_VARIABLE, f"ui:{UI}:start+read")
+    result = CliRunner().invoke(cli, ["serve", "--world", "tests.test_serve_temporal:named_ledger", *where])
+    assert result.exit_code == 1 and "--temporal ADDRESS" in result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def ledger_only(served: tuple[str, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The ledger alone served on Temporal (the protocols' clients name no agent), over the same worker."""
+    from agent_fsm.serve.temporal import temporal_app
+    from tests.web_server import serving
+
+    agent = ledger_agent(tmp_path_factory.mktemp("unused") / "ledger.jsonl").replace(name="ledger")
+    with serving(temporal_app(agent, ADDRESS[0], clients=CLIENTS, task_queue=QUEUE)) as base:
+        yield base
+
+
+def test_the_official_ag_ui_client_runs_and_resumes_a_run_on_temporal(
+    served: tuple[str, Path, Path], ledger_only: str
+) -> None:
+    """@ag-ui/client accepts every event of a workflow run; its interrupt's resume approves the payment once."""
+    from tests.test_serve_ag_ui import drive
+
+    _, ledger, _ = served
+    report = drive(ledger_only, task_for(["A-3"]))
+    assert "error" not in report, report.get("error")
+    [run] = report["runs"]
+    assert run["result"] == {"stop": "answered", "code": "answered", "answer": "Handled 1 invoices."}
+    assert [e["type"] for e in report["events"]].count("TOOL_CALL_RESULT") == 3
+    # The client names one thread: another client's, so the run does not continue the first one's conversation.
+    report = drive(ledger_only, task_for(["BIG-5"]), '{"decision": "approve"}', token=OTHER)
+    assert "error" not in report, report.get("error")
+    first, second = report["runs"]
+    assert first["interrupts"][0]["metadata"]["agent_fsm"]["call"]["name"] == "pay"
+    assert second["result"]["stop"] == "answered"
+    assert len([p for p in _paid(ledger) if p["invoice"] == "BIG-5"]) == 1
+
+
+def test_the_official_a2a_client_streams_and_decides_a_task_on_temporal(
+    served: tuple[str, Path, Path], ledger_only: str
+) -> None:
+    """a2a-sdk: working, input-required naming the call, 'approve' to the task, completed; paid once."""
+    from tests.test_serve_a2a import _message, _states, _talk
+
+    _, ledger, _ = served
+    first, second = asyncio.run(
+        _talk(ledger_only, UI, True, _message(task_for(["BIG-6"])), lambda task: _message("approve", task))
+    )
+    assert _states(first)[0] == "TASK_STATE_WORKING" and _states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
+    assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
+    assert len([p for p in _paid(ledger) if p["invoice"] == "BIG-6"]) == 1
