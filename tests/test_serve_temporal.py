@@ -309,3 +309,28 @@ def test_the_official_a2a_client_streams_and_decides_a_task_on_temporal(
     assert _states(first)[0] == "TASK_STATE_WORKING" and _states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
     assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
     assert len([p for p in _paid(ledger) if p["invoice"] == "BIG-6"]) == 1
+
+
+def test_a_run_is_streamed_by_any_serving_process_whoever_decided_it(
+    served: tuple[str, Path, Path], ledger_only: str
+) -> None:
+    """Started through one app, decided by a RunHandle, its stream read on from another app: nothing lost."""
+    from temporalio.client import Client
+
+    from agent_fsm.temporal import get_run
+
+    base, _, _ = served
+    with _client(base) as http:
+        run_id = http.post("/runs", json={"agent": "ledger", "task": task_for(["BIG-7"])}).json()["run_id"]
+        paused = _events(http, run_id)
+
+    async def approve() -> None:
+        await get_run(await Client.connect(ADDRESS[0]), run_id).approve(reviewer="ana")
+
+    asyncio.run(approve())
+    with _client(ledger_only) as elsewhere:
+        whole = _events(elsewhere, run_id)
+        assert whole[: len(paused)] == paused  # the same events under the same numbers, read from the workflow
+        assert whole[-1]["stop"] == "answered" and [e["id"] for e in whole] == list(range(1, len(whole) + 1))
+    with _client(base) as http:
+        assert _events(http, run_id, last=paused[-1]["id"]) == whole[len(paused) :]

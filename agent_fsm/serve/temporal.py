@@ -10,8 +10,8 @@ here what they find in a store and a pool (:class:`TemporalRuns`): a start
 starts a workflow, a read is the workflow's ``state`` query, a decision is
 its update (``approve``, ``reject``, ``answer``, ``reply``), judged by the
 workflow's validator; a run's event stream is its ``events`` query, polled
-every ``poll`` seconds by this process while the run works and resumed
-after each decision taken here. A session (a protocol's thread) is runs
+every ``poll`` seconds by this process while the run works, from the
+first stream asked for and again after each decision taken here. A session (a protocol's thread) is runs
 named ``<session>~1``, ``<session>~2``, ... as in a store, each starting from
 the last one's transcript.
 """
@@ -32,7 +32,7 @@ from agent_fsm.engine import Ended, RunState, reply_of
 from agent_fsm.serve.app import assemble
 from agent_fsm.serve.clients import Clients
 from agent_fsm.serve.core import Api
-from agent_fsm.serve.stream import Hub
+from agent_fsm.serve.stream import Hub, RunLog
 from agent_fsm.serve.workers import Workers
 from agent_fsm.store import RunExists, RunNotFound
 from agent_fsm.store.records import RunSummary, StoredRun
@@ -72,17 +72,16 @@ class TemporalRuns:
         self,
         client: Client,
         agents: Mapping[str, Agent],
-        hub: Hub,
         *,
         task_queue: str,
         poll: float = POLL,
     ) -> None:
         self.client = client
         self.agents = dict(agents)
-        self.hub = hub
         self.task_queue = task_queue
         self.poll = poll
-        self._loop = asyncio.get_running_loop()
+        self.loop = self._loop = asyncio.get_running_loop()
+        self.hub: Hub = _Read(self)
         self._read: dict[str, int] = {}  # run id: the number of its last event put in its log
         self._following: dict[str, asyncio.Task[None]] = {}
         self._sessions: dict[str, int] = {}  # a session's runs known to exist, counted from 1
@@ -193,12 +192,16 @@ class TemporalRuns:
 
     # --- the event stream ------------------------------------------------------------
 
-    def _follow(self, run_id: str) -> None:
-        """Read the run's events into its log until it rests (again), unless that is being done already."""
-        if run_id not in self._following:
-            self._following[run_id] = asyncio.create_task(self._read_events(run_id))
+    def _follow(self, run_id: str, *, moving: bool = True) -> None:
+        """
+        Read the run's events into its log until it rests (again), unless that is being done already.
 
-    async def _read_events(self, run_id: str) -> None:
+        ``moving``: the run was just started or decided, so a log resting on its last rest is not read to its end.
+        """
+        if run_id not in self._following:
+            self._following[run_id] = asyncio.create_task(self._read_events(run_id, moving))
+
+    async def _read_events(self, run_id: str, moving: bool) -> None:
         from agent_fsm.temporal import get_run
 
         run, log = get_run(self.client, run_id), self.hub.open(run_id)
@@ -211,6 +214,9 @@ class TemporalRuns:
                     self._read[run_id] = number
                 if events and isinstance(events[-1], Ended):
                     return  # at rest: a decision taken here follows it again
+                if not events and not moving and log.resting:
+                    return  # read to its rest: nothing more comes until a decision
+                moving = moving and not events
                 quiet = 0 if events else quiet + 1
                 if quiet and quiet % 20 == 0:  # a run a bug stopped tells no rest: its workflow says it failed
                     described = await run.handle.describe()
@@ -280,6 +286,20 @@ class TemporalRuns:
         return []
 
 
+class _Read(Hub):
+    """The runs' event logs, each read from its workflow: a stream asked for any run follows it from there."""
+
+    def __init__(self, runs: TemporalRuns) -> None:
+        super().__init__(runs.loop)
+        self._runs = runs
+
+    def get(self, run_id: str) -> RunLog | None:
+        """The run's log, read on from its workflow's events (whichever process started or decided it)."""
+        log = self.open(run_id)
+        self._runs._follow(run_id, moving=False)
+        return log
+
+
 async def _awaited(work: Awaitable[T]) -> T:
     return await work
 
@@ -322,7 +342,7 @@ def temporal_app(
             client = await Client.connect(temporal)
         else:
             client = temporal
-        runs = TemporalRuns(client, served, Hub(asyncio.get_running_loop()), task_queue=queue, poll=poll)
+        runs = TemporalRuns(client, served, task_queue=queue, poll=poll)
         api.started = cast(Workers, runs)  # it plays the pool (and its store) for every route
         try:
             yield

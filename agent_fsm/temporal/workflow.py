@@ -177,7 +177,9 @@ class RunWorkflow:
         return result
 
     def _heard(self, event: RunEvent) -> None:
-        self._events.append(json.loads(json.dumps(event_to_json(event), default=repr)))
+        data = json.loads(json.dumps(event_to_json(event), default=repr))
+        data["at"] = workflow.now().timestamp()  # the workflow's clock: a replay tells the same events alike
+        self._events.append(data)
 
     async def _driven(self, start: dict[str, Any], step: Awaitable[RunResult]) -> RunResult:
         """One stretch of driving; an interrupted effect is settled, a rollover continues as new."""
