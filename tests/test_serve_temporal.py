@@ -334,3 +334,30 @@ def test_a_run_is_streamed_by_any_serving_process_whoever_decided_it(
         assert whole[-1]["stop"] == "answered" and [e["id"] for e in whole] == list(range(1, len(whole) + 1))
     with _client(base) as http:
         assert _events(http, run_id, last=paused[-1]["id"]) == whole[len(paused) :]
+
+
+def test_a2a_cancels_a_task_waiting_for_input_on_temporal(served: tuple[str, Path, Path], ledger_only: str) -> None:
+    """CancelTask rejects the call by the workflow's cancel update and ends the run on step_limit: canceled, unpaid."""
+    from google.protobuf import json_format
+
+    from tests.test_serve_a2a import _connected, a2a_types
+    from tests.test_serve_a2a import _paused as _a2a_paused
+
+    _, ledger, _ = served
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with _connected(ledger_only) as (http, client):
+            task_id, out["paused"] = await _a2a_paused(client, "BIG-8")
+            cancelled = await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            out["cancelled"] = a2a_types.TaskState.Name(cancelled.status.state)
+            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
+            out["said"] = json_format.MessageToDict(got.status.message)["parts"][1]["data"]
+            out["read"] = (await http.get(f"{ledger_only}/runs/{task_id}")).json()
+        return out
+
+    out = asyncio.run(scenario())
+    assert out["paused"] == "TASK_STATE_INPUT_REQUIRED" and out["cancelled"] == "TASK_STATE_CANCELED"
+    assert out["said"]["stop"] == "step_limit" and out["said"]["cancelled_by"] == "ui"
+    assert (out["read"]["status"], out["read"]["stop"]) == ("ended", "step_limit")
+    assert not [p for p in _paid(ledger) if p["invoice"] == "BIG-8"]

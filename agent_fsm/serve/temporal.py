@@ -33,9 +33,9 @@ from agent_fsm.serve.app import assemble
 from agent_fsm.serve.clients import Clients
 from agent_fsm.serve.core import Api
 from agent_fsm.serve.stream import Hub, RunLog
-from agent_fsm.serve.workers import Workers
+from agent_fsm.serve.workers import CANCELLED, Workers
 from agent_fsm.store import RunExists, RunNotFound
-from agent_fsm.store.records import RunSummary, StoredRun
+from agent_fsm.store.records import Decision, RunSummary, StoredRun
 from agent_fsm.store.rows import pause_columns, status_of, summary_of
 from agent_fsm.store.sessions import SEPARATOR, SessionBusy
 from agent_fsm.web.decisions import Request
@@ -161,7 +161,7 @@ class TemporalRuns:
         Raises:
             AlreadyDecided: the pause was decided already.
             DecisionRefused: (a ``ValueError``) the workflow's validator refused it: nothing was decided.
-            ValueError: a decision Temporal runs do not take (``cancel``).
+            ValueError: not a decision.
         """
         from agent_fsm.temporal import get_run
 
@@ -176,8 +176,10 @@ class TemporalRuns:
             await run.answer(answer=given, **how)
         elif action == "reply":
             await run.review(reply=reply_of(request.reply), **how)
+        elif action == "cancel":
+            await run.cancel(reason=CANCELLED, **how)
         else:
-            raise ValueError(f"a run on Temporal takes approve, edit, reject, answer or reply, not {action!r}")
+            raise ValueError(f"a run on Temporal takes approve, edit, reject, answer, reply or cancel, not {action!r}")
         self._follow(request.run_id)
 
     def sweep(self, agents: Mapping[str, Agent], *, older_than: float) -> list[str]:
@@ -281,9 +283,15 @@ class TemporalRuns:
                 found.append(summary)
         return found
 
-    def history(self, run_id: str) -> list[Any]:
-        """The decisions taken on the run's pauses (none are read back on Temporal: its workflow keeps them)."""
-        return []
+    def history(self, run_id: str) -> list[Decision]:
+        """The decisions taken on the run's pauses, as its workflow recorded them (the ``decisions`` query)."""
+        from agent_fsm.temporal import get_run
+
+        taken = self._wait(get_run(self.client, run_id).decisions())
+        return [
+            Decision(run_id, d["pause_id"], d["decision"], d["reviewer"], d.get("reason"), d.get("reply"), d["at"])
+            for d in taken
+        ]
 
 
 class _Read(Hub):

@@ -128,6 +128,17 @@ class RunHandle:
         """
         return await self._decide("answer", {"reviewer": reviewer, "answer": answer, "pause_id": pause_id})
 
+    async def cancel(self, *, reviewer: str, reason: str, pause_id: str | None = None) -> str:
+        """
+        Reject the pause ``pause_id`` (default: the one open now) with ``reason`` and end the run there: its
+        budget of model calls is closed at the calls made, so it rests on ``step_limit`` with nothing run after.
+
+        Raises:
+            AlreadyDecided: that pause was decided already.
+            DecisionRefused: the run is not paused there.
+        """
+        return await self._decide("cancel", {"reviewer": reviewer, "reason": reason, "pause_id": pause_id})
+
     async def review(self, *, reviewer: str, reply: Mapping[str, CallDecision], pause_id: str | None = None) -> str:
         """
         Decide every call of the paused reply at once (:meth:`agent_fsm.Agent.reply_review` lists them), in one

@@ -19,10 +19,11 @@ import json
 from collections.abc import Awaitable
 from typing import Any
 
+import attrs
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from agent_fsm import Agent
+from agent_fsm import Agent, Limits
 from agent_fsm.engine import (
     NO_ANSWER,
     AnswerRefused,
@@ -154,6 +155,10 @@ class RunWorkflow:
             elif decision["decision"] == "reply":
                 reply = reply_of(decision["reply"])
                 resumed = agent.aresume(paused, reply=reply, store=log, run_id=run_id, on_event=heard)
+            elif decision["decision"] == "cancel":  # rejected, then no model call: it rests on step_limit
+                paused.limits = attrs.evolve(paused.limits or agent.limits or Limits(), max_turns=paused.turns)
+                reason = decision.get("reason") or ""
+                resumed = agent.aresume(paused, approve=False, reason=reason, store=log, run_id=run_id, on_event=heard)
             else:
                 approve = decision["decision"] == "approve"
                 resumed = agent.aresume(
@@ -267,7 +272,10 @@ class RunWorkflow:
         if kind == "reply":
             self._check_reply(resting.state, decision.get("reply"))
             return
-        if kind != "reject":  # an answer meets its result schema; a call a person answers is never approved blank
+        if kind not in (
+            "reject",
+            "cancel",
+        ):  # an answer meets its result schema; a call a person answers is never approved blank
             try:
                 check_answer(self._agent.tools, resting.state, decision.get("answer", NO_ANSWER))
             except AnswerRefused as exc:
@@ -322,7 +330,8 @@ class RunWorkflow:
         assert pause_id is not None
         taken = {"reason": None, **decision, "decision": kind, "pause_id": pause_id, "at": workflow.now().timestamp()}
         kept = ("decision", "pause_id", "reviewer", "at", "reason", *(("reply",) if kind == "reply" else ()))
-        self._decisions.append({k: taken[k] for k in kept})
+        # A cancel is recorded as what it is to the call, a rejection (as a store records it); then the run ends.
+        self._decisions.append({**{k: taken[k] for k in kept}, "decision": "reject" if kind == "cancel" else kind})
         self._decision = taken
         return pause_id
 
@@ -352,6 +361,15 @@ class RunWorkflow:
     @answer.validator
     def _answerable(self, decision: dict[str, Any]) -> None:
         self._check(decision, "answer")
+
+    @workflow.update(name="cancel")
+    def cancel(self, decision: dict[str, Any]) -> str:
+        """Reject the open pause with the reviewer's reason and end the run there (step_limit): no model call after."""
+        return self._take(decision, "cancel")
+
+    @cancel.validator
+    def _cancellable(self, decision: dict[str, Any]) -> None:
+        self._check(decision, "cancel")
 
     @workflow.update(name="reply")
     def reply(self, decision: dict[str, Any]) -> str:
