@@ -45,7 +45,7 @@ def served(temporal_server: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     ADDRESS[:] = [temporal_server.address]
     folder = tmp_path_factory.mktemp("served")
     ledger, written = folder / "ledger.jsonl", folder / "written.txt"
-    agents = [ledger_agent(ledger).replace(name="ledger"), shop_agent(written), world.agent("long")]
+    agents = [ledger_agent(ledger).replace(name="ledger"), shop_agent(written), world.agent("long"), world.agent("bug")]
     worker = ThreadWorker(temporal_server.address, QUEUE, agents).start()
     try:
         with serving(temporal_app(agents, temporal_server.address, clients=CLIENTS, task_queue=QUEUE)) as base:
@@ -361,3 +361,15 @@ def test_a2a_cancels_a_task_waiting_for_input_on_temporal(served: tuple[str, Pat
     assert out["said"]["stop"] == "step_limit" and out["said"]["cancelled_by"] == "ui"
     assert (out["read"]["status"], out["read"]["stop"]) == ("ended", "step_limit")
     assert not [p for p in _paid(ledger) if p["invoice"] == "BIG-8"]
+
+
+def test_a_run_a_bug_stopped_ends_its_stream_failed_and_is_listed_failed(served: tuple[str, Path, Path]) -> None:
+    """A handler's bug fails the workflow: the stream ends with a failed record, the listing says failed."""
+    base, _, _ = served
+    with _client(base) as http:
+        run_id = http.post("/runs", json={"agent": "bug", "task": "Go."}).json()["run_id"]
+        events = _events(http, run_id)
+        listed = {r["run_id"]: r for r in http.get("/runs", params={"status": "failed"}).json()["runs"]}
+        read = http.get(f"/runs/{run_id}").json()
+    assert events[-1]["type"] == "failed" and "failed" in events[-1]["error"]
+    assert listed[run_id]["status"] == read["status"] == "failed" and read["reason"] == "the workflow is failed"

@@ -253,12 +253,23 @@ class TemporalRuns:
         Raises:
             RunNotFound: no workflow has that id.
         """
-        state = self._wait(self._state(run_id))
-        return StoredRun(self._summary(run_id, state), state, None)
+        return self._wait(self._stored(run_id))
 
-    def _summary(self, run_id: str, state: RunState) -> RunSummary:
-        status, stop = status_of(state)
+    async def _stored(self, run_id: str, status: Any = None) -> StoredRun:
+        """The run's state and summary; ``status``: its workflow's, when listed (else asked for)."""
+        from agent_fsm.temporal import get_run
+
+        state = await self._state(run_id)
+        if status is None:
+            status = (await get_run(self.client, run_id).handle.describe()).status
+        failed = status.name.lower() if status is not None and status.name in _CLOSED_BADLY else None
+        return StoredRun(self._summary(run_id, state, failed), state, None)
+
+    def _summary(self, run_id: str, state: RunState, failed: str | None = None) -> RunSummary:
+        """The run as a store lists it; ``failed``: how its workflow closed, when a bug stopped it."""
+        status, stop = status_of(state) if failed is None else ("failed", None)
         reason, blocked = pause_columns(state)  # as a store keeps them: a pause's reason and call
+        reason = reason if failed is None else f"the workflow is {failed}"
         row = (run_id, status, stop, state.machine_state, state.pause_id, reason, blocked, None, 0.0, 0.0, 0)
         return summary_of(row)
 
@@ -272,13 +283,7 @@ class TemporalRuns:
         found = []
         query = f"WorkflowType = '{WORKFLOW_NAME}' AND TaskQueue = '{self.task_queue}'"
         async for execution in self.client.list_workflows(query):
-            closed = execution.status is not None and execution.status.name in _CLOSED_BADLY
-            if closed:
-                assert execution.status is not None
-                row = (execution.id, "failed", None, "?", None, execution.status.name.lower(), None, None, 0, 0, 0)
-                summary = summary_of(row)
-            else:
-                summary = self._summary(execution.id, await self._state(execution.id))
+            summary = (await self._stored(execution.id, execution.status)).summary
             if status is None or summary.status == status:
                 found.append(summary)
         return found
