@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -26,6 +21,7 @@ from agent_fsm.serve import CLIENTS_VARIABLE
 from tests import temporal_world as world
 from tests.ledger_world import ledger_agent, read_ledger, task_for
 from tests.person_world import shop_agent
+from tests.serve_process import serve_process
 from tests.test_serve_api import CLIENTS, OTHER, UI, _client, _events
 
 pytestmark = pytest.mark.temporal
@@ -225,28 +221,12 @@ def named_ledger() -> Any:
 
 def test_the_command_serves_on_temporal(served: tuple[str, Path, Path], tmp_path: Path) -> None:
     """``agent-fsm serve --temporal`` in a process of its own starts a run the worker drives, streamed to its end."""
-    port = _free_port()
-    command = [sys.executable, "-m", "agent_fsm.cli", "serve", "--world", "tests.test_serve_temporal:named_ledger"]
-    command += ["--temporal", ADDRESS[0], "--task-queue", QUEUE, "--port", str(port)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), CLIENTS_VARIABLE: f"ui:{UI}:start+read"}
-    env["AGENT_FSM_LEDGER"] = str(tmp_path / "unused.jsonl")  # the worker's handlers write, not the server's
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(base + "/agents", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and process.poll() is None, process.stderr
-                time.sleep(0.1)
-        with _client(base) as http:
-            run_id = http.post("/runs", json={"task": task_for(["A-8"])}).json()["run_id"]
-            assert _events(http, run_id)[-1]["stop"] == "answered"
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    env = {CLIENTS_VARIABLE: f"ui:{UI}:start+read", "AGENT_FSM_LEDGER": str(tmp_path / "unused.jsonl")}
+    where = ("--temporal", ADDRESS[0], "--task-queue", QUEUE)  # the worker's handlers write the ledger, not it
+    process = serve_process(None, env, *where, world="tests.test_serve_temporal:named_ledger")
+    with process as (base, _), _client(base) as http:
+        run_id = http.post("/runs", json={"task": task_for(["A-8"])}).json()["run_id"]
+        assert _events(http, run_id)[-1]["stop"] == "answered"
 
 
 @pytest.mark.parametrize("where", [[], ["--store", "sqlite:///x.db", "--temporal", "127.0.0.1:7233"]])
@@ -255,121 +235,3 @@ def test_the_command_takes_a_store_or_temporal(where: list[str], monkeypatch: py
     monkeypatch.setenv(CLIENTS_VARIABLE, f"ui:{UI}:start+read")
     result = CliRunner().invoke(cli, ["serve", "--world", "tests.test_serve_temporal:named_ledger", *where])
     assert result.exit_code == 1 and "--temporal ADDRESS" in result.output
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def ledger_only(served: tuple[str, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The ledger alone served on Temporal (the protocols' clients name no agent), over the same worker."""
-    from agent_fsm.serve.temporal import temporal_app
-    from tests.web_server import serving
-
-    agent = ledger_agent(tmp_path_factory.mktemp("unused") / "ledger.jsonl").replace(name="ledger")
-    with serving(temporal_app(agent, ADDRESS[0], clients=CLIENTS, task_queue=QUEUE)) as base:
-        yield base
-
-
-def test_the_official_ag_ui_client_runs_and_resumes_a_run_on_temporal(
-    served: tuple[str, Path, Path], ledger_only: str
-) -> None:
-    """@ag-ui/client accepts every event of a workflow run; its interrupt's resume approves the payment once."""
-    from tests.test_serve_ag_ui import drive
-
-    _, ledger, _ = served
-    report = drive(ledger_only, task_for(["A-3"]))
-    assert "error" not in report, report.get("error")
-    [run] = report["runs"]
-    assert run["result"] == {"stop": "answered", "code": "answered", "answer": "Handled 1 invoices."}
-    assert [e["type"] for e in report["events"]].count("TOOL_CALL_RESULT") == 3
-    # The client names one thread: another client's, so the run does not continue the first one's conversation.
-    report = drive(ledger_only, task_for(["BIG-5"]), '{"decision": "approve"}', token=OTHER)
-    assert "error" not in report, report.get("error")
-    first, second = report["runs"]
-    assert first["interrupts"][0]["metadata"]["agent_fsm"]["call"]["name"] == "pay"
-    assert second["result"]["stop"] == "answered"
-    assert len([p for p in _paid(ledger) if p["invoice"] == "BIG-5"]) == 1
-
-
-def test_the_official_a2a_client_streams_and_decides_a_task_on_temporal(
-    served: tuple[str, Path, Path], ledger_only: str
-) -> None:
-    """a2a-sdk: working, input-required naming the call, 'approve' to the task, completed; paid once."""
-    from tests.test_serve_a2a import _message, _states, _talk
-
-    _, ledger, _ = served
-    first, second = asyncio.run(
-        _talk(ledger_only, UI, True, _message(task_for(["BIG-6"])), lambda task: _message("approve", task))
-    )
-    assert _states(first)[0] == "TASK_STATE_WORKING" and _states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
-    assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
-    assert len([p for p in _paid(ledger) if p["invoice"] == "BIG-6"]) == 1
-
-
-def test_a_run_is_streamed_by_any_serving_process_whoever_decided_it(
-    served: tuple[str, Path, Path], ledger_only: str
-) -> None:
-    """Started through one app, decided by a RunHandle, its stream read on from another app: nothing lost."""
-    from temporalio.client import Client
-
-    from agent_fsm.temporal import get_run
-
-    base, _, _ = served
-    with _client(base) as http:
-        run_id = http.post("/runs", json={"agent": "ledger", "task": task_for(["BIG-7"])}).json()["run_id"]
-        paused = _events(http, run_id)
-
-    async def approve() -> None:
-        await get_run(await Client.connect(ADDRESS[0]), run_id).approve(reviewer="ana")
-
-    asyncio.run(approve())
-    with _client(ledger_only) as elsewhere:
-        whole = _events(elsewhere, run_id)
-        assert whole[: len(paused)] == paused  # the same events under the same numbers, read from the workflow
-        assert whole[-1]["stop"] == "answered" and [e["id"] for e in whole] == list(range(1, len(whole) + 1))
-    with _client(base) as http:
-        assert _events(http, run_id, last=paused[-1]["id"]) == whole[len(paused) :]
-
-
-def test_a2a_cancels_a_task_waiting_for_input_on_temporal(served: tuple[str, Path, Path], ledger_only: str) -> None:
-    """CancelTask rejects the call by the workflow's cancel update and ends the run on step_limit: canceled, unpaid."""
-    from google.protobuf import json_format
-
-    from tests.test_serve_a2a import _connected, a2a_types
-    from tests.test_serve_a2a import _paused as _a2a_paused
-
-    _, ledger, _ = served
-
-    async def scenario() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        async with _connected(ledger_only) as (http, client):
-            task_id, out["paused"] = await _a2a_paused(client, "BIG-8")
-            cancelled = await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
-            out["cancelled"] = a2a_types.TaskState.Name(cancelled.status.state)
-            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
-            out["said"] = json_format.MessageToDict(got.status.message)["parts"][1]["data"]
-            out["read"] = (await http.get(f"{ledger_only}/runs/{task_id}")).json()
-        return out
-
-    out = asyncio.run(scenario())
-    assert out["paused"] == "TASK_STATE_INPUT_REQUIRED" and out["cancelled"] == "TASK_STATE_CANCELED"
-    assert out["said"]["stop"] == "step_limit" and out["said"]["cancelled_by"] == "ui"
-    assert (out["read"]["status"], out["read"]["stop"]) == ("ended", "step_limit")
-    assert not [p for p in _paid(ledger) if p["invoice"] == "BIG-8"]
-
-
-def test_a_run_a_bug_stopped_ends_its_stream_failed_and_is_listed_failed(served: tuple[str, Path, Path]) -> None:
-    """A handler's bug fails the workflow: the stream ends with a failed record, the listing says failed."""
-    base, _, _ = served
-    with _client(base) as http:
-        run_id = http.post("/runs", json={"agent": "bug", "task": "Go."}).json()["run_id"]
-        events = _events(http, run_id)
-        listed = {r["run_id"]: r for r in http.get("/runs", params={"status": "failed"}).json()["runs"]}
-        read = http.get(f"/runs/{run_id}").json()
-    assert events[-1]["type"] == "failed" and "failed" in events[-1]["error"]
-    assert listed[run_id]["status"] == read["status"] == "failed" and read["reason"] == "the workflow is failed"

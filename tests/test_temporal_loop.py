@@ -18,6 +18,7 @@ import pytest
 from agent_fsm import Agent, Limits, Price, Prices, Stop, ToolSpec, answer_message
 from agent_fsm.engine._spending import REPEATED_RESULT, WRAP_UP
 from tests import temporal_world as world
+from tests.test_temporal import _same
 from tests.test_wrap_up import LOOKUP, Metered, Recording
 
 pytestmark = pytest.mark.temporal
@@ -101,13 +102,7 @@ def _both(address: str, name: str) -> tuple[Any, Any, list[list[str]]]:
     result = go(remote)
     offered = list(model.offered)  # type: ignore[attr-defined]
     local = go(lambda: AGENTS[name].arun("Check the balance.", run_id=run_id))
-    assert (result.stop, result.answer, result.reason, result.code) == (
-        local.stop,
-        local.answer,
-        local.reason,
-        local.code,
-    )
-    assert world.without_nonces(result.state.to_json()) == world.without_nonces(local.state.to_json())
+    _same(result, local)
     return result, local, offered
 
 
