@@ -216,3 +216,13 @@ def test_a_nested_reply_is_reviewed_whole_on_the_async_driver_and_a_store(tmp_pa
     assert done.stop is Stop.ANSWERED and log == [5, 5]
     (record,) = store.history("n")
     assert record.decision == "reply" and set(record.arguments) == {"w1", "q1", "w2"}
+
+
+def test_what_a_nested_pause_asks_names_each_call_by_the_nested_agents_tools() -> None:
+    """Serving says a nested reply's calls as the nested agent declares them: the question with its result schema."""
+    from agent_fsm.serve.core import asks
+
+    desk = nested_desk()
+    asked = asks(desk, desk.run("work").state)
+    assert "reply" in asked["decisions"] and [c["call_id"] for c in asked["reply"]] == ["w1", "q1", "w2"]
+    assert asked["reply"][1]["result_schema"] == SIZE and "result_schema" not in asked["reply"][0]

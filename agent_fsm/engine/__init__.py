@@ -156,6 +156,7 @@ from agent_fsm.engine._launch import (
     refuse_ungated,
     reply_data,
     reply_of,
+    reviewed_by,
     settle_intent,
     start_state,
 )
@@ -275,6 +276,7 @@ __all__ = [
     "check_reply",
     "reply_data",
     "reply_of",
+    "reviewed_by",
     "Charged",
     "FALLBACK_KINDS",
     "FallbackModel",

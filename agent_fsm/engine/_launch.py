@@ -637,6 +637,12 @@ def _paused_within(agent: Agent, state: RunState) -> tuple[Agent, RunState] | No
     return inner, state.children[state.pending[0].call_id]
 
 
+def reviewed_by(agent: Agent, state: RunState) -> tuple[Agent, RunState]:
+    """The agent whose reply a paused ``state`` waits in, and its run: the innermost paused run's, down the nesting."""
+    inner = _paused_within(agent, state)
+    return (agent, state) if inner is None else reviewed_by(*inner)
+
+
 def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
     """The call a paused ``state`` waits on, down through paused nested runs, and who answers it (``None``: nobody)."""
     call = state.pending[0]

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from agent_fsm import Agent
-from agent_fsm.engine import PersonAnswers, RunState, answered_by
+from agent_fsm.engine import PersonAnswers, RunState, answered_by, reviewed_by
 from agent_fsm.serve.clients import Client, Clients
 from agent_fsm.serve.workers import Workers
 from agent_fsm.store import RunExists, RunNotFound, SessionBusy
@@ -134,8 +134,9 @@ def asks(agent: Agent, state: RunState) -> dict[str, Any]:
     if len(review) > 1:
         found["decisions"].append("reply")
         found["reply"] = []
+        reviewing, _ = reviewed_by(agent, state)  # a nested run's reply: its calls are that agent's tools
         for one in review:
-            spec = agent.tools.get(one.name)
+            spec = reviewing.tools.get(one.name)
             answers = spec.handler if spec is not None and isinstance(spec.handler, PersonAnswers) else None
             entry = {"call_id": one.call_id, "name": one.name, "arguments": one.arguments}
             found["reply"].append(entry if answers is None else {**entry, "result_schema": answers.result})
