@@ -235,3 +235,136 @@ def test_the_command_takes_a_store_or_temporal(where: list[str], monkeypatch: py
     monkeypatch.setenv(CLIENTS_VARIABLE, f"ui:{UI}:start+read")
     result = CliRunner().invoke(cli, ["serve", "--world", "tests.test_serve_temporal:named_ledger", *where])
     assert result.exit_code == 1 and "--temporal ADDRESS" in result.output
+
+
+@pytest.fixture(scope="module")
+def ledger_only(served: tuple[str, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The ledger alone served on Temporal (the protocols' clients name no agent), over the same worker."""
+    from agent_fsm.serve.temporal import temporal_app
+    from tests.web_server import serving
+
+    agent = ledger_agent(tmp_path_factory.mktemp("unused") / "ledger.jsonl").replace(name="ledger")
+    with serving(temporal_app(agent, ADDRESS[0], clients=CLIENTS, task_queue=QUEUE)) as base:
+        yield base
+
+
+def test_the_official_ag_ui_client_runs_and_resumes_a_run_on_temporal(
+    served: tuple[str, Path, Path], ledger_only: str
+) -> None:
+    """@ag-ui/client accepts every event of a workflow run; its interrupt's resume approves the payment once."""
+    from tests.test_serve_ag_ui import drive
+
+    _, ledger, _ = served
+    report = drive(ledger_only, task_for(["A-3"]))
+    assert "error" not in report, report.get("error")
+    [run] = report["runs"]
+    assert run["result"] == {"stop": "answered", "code": "answered", "answer": "Handled 1 invoices."}
+    assert [e["type"] for e in report["events"]].count("TOOL_CALL_RESULT") == 3
+    # The client names one thread: another client's, so the run does not continue the first one's conversation.
+    report = drive(ledger_only, task_for(["BIG-5"]), '{"decision": "approve"}', token=OTHER)
+    assert "error" not in report, report.get("error")
+    first, second = report["runs"]
+    assert first["interrupts"][0]["metadata"]["agent_fsm"]["call"]["name"] == "pay"
+    assert second["result"]["stop"] == "answered"
+    assert len([p for p in _paid(ledger) if p["invoice"] == "BIG-5"]) == 1
+
+
+def test_the_official_a2a_client_streams_and_decides_a_task_on_temporal(
+    served: tuple[str, Path, Path], ledger_only: str
+) -> None:
+    """a2a-sdk: working, input-required naming the call, 'approve' to the task, completed; paid once."""
+    from tests.test_serve_a2a import _message, _states, _talk
+
+    _, ledger, _ = served
+    first, second = asyncio.run(
+        _talk(ledger_only, UI, True, _message(task_for(["BIG-6"])), lambda task: _message("approve", task))
+    )
+    assert _states(first)[0] == "TASK_STATE_WORKING" and _states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
+    assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
+    assert len([p for p in _paid(ledger) if p["invoice"] == "BIG-6"]) == 1
+
+
+def test_a_run_is_streamed_by_any_serving_process_whoever_decided_it(
+    served: tuple[str, Path, Path], ledger_only: str
+) -> None:
+    """Started through one app, decided by a RunHandle, its stream read on from another app: nothing lost."""
+    from temporalio.client import Client
+
+    from agent_fsm.temporal import get_run
+
+    base, _, _ = served
+    with _client(base) as http:
+        run_id = http.post("/runs", json={"agent": "ledger", "task": task_for(["BIG-7"])}).json()["run_id"]
+        paused = _events(http, run_id)
+
+    async def approve() -> None:
+        await get_run(await Client.connect(ADDRESS[0]), run_id).approve(reviewer="ana")
+
+    asyncio.run(approve())
+    with _client(ledger_only) as elsewhere:
+        whole = _events(elsewhere, run_id)
+        assert whole[: len(paused)] == paused  # the same events under the same numbers, read from the workflow
+        assert whole[-1]["stop"] == "answered" and [e["id"] for e in whole] == list(range(1, len(whole) + 1))
+    with _client(base) as http:
+        assert _events(http, run_id, last=paused[-1]["id"]) == whole[len(paused) :]
+
+
+def test_a2a_cancels_a_task_waiting_for_input_on_temporal(served: tuple[str, Path, Path], ledger_only: str) -> None:
+    """CancelTask rejects the call by the workflow's cancel update and ends the run on step_limit: canceled, unpaid."""
+    from google.protobuf import json_format
+
+    from tests.test_serve_a2a import _connected, a2a_types
+    from tests.test_serve_a2a import _paused as _a2a_paused
+
+    _, ledger, _ = served
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with _connected(ledger_only) as (http, client):
+            task_id, out["paused"] = await _a2a_paused(client, "BIG-8")
+            cancelled = await client.cancel_task(a2a_types.CancelTaskRequest(id=task_id))
+            out["cancelled"] = a2a_types.TaskState.Name(cancelled.status.state)
+            got = await client.get_task(a2a_types.GetTaskRequest(id=task_id))
+            out["said"] = json_format.MessageToDict(got.status.message)["parts"][1]["data"]
+            out["read"] = (await http.get(f"{ledger_only}/runs/{task_id}")).json()
+        return out
+
+    out = asyncio.run(scenario())
+    assert out["paused"] == "TASK_STATE_INPUT_REQUIRED" and out["cancelled"] == "TASK_STATE_CANCELED"
+    assert out["said"]["stop"] == "step_limit" and out["said"]["cancelled_by"] == "ui"
+    assert (out["read"]["status"], out["read"]["stop"]) == ("ended", "step_limit")
+    assert not [p for p in _paid(ledger) if p["invoice"] == "BIG-8"]
+
+
+def test_a_run_a_bug_stopped_ends_its_stream_failed_and_is_listed_failed(served: tuple[str, Path, Path]) -> None:
+    """A handler's bug fails the workflow: the stream ends with a failed record, the listing says failed."""
+    base, _, _ = served
+    with _client(base) as http:
+        run_id = http.post("/runs", json={"agent": "bug", "task": "Go."}).json()["run_id"]
+        events = _events(http, run_id)
+        listed = {r["run_id"]: r for r in http.get("/runs", params={"status": "failed"}).json()["runs"]}
+        read = http.get(f"/runs/{run_id}").json()
+    assert events[-1]["type"] == "failed" and "failed" in events[-1]["error"]
+    assert listed[run_id]["status"] == read["status"] == "failed" and read["reason"] == "the workflow is failed"
+
+
+def test_a_log_the_hub_forgot_is_read_again_from_the_workflow(served: tuple[str, Path, Path]) -> None:
+    """A run's log dropped from the hub (past its limit) and asked for again holds every event, from the first."""
+    from temporalio.client import Client
+
+    from agent_fsm.serve.temporal import TemporalRuns
+
+    async def scenario() -> tuple[int, int]:
+        agent = ledger_agent(Path("unused.jsonl")).replace(name="ledger")
+        runs = TemporalRuns(await Client.connect(ADDRESS[0]), {"ledger": agent}, task_queue=QUEUE)
+        run_id = await runs._start(agent, task_for(["A-9"]), "ui", None)
+        before = [record async for record in runs.hub.open(run_id).follow(0) if record is not None]
+        del runs.hub._logs[run_id]  # forgotten, as the hub forgets its oldest resting logs
+        log = runs.hub.get(run_id)
+        assert log is not None
+        again = [record async for record in log.follow(0) if record is not None]
+        await runs.aclose()
+        return len(before), len(again)
+
+    before, again = asyncio.run(scenario())
+    assert before == again and before > 5

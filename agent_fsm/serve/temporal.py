@@ -22,6 +22,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -43,10 +45,13 @@ from agent_fsm.web.decisions import Request
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-__all__ = ["POLL", "TemporalRuns", "temporal_app"]
+__all__ = ["POLL", "SESSIONS_KNOWN", "TemporalRuns", "temporal_app"]
 
 POLL = 0.1
 """Seconds between two reads of a working run's events: an event reaches a stream at most this much later."""
+
+SESSIONS_KNOWN = 10_000
+"""How many sessions' run counts a process remembers; a session forgotten is counted again, a query a run."""
 
 _CLOSED_BADLY = ("FAILED", "TERMINATED", "TIMED_OUT", "CANCELED")
 _log = logging.getLogger("agent_fsm.serve")
@@ -82,9 +87,10 @@ class TemporalRuns:
         self.poll = poll
         self.loop = self._loop = asyncio.get_running_loop()
         self.hub: Hub = _Read(self)
-        self._read: dict[str, int] = {}  # run id: the number of its last event put in its log
+        # Each log's last event read, by the workflow's numbering (a log the hub forgets is read afresh).
+        self._read: weakref.WeakKeyDictionary[RunLog, int] = weakref.WeakKeyDictionary()
         self._following: dict[str, asyncio.Task[None]] = {}
-        self._sessions: dict[str, int] = {}  # a session's runs known to exist, counted from 1
+        self._sessions: OrderedDict[str, int] = OrderedDict()  # a session's runs known to exist (a hint)
 
     @property
     def store(self) -> TemporalRuns:
@@ -145,6 +151,9 @@ class TemporalRuns:
                 break
             known += 1
         self._sessions[session] = known
+        self._sessions.move_to_end(session)
+        while len(self._sessions) > SESSIONS_KNOWN:
+            self._sessions.popitem(last=False)
         if known == 0:
             return f"{session}{SEPARATOR}1", []
         last = f"{session}{SEPARATOR}{known}"
@@ -210,10 +219,10 @@ class TemporalRuns:
         quiet = 0
         try:
             while True:
-                first, events = await run.events(self._read.get(run_id, 0))
+                first, events = await run.events(self._read.get(log, 0))
                 for number, event in enumerate(events, first):
                     log.append(event)
-                    self._read[run_id] = number
+                    self._read[log] = number
                 if events and isinstance(events[-1], Ended):
                     return  # at rest: a decision taken here follows it again
                 if not events and not moving and log.resting:
