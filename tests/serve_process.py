@@ -42,9 +42,13 @@ def _served(world: Callable[[Path], Agent], effects: Path, clients: Clients) -> 
 
 @contextmanager
 def serve_process(
-    store_url: str, env: Mapping[str, str], *options: str, world: str = "tests.serve_world:agent"
+    store_url: str | None, env: Mapping[str, str], *options: str, world: str = "tests.serve_world:agent"
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Start ``agent-fsm serve`` of ``world`` with ``env`` added; yield its base URL and process once it answers."""
+    """
+    Start ``agent-fsm serve`` of ``world`` with ``env`` added; yield its base URL and process once it answers.
+
+    ``store_url`` None: the ``options`` say where runs are (``--temporal ...``).
+    """
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -54,10 +58,9 @@ def serve_process(
         "-m",
         "agent_fsm.cli",
         "serve",
-        "--store",
-        store_url,
+        *(("--store", store_url) if store_url is not None else ()),
         "--world",
-        "tests.serve_world:agent",
+        world,
     ]
     process = subprocess.Popen(
         [*command, "--port", str(port), *options],

@@ -63,6 +63,8 @@ WHOLE = {
     "q1": CallDecision.answered(3),
     "w2": CallDecision.rejected("not twice"),
 }
+AT_TOP = {f"t/{call_id}": decision for call_id, decision in WHOLE.items()}
+"""WHOLE, reviewed from the nested desk: the nested run's calls addressed through the call ``t`` that runs it."""
 
 
 def test_the_review_lists_each_call_of_the_reply_that_needs_a_person() -> None:
@@ -172,3 +174,57 @@ def test_answers_and_reviews_are_decided_once_on_both_databases(opener: Any) -> 
     with opener() as store:
         (record,) = store.history("race")
         assert (record.decision, record.reviewer, record.arguments["q1"]) == ("reply", "ana", {"answer": 3})
+
+
+def nested_desk(log: list[int] | None = None) -> Agent:
+    """A desk running the reviewed agent as its tool: the reply to review is the nested run's, a level down."""
+    from agent_fsm import allow_all, tool_call_message
+
+    inner = make_agent(log).replace(name="reviewed-inner")
+    model = ScriptedModel([tool_call_message("t", "inner", {"task": "work"}), answer_message("desk done")])
+    return Agent(model, {"inner": inner.as_tool()}, gate=allow_all, name="reviewed-desk")
+
+
+def test_a_nested_runs_reply_is_reviewed_whole_from_the_top() -> None:
+    """The review lists the nested run's calls (addressed through the call ``t``); decided whole at the top, each is applied down there, once."""
+    log: list[int] = []
+    desk = nested_desk(log)
+    paused = desk.run("work")
+    assert [call.call_id for call in desk.reply_review(paused.state)] == ["t/w1", "t/q1", "t/w2"]
+    with pytest.raises(DecisionRefused, match="undecided"):
+        desk.resume(paused.state, reply={"t": CallDecision.approved()})
+    with pytest.raises(AnswerRefused):
+        desk.resume(paused.state, reply={**AT_TOP, "t/q1": CallDecision.answered(11)})
+    assert log == [] and not paused.state.consumed
+    done = desk.resume(paused.state, reply=AT_TOP)
+    assert done.stop is Stop.ANSWERED and done.answer == "desk done" and log == [5]
+    inner = done.state.children["t"]
+    kinds = [(o.call_id, o.kind) for o in inner.observations]
+    assert kinds == [("w1", "result"), ("r1", "result"), ("q1", "result"), ("w2", "denied")]
+    assert inner.observations[2].content == 3
+
+
+def test_a_nested_reply_is_reviewed_whole_on_the_async_driver_and_a_store(tmp_path: Path) -> None:
+    """aresume(reply=) and decide_reply take the nested reply whole too: one record, the run ended."""
+    import asyncio
+
+    log: list[int] = []
+    paused = asyncio.run(nested_desk(log).arun("work"))
+    done = asyncio.run(nested_desk(log).aresume(paused.state, reply=AT_TOP))
+    assert done.stop is Stop.ANSWERED and log == [5]
+    store = SqliteStore(tmp_path / "runs.db")
+    nested_desk(log).run("work", store=store, run_id="n")
+    done = decide_reply(store, "n", nested_desk(log), reviewer="ana", reply=AT_TOP)
+    assert done.stop is Stop.ANSWERED and log == [5, 5]
+    (record,) = store.history("n")
+    assert record.decision == "reply" and set(record.arguments) == {"t/w1", "t/q1", "t/w2"}
+
+
+def test_what_a_nested_pause_asks_names_each_call_by_the_nested_agents_tools() -> None:
+    """Serving says a nested reply's calls as the nested agent declares them: the question with its result schema."""
+    from agent_fsm.serve.core import asks
+
+    desk = nested_desk()
+    asked = asks(desk, desk.run("work").state)
+    assert "reply" in asked["decisions"] and [c["call_id"] for c in asked["reply"]] == ["t/w1", "t/q1", "t/w2"]
+    assert asked["reply"][1]["result_schema"] == SIZE and "result_schema" not in asked["reply"][0]

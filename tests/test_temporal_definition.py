@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent_fsm import Agent, Limits, ScriptedModel, ToolSpec, Verdict
+from agent_fsm import Agent, Limits, ModelReply, ScriptedModel, ToolSpec, Verdict
 from agent_fsm.temporal import AgentDefinition, Timeouts, definition_for, register, registered
-from agent_fsm.temporal.codec import fault_data, fault_of, result_json, result_of
+from agent_fsm.temporal.codec import fault_data, fault_of, reply_data, reply_of, result_json, result_of
 
 TOOLS = {"echo": ToolSpec("Echo.", {"text": str}, lambda text: text)}
 
@@ -103,6 +103,18 @@ def test_a_tools_image_crosses_the_activity_boundary_whole() -> None:
     image = Image(data=png(4, 4), media_type="image/png")
     observation = Observation("c1", True, "result", ["a chart", str(image)], media=(image.part,))
     assert observation_of(json.loads(json.dumps(observation_data(observation)))) == observation
+
+
+def test_a_model_reply_travels_with_every_figure_the_provider_reported() -> None:
+    """Usage, cache, reasoning and the answering model reach the workflow (a run's cost is computed from them)."""
+    import json
+
+    message = {"role": "assistant", "content": "hi"}
+    full = ModelReply(message, 12, "stop", output_tokens=5, cached_tokens=3, model="m-1", reasoning_tokens=2)
+    assert reply_of(json.loads(json.dumps(reply_data(full)))) == full
+    assert reply_of({"message": message, "prompt_tokens": 12, "finish": None}) == ModelReply(message, 12)
+    absurd = json.loads(json.dumps(reply_data(ModelReply(message, output_tokens=10**5000))))
+    assert "bits" in (reply_of(absurd).problem() or "")  # refused in the workflow, as in-process
 
 
 def test_a_result_travels_as_strict_json_and_a_forged_one_is_refused() -> None:

@@ -154,6 +154,8 @@ from agent_fsm.engine._launch import (
     check_reply,
     continue_run,
     refuse_ungated,
+    reply_data,
+    reply_of,
     settle_intent,
     start_state,
 )
@@ -285,6 +287,8 @@ __all__ = [
     "answered_by",
     "check_answer",
     "check_reply",
+    "reply_data",
+    "reply_of",
     "Charged",
     "FALLBACK_KINDS",
     "FallbackModel",

@@ -607,6 +607,47 @@ class CallDecision:
         return cls(answer=answer)
 
 
+def reply_of(data: Any) -> dict[str, CallDecision]:
+    """
+    A reply's decisions from their JSON form: ``{call_id: {"approve": true} | {"arguments": {...}} |
+    {"reject": "reason"} | {"answer": VALUE}}``, one key each (what a store records, a CLI or a workflow takes).
+
+    Raises:
+        ValueError: the form is not that, saying where.
+    """
+    if not isinstance(data, Mapping) or not data:
+        raise ValueError("a reply's decisions are an object mapping each call id to its decision")
+    found: dict[str, CallDecision] = {}
+    for call_id, given in data.items():
+        if not isinstance(given, Mapping) or len(given) != 1:
+            raise ValueError(f"call {call_id!r}: one of approve, arguments, reject or answer")
+        ((kind, value),) = given.items()
+        if kind == "approve" and value is True:
+            found[call_id] = CallDecision.approved()
+        elif kind == "arguments" and isinstance(value, Mapping):
+            found[call_id] = CallDecision.edited(value)
+        elif kind == "reject" and isinstance(value, str):
+            found[call_id] = CallDecision.rejected(value)
+        elif kind == "answer":
+            found[call_id] = CallDecision.answered(value)
+        else:
+            raise ValueError(f"call {call_id!r}: {kind!r} is not approve (true), arguments, reject (text) or answer")
+    return found
+
+
+def reply_data(reply: Mapping[str, CallDecision]) -> dict[str, dict[str, Any]]:
+    """The JSON form of a reply's decisions, as :func:`reply_of` reads it."""
+
+    def said(decision: CallDecision) -> dict[str, Any]:
+        if decision.answer is not NO_ANSWER:
+            return {"answer": decision.answer}
+        if not decision.approve:
+            return {"reject": decision.reason}
+        return {"approve": True} if decision.arguments is None else {"arguments": dict(decision.arguments)}
+
+    return {call_id: said(decision) for call_id, decision in reply.items()}
+
+
 def _one_decision(approve: bool | None, reason: str, arguments: Mapping[str, Any] | None, answer: Any) -> Decision:
     if answer is not NO_ANSWER:
         if approve is False or arguments is not None:

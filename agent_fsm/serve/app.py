@@ -22,6 +22,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Lifespan
 
 from agent_fsm import Agent
 from agent_fsm.serve.a2a import a2a_routes
@@ -34,7 +35,7 @@ from agent_fsm.serve.workers import Workers
 from agent_fsm.store import StoreError
 from agent_fsm.store.protocol import RunStore
 
-__all__ = ["GC_THRESHOLD", "serve_app", "settle_gc"]
+__all__ = ["GC_THRESHOLD", "assemble", "serve_app", "settle_gc"]
 
 GC_THRESHOLD = (50_000, 50, 50)
 """
@@ -112,6 +113,12 @@ def serve_app(
             await run_in_threadpool(pool.close)
             api.started = None
             opened.close()
+
+    return assemble(api, lifespan, cors_origins)
+
+
+def assemble(api: Api, lifespan: Lifespan[Starlette], cors_origins: tuple[str, ...]) -> Starlette:
+    """The app of ``api``: every protocol's routes, the guards and CORS, run by ``lifespan`` (which starts ``api``)."""
 
     async def not_found(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

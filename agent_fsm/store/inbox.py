@@ -30,6 +30,8 @@ from agent_fsm.engine import (
     deny_effects,
     judge,
     refuse_ungated,
+    reply_data,
+    reply_of,
 )
 from agent_fsm.store.errors import AlreadyDecided
 from agent_fsm.store.protocol import RunStore
@@ -245,42 +247,6 @@ def answer(
     return agent.resume(decided.state, answer=answer, store=store, run_id=run_id, on_event=on_event)
 
 
-def reply_of(data: Any) -> dict[str, CallDecision]:
-    """
-    A reply's decisions from their JSON form: ``{call_id: {"approve": true} | {"arguments": {...}} |
-    {"reject": "reason"} | {"answer": VALUE}}``, one key each.
-
-    Raises:
-        ValueError: the form is not that, saying where.
-    """
-    if not isinstance(data, Mapping) or not data:
-        raise ValueError("a reply's decisions are an object mapping each call id to its decision")
-    found: dict[str, CallDecision] = {}
-    for call_id, given in data.items():
-        if not isinstance(given, Mapping) or len(given) != 1:
-            raise ValueError(f"call {call_id!r}: one of approve, arguments, reject or answer")
-        ((kind, value),) = given.items()
-        if kind == "approve" and value is True:
-            found[call_id] = CallDecision.approved()
-        elif kind == "arguments" and isinstance(value, Mapping):
-            found[call_id] = CallDecision.edited(value)
-        elif kind == "reject" and isinstance(value, str):
-            found[call_id] = CallDecision.rejected(value)
-        elif kind == "answer":
-            found[call_id] = CallDecision.answered(value)
-        else:
-            raise ValueError(f"call {call_id!r}: {kind!r} is not approve (true), arguments, reject (text) or answer")
-    return found
-
-
-def _said(decision: CallDecision) -> dict[str, Any]:
-    if decision.answer is not NO_ANSWER:
-        return {"answer": decision.answer}
-    if not decision.approve:
-        return {"reject": decision.reason}
-    return {"approve": True} if decision.arguments is None else {"arguments": dict(decision.arguments)}
-
-
 def decide_reply(
     store: RunStore,
     run_id: str,
@@ -305,6 +271,6 @@ def decide_reply(
     """
     stored = _open_pause(store, run_id, agent, pause_id, reviewer)
     check_reply(agent, stored.state, reply)
-    calls = {call_id: _said(decision) for call_id, decision in reply.items()}
+    calls = reply_data(reply)
     decided = store.decide(run_id, stored.summary.pause_id or "", "reply", reviewer=reviewer, arguments=calls)
     return agent.resume(decided.state, reply=reply, store=store, run_id=run_id, on_event=on_event)

@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_fsm.engine import AlreadyDecided, DecisionRefused, RunResult, RunState
+from agent_fsm.engine import (
+    AlreadyDecided,
+    CallDecision,
+    DecisionRefused,
+    RunEvent,
+    RunResult,
+    RunState,
+    event_from_json,
+    reply_data,
+)
 from agent_fsm.temporal.codec import result_of
 
 if TYPE_CHECKING:
@@ -40,6 +49,15 @@ class RunHandle:
         """The run's state now (a query, answered by a worker): current machine state, transcript, path."""
         return RunState.from_json(await self.handle.query("state"))
 
+    async def events(self, after: int = 0) -> tuple[int, list[RunEvent]]:
+        """
+        The run's events numbered above ``after`` (a query; kept only for a run started with ``keep_events``),
+        with the number of the first returned: a run continued as new carries only its latest events, so a
+        reader far behind finds the first number past ``after + 1``.
+        """
+        found = await self.handle.query("events", after)
+        return found["first"], [event_from_json(data) for data in found["events"]]
+
     async def decisions(self) -> list[dict[str, Any]]:
         """Every decision taken on the run's pauses: ``decision``, ``pause_id``, ``reviewer``, ``at``, ``reason``."""
         found: list[dict[str, Any]] = await self.handle.query("decisions")
@@ -57,7 +75,7 @@ class RunHandle:
             decided: str = await self.handle.execute_update(kind, decision)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
-            refusals = ("AlreadyDecided", "NotPaused", "BadDecision", "BadAnswer")
+            refusals = ("AlreadyDecided", "NotPaused", "BadDecision", "BadAnswer", "PartialDecision")
             if isinstance(cause, ApplicationError) and cause.type in refusals:
                 error = AlreadyDecided if cause.type == "AlreadyDecided" else DecisionRefused
                 raise error(cause.message, cause.type) from exc
@@ -110,6 +128,29 @@ class RunHandle:
         """
         return await self._decide("answer", {"reviewer": reviewer, "answer": answer, "pause_id": pause_id})
 
+    async def cancel(self, *, reviewer: str, reason: str, pause_id: str | None = None) -> str:
+        """
+        Reject the pause ``pause_id`` (default: the one open now) with ``reason`` and end the run there: its
+        budget of model calls is closed at the calls made, so it rests on ``step_limit`` with nothing run after.
+
+        Raises:
+            AlreadyDecided: that pause was decided already.
+            DecisionRefused: the run is not paused there.
+        """
+        return await self._decide("cancel", {"reviewer": reviewer, "reason": reason, "pause_id": pause_id})
+
+    async def review(self, *, reviewer: str, reply: Mapping[str, CallDecision], pause_id: str | None = None) -> str:
+        """
+        Decide every call of the paused reply at once (:meth:`agent_fsm.Agent.reply_review` lists them), in one
+        update: ``reply`` maps each call id to its :class:`~agent_fsm.CallDecision`.
+
+        Raises:
+            AlreadyDecided: that pause was decided already.
+            DecisionRefused: the run is not paused there, a call of the reply is left undecided or one awaits
+                nobody (kind ``PartialDecision``), an answer breaks its schema (``BadAnswer``): nothing is decided.
+        """
+        return await self._decide("reply", {"reviewer": reviewer, "reply": reply_data(reply), "pause_id": pause_id})
+
 
 async def start_run(
     client: Client,
@@ -121,6 +162,7 @@ async def start_run(
     task_queue: str = DEFAULT_TASK_QUEUE,
     history_bound: int | None = None,
     execution_timeout: timedelta | None = None,
+    keep_events: bool = False,
 ) -> RunHandle:
     """
     Start a run of the agent registered as ``agent`` on the workers of ``task_queue``; its id is ``run_id``.
@@ -129,13 +171,17 @@ async def start_run(
     is refused by the server. ``history_bound`` is the number of history
     events after which the run continues as new (default
     :data:`agent_fsm.temporal.HISTORY_BOUND`); ``execution_timeout`` bounds
-    the run's whole life, pauses included.
+    the run's whole life, pauses included. With ``keep_events`` the workflow
+    keeps the run's events (the stream ``on_event`` hears in-process) for
+    :meth:`RunHandle.events`, which is how ``agent_fsm.serve`` streams a run on Temporal.
     """
     from agent_fsm.temporal.workflow import WORKFLOW_NAME
 
     if not isinstance(run_id, str) or not run_id:
         raise TypeError(f"a run needs a run_id to be found by (a non-empty str, got {run_id!r})")
     start = {"agent": agent, "task": task, "history": [dict(m) for m in history], "history_bound": history_bound}
+    if keep_events:
+        start["keep_events"] = True
     handle = await client.start_workflow(
         WORKFLOW_NAME, start, id=run_id, task_queue=task_queue, execution_timeout=execution_timeout
     )

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
+
 from agent_fsm.engine import ModelReply, Observation, ProviderFailure, RunResult, RunState, Stop, ToolCall, Verdict
 
 __all__ = [
@@ -67,16 +69,26 @@ def observation_of(data: dict[str, Any]) -> Observation:
 
 
 def reply_data(reply: Any) -> dict[str, Any]:
-    """What a model returned (a message or a :class:`ModelReply`), as data for the workflow to judge."""
+    """
+    What a model returned (a message or a :class:`ModelReply`), as data for the workflow to judge.
+
+    Every figure the provider reported travels (the usage a run's cost is computed from, the model that
+    answered); a whole number too large for JSON goes as text, which the workflow refuses as any bad figure.
+    """
     if isinstance(reply, ModelReply):
-        return {"message": dict(reply.message), "prompt_tokens": reply.prompt_tokens, "finish": reply.finish}
+        data = attrs.asdict(reply, recurse=False)
+        data["message"] = dict(reply.message)
+        for name, value in data.items():
+            if type(value) is int and not -(10**18) < value < 10**18:
+                data[name] = f"a whole number of {value.bit_length()} bits"
+        return data
     return {"message": reply}
 
 
 def reply_of(data: dict[str, Any]) -> Any:
     """The reply :func:`reply_data` described: a :class:`ModelReply` when the provider reported on it."""
-    if "prompt_tokens" in data:
-        return ModelReply(data["message"], data["prompt_tokens"], data["finish"])
+    if "prompt_tokens" in data:  # a history written before the other figures travelled holds only these
+        return ModelReply(**data)
     return data["message"]
 
 

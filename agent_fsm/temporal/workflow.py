@@ -6,8 +6,8 @@ The workflow drives the run with the registered agent's
 model and the handlers it reaches are activities
 (:mod:`agent_fsm.temporal.proxies`), validation and pure gates run here,
 deterministic on replay (the run id is the workflow id, so pause ids and
-idempotency keys are too). A pause waits for an ``approve`` or
-``reject`` update naming its pause id; the update's validator refuses any
+idempotency keys are too). A pause waits for an ``approve``, ``reject``,
+``answer`` or ``reply`` (a reply reviewed whole) update naming its pause id; the update's validator refuses any
 other, and of two decisions on one pause the first handled wins. Past
 ``history_bound`` events the run continues as new, carrying its state as
 its own strict JSON, at a pause or before a model call.
@@ -15,6 +15,7 @@ its own strict JSON, at a pause or before a model call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from typing import Any
 
@@ -25,9 +26,12 @@ from agent_fsm import Agent
 from agent_fsm.engine import (
     NO_ANSWER,
     AnswerRefused,
+    DecisionRefused,
+    Ended,
     HandlerError,
     Nested,
     RunError,
+    RunEvent,
     RunResult,
     RunState,
     Stop,
@@ -36,7 +40,10 @@ from agent_fsm.engine import (
     acontinue_run,
     blocked_call,
     check_answer,
+    check_reply,
+    event_to_json,
     judge,
+    reply_of,
 )
 from agent_fsm.temporal.codec import result_json
 from agent_fsm.temporal.definition import HISTORY_BOUND, AgentDefinition, definition_for
@@ -47,6 +54,9 @@ __all__ = ["WORKFLOW_NAME", "RunWorkflow"]
 
 WORKFLOW_NAME = "agent_fsm.run"
 """The workflow type every run is started under."""
+
+EVENTS_CARRIED = 200
+"""How many of its latest events a run keeping them carries when it continues as new (the rest were streamed)."""
 
 
 def _refuse(kind: str, message: str, *details: Any) -> ApplicationError:
@@ -81,6 +91,11 @@ class RunWorkflow:
         # Everything a decision's validator reads is ready before the first update can arrive.
         self._decision: dict[str, Any] | None = None
         self._decisions: list[dict[str, Any]] = list(start.get("decisions", []))
+        # The run's events as their JSON, for a server to stream (start_run(..., keep_events=True)): numbered
+        # from 1, the first ``_events_base`` of them heard by an earlier workflow run of this one (continued as new).
+        self._keeping: bool = bool(start.get("keep_events"))
+        self._events: list[dict[str, Any]] = list(start.get("events", []))
+        self._events_base: int = start.get("events_base", 0)
         name = start["agent"]
         # A run carried over keeps the definition it began with: a fresh history would admit every patch.
         carried = start.get("patches")
@@ -120,7 +135,10 @@ class RunWorkflow:
         state = self._log.live
         assert state is not None
         agent, log, run_id = self._agent, self._log, self._run_id
-        result = await self._drive(start, agent.aadvance(state, store=log, run_id=run_id))
+        heard = self._heard if self._keeping else None
+        # A run carried over while paused was heard resting already: its rest is not told twice.
+        first = heard if self._resting is None else None
+        result = await self._drive(start, agent.aadvance(state, store=log, run_id=run_id, on_event=first))
         while result.stop is Stop.AWAITING_APPROVAL:
             self._resting = result
             if self._model.calls and self._over_bound():  # a run carried over and still paused stays as it is
@@ -132,7 +150,13 @@ class RunWorkflow:
             self._resting = None
             paused = result.state
             if decision["decision"] == "answer":
-                resumed = agent.aresume(paused, answer=decision["answer"], store=log, run_id=run_id)
+                resumed = agent.aresume(paused, answer=decision["answer"], store=log, run_id=run_id, on_event=heard)
+            elif decision["decision"] == "reply":
+                reply = reply_of(decision["reply"])
+                resumed = agent.aresume(paused, reply=reply, store=log, run_id=run_id, on_event=heard)
+            elif decision["decision"] == "cancel":  # the run ends cancelled, the calls answered as not run
+                by, reason = decision["reviewer"], decision.get("reason") or ""
+                resumed = agent.acancel(paused, by=by, reason=reason, store=log, run_id=run_id, on_event=heard)
             else:
                 approve = decision["decision"] == "approve"
                 resumed = agent.aresume(
@@ -142,12 +166,25 @@ class RunWorkflow:
                     arguments=decision.get("arguments") if approve else None,
                     store=log,
                     run_id=run_id,
+                    on_event=heard,
                 )
             result = await self._drive(start, resumed)
         self._resting = result
         return result_json(result)
 
     async def _drive(self, start: dict[str, Any], step: Awaitable[RunResult]) -> RunResult:
+        """One stretch of driving to a rest, its ``ended`` event kept (when events are)."""
+        result = await self._driven(start, step)
+        if self._keeping and (not self._events or self._events[-1]["type"] != "ended"):  # a rest settled unheard
+            self._heard(Ended(self._run_id, workflow.now().timestamp(), result))
+        return result
+
+    def _heard(self, event: RunEvent) -> None:
+        data = json.loads(json.dumps(event_to_json(event), default=repr))
+        data["at"] = workflow.now().timestamp()  # the workflow's clock: a replay tells the same events alike
+        self._events.append(data)
+
+    async def _driven(self, start: dict[str, Any], step: Awaitable[RunResult]) -> RunResult:
         """One stretch of driving; an interrupted effect is settled, a rollover continues as new."""
         try:
             return await step
@@ -158,11 +195,18 @@ class RunWorkflow:
                 self._log.live = state
                 if nested:  # settled inside a nested run: each run above pauses on it, by the recovery rules
                     return await acontinue_run(self._agent, state, store=self._log, run_id=self._run_id, intent=None)
-                return await self._agent.aadvance(state, store=self._log, run_id=self._run_id)
+                heard = self._heard if self._keeping else None
+                return await self._agent.aadvance(state, store=self._log, run_id=self._run_id, on_event=heard)
             saved = exc.state.to_json() if exc.state is not None else None
             raise _refuse("HandlerError", f"{exc} (the run's state is in the details)", saved) from exc
         except RunError as exc:
             if isinstance(exc.__cause__, Rollover) and exc.state is not None:
+                # What the stopped call's turn told since Ready the next run tells again, under the same numbers.
+                while self._events and (self._events[-1]["type"], self._events[-1].get("state")) != (
+                    "state_entered",
+                    "Ready",
+                ):
+                    self._events.pop()
                 self._continue(start, _before_the_call(exc.state))
             raise _refuse(type(exc).__name__, str(exc)) from exc
 
@@ -178,6 +222,9 @@ class RunWorkflow:
             "decisions": self._decisions,
             "history_bound": start.get("history_bound"),
         }
+        if self._keeping:  # the latest events travel on, for a server that has not read them yet
+            tail = self._events[-EVENTS_CARRIED:]
+            carried.update(keep_events=True, events=tail, events_base=self._events_base + len(self._events) - len(tail))
         workflow.continue_as_new(carried)
 
     # --- what a client may ask and decide ---------------------------------------------------
@@ -188,6 +235,15 @@ class RunWorkflow:
         live = self._resting.state if self._resting is not None else self._log.live
         assert live is not None
         return live.to_json()
+
+    @workflow.query(name="events")
+    def events(self, after: int) -> dict[str, Any]:
+        """
+        The run's events numbered above ``after``, as JSON (kept only when the run was started with
+        ``keep_events``): ``{"first": number of the first given, "events": [...]}``.
+        """
+        skip = max(after - self._events_base, 0)
+        return {"first": self._events_base + skip + 1, "events": self._events[skip:]}
 
     @workflow.query(name="decisions")
     def decisions(self) -> list[dict[str, Any]]:
@@ -211,7 +267,13 @@ class RunWorkflow:
             raise _refuse("BadDecision", "a decision names its reviewer (a non-empty str)")
         if kind == "answer" and "answer" not in decision:
             raise _refuse("BadAnswer", "an answer decision carries its 'answer'")
-        if kind != "reject":  # an answer meets its result schema; a call a person answers is never approved blank
+        if kind == "reply":
+            self._check_reply(resting.state, decision.get("reply"))
+            return
+        if kind not in (
+            "reject",
+            "cancel",
+        ):  # an answer meets its result schema; a call a person answers is never approved blank
             try:
                 check_answer(self._agent.tools, resting.state, decision.get("answer", NO_ANSWER))
             except AnswerRefused as exc:
@@ -230,6 +292,21 @@ class RunWorkflow:
         judgement = judge(ToolCall(blocked.call_id, blocked.name, arguments), agent.tools, gate)  # type: ignore[arg-type]
         if judgement.kind in ("invalid", "denied"):
             raise _refuse("BadDecision", f"the edited call is {judgement.kind}: {judgement.reason}")
+
+    def _check_reply(self, state: RunState, given: Any) -> None:
+        """Every call of the paused reply decided, each decision checked, as ``resume(reply=)`` checks it."""
+        if self._blocked(state)[1].gate_does_io:
+            raise _refuse("BadDecision", "a gate doing I/O cannot list a reply here: decide its calls one at a time")
+        try:
+            reply = reply_of(given)
+        except ValueError as exc:
+            raise _refuse("BadDecision", f"'reply': {exc}") from None
+        try:
+            check_reply(self._agent, state, reply)
+        except AnswerRefused as exc:
+            raise _refuse("BadAnswer", exc.message) from None
+        except DecisionRefused as exc:
+            raise _refuse(exc.kind, str(exc)) from None
 
     def _blocked(self, state: RunState) -> tuple[ToolCall, AgentDefinition]:
         """The call a person decides on, and the definition of the agent whose contract and gate judge it."""
@@ -250,7 +327,8 @@ class RunWorkflow:
         pause_id = self._resting.state.pause_id
         assert pause_id is not None
         taken = {"reason": None, **decision, "decision": kind, "pause_id": pause_id, "at": workflow.now().timestamp()}
-        self._decisions.append({k: taken[k] for k in ("decision", "pause_id", "reviewer", "at", "reason")})
+        kept = ("decision", "pause_id", "reviewer", "at", "reason", *(("reply",) if kind == "reply" else ()))
+        self._decisions.append({k: taken[k] for k in kept})
         self._decision = taken
         return pause_id
 
@@ -280,3 +358,21 @@ class RunWorkflow:
     @answer.validator
     def _answerable(self, decision: dict[str, Any]) -> None:
         self._check(decision, "answer")
+
+    @workflow.update(name="cancel")
+    def cancel(self, decision: dict[str, Any]) -> str:
+        """Reject the open pause with the reviewer's reason and end the run there (step_limit): no model call after."""
+        return self._take(decision, "cancel")
+
+    @cancel.validator
+    def _cancellable(self, decision: dict[str, Any]) -> None:
+        self._check(decision, "cancel")
+
+    @workflow.update(name="reply")
+    def reply(self, decision: dict[str, Any]) -> str:
+        """Decide every call of the paused reply in one step (``reply``: call id to its decision's JSON form)."""
+        return self._take(decision, "reply")
+
+    @reply.validator
+    def _reviewable(self, decision: dict[str, Any]) -> None:
+        self._check(decision, "reply")
