@@ -2,12 +2,15 @@
 The plain API: start runs, list and read them, stream their events as SSE, decide their pauses; JSON throughout.
 
 A client sees and decides only its own runs (another's is 404, as an unknown
-one). The event stream is the run's own events, numbered, resumed from
-``Last-Event-ID``.
+one). The event stream is the run's kept events (:mod:`agent_fsm.serve.kept`),
+resumed from ``Last-Event-ID`` by any process on the store: from this
+process's log while it drives the run, else from the store, read again every
+:data:`POLL` seconds until the run rests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -18,13 +21,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent_fsm import Agent
+from agent_fsm.engine import RunState
 from agent_fsm.serve.clients import Client
 from agent_fsm.serve.core import MAX_PAGE, Api, Refused, read_json, summary_data
-from agent_fsm.serve.stream import Record
+from agent_fsm.serve.kept import EventId, Kept, event_id, stored_events
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError
 from agent_fsm.web.decisions import FormRefused, read_form
 
-__all__ = ["decide_as", "guarded", "plain_routes"]
+__all__ = ["POLL", "decide_as", "guarded", "plain_routes"]
+
+POLL = 0.25
+"""How often, in seconds, a stream of a run this process does not drive reads the store again."""
+
+KEEPALIVE = 15.0
 
 
 def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -39,11 +48,51 @@ def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Requ
     return answer
 
 
-def _sse(record: Record | None) -> bytes:
-    if record is None:
+def _sse(kept: Kept | None) -> bytes:
+    if kept is None:
         return b": keep-alive\n\n"
-    data = json.dumps(record.data, separators=(",", ":"))
-    return f"id: {record.seq}\nevent: {record.data['type']}\ndata: {data}\n\n".encode()
+    data = json.dumps(kept.data, separators=(",", ":"))
+    return f"id: {kept.text_id}\nevent: {kept.data['type']}\ndata: {data}\n\n".encode()
+
+
+async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[Kept | None]:
+    """
+    The run's kept events after ``after`` until it rests (``None``: a keep-alive), from wherever they are.
+
+    While this process drives the run they come from its log as they are
+    derived (the store read first for what came before the log began); else
+    from the store, read every :data:`POLL` seconds, until this process
+    takes the run up (a decision, a takeover) or it rests.
+    """
+
+    def agent_for(state: RunState) -> Agent:
+        return api.agents.get(state.agent or "") or next(iter(api.agents.values()))
+
+    quiet = 0.0
+    while True:
+        log = api.workers.hub.get(run_id)
+        live = log is not None and log.driving
+        if log is None or not live or not log.covers(after):
+            found, resting = await run_in_threadpool(stored_events, api.store, run_id, agent_for, after)
+            for kept in found:
+                after = kept.id
+                yield kept
+            if found and resting:
+                return
+        if log is not None and live:
+            rested = False
+            async for heard in log.follow_kept(after, keepalive=KEEPALIVE):
+                if heard is not None:
+                    after, rested = heard.id, heard.rests
+                yield heard
+            if rested:
+                return
+            continue  # let go here: the run goes on elsewhere
+        await asyncio.sleep(POLL)
+        quiet += POLL
+        if quiet >= KEEPALIVE:
+            quiet = 0.0
+            yield None
 
 
 async def decide_as(api: Api, client: Client, run_id: str, body: dict[str, Any], agent: Agent) -> str:
@@ -132,20 +181,15 @@ def plain_routes(api: Api) -> list[Route]:
     async def events(request: Request) -> Response:
         client = api.client(request, "read")
         run_id = request.path_params["run_id"]
-        summary = await api.summary(client, run_id)
-        seen_text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        if not seen_text.isdigit():
-            raise Refused(422, "bad_event_id", "Last-Event-ID is the number of the last event received")
-        log = api.workers.hub.get(run_id)
-        if log is None:  # driven by another process, or before this one started: its rest, as stored
-            raise Refused(
-                409, "not_streamed_here", f"run {run_id!r} is {summary.status} and its events are not held here"
-            )
-        follow = log.follow(int(seen_text))
+        await api.summary(client, run_id)
+        seen = event_id(request.headers.get("last-event-id") or request.query_params.get("after") or "0")
+        if seen is None:
+            raise Refused(422, "bad_event_id", "Last-Event-ID is the id of the last event received (P.I)")
+        follow = kept_stream(api, run_id, seen)
 
         async def body() -> AsyncIterator[bytes]:
-            async for record in follow:
-                yield _sse(record)
+            async for kept in follow:
+                yield _sse(kept)
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 
