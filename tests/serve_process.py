@@ -57,7 +57,7 @@ def serve_process(
         "--store",
         store_url,
         "--world",
-        "tests.serve_world:agent",
+        world,
     ]
     process = subprocess.Popen(
         [*command, "--port", str(port), *options],

@@ -20,7 +20,7 @@ the one it had.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -86,12 +86,21 @@ def _arguments(text: Any) -> Any:
         return text  # malformed arguments, as the model sent them
 
 
-def _observed(run_id: str, names: Mapping[str, str], observation: Observation) -> dict[str, Any]:
+def _observed(run_id: str, messages: list[dict[str, Any]], at: int, observation: Observation) -> dict[str, Any]:
+    name = next(
+        (
+            call.get("function", {}).get("name")
+            for message in reversed(messages[:at])
+            for call in message.get("tool_calls") or ()
+            if call.get("id") == observation.call_id
+        ),
+        None,
+    )
     return {
         "type": "observed",
         "run_id": run_id,
         "call_id": observation.call_id,
-        "name": names.get(observation.call_id),
+        "name": name,
         "ok": observation.ok,
         "kind": observation.kind,
         "content": json.loads(json.dumps(observation.content, default=repr)),
@@ -106,53 +115,42 @@ def transcript_events(run_id: str, state: RunState, start: int) -> tuple[list[tu
     of the first message not read: a tool's message whose observation is
     not yet in the state is read later.
     """
-    messages, observations = state.messages, state.observations
-    end = len(messages)
-    names: dict[str, str] = {}
-    for message in messages[:end]:
-        for call in message.get("tool_calls") or ():
-            names[call.get("id", "")] = call.get("function", {}).get("name")
-    by_call: dict[str, list[Observation]] = {}
-    for observation in observations:
-        by_call.setdefault(observation.call_id, []).append(observation)
-    # the observations of a call id before ``start`` are its earlier calls' (a model may reuse an id)
-    used: dict[str, int] = {}
-    for message in messages[:start]:
-        if message.get("role") == "tool":
-            used[message.get("tool_call_id", "")] = used.get(message.get("tool_call_id", ""), 0) + 1
+    messages = state.messages
     found: list[tuple[int, dict[str, Any]]] = []
     at = start
-    while at < end:
+    while at < len(messages):
         message = messages[at]
         role = message.get("role")
         if role == "assistant":
             calls = message.get("tool_calls") or []
-            content = message.get("content")
-            found.append((at, {"type": "model_replied", "run_id": run_id, "text": content, "calls": len(calls)}))
+            found.append(
+                (at, {"type": "model_replied", "run_id": run_id, "text": message.get("content"), "calls": len(calls)})
+            )
             for call in calls:
                 function = call.get("function", {})
-                found.append(
-                    (
-                        at,
-                        {
-                            "type": "proposed",
-                            "run_id": run_id,
-                            "call_id": call.get("id"),
-                            "name": function.get("name"),
-                            "arguments": _arguments(function.get("arguments")),
-                        },
-                    )
-                )
+                proposed = {
+                    "type": "proposed",
+                    "run_id": run_id,
+                    "call_id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": _arguments(function.get("arguments")),
+                }
+                found.append((at, proposed))
         elif role == "tool":
-            call_id = message.get("tool_call_id", "")
-            seen = used.get(call_id, 0)
-            kept = by_call.get(call_id, [])
-            if seen >= len(kept):
+            observed = _observation(state, at)
+            if observed is None:
                 break  # its observation is not in the state yet
-            used[call_id] = seen + 1
-            found.append((at, _observed(run_id, names, kept[seen])))
+            found.append((at, _observed(run_id, messages, at, observed)))
         at += 1
     return found, at
+
+
+def _observation(state: RunState, at: int) -> Observation | None:
+    """The observation the tool message ``at`` reports: its call's, the n-th if the call id came n times."""
+    call_id = state.messages[at].get("tool_call_id", "")
+    nth = sum(1 for m in state.messages[:at] if m.get("role") == "tool" and m.get("tool_call_id", "") == call_id)
+    kept = [o for o in state.observations if o.call_id == call_id]
+    return kept[nth] if nth < len(kept) else None
 
 
 def rest_events(run_id: str, result: RunResult) -> list[dict[str, Any]]:
@@ -313,8 +311,8 @@ class Tracker:
         if isinstance(event, Ended):
             self.state = event.result.state
         state = self.state
-        if state is None:
-            return
+        if state is None or (len(state.messages) <= self._message and not isinstance(event, Ended)):
+            return  # nothing new (most events)
         found, upto = transcript_events(self.run_id, state, self._message)
         for at, data in found:  # placed by the message each comes from
             self.keep(Kept(self._place(at), data))

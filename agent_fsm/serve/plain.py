@@ -48,43 +48,56 @@ def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Requ
     return answer
 
 
-def _sse(kept: Kept | None) -> bytes:
-    if kept is None:
+def _sse(batch: list[Kept] | None) -> bytes:
+    """Kept events as SSE frames, one write for all of them (``None``: a keep-alive)."""
+    if batch is None:
         return b": keep-alive\n\n"
-    data = json.dumps(kept.data, separators=(",", ":"))
-    return f"id: {kept.text_id}\nevent: {kept.data['type']}\ndata: {data}\n\n".encode()
+    frames = []
+    for kept in batch:
+        data = json.dumps(kept.data, separators=(",", ":"))
+        frames.append(f"id: {kept.text_id}\nevent: {kept.data['type']}\ndata: {data}\n\n")
+    return "".join(frames).encode()
 
 
-async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[Kept | None]:
+async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[list[Kept] | None]:
     """
-    The run's kept events after ``after`` until it rests (``None``: a keep-alive), from wherever they are.
+    The run's kept events after ``after``, as they come, until it rests (``None``: a keep-alive).
 
-    While this process drives the run they come from its log as they are
-    derived (the store read first for what came before the log began); else
-    from the store, read every :data:`POLL` seconds, until this process
-    takes the run up (a decision, a takeover) or it rests.
+    What this process's log holds comes from it (every event of a run
+    begun here, or since this process took the run up); the rest from the
+    store. While this process drives the run its events come as they are
+    derived; else the store is read every :data:`POLL` seconds, until this
+    process takes the run up (a decision, a takeover) or it rests.
     """
 
     def agent_for(state: RunState) -> Agent:
         return api.agents.get(state.agent or "") or next(iter(api.agents.values()))
 
     quiet = 0.0
+    rested = False  # the last event sent is a rest: the stream ends there if the run still rests
     while True:
         log = api.workers.hub.get(run_id)
         live = log is not None and log.driving
-        if log is None or not live or not log.covers(after):
+        held = log.kept_after(after) if log is not None and log.covers(after) else None
+        if held:
+            after, rested = held[-1].id, held[-1].rests
+            yield held
+            if rested and held[-1].data.get("stop") != "awaiting_approval":
+                return  # ended for good; a pause may have been decided elsewhere since: the store says
+            continue
+        if held is None or not live:
             found, resting = await run_in_threadpool(stored_events, api.store, run_id, agent_for, after)
-            for kept in found:
-                after = kept.id
-                yield kept
-            if found and resting:
+            if found:
+                after, rested = found[-1].id, found[-1].rests
+                yield found
+            if resting and rested:
                 return
         if log is not None and live:
             rested = False
-            async for heard in log.follow_kept(after, keepalive=KEEPALIVE):
-                if heard is not None:
-                    after, rested = heard.id, heard.rests
-                yield heard
+            async for batch in log.follow_kept(after, keepalive=KEEPALIVE):
+                if batch:
+                    after, rested = batch[-1].id, batch[-1].rests
+                yield batch
             if rested:
                 return
             continue  # let go here: the run goes on elsewhere
@@ -181,15 +194,16 @@ def plain_routes(api: Api) -> list[Route]:
     async def events(request: Request) -> Response:
         client = api.client(request, "read")
         run_id = request.path_params["run_id"]
-        await api.summary(client, run_id)
+        if api.workers.hub.get(run_id) is None or not client.owns(run_id):  # a run held here is stored
+            await api.summary(client, run_id)
         seen = event_id(request.headers.get("last-event-id") or request.query_params.get("after") or "0")
         if seen is None:
             raise Refused(422, "bad_event_id", "Last-Event-ID is the id of the last event received (P.I)")
         follow = kept_stream(api, run_id, seen)
 
         async def body() -> AsyncIterator[bytes]:
-            async for kept in follow:
-                yield _sse(kept)
+            async for batch in follow:
+                yield _sse(batch)
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 

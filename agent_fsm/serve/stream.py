@@ -41,14 +41,19 @@ def event_data(event: RunEvent) -> dict[str, Any]:
 @attrs.frozen
 class Record:
     """
-    One event of a run as kept: its number in the run (from 1), its JSON data, the event itself.
+    One event of a run as kept: its number in the run (from 1), the event itself.
 
-    A run a bug stopped ends with a ``failed`` record (no event): the store has it as failed.
+    A run a bug stopped ends with a ``failed`` record (no event, its ``failure``): the store has it as failed.
     """
 
     seq: int
-    data: dict[str, Any]
     event: RunEvent | None
+    failure: dict[str, Any] | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The record as JSON data, made when a protocol reads it (most events of a run are read by none)."""
+        return event_data(self.event) if self.event is not None else dict(self.failure or {})
 
     @property
     def rests(self) -> bool:
@@ -74,16 +79,30 @@ class RunLog:
         self._tracker: Tracker | None = None
         self.driving = False
         self._from = 0  # the checkpoint this process took the run up from
+        self._waking = False  # a wake-up is scheduled on the loop and has not run yet
         self._changed = asyncio.Event()
 
     def drive(self, start: Opening) -> Tracker:
         """This process drives the run from ``start`` on (a checkpoint committed): derive its kept events."""
-        tracker = Tracker(self._run_id, start, self._keep, lambda: self._loop.call_soon_threadsafe(self._changed.set))
+        tracker = Tracker(self._run_id, start, self._keep, self._wake)
         with self._lock:
             self._tracker = tracker
             self._from = start.point
             self.driving = True
         return tracker
+
+    def _wake(self) -> None:
+        """Wake the subscribers on the loop: once for however many events came meanwhile."""
+        with self._lock:
+            if self._waking:
+                return
+            self._waking = True
+        self._loop.call_soon_threadsafe(self._woken)
+
+    def _woken(self) -> None:
+        with self._lock:
+            self._waking = False
+        self._changed.set()
 
     def covers(self, after: EventId) -> bool:
         """Whether this log holds every kept event after ``after`` (it began driving no later than that)."""
@@ -98,7 +117,7 @@ class RunLog:
         with self._lock:
             self._tracker = None
             self.driving = False
-        self._loop.call_soon_threadsafe(self._changed.set)
+        self._wake()
 
     @property
     def resting(self) -> bool:
@@ -113,7 +132,7 @@ class RunLog:
     def append(self, event: RunEvent) -> None:
         """Keep ``event`` (from the thread driving the run), derive its kept events, and wake the subscribers."""
         with self._lock:
-            self._records.append(Record(len(self._records) + 1, event_data(event), event))
+            self._records.append(Record(len(self._records) + 1, event))
         tracker = self._tracker
         if tracker is not None:
             tracker.heard(event)
@@ -121,29 +140,30 @@ class RunLog:
                 with self._lock:
                     self._tracker = None
                     self.driving = False
-        self._loop.call_soon_threadsafe(self._changed.set)
+        self._wake()
 
     def fail(self, run_id: str, error: str, recorded: str | None = None) -> None:
         """Close the stream of a run a bug stopped, saying what stopped it (``recorded``: as the store has it)."""
         tracker = self._tracker
         with self._lock:
             self._records.append(
-                Record(len(self._records) + 1, {"type": "failed", "run_id": run_id, "error": error}, None)
+                Record(len(self._records) + 1, None, {"type": "failed", "run_id": run_id, "error": error})
             )
             self._tracker = None
             self.driving = False
         if tracker is not None:
             tracker.failed(recorded)
-        self._loop.call_soon_threadsafe(self._changed.set)
+        self._wake()
 
     def kept_after(self, after: EventId) -> list[Kept]:
         """The kept events derived here placed after ``after``."""
         with self._lock:
             return [kept for kept in self._kept if kept.id > after]
 
-    async def follow_kept(self, after: EventId, *, keepalive: float = 15.0) -> AsyncIterator[Kept | None]:
+    async def follow_kept(self, after: EventId, *, keepalive: float = 15.0) -> AsyncIterator[list[Kept] | None]:
         """
-        The kept events after ``after`` as this process derives them (``None`` every ``keepalive`` s of quiet).
+        The kept events after ``after`` as this process derives them, those at hand together (``None`` every
+        ``keepalive`` seconds of quiet).
 
         Ends after a resting event that is the latest, or when this process
         stops driving the run with nothing more to give (it goes on elsewhere).
@@ -151,11 +171,13 @@ class RunLog:
         while True:
             self._changed.clear()
             driving = self.driving
-            for kept in self.kept_after(after):
-                after = kept.id
-                yield kept
-                if kept.rests and not self.kept_after(after):
+            batch = self.kept_after(after)
+            if batch:
+                after = batch[-1].id
+                yield batch
+                if batch[-1].rests and not self.kept_after(after):
                     return
+                continue
             if not driving:
                 return
             try:
