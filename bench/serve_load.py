@@ -123,6 +123,12 @@ async def _through_python(url: str, runs: int) -> float:
     return runs / took
 
 
+def _cpu(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used (Linux's /proc), user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else (values or [0.0])[0]
 
@@ -155,11 +161,14 @@ def main() -> None:
         }
         options = ("--workers", str(args.workers), "--recover-after", "600")
         with contextlib.ExitStack() as servers:
-            bases = [
-                servers.enter_context(serve_process(url, env, *options, world="serve_load:agent"))[0]
+            started = [
+                servers.enter_context(serve_process(url, env, *options, world="serve_load:agent"))
                 for _ in range(args.processes)
             ]
+            bases = [base for base, _ in started]
+            idle = sum(_cpu(process.pid) for _, process in started)
             rate, latencies, problems, client_cpu = asyncio.run(_through_http(bases, args.runs))
+            server_cpu = sum(_cpu(process.pid) for _, process in started) - idle
         python_url = f"sqlite:///{folder / 'python.db'}" if server is None else server.new_database()
         open_store(python_url).close()
         python_rate = asyncio.run(_through_python(python_url, args.runs))
@@ -170,6 +179,7 @@ def main() -> None:
     print(f"{args.runs} runs at once, model {LATENCY * 1000:.0f} ms a reply ({where})")
     print(f"  HTTP + SSE : {rate:8.1f} runs/s")
     print(f"  (the load's own client used {client_cpu:.0%} of a core meanwhile)")
+    print(f"  server CPU : {server_cpu / args.runs * 1000:8.2f} ms a run (all serving processes)")
     print(f"  Python API : {python_rate:8.1f} runs/s (agent.arun, one process, one loop)")
     print(f"  ratio      : {python_rate / rate:8.2f}x (Python API / HTTP)")
     p50, p99 = _percentile(latencies, 50), _percentile(latencies, 99)
