@@ -121,3 +121,29 @@ def test_an_event_id_names_its_checkpoint_and_index(text: str, place: tuple[int,
 def test_anything_else_names_no_event(text: str) -> None:
     """Any other Last-Event-ID is no place (the API answers it with a 422)."""
     assert event_id(text) is None
+
+
+def test_a_run_taken_over_streams_as_it_goes_and_as_the_store_says(tmp_path: Path) -> None:
+    """A run left running (its process gone) is swept up: its events are heard live, the same as the store's."""
+    agent = ledger_agent(tmp_path / "effects")
+    store = SqliteStore(tmp_path / "runs.db")
+    state = agent.start(task_for(["A-1", "BIG-1"]), run_id="left.1")
+    store.begin("left.1", state)
+
+    async def sweep() -> list[Kept]:
+        hub = Hub(asyncio.get_running_loop())
+        workers = Workers(store, hub, size=2)
+        taken = await asyncio.to_thread(workers.sweep, {"ledger": agent}, older_than=0)
+        assert taken == ["left.1"]
+        assert (await _rest(hub, "left.1"))["stop"] == "awaiting_approval"
+        await asyncio.to_thread(workers.close)
+        log = hub.get("left.1")
+        assert log is not None
+        return log.kept_after((0, -1))
+
+    try:
+        live = asyncio.run(sweep())
+        stored, resting = stored_events(store, "left.1", lambda state: agent, (0, -1))
+    finally:
+        store.close()
+    assert resting and live == stored and [k.data["type"] for k in live][-2:] == ["paused", "ended"]
