@@ -7,7 +7,6 @@ effect is counted, not assumed. Runs are kept in SQLite on disk.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from agent_fsm.cli import app as cli
 from agent_fsm.serve import CLIENTS_VARIABLE, Clients, ClientsMissing, serve_app
 from agent_fsm.store import SqliteStore, open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
-from tests.serve_process import serve_process, served_shop
+from tests.serve_process import serve_process, served_shop, sse_events
 from tests.web_server import serving
 
 UI = "ui-token-0123456789abcdef"
@@ -58,22 +57,10 @@ def _events(
 ) -> list[dict[str, Any]]:
     """The SSE events of the run after ``last`` until it rests (or the first ``count``), each with its id."""
     headers = {} if last is None else {"last-event-id": str(last)}
-    got: list[dict[str, Any]] = []
     with http.stream("GET", f"/runs/{run_id}/events", headers=headers) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        fields: dict[str, str] = {}
-        for line in response.iter_lines():
-            if line:
-                key, _, value = line.partition(": ")
-                fields[key] = value
-                continue
-            if "data" in fields:
-                got.append({"id": fields["id"], "event": fields["event"], **json.loads(fields["data"])})
-                if count is not None and len(got) == count:
-                    break
-            fields = {}
-    return got
+        return sse_events(response.iter_lines(), count)
 
 
 def test_a_started_run_is_stored_before_the_answer_and_streams_to_its_end(world: tuple[str, Path, str]) -> None:

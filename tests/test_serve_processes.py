@@ -20,7 +20,7 @@ import httpx
 
 from agent_fsm.serve import CLIENTS_VARIABLE
 from tests.ledger_world import read_ledger, task_for
-from tests.serve_process import serve_process
+from tests.serve_process import serve_process, sse_events
 from tests.test_serve_workers import store_url  # noqa: F401  (the store fixture: SQLite, PostgreSQL)
 
 TOKEN = "ui-token-0123456789abcdef"
@@ -30,24 +30,17 @@ HEADERS = {"authorization": f"Bearer {TOKEN}"}
 def _read(base: str, run_id: str, last: str | None = None, count: int | None = None) -> list[dict[str, Any]]:
     """The run's SSE events after ``last`` until it rests, the first ``count``, or the server goes away."""
     headers = {**HEADERS, **({"last-event-id": last} if last is not None else {})}
-    got: list[dict[str, Any]] = []
-    fields: dict[str, str] = {}
+    lines: list[str] = []  # what came before the server went away, if it did
     with (
         contextlib.suppress(httpx.RemoteProtocolError, httpx.ReadError),
         httpx.stream("GET", f"{base}/runs/{run_id}/events", headers=headers, timeout=60) as response,
     ):
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
-            if line:
-                key, _, value = line.partition(": ")
-                fields[key] = value
-                continue
-            if "data" in fields:
-                got.append({"id": fields["id"], "event": fields["event"], **json.loads(fields["data"])})
-                if len(got) == count:
-                    break
-            fields = {}
-    return got
+            lines.append(line)
+            if count is not None and line == "" and len(sse_events(lines)) == count:
+                break
+    return sse_events(lines, count)
 
 
 def _places(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
