@@ -4,8 +4,8 @@ The plain API: start runs, list and read them, stream their events as SSE, decid
 A client sees and decides only its own runs (another's is 404, as an unknown
 one). The event stream is the run's kept events (:mod:`agent_fsm.serve.kept`),
 resumed from ``Last-Event-ID`` by any process on the store: from this
-process's log while it drives the run, else from the store, read again every
-:data:`POLL` seconds until the run rests.
+process's log while it drives the run, else from the store, read again
+(:data:`POLL`) until the run rests.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from agent_fsm.web.decisions import FormRefused, read_form
 
 __all__ = ["POLL", "decide_as", "guarded", "plain_routes"]
 
-POLL = 0.25
-"""How often, in seconds, a stream of a run this process does not drive reads the store again."""
+POLL = (0.25, 2.0)
+"""How often, in seconds, a stream of a run this process does not drive reads the store: at first, and at the
+slowest, the wait doubling while nothing comes (a pause may wait for a person for days)."""
 
 KEEPALIVE = 15.0
 
@@ -66,14 +67,14 @@ async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[li
     What this process's log holds comes from it (every event of a run
     begun here, or since this process took the run up); the rest from the
     store. While this process drives the run its events come as they are
-    derived; else the store is read every :data:`POLL` seconds, until this
+    derived; else the store is read again and again (:data:`POLL`), until this
     process takes the run up (a decision, a takeover) or it rests.
     """
 
     def agent_for(state: RunState) -> Agent:
         return api.agents.get(state.agent or "") or next(iter(api.agents.values()))
 
-    quiet = 0.0
+    quiet, wait = 0.0, POLL[0]
     rested = False  # the last event sent is a rest: the stream ends there if the run still rests
     while True:
         log = api.workers.hub.get(run_id)
@@ -89,6 +90,7 @@ async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[li
             found, resting = await run_in_threadpool(stored_events, api.store, run_id, agent_for, after)
             if found:
                 after, rested = found[-1].id, found[-1].rests
+                wait = POLL[0]
                 yield found
             if resting and rested:
                 return
@@ -101,8 +103,8 @@ async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[li
             if rested:
                 return
             continue  # let go here: the run goes on elsewhere
-        await asyncio.sleep(POLL)
-        quiet += POLL
+        await asyncio.sleep(wait)
+        quiet, wait = quiet + wait, min(wait * 2, POLL[1])
         if quiet >= KEEPALIVE:
             quiet = 0.0
             yield None
