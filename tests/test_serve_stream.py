@@ -24,6 +24,7 @@ from agent_fsm.store import SqliteStore
 from agent_fsm.web.decisions import read_form
 from tests.ledger_world import ledger_agent, task_for
 from tests.person_world import shop_agent
+from tests.test_store_failed import _truthy_gate
 
 WHOLE = '{"w1": {"approve": true}, "q1": {"answer": {"size": "S"}}}'
 """A whole reply's decision, as a form sends it."""
@@ -147,3 +148,14 @@ def test_a_run_taken_over_streams_as_it_goes_and_as_the_store_says(tmp_path: Pat
     finally:
         store.close()
     assert resting and live == stored and [k.data["type"] for k in live][-2:] == ["paused", "ended"]
+
+
+def test_a_run_a_bug_stopped_ends_its_stream_with_the_stored_error(tmp_path: Path) -> None:
+    """
+    A gate's bug: the live stream and the store's end with the same ``failed`` event, its error as stored, placed
+    after the stretch the bug stopped; that stretch, never committed, was said live only.
+    """
+    live, stored = _drive(tmp_path, lambda path: ledger_agent(path, gate=_truthy_gate), task_for(["A-1"]), [])
+    assert [k.data["type"] for k in live] == ["model_replied", "proposed", "failed"]
+    assert [k.id for k in live] == [(1, 0), (1, 1), (2, 0)]
+    assert stored == live[-1:] and stored[0].data["error"].startswith("GateError: ")
