@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -35,6 +36,8 @@ POLL = (0.25, 2.0)
 slowest, the wait doubling while nothing comes (a pause may wait for a person for days)."""
 
 KEEPALIVE = 15.0
+
+_log = logging.getLogger("agent_fsm.serve")
 
 
 def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -87,7 +90,11 @@ async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[li
                 return  # ended for good; a pause may have been decided elsewhere since: the store says
             continue
         if held is None or not live:
-            found, resting = await run_in_threadpool(stored_events, api.store, run_id, agent_for, after)
+            try:
+                found, resting = await run_in_threadpool(stored_events, api.store, run_id, agent_for, after)
+            except StoreError as exc:  # unreadable here (or the store failed): the client reconnects from its last
+                _log.warning("the events of run %s cannot be read: %s", run_id, exc)
+                return
             if found:
                 after, rested = found[-1].id, found[-1].rests
                 wait = POLL[0]
