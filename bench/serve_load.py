@@ -6,9 +6,10 @@ Not a test: it prints figures. Each run pays one invoice of the ledger world
 effects), kept in a store. Through HTTP, every run is started with
 ``POST /runs`` and its events read with ``GET /runs/{id}/events`` by a
 client of its own, all at once; printed are runs/s (first start to last
-ending), the p50 and p99 time from a model's reply (the event's ``at``) to its
-arrival at the SSE client, and a check that every run's events arrived
-numbered 1, 2, ... with none missing or repeated and the ending last. Beside
+ending), the p50 and p99 time from a model's reply (the model stamps the time
+it replied in the reply's text) to its arrival at the SSE client, and a check
+that every run's events arrived in the order of their ids (``P.I``), none
+missing or repeated, the ending last. Beside
 it, the same runs with ``agent.arun`` in one process on the same kind of
 store: the ratio of runs/s is the cost of serving.
 
@@ -48,15 +49,23 @@ TOKEN = "bench-token-0123456789abcdef"
 
 
 class SlowLedgerModel(LedgerModel):
-    """The ledger's model, each reply taking ``LATENCY`` seconds (slept in a thread, awaited on a loop)."""
+    """
+    The ledger's model, each reply taking ``LATENCY`` seconds (slept in a thread, awaited on a loop).
+
+    A reply proposing a call carries the time it was made as its text.
+    """
 
     def chat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
         time.sleep(LATENCY)
-        return super().chat(messages, tools)
+        return _stamped(super().chat(messages, tools))
 
     async def achat(self, messages: Any, tools: Any = ()) -> dict[str, Any]:
         await asyncio.sleep(LATENCY)
-        return super().chat(messages, tools)
+        return _stamped(super().chat(messages, tools))
+
+
+def _stamped(reply: dict[str, Any]) -> dict[str, Any]:
+    return {**reply, "content": repr(time.time())} if reply.get("tool_calls") else reply
 
 
 def agent() -> Agent:
@@ -70,17 +79,18 @@ async def _one(http: httpx.AsyncClient, base: str, i: int, latencies: list[float
     if started.status_code != 202:
         return f"start: {started.status_code} {started.text[:200]}"
     run_id = started.json()["run_id"]
-    ids: list[int] = []
+    ids: list[tuple[int, int]] = []
     last: dict[str, Any] = {}
     async with http.stream("GET", f"{base}/runs/{run_id}/events") as response:
         async for line in response.aiter_lines():
             if line.startswith("id: "):
-                ids.append(int(line[4:]))
+                point, _, index = line[4:].partition(".")
+                ids.append((int(point), int(index)))
             elif line.startswith("data: "):
                 last = json.loads(line[6:])
-                if last["type"] == "model_replied":
-                    latencies.append(time.time() - last["at"])
-    if ids != list(range(1, len(ids) + 1)) or last.get("type") != "ended" or last.get("stop") != "answered":
+                if last["type"] == "model_replied" and last["calls"]:
+                    latencies.append(time.time() - float(last["text"]))
+    if ids != sorted(set(ids)) or ids[:1] != [(1, 0)] or last.get("type") != "ended" or last.get("stop") != "answered":
         return f"run {run_id}: ids {ids[:5]}... ending {last.get('type')}/{last.get('stop')}"
     return None
 
@@ -111,6 +121,12 @@ async def _through_python(url: str, runs: int) -> float:
         store.close()
     assert all(r.stop.value == "answered" for r in results)
     return runs / took
+
+
+def _cpu(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used (Linux's /proc), user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -145,11 +161,14 @@ def main() -> None:
         }
         options = ("--workers", str(args.workers), "--recover-after", "600")
         with contextlib.ExitStack() as servers:
-            bases = [
-                servers.enter_context(serve_process(url, env, *options, world="serve_load:agent"))[0]
+            started = [
+                servers.enter_context(serve_process(url, env, *options, world="serve_load:agent"))
                 for _ in range(args.processes)
             ]
+            bases = [base for base, _ in started]
+            idle = sum(_cpu(process.pid) for _, process in started)
             rate, latencies, problems, client_cpu = asyncio.run(_through_http(bases, args.runs))
+            server_cpu = sum(_cpu(process.pid) for _, process in started) - idle
         python_url = f"sqlite:///{folder / 'python.db'}" if server is None else server.new_database()
         open_store(python_url).close()
         python_rate = asyncio.run(_through_python(python_url, args.runs))
@@ -160,6 +179,7 @@ def main() -> None:
     print(f"{args.runs} runs at once, model {LATENCY * 1000:.0f} ms a reply ({where})")
     print(f"  HTTP + SSE : {rate:8.1f} runs/s")
     print(f"  (the load's own client used {client_cpu:.0%} of a core meanwhile)")
+    print(f"  server CPU : {server_cpu / args.runs * 1000:8.2f} ms a run (all serving processes)")
     print(f"  Python API : {python_rate:8.1f} runs/s (agent.arun, one process, one loop)")
     print(f"  ratio      : {python_rate / rate:8.2f}x (Python API / HTTP)")
     p50, p99 = _percentile(latencies, 50), _percentile(latencies, 99)

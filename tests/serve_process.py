@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -21,6 +23,23 @@ from tests.person_world import shop_agent
 from tests.web_server import serving
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def sse_events(lines: Iterable[str], count: int | None = None) -> list[dict[str, Any]]:
+    """The events of an SSE stream's ``lines`` (the first ``count``), each its data with its ``id`` and ``event``."""
+    got: list[dict[str, Any]] = []
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line:
+            key, _, value = line.partition(": ")
+            fields[key] = value
+            continue
+        if "data" in fields:
+            got.append({"id": fields["id"], "event": fields["event"], **json.loads(fields["data"])})
+            if len(got) == count:
+                break
+        fields = {}
+    return got
 
 
 def served_ledger(folder: Path, clients: Clients) -> AbstractContextManager[tuple[str, Path]]:

@@ -186,7 +186,7 @@ def nested_desk(log: list[int] | None = None) -> Agent:
 
 
 def test_a_nested_runs_reply_is_reviewed_whole_from_the_top() -> None:
-    """The review lists the nested run's calls (addressed through the call ``t``); decided whole at the top, each is applied down there, once."""
+    """The review lists the nested run's calls, addressed through ``t``; decided whole at the top, each applied once."""
     log: list[int] = []
     desk = nested_desk(log)
     paused = desk.run("work")

@@ -7,7 +7,6 @@ effect is counted, not assumed. Runs are kept in SQLite on disk.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from agent_fsm.cli import app as cli
 from agent_fsm.serve import CLIENTS_VARIABLE, Clients, ClientsMissing, serve_app
 from agent_fsm.store import SqliteStore, open_store
 from tests.ledger_world import ledger_agent, read_ledger, task_for
-from tests.serve_process import serve_process, served_shop
+from tests.serve_process import serve_process, served_shop, sse_events
 from tests.web_server import serving
 
 UI = "ui-token-0123456789abcdef"
@@ -53,36 +52,27 @@ def _start(http: httpx.Client, invoices: list[str]) -> str:
     return run_id
 
 
-def _events(http: httpx.Client, run_id: str, last: int | None = None, count: int | None = None) -> list[dict[str, Any]]:
+def _events(
+    http: httpx.Client, run_id: str, last: str | int | None = None, count: int | None = None
+) -> list[dict[str, Any]]:
     """The SSE events of the run after ``last`` until it rests (or the first ``count``), each with its id."""
     headers = {} if last is None else {"last-event-id": str(last)}
-    got: list[dict[str, Any]] = []
     with http.stream("GET", f"/runs/{run_id}/events", headers=headers) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        fields: dict[str, str] = {}
-        for line in response.iter_lines():
-            if line:
-                key, _, value = line.partition(": ")
-                fields[key] = value
-                continue
-            if "data" in fields:
-                got.append({"id": int(fields["id"]), "event": fields["event"], **json.loads(fields["data"])})
-                if count is not None and len(got) == count:
-                    break
-            fields = {}
-    return got
+        return sse_events(response.iter_lines(), count)
 
 
 def test_a_started_run_is_stored_before_the_answer_and_streams_to_its_end(world: tuple[str, Path, str]) -> None:
-    """The run is in the store when the answer arrives; its events come numbered 1, 2, ... and end answered."""
+    """The run is in the store when the answer arrives; its events come in the order of their ids, ending answered."""
     base, ledger, url = world
     with _client(base) as http:
         run_id = _start(http, ["A-1", "A-2"])
         with SqliteStore(url.removeprefix("sqlite:///")) as store:
             assert store.load(run_id).run_id == run_id  # in the store before the caller was answered
         events = _events(http, run_id)
-        assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+        places = [tuple(map(int, e["id"].split("."))) for e in events]
+        assert places == sorted(set(places)) and places[0] == (1, 0)
         assert events[-1]["event"] == "ended" and events[-1]["stop"] == "answered"
         assert events[-1]["answer"] == "Handled 2 invoices."
         read = http.get(f"/runs/{run_id}").json()
@@ -98,9 +88,9 @@ def test_a_stream_resumed_from_last_event_id_loses_and_repeats_nothing(world: tu
         run_id = _start(http, ["A-1", "A-2", "A-3"])
         whole = _events(http, run_id)
         first = _events(http, run_id, count=3)
-        rest = _events(http, run_id, last=3)
+        rest = _events(http, run_id, last=first[-1]["id"])
         assert first + rest == whole
-        assert _events(http, run_id, last=len(whole) - 1) == whole[-1:]
+        assert _events(http, run_id, last=whole[-2]["id"]) == whole[-1:]
 
 
 def test_a_pause_is_decided_once_and_the_run_goes_on_in_the_same_stream(world: tuple[str, Path, str]) -> None:
@@ -118,7 +108,8 @@ def test_a_pause_is_decided_once_and_the_run_goes_on_in_the_same_stream(world: t
         decided = http.post(f"/runs/{run_id}/decision", json={"decision": "approve", "pause_id": rest["pause_id"]})
         assert decided.status_code == 202, decided.text
         after = _events(http, run_id, last=rest["id"])
-        assert after[0]["id"] == rest["id"] + 1 and after[-1]["stop"] == "answered"
+        assert after[0]["event"] == "decided" and after[0]["decision"] == "approve" and after[0]["reviewer"] == "ui"
+        assert after[0]["id"] == f"{int(rest['id'].split('.')[0]) + 1}.0" and after[-1]["stop"] == "answered"
         again = http.post(f"/runs/{run_id}/decision", json={"decision": "approve", "pause_id": rest["pause_id"]})
         assert again.status_code == 409 and again.json()["error"]["code"] == "already_decided"
     paid = [e for e in read_ledger(ledger) if e["event"] == "effect" and e["tool"] == "pay"]

@@ -22,7 +22,8 @@ from tests import temporal_world as world
 from tests.ledger_world import ledger_agent, read_ledger, task_for
 from tests.person_world import shop_agent
 from tests.serve_process import serve_process
-from tests.test_serve_api import CLIENTS, OTHER, UI, _client, _events
+from tests.test_serve_api import CLIENTS, OTHER, UI, _client
+from tests.test_serve_api import _events as _sse_events
 
 pytestmark = pytest.mark.temporal
 
@@ -52,6 +53,11 @@ def served(temporal_server: Any, tmp_path_factory: pytest.TempPathFactory) -> It
 
 def _paid(ledger: Path) -> list[Any]:
     return [e["args"] for e in read_ledger(ledger) if e["event"] == "effect" and e["tool"] == "pay"]
+
+
+def _events(http: Any, run_id: str, last: int | None = None, count: int | None = None) -> list[dict[str, Any]]:
+    """The run's SSE events as its workflow numbers them (whole numbers, where a store's stream says ``P.I``)."""
+    return [{**event, "id": int(event["id"])} for event in _sse_events(http, run_id, last, count)]
 
 
 def test_a_run_starts_as_a_workflow_and_streams_the_events_arun_hears(served: tuple[str, Path, Path]) -> None:

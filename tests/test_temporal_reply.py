@@ -108,7 +108,7 @@ def test_a_reply_is_decided_whole_by_one_update(address: str) -> None:
 
 
 def test_a_reply_two_levels_down_is_decided_whole_at_the_top(address: str) -> None:
-    """The innermost run's calls, addressed from the top (``m/t/w1``); one update decides them all, judged down there."""
+    """The innermost run's calls, addressed from the top (``m/t/w1``): one update decides them all, judged there."""
     from temporalio.client import Client
 
     async def work() -> tuple[Any, list[str], Any]:

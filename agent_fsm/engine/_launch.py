@@ -1019,32 +1019,40 @@ def settle_intent(context: RunContext, intent: Intent) -> None:
 
 
 def continue_run(
-    agent: Agent, state: RunState, *, store: Checkpointer, run_id: str, intent: Intent | None
+    agent: Agent, state: RunState, *, store: Checkpointer, run_id: str, intent: Intent | None, on_event: Any = None
 ) -> RunResult:
     """
     Continue a stored run (``state``, modified in place) by ``agent`` from its last checkpoint until it rests.
 
     ``intent`` is the effect the checkpoint says was in flight (``None``:
     none was); it is settled as the section says before the run goes on.
-    A run already resting is committed as it is and returned.
+    A run already resting is committed as it is and returned. ``on_event``
+    hears the run's events, as :meth:`Agent.advance`'s does.
 
     Raises:
         RunError: the checkpoint and its intent disagree (a store written by something else).
     """
-    context, steps = recovering(agent, state, store=store, run_id=run_id, intent=intent)
+    context, steps = recovering(agent, state, store=store, run_id=run_id, intent=intent, listening=on_event is not None)
+    context.relay = on_event
     try:
-        return drive(steps)
+        return drive(steps, context.outbox, on_event)
     except Exception as exc:
         failed(context, exc)
         raise
 
 
 def recovering(
-    agent: Agent, state: RunState, *, store: Checkpointer | None, run_id: str | None, intent: Intent | None
+    agent: Agent,
+    state: RunState,
+    *,
+    store: Checkpointer | None,
+    run_id: str | None,
+    intent: Intent | None,
+    listening: bool = False,
 ) -> Launch:
     """:func:`continue_run` as a context and its steps: also how a nested run a crash interrupted goes on."""
     chosen = _trusted_limits(state, agent.limits)  # the run's own limits unless the agent sets its own
-    context = _context(agent, state, chosen, store, run_id, False)
+    context = _context(agent, state, chosen, store, run_id, listening)
     return context, _recovered(context, intent, agent.endings)
 
 

@@ -2,14 +2,18 @@
 The plain API: start runs, list and read them, stream their events as SSE, decide their pauses; JSON throughout.
 
 A client sees and decides only its own runs (another's is 404, as an unknown
-one). The event stream is the run's own events, numbered, resumed from
-``Last-Event-ID``. ``POST /runs/{id}/cancel`` cancels a paused run: it ends
-``cancelled`` (a decision like the others, taken once).
+one). The event stream is the run's kept events (:mod:`agent_fsm.serve.kept`),
+resumed from ``Last-Event-ID`` by any process on the store: from this
+process's log while it drives the run, else from the store, read again
+(:data:`POLL`) until the run rests. ``POST /runs/{id}/cancel`` cancels a
+paused run: it ends ``cancelled`` (a decision like the others, taken once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,13 +23,23 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent_fsm import Agent
+from agent_fsm.engine import RunState
 from agent_fsm.serve.clients import Client
 from agent_fsm.serve.core import MAX_PAGE, Api, Refused, read_json, summary_data
+from agent_fsm.serve.kept import EventId, Kept, event_id, stored_events
 from agent_fsm.serve.stream import Record
 from agent_fsm.store import AlreadyDecided, RunNotFound, StoreError
 from agent_fsm.web.decisions import FormRefused, read_form
 
-__all__ = ["decide_as", "guarded", "plain_routes"]
+__all__ = ["POLL", "decide_as", "guarded", "plain_routes"]
+
+POLL = (0.25, 2.0)
+"""How often, in seconds, a stream of a run this process does not drive reads the store: at first, and at the
+slowest, the wait doubling while nothing comes (a pause may wait for a person for days)."""
+
+KEEPALIVE = 15.0
+
+_log = logging.getLogger("agent_fsm.serve")
 
 
 def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -40,11 +54,77 @@ def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Requ
     return answer
 
 
-def _sse(record: Record | None) -> bytes:
+def _sse_told(record: Record | None) -> bytes:
+    """One event a workflow told, numbered by the workflow (runs on Temporal)."""
     if record is None:
         return b": keep-alive\n\n"
     data = json.dumps(record.data, separators=(",", ":"))
     return f"id: {record.seq}\nevent: {record.data['type']}\ndata: {data}\n\n".encode()
+
+
+def _sse(batch: list[Kept] | None) -> bytes:
+    """Kept events as SSE frames, one write for all of them (``None``: a keep-alive)."""
+    if batch is None:
+        return b": keep-alive\n\n"
+    frames = []
+    for kept in batch:
+        data = json.dumps(kept.data, separators=(",", ":"))
+        frames.append(f"id: {kept.text_id}\nevent: {kept.data['type']}\ndata: {data}\n\n")
+    return "".join(frames).encode()
+
+
+async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[list[Kept] | None]:
+    """
+    The run's kept events after ``after``, as they come, until it rests (``None``: a keep-alive).
+
+    What this process's log holds comes from it (every event of a run
+    begun here, or since this process took the run up); the rest from the
+    store. While this process drives the run its events come as they are
+    derived; else the store is read again and again (:data:`POLL`), until this
+    process takes the run up (a decision, a takeover) or it rests.
+    """
+
+    def agent_for(state: RunState) -> Agent:
+        return api.agents.get(state.agent or "") or next(iter(api.agents.values()))
+
+    quiet, wait = 0.0, POLL[0]
+    rested = False  # the last event sent is a rest: the stream ends there if the run still rests
+    while True:
+        log = api.workers.hub.get(run_id)
+        live = log is not None and log.driving
+        held = log.kept_after(after) if log is not None and log.covers(after) else None
+        if held:
+            after, rested = held[-1].id, held[-1].rests
+            yield held
+            if rested and held[-1].data.get("stop") != "awaiting_approval":
+                return  # ended for good; a pause may have been decided elsewhere since: the store says
+            continue
+        if held is None or not live:
+            try:
+                found, resting = await run_in_threadpool(stored_events, api.store, run_id, agent_for, after)
+            except StoreError as exc:  # unreadable here (or the store failed): the client reconnects from its last
+                _log.warning("the events of run %s cannot be read: %s", run_id, exc)
+                return
+            if found:
+                after, rested = found[-1].id, found[-1].rests
+                wait = POLL[0]
+                yield found
+            if resting and rested:
+                return
+        if log is not None and live:
+            rested = False
+            async for batch in log.follow_kept(after, keepalive=KEEPALIVE):
+                if batch:
+                    after, rested = batch[-1].id, batch[-1].rests
+                yield batch
+            if rested:
+                return
+            continue  # let go here: the run goes on elsewhere
+        await asyncio.sleep(wait)
+        quiet, wait = quiet + wait, min(wait * 2, POLL[1])
+        if quiet >= KEEPALIVE:
+            quiet = 0.0
+            yield None
 
 
 async def decide_as(api: Api, client: Client, run_id: str, body: dict[str, Any], agent: Agent) -> str:
@@ -133,20 +213,34 @@ def plain_routes(api: Api) -> list[Route]:
     async def events(request: Request) -> Response:
         client = api.client(request, "read")
         run_id = request.path_params["run_id"]
-        summary = await api.summary(client, run_id)
+        if getattr(api.workers, "tells_events", False):  # runs on Temporal: the workflow numbers its own events
+            return await told(client, run_id, request)
+        if api.workers.hub.get(run_id) is None or not client.owns(run_id):  # a run held here is stored
+            await api.summary(client, run_id)
+        seen = event_id(request.headers.get("last-event-id") or request.query_params.get("after") or "0")
+        if seen is None:
+            raise Refused(422, "bad_event_id", "Last-Event-ID is the id of the last event received (P.I)")
+        follow = kept_stream(api, run_id, seen)
+
+        async def body() -> AsyncIterator[bytes]:
+            async for batch in follow:
+                yield _sse(batch)
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+    async def told(client: Client, run_id: str, request: Request) -> Response:
+        await api.summary(client, run_id)
         seen_text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         if not seen_text.isdigit():
             raise Refused(422, "bad_event_id", "Last-Event-ID is the number of the last event received")
         log = api.workers.hub.get(run_id)
-        if log is None:  # driven by another process, or before this one started: its rest, as stored
-            raise Refused(
-                409, "not_streamed_here", f"run {run_id!r} is {summary.status} and its events are not held here"
-            )
+        if log is None:
+            raise Refused(409, "not_streamed_here", f"run {run_id!r}: its events cannot be read")
         follow = log.follow(int(seen_text))
 
         async def body() -> AsyncIterator[bytes]:
             async for record in follow:
-                yield _sse(record)
+                yield _sse_told(record)
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 

@@ -73,6 +73,9 @@ class TemporalRuns:
     routes call them from threads), ``decide`` is awaited.
     """
 
+    tells_events = True
+    """The event stream is the workflow's own numbered events (``id: N``), not events kept in a store (``P.I``)."""
+
     def __init__(
         self,
         client: Client,

@@ -20,12 +20,13 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from agent_fsm import Agent
 from agent_fsm.engine import RunEvent, RunResult, continue_run
+from agent_fsm.serve.kept import Opening, Watched, opening
 from agent_fsm.serve.stream import Hub
-from agent_fsm.store import Session
+from agent_fsm.store import Session, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.web.decisions import Request, decide
 
@@ -75,7 +76,11 @@ class Workers:
         state.agent_digest = agent.digest  # a stored run names its contracts from the start, as Agent.run does
         self.store.begin(run_id, state)
         log = self.hub.open(run_id)
-        self._submit(lambda: agent.advance(state, store=self.store, run_id=run_id, on_event=log.append), run_id)
+        watched = Watched(self.store, run_id, log.drive)
+        watched.tracker = log.drive(Opening(0, len(state.messages), 0))
+        watched.tracker.state = state
+        store = cast(RunStore, watched)
+        self._submit(lambda: agent.advance(state, store=store, run_id=run_id, on_event=log.append), run_id)
         return run_id
 
     async def decide(self, agent: Agent, request: Request, *, client: str, given: Any = None) -> None:
@@ -109,9 +114,11 @@ class Workers:
                 committed.set()
                 loop.call_soon_threadsafe(settle, None)
 
+        store = cast(RunStore, Watched(self.store, request.run_id, log.drive))
+
         def deciding() -> RunResult | None:
             try:
-                return decide(self.store, request, agent, reviewer=client, given=given, on_event=on_event)
+                return decide(store, request, agent, reviewer=client, given=given, on_event=on_event)
             except Exception as exc:
                 loop.call_soon_threadsafe(settle, exc)
                 if committed.is_set():
@@ -145,8 +152,18 @@ class Workers:
             if agent is None:
                 _log.warning("run %s names agent %r, not served here", stored.run_id, stored.state.agent)
                 continue
+            log = self.hub.open(stored.run_id)
+            watched = Watched(self.store, stored.run_id, log.drive)
+            watched.tracker = log.drive(opening(self.store, stored.run_id))
+            watched.tracker.state = stored.state
             go_on = functools.partial(
-                continue_run, agent, stored.state, store=self.store, run_id=stored.run_id, intent=stored.intent
+                continue_run,
+                agent,
+                stored.state,
+                store=cast(RunStore, watched),
+                run_id=stored.run_id,
+                intent=stored.intent,
+                on_event=log.append,
             )
             self._submit(go_on, stored.run_id)
             taken.append(stored.run_id)
@@ -159,7 +176,15 @@ class Workers:
             error = future.exception()
             if error is not None:  # a bug: the store has it as failed (see agent_fsm.store.SqlStore.fail)
                 _log.error("run %s stopped: %s: %s", run_id, type(error).__name__, error)
-                self.hub.open(run_id).fail(run_id, f"{type(error).__name__}: {error}")
+                log = self.hub.open(run_id)
+                try:
+                    summary = self.store.load(run_id).summary
+                except StoreError:
+                    summary = None
+                if summary is not None and summary.status == "failed":
+                    log.fail(run_id, f"{type(error).__name__}: {error}", summary.reason)
+                else:  # not recorded as failed: the run is left to whichever process takes it over
+                    log.let_go()
 
         with self._busy_lock:
             self._busy += 1
