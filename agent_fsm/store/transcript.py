@@ -1,20 +1,27 @@
 """
-A stored run's record written once: each commit writes what it added to the transcript, not the transcript again.
+A stored run's record written once: each commit writes what its growing lists gained, not the lists again.
 
-A state column (the run's, each checkpoint's) holds the state with empty
-``messages`` and ``observations`` lists, and their counts in columns of the
-same names. Each checkpoint row also holds, in ``new_messages`` and
-``new_observations``, the items added since the checkpoint before it (their
-JSON texts, comma-joined); the run's row holds those added since its latest
-checkpoint (while an effect is in flight). A state is read back by joining
-the pieces in order into its text, which then goes through the strict reader
-as any saved state does: the pieces are data, never authority. A commit
-writes the state without its lists through :class:`agent_fsm.engine.StateWriter`,
-which encodes again only the fields changed since the run's commit before.
+The fields of a state declared ``grows`` (:data:`agent_fsm.engine.GROWING`:
+the transcript's ``messages`` and ``observations``, the prompt sizes, the
+path, the screens, the compactions) only grow. A state column (the run's,
+each checkpoint's) holds the state with those lists empty. The transcript's
+lengths are in columns of the same names, and each checkpoint row holds, in
+``new_messages`` and ``new_observations``, the items added since the
+checkpoint before it (their JSON texts, comma-joined); its ``grown`` column
+holds the other lists' lengths and items added (:func:`grown`). The run's
+row holds those added since its latest checkpoint (while an effect is in
+flight). A state is read back by joining the items in order into its text
+(:func:`whole`), which then goes through the strict reader as any saved
+state does: the pieces are data, never authority. A commit writes the state
+without its lists through :class:`agent_fsm.engine.StateWriter`, which
+encodes again only the fields changed since the run's commit before, and
+the items it adds.
 
-A state column whose counts are ``NULL`` holds the whole state itself
-(written before migration 4, or by a commit whose earlier messages were no
-longer the ones stored: the run is then kept whole from there on).
+A row whose transcript lengths are ``NULL`` holds the whole state itself
+(written before migration 4, or by a commit whose earlier items were no
+longer the ones stored); one whose ``grown`` is ``NULL`` holds the other
+lists whole (written before migration 8). Either is where the rows after it
+start from.
 """
 
 from __future__ import annotations
