@@ -7,14 +7,14 @@ from decimal import Decimal
 import attrs
 import pytest
 
-from agent_fsm import Limits, RunState, run
-from agent_fsm.engine import Judgement, StateWriter, ToolCall, Usage
+from agent_fsm import Limits, RunState, ScreenRecord, run
+from agent_fsm.engine import GROWING, Judgement, StateWriter, ToolCall, Usage
 from agent_fsm.examples.demo import TASK, overreaching_model
 from agent_fsm.examples.support_desk import make_support_desk, refund_gate
 
 
 def _bare(state: RunState) -> str:
-    return attrs.evolve(state, messages=[], observations=[]).to_json()
+    return attrs.evolve(state, **{name: [] for name in GROWING}).to_json()
 
 
 def _mutations(state: RunState) -> list[object]:
@@ -55,13 +55,18 @@ def test_each_commit_writes_what_to_json_writes_of_the_state_without_its_lists()
 
 
 def test_the_added_items_are_to_json_s() -> None:
-    """The messages and observations after those stored, as to_json writes them, comma-joined."""
+    """The items of each growing list after those stored, as to_json writes them, comma-joined."""
     state = run(TASK, overreaching_model(), make_support_desk().tools, gate=refund_gate).state
+    state.screens.append(ScreenRecord("input", None, "pass"))
     text = state.to_json()
-    messages, observations = StateWriter().added(state, 0, 0)
-    assert f'"messages": [{messages}], "observations": [{observations}]' in text
-    later = StateWriter().added(state, len(state.messages) - 1, len(state.observations))
-    assert later[0].startswith('{"role": "assistant"') and messages.endswith(later[0]) and later[1] == ""
+    added = StateWriter().added(state, *(0 for _ in GROWING))
+    for name, items in zip(GROWING, added, strict=True):
+        assert f'"{name}": [{items}]' in text, name
+    assert added[GROWING.index("path")].startswith('"Proposing", "Executing"')
+    lengths = [len(getattr(state, name)) for name in GROWING]
+    lengths[0] -= 1
+    later = StateWriter().added(state, *lengths)
+    assert later[0].startswith('{"role": "assistant"') and added[0].endswith(later[0]) and set(later[1:]) == {""}
 
 
 def test_a_state_strict_json_cannot_hold_is_refused_and_the_writer_stays_right() -> None:

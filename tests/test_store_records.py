@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,11 +24,12 @@ from agent_fsm import (
     start_state,
     tool_call_message,
 )
-from agent_fsm.store import DamagedRun, RunStore, SqliteStore, fork
+from agent_fsm.engine import GROWING
+from agent_fsm.store import DamagedRun, RunStore, RunTakenOver, SqliteStore, approve, fork
 from agent_fsm.store.schema import MIGRATIONS
 from agent_fsm.store.transcript import parts
 from tests.ledger_world import LedgerModel, ledger_agent, ledger_tools, pay_gate, task_for
-from tests.store_versions import before_the_inbox
+from tests.store_versions import before_the_appends, before_the_inbox
 
 Opener = Callable[[], RunStore]
 
@@ -99,7 +101,11 @@ def test_a_commit_writes_only_what_it_adds(opener: Opener, tmp_path: Path) -> No
     assert opener().load("long").state == state  # and it reads back whole
 
 
-def test_a_replaced_message_keeps_the_run_whole_from_there_on(opener: Opener, tmp_path: Path) -> None:
+def _lengths(state: RunState) -> tuple[int, ...]:
+    return tuple(len(getattr(state, name)) for name in GROWING)
+
+
+def test_a_replaced_message_is_committed_whole(opener: Opener, tmp_path: Path) -> None:
     """A state whose earlier messages are not the stored ones is committed whole; one that continues them is not."""
     store = opener()
     paused = ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
@@ -109,17 +115,17 @@ def test_a_replaced_message_keeps_the_run_whole_from_there_on(opener: Opener, tm
     changed.messages[1] = {**changed.messages[1], "content": changed.messages[1]["content"] + " (edited)"}
     with store._transaction() as tx:  # type: ignore[attr-defined]
         assert store._since(tx, "r", changed, None) is None  # type: ignore[attr-defined]
-        assert store._since(tx, "r", state, None) == (len(state.messages), len(state.observations))  # type: ignore[attr-defined]
+        assert store._since(tx, "r", state, None) == _lengths(state)  # type: ignore[attr-defined]
 
 
 def test_a_held_state_is_checked_by_its_last_items_not_item_by_item(opener: Opener, tmp_path: Path) -> None:
     """The store holds a count and the last object per list of a run in flight, so a commit's check stays constant."""
     store = opener()
     state = ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r").state
-    counts = (len(state.messages), len(state.observations))
-    marks = sql_module._written(state, counts)
+    counts = _lengths(state)
+    marks = sql_module._written(state)
     # Not a copy of the lists: what is held per run does not grow with its transcript.
-    assert marks == ((counts[0], state.messages[-1]), (counts[1], state.observations[-1]))
+    assert marks == tuple((len(items), items[-1] if items else None) for items in map(state.__getattribute__, GROWING))
     held = sql_module._Held(1, None, marks, counts)
     with store._transaction() as tx:  # type: ignore[attr-defined]
         assert store._since(tx, "r", state, held) == counts  # type: ignore[attr-defined]
@@ -316,12 +322,12 @@ def test_the_migration_gives_stored_runs_a_nonce_but_not_an_effect_in_flight(
         )
     with old._transaction() as tx:  # type: ignore[attr-defined]
         _strip_nonces(tx)  # every state as a store at migration 5 holds it
-    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:5])  # and read by a store that migrates no further
-    with old._transaction() as tx:  # type: ignore[attr-defined]
-        before_the_inbox(tx, 5)
     assert opener().load("paused").state.nonce == ""  # read as a state saved before nonces
     in_flight = opener().load("in-flight")
     assert in_flight.intent is not None and in_flight.state.nonce == ""
+    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS[:5])  # the database as migration 5 left it
+    with old._transaction() as tx:  # type: ignore[attr-defined]
+        before_the_inbox(tx, 5)
     monkeypatch.undo()
     store = opener()
     paused = store.load("paused").state
@@ -358,3 +364,144 @@ def test_a_deleted_latest_checkpoint_row_is_damage_not_an_earlier_state(opener: 
         tx.run("DELETE FROM agent_fsm_checkpoints WHERE run_id = 'r' AND point = ?", (last,))
     with pytest.raises(DamagedRun, match="checkpoint is missing"):
         opener().load("r")
+
+
+def _kept(store: RunStore, run_id: str) -> list[tuple[Any, ...]]:
+    with store._transaction(write=False) as tx:  # type: ignore[attr-defined]
+        return tx.rows(
+            "SELECT point, messages, grown, state FROM agent_fsm_checkpoints WHERE run_id = ? ORDER BY point", (run_id,)
+        )
+
+
+def test_every_growing_list_is_kept_once_and_read_back(opener: Opener, tmp_path: Path) -> None:
+    """The path, the prompt sizes and every list declared ``grows`` are in one row each item, not in every row."""
+    store = opener()
+    invoices = 6
+    state = (
+        _long_agent(tmp_path / "ledger", invoices)
+        .run(task_for([f"I-{n}" for n in range(invoices)]), store=store, run_id="long")
+        .state
+    )
+    rows = _kept(store, "long")
+    for name in GROWING[2:]:  # the transcript's lists have columns of their own
+        added = [item for _, _, grown, _ in rows for item in json.loads(grown).get(name, [0, []])[1]]
+        assert added == json.loads(state.to_json())[name], name
+    path = '"path": []'
+    assert all(path in text for _, _, _, text in rows)  # no checkpoint holds the path it took
+    reader = opener()
+    assert reader.load("long").state == state
+    for point, *_ in rows:
+        at = reader.checkpoint("long", point)
+        assert at.path == state.path[: len(at.path)] and at.prompt_token_log == state.prompt_token_log[: at.turns]
+
+
+def test_a_commit_written_whole_is_continued_by_the_next(opener: Opener, tmp_path: Path) -> None:
+    """After a commit whose lists did not continue what was stored (written whole), the next ones add to it again."""
+    store = opener()
+    state = start_state("read", run_id="r")
+    store.begin("r", state)
+    for n in range(3):
+        state.messages.append({"role": "user", "content": f"more {n}"})
+        state.path.append("Ready")
+        store.save("r", state)
+    state.path[-1] = "Proposing"  # the last item replaced: what is stored is not the start of the path any more
+    store.save("r", state)
+    for n in range(2):
+        state.messages.append({"role": "user", "content": f"later {n}"})
+        state.path.append("Ready")
+        store.save("r", state)
+    rows = _kept(store, "r")
+    assert [count is None for _, count, _, _ in rows] == [False] * 4 + [True] + [False] * 2  # one whole row
+    assert rows[-1][3].count('"path": []') == 1  # and the rows after it add to it
+    reader = opener()
+    assert reader.load("r").state == state
+    assert reader.checkpoint("r", 3).path == ["Ready"] * 3
+    assert reader.checkpoint("r", 4).path == ["Ready", "Ready", "Proposing"]
+    assert reader.checkpoint("r", 5).path == state.path[:4]
+
+
+def test_a_damaged_growing_column_is_refused_clearly(opener: Opener, tmp_path: Path) -> None:
+    """A ``grown`` column that is not what this store writes, or disagrees with the rows before it, is DamagedRun."""
+    store = opener()
+    ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=store, run_id="r")
+    last = store.checkpoints("r")[-1].point
+    reader = opener()
+    assert reader.checkpoint("r", 1).path
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("UPDATE agent_fsm_checkpoints SET grown = '[1' WHERE run_id = 'r' AND point = 1")
+    with pytest.raises(DamagedRun, match="growing lists of a checkpoint"):
+        reader.checkpoint("r", 1)
+    with store._transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("UPDATE agent_fsm_checkpoints SET grown = '{}' WHERE run_id = 'r' AND point = 1")  # its items gone
+    with pytest.raises(DamagedRun, match="not the length its row records"):
+        reader.load("r")
+    assert reader.checkpoint("r", 0).machine_state == "Ready" and last > 1  # before the damage: read as it was
+
+
+def test_the_migration_to_appends_keeps_older_runs_and_they_go_on(opener: Opener, tmp_path: Path) -> None:
+    """Rows written before ``grown`` are read as they are, and a run stored so goes on, appended from then on."""
+    old = opener()
+    paused = ledger_agent(tmp_path / "ledger").run(task_for(["A", "BIG-1"]), store=old, run_id="r").state
+    before = [old.checkpoint("r", c.point) for c in old.checkpoints("r")]
+    with old._transaction() as tx:  # type: ignore[attr-defined]
+        before_the_appends(tx)  # every row as a store at migration 7 wrote it
+        assert '"path": ["' in tx.rows("SELECT state FROM agent_fsm_checkpoints WHERE point = 1")[0][0]
+    store = opener()
+    assert store.schema_version() == len(MIGRATIONS)  # type: ignore[attr-defined]
+    assert store.load("r").state == paused
+    assert [store.checkpoint("r", n) for n in range(len(before))] == before
+    result = approve(store, "r", ledger_agent(tmp_path / "ledger"), reviewer="ana")
+    assert result.stop.value == "answered"
+    assert opener().load("r").state == result.state
+    rows = _kept(store, "r")
+    assert rows[len(before)][2] is None and rows[len(before)][1] is None  # the first commit after: written whole
+    assert all(grown is not None for _, _, grown, _ in rows[len(before) + 1 :])  # then appended
+    assert [opener().checkpoint("r", n) for n in range(len(before))] == before
+
+
+def test_a_commit_racing_another_store_is_refused_not_read_as_damaged(opener: Opener) -> None:
+    """A store committing a run another holds, while that one commits its next checkpoint, is refused cleanly."""
+    owner = opener()
+    state = start_state("race", run_id="r")
+    owner.begin("r", state)
+    state.messages.append({"role": "user", "content": "in flight"})
+    state.path.append("Ready")
+    owner.save("r", state, Intent("c1", "pay", "f" * 64, "k1"))  # the row holds the pieces added since checkpoint 0
+    other = opener()
+    opened = other._transaction  # type: ignore[attr-defined]
+    landed: list[threading.Thread] = []
+
+    def next_checkpoint() -> None:
+        state.messages.append({"role": "user", "content": "observed"})
+        state.path.append("Proposing")
+        owner.save("r", state)
+
+    class Racing:
+        """A write transaction during which, after it read the run's row, the owner commits its next checkpoint."""
+
+        def __init__(self, tx: Any) -> None:
+            self.tx = tx
+
+        def rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+            found: list[tuple[Any, ...]] = self.tx.rows(sql, params)
+            if not landed and "FROM agent_fsm_runs" in sql:
+                landed.append(threading.Thread(target=next_checkpoint))
+                landed[0].start()
+                landed[0].join(timeout=1.0)  # lands now unless the row read is locked until this commit ends
+            return found
+
+        def run(self, sql: str, params: Any = ()) -> int:
+            changed: int = self.tx.run(sql, params)
+            return changed
+
+    @contextmanager
+    def racing(*, write: bool = True, single: bool = False) -> Iterator[Any]:
+        with opened(write=write, single=single) as tx:
+            yield Racing(tx) if write else tx
+
+    other._transaction = racing  # type: ignore[attr-defined]
+    copy = RunState.from_json(state.to_json())
+    with pytest.raises(RunTakenOver):
+        other.save("r", copy)
+    landed[0].join()
+    assert opener().load("r").state == state  # and the owner's commit went through

@@ -197,6 +197,7 @@ from agent_fsm.engine._options import RUN_OPTIONS, RunOption
 from agent_fsm.engine._run import AnswerCheck, RunContext
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
 from agent_fsm.engine._state import (
+    GROWING,
     Judgement,
     Pause,
     ProviderFault,
@@ -434,6 +435,7 @@ __all__ = [
     "StateError",
     "StateSpec",
     "StateWriter",
+    "GROWING",
     "Steps",
     "Stop",
     "stream",

@@ -84,8 +84,9 @@ class Codec:
     kind (``"count"``, ``"whole"``, ``"flag"``, ``"text"``, ``"maybe"``, checked in groups) or a rule
     (value, the whole parsed state) -> value that raises to decline, not called on a value of type ``empty``
     that is empty (``None``, ``[]``, ``{}``, ``0.0``: taken as it stands); ``added``: the field was added to the
-    format after it was first written, so a state saved before it loads with its default; ``apart``: a list a
-    store writes item by item, apart from the rest; ``rests``: how a paused state holds it at rest
+    format after it was first written, so a state saved before it loads with its default; ``grows``: a list the
+    engine only appends to (at most its last item taken back or replaced before it is committed again), which a
+    store writes as what each commit added, apart from the rest; ``rests``: how a paused state holds it at rest
     (``"packed"``, or ``"vacant"`` while empty); ``builds``: the frozen record classes its value holds, whose
     text cannot change while they are the same objects; ``nested``: states of the record's own class, by key.
     """
@@ -94,7 +95,7 @@ class Codec:
     write: Callable[[Any], Any] | None = None
     quick: str | Quick = "none"
     added: bool = False
-    apart: bool = False
+    grows: bool = False
     rests: str | None = None
     builds: tuple[type, ...] = ()
     nested: bool = False
@@ -102,16 +103,18 @@ class Codec:
     legacy: Any = NO_LEGACY
 
 
-def codec(kind: Codec, *, added: bool = False, rests: str | None = None, legacy: Any = NO_LEGACY) -> dict[str, Codec]:
+def codec(
+    kind: Codec, *, added: bool = False, grows: bool = False, rests: str | None = None, legacy: Any = NO_LEGACY
+) -> dict[str, Codec]:
     """
     The metadata of a saved field of ``kind`` (``attrs.field(metadata=codec(COUNT))``).
 
     ``added``: the field came after format 2 was first written, so a state saved before it may lack it (and
     reads with the field's default, or ``legacy``); ``legacy``: the value such a state holds, which is saved
-    by leaving the field out, so that state is written again as it was; ``rests``: see :class:`Codec`.
+    by leaving the field out, so that state is written again as it was; ``grows`` and ``rests``: see :class:`Codec`.
     """
-    if added or rests is not None or legacy is not NO_LEGACY:
-        kind = attrs.evolve(kind, added=added or kind.added, rests=rests or kind.rests, legacy=legacy)
+    if added or grows or rests is not None or legacy is not NO_LEGACY:
+        kind = attrs.evolve(kind, added=added or kind.added, grows=grows, rests=rests or kind.rests, legacy=legacy)
     return {"saved": kind}
 
 
@@ -783,10 +786,10 @@ MAYBE_TEXT = Codec(_opt_str, quick="maybe")
 CODE = Codec(_code, quick=_quick_code, empty=type(None))
 """Null or an ending code (a lowercase identifier)."""
 SECONDS = Codec(_seconds, quick=_quick_seconds, empty=float)
-MESSAGES = Codec(_messages, quick=_quick_messages, empty=list, apart=True)
+MESSAGES = Codec(_messages, quick=_quick_messages, empty=list)
 """The transcript: message objects, each with a string role."""
 OBSERVATIONS = Codec(
-    _observations, lambda items: [_observation_data(o) for o in items], _quick_observations, empty=list, apart=True
+    _observations, lambda items: [_observation_data(o) for o in items], _quick_observations, empty=list
 )
 SIZES = Codec(_ints, quick=_quick_sizes, empty=list)
 """A list of whole numbers >= 0."""

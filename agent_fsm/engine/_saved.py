@@ -329,19 +329,22 @@ _UNTOLD = object()  # a value the writer cannot tell unchanged (it holds somethi
 
 
 class _Bare:
-    """What a form's writers share: the fields written with a bare state, their keys, and a new run's texts."""
+    """What a form's writers share: the fields written with a bare state, their places and keys, a new run's texts."""
 
     def __init__(self, form: SavedForm) -> None:
-        apart = [name for name, c in form.codecs.items() if c.apart]
-        self.fields = tuple(name for name in form.fields if name not in apart)
+        grows = [name for name, c in form.codecs.items() if c.grows]
+        self.fields = tuple(name for name in form.fields if name not in grows)
         self.values = operator.attrgetter(*self.fields)
         self.keys = tuple(f", {_ENCODER.encode(name)}: " for name in self.fields)
         writes = dict(form._converted)
         self.convert = tuple(writes.get(form.fields.index(name) + 1) for name in self.fields)
         self.indices = range(len(self.fields))
+        # Where each field written with the state stands among all the fields: a growing list keeps its place, empty.
+        self.slots = tuple(form.fields.index(name) for name in self.fields)
+        self.empty = tuple(f", {_ENCODER.encode(name)}: []" if name in grows else "" for name in form.fields)
         self.legacy = tuple(form.codecs[name].legacy for name in self.fields)
-        self.head = _ENCODER.encode({"format": FORMAT, **{name: [] for name in apart}})[:-1]
-        self.apart = tuple((name, form.codecs[name].write) for name in apart)
+        self.head = _ENCODER.encode({"format": FORMAT})[:-1]
+        self.grows = tuple((name, form.codecs[name].write) for name in grows)
         self.immutable = form.immutable
         self.fresh: tuple[tuple[Any, ...], tuple[str, ...]] | None = None
 
@@ -362,7 +365,7 @@ class _Bare:
 
 class FieldWriter:
     """
-    One run's states, committed again and again, written without their lists: each field encoded only when changed.
+    One run's states, committed again and again, written without their growing lists: each field encoded when changed.
 
     A store commits a run's state at every checkpoint, and most of its
     fields are as they were at the commit before (the limits, the run's id,
@@ -373,8 +376,10 @@ class FieldWriter:
     usage whose counts are not. A field that holds what may change in place
     (pending calls with their arguments, typed output, a compacted prompt,
     nested runs) is encoded every time. The text is exactly the form's
-    ``dump`` of the same state with its lists written apart (``messages`` and
-    ``observations``) empty; :meth:`added` writes the items of those lists.
+    ``dump`` of the same state with its growing lists (declared ``grows``:
+    the transcript, observations, prompt sizes, path, screens, compactions)
+    empty; :meth:`added` writes the items a commit adds to them, so what a
+    commit encodes does not grow with the run.
 
     Keep one writer per run, used by one thread at a time.
     """
@@ -387,14 +392,14 @@ class FieldWriter:
         self._bare = bare = _bare_of(form)
         fresh = bare.fresh
         if fresh is None:  # the fields of a new state as the engine makes it, written once per form
-            self._seen, self._texts = [_UNTOLD] * len(bare.fields), [""] * len(bare.fields)
+            self._seen, self._texts = [_UNTOLD] * len(bare.fields), list(bare.empty)
             self.bare(form.typical())
             fresh = bare.fresh = tuple(self._seen), tuple(self._texts)
         self._seen, self._texts = list(fresh[0]), list(fresh[1])
 
     def bare(self, state: Any) -> str:
         """
-        ``state`` as strict JSON text with its lists written apart empty.
+        ``state`` as strict JSON text with its growing lists empty.
 
         Raises:
             ValueError: the state holds something strict JSON cannot (as ``RunState.to_json``).
@@ -409,9 +414,9 @@ class FieldWriter:
                     continue
                 convert, legacy = bare.convert[i], bare.legacy[i]
                 if legacy is not NO_LEGACY and value == legacy:
-                    texts[i] = ""  # saved by leaving it out, as dump does
+                    texts[bare.slots[i]] = ""  # saved by leaving it out, as dump does
                 else:
-                    texts[i] = bare.keys[i] + _encoded(value if convert is None else convert(value))
+                    texts[bare.slots[i]] = bare.keys[i] + _encoded(value if convert is None else convert(value))
                 seen[i] = bare.kept(value)
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
@@ -419,7 +424,7 @@ class FieldWriter:
 
     def added(self, state: Any, *since: int) -> tuple[str, ...]:
         """
-        The JSON of the items of ``state``'s lists written apart after the first ``since`` of each.
+        The JSON of the items of ``state``'s growing lists after the first ``since`` of each (in the class's order).
 
         Each list's items as ``RunState.to_json`` writes them, comma-joined
         (empty text: nothing added).
@@ -429,9 +434,9 @@ class FieldWriter:
         """
         try:
             found = []
-            for (name, write), start in zip(self._bare.apart, since, strict=True):
+            for (name, write), start in zip(self._bare.grows, since, strict=True):
                 items = getattr(state, name)[start:]
-                found.append(_encoded(items if write is None else write(items))[1:-1])
+                found.append(_encoded(items if write is None else write(items))[1:-1] if items else "")
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
         return tuple(found)

@@ -67,6 +67,7 @@ from agent_fsm.engine._saved import FieldWriter, SavedForm
 from agent_fsm.engine._tools import ToolCall, call_fingerprint
 
 __all__ = [
+    "GROWING",
     "Judgement",
     "Pause",
     "ProviderFault",
@@ -196,15 +197,15 @@ class RunState:
     an empty container is first used (see :func:`rest`): the same values then.
     """
 
-    messages: list[dict[str, Any]] = attrs.field(factory=list, metadata=codec(MESSAGES, rests="packed"))
-    observations: list[Observation] = attrs.field(factory=list, metadata=codec(OBSERVATIONS))
-    prompt_token_log: list[int] = attrs.field(factory=list, metadata=codec(SIZES))
+    messages: list[dict[str, Any]] = attrs.field(factory=list, metadata=codec(MESSAGES, grows=True, rests="packed"))
+    observations: list[Observation] = attrs.field(factory=list, metadata=codec(OBSERVATIONS, grows=True))
+    prompt_token_log: list[int] = attrs.field(factory=list, metadata=codec(SIZES, grows=True))
     turns: int = attrs.field(default=0, metadata=codec(COUNT))
     tool_attempts: int = attrs.field(default=0, metadata=codec(COUNT))
     machine_state: str = attrs.field(default="Ready", metadata=codec(MACHINE_STATE))
     # Every state the run entered, in order: the trace that diagrams and
     # reviews read, so nothing about the route has to be inferred.
-    path: list[str] = attrs.field(factory=list, metadata=codec(PATH))
+    path: list[str] = attrs.field(factory=list, metadata=codec(PATH, grows=True))
     pending: list[ToolCall] = attrs.field(factory=list, metadata=codec(PENDING))
     judgement: Judgement | None = attrs.field(default=None, metadata=codec(judgement(Judgement)))
     denials: dict[str, int] = attrs.field(factory=dict, metadata=codec(COUNTS_BY_NAME, rests="vacant"))
@@ -255,12 +256,14 @@ class RunState:
     agent_digest: str | None = attrs.field(default=None, metadata=codec(MAYBE_TEXT, added=True))
     # Every input and result screen's verdict, in order (see agent_fsm.Agent's screen_input and screen_result).
     screens: list[ScreenRecord] = attrs.field(
-        factory=list, metadata=codec(screens(ScreenRecord), added=True, rests="vacant")
+        factory=list, metadata=codec(screens(ScreenRecord), added=True, grows=True, rests="vacant")
     )
     # The prompt when it differs from the transcript (after a compaction): transcript indices and
     # stand-ins (agent_fsm.engine._context); None: the prompt is the transcript. And each compaction made.
     prompt: list[PromptEntry] | None = attrs.field(default=None, metadata=codec(PROMPT, added=True))
-    compactions: list[Compaction] = attrs.field(factory=list, metadata=codec(COMPACTIONS, added=True, rests="vacant"))
+    compactions: list[Compaction] = attrs.field(
+        factory=list, metadata=codec(COMPACTIONS, added=True, grows=True, rests="vacant")
+    )
     # Typed output (Agent(output=...)): the accepted answer as validated JSON (set only in Answered),
     # and how many invalid answers went back to the model (at most Limits.output_retries).
     output: Any = attrs.field(default=None, metadata=codec(JSON_VALUE, added=True))
@@ -565,6 +568,9 @@ def _parse(text: str) -> Any:
 SAVED = SavedForm(RunState, state_problem, lambda: RunState(limits=DEFAULT_LIMITS, run_id="", nonce=""))
 """The saved form of :class:`RunState`, derived from its fields' declarations."""
 
+GROWING = tuple(name for name, kind in SAVED.codecs.items() if kind.grows)
+"""The fields declared ``grows`` (lists the engine appends to), in the saved order: a store writes what each added."""
+
 
 class StateWriter(FieldWriter):
     """A run's states committed again and again (see :class:`~agent_fsm.engine._saved.FieldWriter`)."""
@@ -576,8 +582,8 @@ class StateWriter(FieldWriter):
 
     if TYPE_CHECKING:  # the base's, at run time: no call more per commit
 
-        def added(self, state: Any, *since: int) -> tuple[str, str]:
-            """The JSON of the messages and observations after the first ``since`` of each (see the base class)."""
+        def added(self, state: Any, *since: int) -> tuple[str, ...]:
+            """The JSON of the items of each of :data:`GROWING` after the first ``since`` (see the base class)."""
 
 
 def _sample() -> RunState:

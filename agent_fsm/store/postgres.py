@@ -51,6 +51,7 @@ class PostgresStore(SqlStore):
 
     name = "postgres"
     _skip_locked = " FOR UPDATE SKIP LOCKED"
+    _lock_row = " FOR UPDATE"
 
     def __init__(self, dsn: str) -> None:
         super().__init__()

@@ -62,7 +62,7 @@ SUMMARY = "run_id, status, stop, machine_state, pause_id, reason, blocked, owner
 _UNHOLDABLE = re.compile("[\x00\ud800-\udfff]")
 
 STORED = (
-    f"SELECT {SUMMARY}, state, intent, messages, observations, new_messages, new_observations"
+    f"SELECT {SUMMARY}, state, intent, messages, observations, new_messages, new_observations, grown"
     " FROM agent_fsm_runs WHERE run_id = ?"
 )
 """One run, as :func:`stored_of` reads it once its transcript is put back (see :mod:`.transcript`)."""
@@ -80,13 +80,13 @@ EFFECTS = (
 
 KEEP = (
     "INSERT INTO agent_fsm_checkpoints (run_id, point, machine_state, stop, state, messages, observations,"
-    " new_messages, new_observations, saved_at)"
-    " SELECT ?, COALESCE(MAX(point) + 1, 0), ?, ?, ?, ?, ?, ?, ?, ? FROM agent_fsm_checkpoints WHERE run_id = ?"
+    " new_messages, new_observations, grown, saved_at)"
+    " SELECT ?, COALESCE(MAX(point) + 1, 0), ?, ?, ?, ?, ?, ?, ?, ?, ? FROM agent_fsm_checkpoints WHERE run_id = ?"
 )
 """Keep a state as the run's next checkpoint.
 
 Parameters: ``run_id, machine_state, stop, state, messages, observations, new_messages,
-new_observations, saved_at, run_id`` (see :mod:`.transcript`).
+new_observations, grown, saved_at, run_id`` (see :mod:`.transcript`).
 
 Numbered inside the commit's own transaction, after the compare-and-set on
 the run's row: commits of one run are serialised, so the numbers are too.
@@ -101,7 +101,7 @@ FORKS = "SELECT run_id, parent, point, forked_at FROM agent_fsm_forks"
 """Fork records, as :func:`fork_of` reads each (add a ``WHERE``)."""
 
 CHECKED = (
-    "SELECT owner, status, version, intent, state, messages, observations, new_messages, new_observations"
+    "SELECT owner, status, version, intent, state, messages, observations, new_messages, new_observations, grown"
     " FROM agent_fsm_runs WHERE run_id = ?"
 )
 """What a commit that was refused, or that continues a run from a new state object, is checked against."""

@@ -213,6 +213,16 @@ MIGRATIONS: list[tuple[Step, ...]] = [
         )""",
         "CREATE INDEX agent_fsm_claims_by_reviewer ON agent_fsm_claims (reviewer, expires_at)",
     ),
+    # 8: a durable run's cost flat in its length. Every growing list appended, not rewritten
+    # (agent_fsm.store.transcript): a row's prompt sizes, path, screens and compactions added since the checkpoint
+    # before, in ``grown``; NULL in every row written before, each holding those lists whole, a base the rows after
+    # it add to (so no row changes). And an effect found by its key when its observation settles it, not among
+    # every effect of its run.
+    (
+        "ALTER TABLE agent_fsm_runs ADD COLUMN grown TEXT",
+        "ALTER TABLE agent_fsm_checkpoints ADD COLUMN grown TEXT",
+        "CREATE INDEX agent_fsm_effects_by_key ON agent_fsm_effects (run_id, idempotency_key)",
+    ),
 ]
 """Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: its steps run in order, in one transaction."""
 

@@ -17,6 +17,7 @@ an older copy, resumed after its pause was decided, is refused before any effect
 from __future__ import annotations
 
 import json
+import operator
 import os
 import time
 import uuid
@@ -26,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from agent_fsm.engine import Intent, RunState, StateWriter
+from agent_fsm.engine import GROWING, Intent, RunState, StateWriter
 from agent_fsm.store.errors import (
     AlreadyDecided,
     DamagedRun,
@@ -77,13 +78,14 @@ from agent_fsm.store.rows import (
     text_column,
 )
 from agent_fsm.store.schema import MIGRATIONS, migrate, migrated
-from agent_fsm.store.transcript import whole
+from agent_fsm.store.transcript import grown, grown_counts, whole
 
 __all__ = ["SqlStore", "Transaction"]  # Transaction is re-exported for the backends
 
 
-# Per list written apart: how many items were stored and the last of them (None for none).
-_Written = tuple[tuple[int, Any], tuple[int, Any]]
+# Per growing list (GROWING, in order): how many items were stored and the last of them (None for none).
+_Written = tuple[tuple[int, Any], ...]
+_lists = operator.attrgetter(*GROWING)
 
 
 @attrs.define
@@ -93,32 +95,41 @@ class _Held:
     version: int
     # None right after a decision or a claim: the next state committed continues the run.
     state: weakref.ref[RunState] | None
-    # How many messages and observations were stored when that state object was last committed, with the
+    # How many items of each growing list were stored when that state object was last committed, with the
     # last of each, and how many of each the run's latest checkpoint holds: its next commit writes what
     # follows those (see .transcript).
     written: _Written | None = None
-    kept: tuple[int, int] = (0, 0)
+    kept: tuple[int, ...] = (0,) * len(GROWING)
     # The run's state as last written, field by field: a commit encodes only the fields that changed.
     writer: StateWriter = attrs.field(factory=StateWriter)
 
 
-_Counts = tuple[int, int] | tuple[None, None]
-_Pieces = tuple[str, str] | tuple[None, None]
+# A row's columns of its growing lists: messages, observations, new_messages, new_observations, grown.
+_Columns = tuple[Any, Any, Any, Any, Any]
+_WHOLE: _Columns = (None, None, None, None, None)
+_NOTHING = (0,) * len(GROWING)  # what a checkpoint before the first holds of each list
 
 
-def _what(state: RunState, since: tuple[int, int] | None, writer: StateWriter) -> tuple[str, _Counts, _Pieces]:
+def _what(state: RunState, since: tuple[int, ...] | None, writer: StateWriter) -> tuple[str, tuple[int, ...], _Columns]:
     """
-    What a commit writes of ``state`` whose latest checkpoint holds its first ``since`` messages and observations.
+    What a commit writes of ``state`` whose latest checkpoint holds the first ``since`` items of each growing list.
 
-    The state's text without its lists (``writer`` encodes only the fields
-    changed since it last wrote the run), their counts, and the items added
-    since that checkpoint; or, when ``since`` is ``None`` (what is stored is
-    not the start of ``state``'s lists), the whole state's text and no
-    counts: the run is then kept whole.
+    The state's text without its growing lists (``writer`` encodes only the
+    fields changed since it last wrote the run), their lengths, and the
+    columns holding the items added since that checkpoint; or, when ``since``
+    is ``None`` (what is stored is not the start of ``state``'s lists), the
+    whole state's text and no pieces: a whole row, which later commits continue.
     """
+    lengths = tuple(map(len, _lists(state)))
     if since is None:
-        return state.to_json(), (None, None), (None, None)
-    return writer.bare(state), (len(state.messages), len(state.observations)), writer.added(state, *since)
+        return state.to_json(), lengths, _WHOLE
+    added = writer.added(state, *since)
+    return writer.bare(state), lengths, (lengths[0], lengths[1], added[0], added[1], grown(lengths[2:], added[2:]))
+
+
+def _at_rest(lengths: tuple[int, ...], columns: _Columns) -> _Columns:
+    """The columns of the run's row at a checkpoint: the lengths, nothing added since (or whole, as the checkpoint)."""
+    return columns if columns[0] is None else (lengths[0], lengths[1], "", "", grown(lengths[2:]))
 
 
 # A run's row at a checkpoint holds this instead of its state: the state is the latest checkpoint's, kept in
@@ -127,27 +138,22 @@ def _what(state: RunState, since: tuple[int, int] | None, writer: StateWriter) -
 _AT_CHECKPOINT = ""
 
 
-def _row_text(text: str, counts: _Counts) -> str:
+def _row_text(text: str, columns: _Columns) -> str:
     """What the run's row holds of a state also kept as its latest checkpoint: nothing, unless it is kept whole."""
-    return text if counts[0] is None else _AT_CHECKPOINT
+    return text if columns[0] is None else _AT_CHECKPOINT
 
 
-def _written(state: RunState, counts: _Counts) -> _Written | None:
+def _written(state: RunState) -> _Written:
     """
     What tells the next commit of the same state object that its lists continue what is stored: a mark per list.
 
-    The engine only appends to a run's transcript and observations, so a
-    list holding as many items as were stored, its last the very object
-    stored last, continues them: checked in constant time, not item by
-    item (a commit's cost must not grow with the run's length).
+    The engine only appends to a run's growing lists (at most taking their
+    last item back, or replacing it, before it commits again), so a list
+    holding as many items as were stored, its last the very object stored
+    last, continues them: checked in constant time, not item by item (a
+    commit's cost must not grow with the run's length).
     """
-    if counts[0] is None:
-        return None
-    messages, observations = state.messages, state.observations
-    return (
-        (len(messages), messages[-1] if messages else None),
-        (len(observations), observations[-1] if observations else None),
-    )
+    return tuple((len(items), items[-1] if items else None) for items in _lists(state))
 
 
 def _continues(items: list[Any], mark: tuple[int, Any]) -> bool:
@@ -178,6 +184,11 @@ class SqlStore:
     _skip_locked = ""
     """What ends a select of rows to claim so that rows another transaction holds are passed over
     (PostgreSQL's ``FOR UPDATE SKIP LOCKED``; nothing where one writer at a time holds the whole store)."""
+
+    _lock_row = ""
+    """What ends the read of a run's row that a write transaction goes on from, so that no commit lands before the
+    reads that follow it (PostgreSQL's ``FOR UPDATE``: its statements each see the latest commits; nothing where
+    one writer at a time holds the whole store)."""
 
     def _transaction(self, *, write: bool = True, single: bool = False) -> AbstractContextManager[Transaction]:
         """
@@ -242,27 +253,25 @@ class SqlStore:
         status, stop = status_of(state)
         now = time.time()
         writer = StateWriter()
-        text, counts, pieces = _what(state, (0, 0), writer)
-        rest = ("", "") if counts[0] is not None else (None, None)  # nothing added since checkpoint 0
+        text, lengths, columns = _what(state, _NOTHING, writer)
         try:
             with self._transaction() as tx:
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
-                    " new_messages, new_observations, owner, created_at, updated_at, version)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    " new_messages, new_observations, grown, owner, created_at, updated_at, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
-                        *(run_id, status, stop, state.machine_state, _row_text(text, counts)),
-                        *(*counts, *rest, self.owner, now, now),
+                        *(run_id, status, stop, state.machine_state, _row_text(text, columns)),
+                        *(*_at_rest(lengths, columns), self.owner, now, now),  # nothing added since checkpoint 0
                     ),
                 )
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, *pieces, now, run_id))
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *columns, now, run_id))
         except StoreError as exc:
             if self._is_duplicate(exc):
                 raise RunExists(f"a run is already stored under {run_id!r}; give each run its own id") from exc
             exc.state = exc.state or state
             raise
-        kept = (counts[0] or 0, counts[1] or 0)
-        self._held[run_id] = _Held(1, weakref.ref(state), _written(state, counts), kept, writer)
+        self._held[run_id] = _Held(1, weakref.ref(state), _written(state), lengths, writer)
 
     def _stored(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
         """The :data:`STORED` row of ``run_id`` (none if no such run) with its lists put back."""
@@ -270,12 +279,15 @@ class SqlStore:
         if not rows:
             return rows
         row = rows[0]
-        return [(*row[:11], self._whole(tx, run_id, row[11], row[13], row[15:17]), row[12])]
+        return [(*row[:11], self._whole(tx, run_id, row[11], row[13], row[15:18]), row[12])]
 
     @staticmethod
     def _whole(tx: Transaction, run_id: str, text: Any, count: Any, rest: Any = None, point: int | None = None) -> Any:
         """
-        A stored state's text with its lists put back: the run's (``rest``: its row's piece) or checkpoint ``point``'s.
+        A stored state's text with its lists put back: the run's (``rest``: its row's pieces) or checkpoint ``point``'s.
+
+        Read from the run's checkpoints up to it, each row's state only where
+        it holds lists whole (see :func:`agent_fsm.store.transcript.whole`).
 
         Raises:
             DamagedRun: a piece is missing or not text (written by something other than this store).
@@ -284,35 +296,43 @@ class SqlStore:
             return text
         below = "" if point is None else " AND point <= ?"
         rows = tx.rows(
-            "SELECT point, messages, new_messages, new_observations, state FROM agent_fsm_checkpoints"
-            f" WHERE run_id = ?{below} ORDER BY point",
+            "SELECT point, messages, new_messages, new_observations, grown, CASE WHEN grown IS NULL THEN state END"
+            f" FROM agent_fsm_checkpoints WHERE run_id = ?{below} ORDER BY point",
             (run_id,) if point is None else (run_id, point),
         )
         gap = next((n for n, row in enumerate(rows) if row[0] != n), None)  # each checkpoint holds its piece
         if gap is not None:
             raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: its checkpoint {gap} is missing")
-        pieces = [row[2:] for row in rows]
-        if point is None and text == _AT_CHECKPOINT:  # the run's row at a checkpoint: the state is that checkpoint's
+        chain = [row[1:] for row in rows]
+        if point is not None:
+            chain[-1] = (*chain[-1][:4], text)
+        elif text == _AT_CHECKPOINT:  # the run's row at a checkpoint: the state is that checkpoint's
             # None left, or the latest gone (it held the row's messages; one committed since is longer, not shorter).
-            if not pieces or rows[-1][1] < count:
+            if not rows or type(rows[-1][1]) is not int or rows[-1][1] < count:
                 raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: its checkpoint is missing")
-            text = pieces[-1][2]
+            if chain[-1][4] is None:
+                found = tx.rows(
+                    "SELECT state FROM agent_fsm_checkpoints WHERE run_id = ? AND point = ?", (run_id, rows[-1][0])
+                )
+                chain[-1] = (*chain[-1][:4], found[0][0] if found else None)
+        else:  # an effect in flight: the run's row holds what was added since its latest checkpoint
+            chain.append((count, *rest, text))
         try:
-            return whole(text, [*pieces, rest] if rest is not None else pieces)
+            return whole(chain)
         except DamagedRun as exc:
             raise DamagedRun(f"the state stored for run {run_id!r} cannot be read: {exc}") from exc
 
-    def _since(self, tx: Transaction, run_id: str, state: RunState, held: _Held | None) -> tuple[int, int] | None:
+    def _since(self, tx: Transaction, run_id: str, state: RunState, held: _Held | None) -> tuple[int, ...] | None:
         """
-        How many messages and observations the run's latest checkpoint holds, if ``state`` starts with what is stored.
+        How many items of each growing list the run's latest checkpoint holds, if ``state`` starts with what is stored.
 
-        ``None``: the stored run is whole, or what is stored is not the start
-        of ``state``'s lists (a message was replaced since): the commit then
-        writes the state whole, as a run's row was before migration 4.
+        ``None``: the stored run's row is whole, or what is stored is not the
+        start of ``state``'s lists (a message was replaced since), or the
+        latest checkpoint was written before migration 8: the commit then
+        writes the state whole, and the commits after it add to that.
         """
         if held is not None and held.written is not None:  # the state object committed last: does it go on from it?
-            marks = held.written
-            same = _continues(state.messages, marks[0]) and _continues(state.observations, marks[1])
+            same = all(map(_continues, _lists(state), held.written))
             return held.kept if same else None
         found = self._checked(tx, run_id)
         if not found or type(found[0][5]) is not int:
@@ -321,16 +341,20 @@ class SqlStore:
             stored = RunState.from_json(found[0][4])
         except (ValueError, RecursionError):
             return None
-        if state.messages[: len(stored.messages)] != stored.messages:
-            return None
-        if state.observations[: len(stored.observations)] != stored.observations:
-            return None
+        for items, before in zip(_lists(state), _lists(stored), strict=True):
+            if items[: len(before)] != before:
+                return None
         kept = tx.rows(
-            "SELECT messages, observations FROM agent_fsm_checkpoints WHERE run_id = ? ORDER BY point DESC LIMIT 1",
+            "SELECT messages, observations, grown FROM agent_fsm_checkpoints WHERE run_id = ?"
+            " ORDER BY point DESC LIMIT 1",
             (run_id,),
         )
-        counts = kept[0] if kept else (0, 0)
-        return (counts[0], counts[1]) if type(counts[0]) is int and type(counts[1]) is int else None
+        if not kept:
+            return _NOTHING
+        counts, others = kept[0][:2], grown_counts(kept[0][2])
+        if type(counts[0]) is not int or type(counts[1]) is not int or others is None:
+            return None
+        return (counts[0], counts[1], *others)
 
     def save(self, run_id: str, state: RunState, intent: Intent | None = None) -> None:
         """
@@ -355,7 +379,7 @@ class SqlStore:
             exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
         if status == "running":
-            self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept, writer)
+            self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept or _NOTHING, writer)
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
 
@@ -386,8 +410,8 @@ class SqlStore:
 
     def _commit(
         self, run_id: str, state: RunState, intent: Intent | None, held: _Held | None, writer: StateWriter
-    ) -> tuple[int, _Written | None, tuple[int, int]]:
-        """The compare-and-set of :meth:`save`; the version it wrote over and the messages now stored as rows."""
+    ) -> tuple[int, _Written | None, tuple[int, ...] | None]:
+        """The compare-and-set of :meth:`save`: the version it wrote over, the marks of its lists, their lengths."""
         status, stop = status_of(state)
         paused = status == "paused" and bool(state.pending)
         now = time.time()
@@ -401,17 +425,18 @@ class SqlStore:
                 held.version if held is not None else continuable(run_id, self._checked(tx, run_id), self.owner, state)
             )
             since = self._since(tx, run_id, state, held)
-            text, counts, pieces = _what(state, since, writer)
+            text, lengths, columns = _what(state, since, writer)
             # A checkpoint's row keeps what was added since the one before; the run's row, while an effect
             # is in flight, what was added since its latest checkpoint (see .transcript).
-            rest: _Pieces = pieces if intent is not None or counts[0] is None else ("", "")
+            rest = columns if intent is not None else _at_rest(lengths, columns)
             # A run held here is stored running at the version held: while it stays running, its status is
             # not written again (a status written is an index entry rewritten, a page more per commit).
             still = held is not None and status == "running"
             changed = tx.run(
                 ("UPDATE agent_fsm_runs SET " if still else "UPDATE agent_fsm_runs SET status = ?, ")
                 + "stop = ?, machine_state = ?, state = ?, messages = ?, observations = ?, new_messages = ?,"
-                " new_observations = ?, pause_id = ?, reason = ?, blocked = ?, tool = ?, agent = ?, intent = ?,"
+                " new_observations = ?, grown = ?, pause_id = ?, reason = ?, blocked = ?, tool = ?, agent = ?,"
+                " intent = ?,"
                 " updated_at = ?,"
                 " version = version + 1"
                 " WHERE run_id = ? AND owner = ? AND version = ?",
@@ -419,8 +444,7 @@ class SqlStore:
                     *(() if still else (status,)),
                     stop,
                     state.machine_state,
-                    text if intent is not None else _row_text(text, counts),
-                    *counts,
+                    text if intent is not None else _row_text(text, columns),
                     *rest,
                     state.pause_id if paused else None,
                     *pause_columns(state),  # the reason and the innermost call a person decides
@@ -442,7 +466,7 @@ class SqlStore:
                     (now, outcome, run_id, previous.idempotency_key),
                 )
             if intent is None:  # no effect in flight: a point the run (or a fork of it) can go on from
-                tx.run(KEEP, (run_id, state.machine_state, stop, text, *counts, *pieces, now, run_id))
+                tx.run(KEEP, (run_id, state.machine_state, stop, text, *columns, now, run_id))
             else:
                 tx.run(
                     "INSERT INTO agent_fsm_effects (run_id, idempotency_key, tool, call_id, fingerprint, intent_at)"
@@ -458,13 +482,19 @@ class SqlStore:
         self._open.pop(run_id, None)
         if intent is not None:
             self._open[run_id] = intent
-        kept = (counts[0], counts[1]) if intent is None and counts[0] is not None else since
-        return version, _written(state, counts), kept or (0, 0)
+        kept = lengths if intent is None else since  # a checkpoint written, whole or not: later commits add to it
+        return version, None if kept is None else _written(state), kept
 
     def _checked(self, tx: Transaction, run_id: str) -> list[tuple[Any, ...]]:
-        """The :data:`CHECKED` row of ``run_id`` with its transcript rows put back."""
-        rows = tx.rows(CHECKED, (run_id,))
-        return [(*row[:4], self._whole(tx, run_id, row[4], row[5], row[7:9]), *row[5:]) for row in rows]
+        """
+        The :data:`CHECKED` row of ``run_id`` with its transcript rows put back, the run's row locked until the commit.
+
+        Locked: a commit by another store, landing between the read of the
+        row and of its checkpoints, would mix two moments of the run (read as
+        damaged); it waits, and this commit is refused or goes on as the row says.
+        """
+        rows = tx.rows(CHECKED + self._lock_row, (run_id,))
+        return [(*row[:4], self._whole(tx, run_id, row[4], row[5], row[7:10]), *row[5:]) for row in rows]
 
     # --- reading ---------------------------------------------------------------------
 
@@ -651,19 +681,19 @@ class SqlStore:
                         " fork an earlier checkpoint"
                     )
                 paused = status == "paused"
-                text, counts, pieces = _what(state, (0, 0), StateWriter())
+                text, lengths, columns = _what(state, _NOTHING, StateWriter())
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
-                    " new_messages, new_observations, pause_id, reason, blocked, tool, agent, owner, created_at,"
-                    " updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    " new_messages, new_observations, grown, pause_id, reason, blocked, tool, agent, owner,"
+                    " created_at, updated_at, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         new_run_id,
                         status,
                         stop,
                         state.machine_state,
                         text,
-                        *counts,
-                        *(("", "") if counts[0] is not None else (None, None)),
+                        *_at_rest(lengths, columns),
                         state.pause_id if paused else None,
                         *pause_columns(state),
                         *inbox_columns(state),
@@ -672,7 +702,7 @@ class SqlStore:
                         now,
                     ),
                 )
-                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, *counts, *pieces, now, new_run_id))
+                tx.run(KEEP, (new_run_id, state.machine_state, stop, text, *columns, now, new_run_id))
                 tx.run(
                     "INSERT INTO agent_fsm_forks (run_id, parent, point, forked_at) VALUES (?, ?, ?, ?)",
                     (new_run_id, run_id, at, now),
