@@ -6,7 +6,7 @@ What a ``tools/call`` answer becomes: the content of an observation the transcri
 * an image (PNG, JPEG, GIF, WebP) and an embedded PDF become an
   :class:`agent_fsm.Image` / :class:`agent_fsm.File`: the model sees them
   where its provider allows, and everything else reads their placeholder
-  (see ``agent_fsm.engine.split_media``); one above the size cap, or not
+  (the engine keeps them beside the observation's content); one above the size cap, or not
   valid base64, stays a placeholder;
 * audio and other resources become typed placeholders (kind, MIME type,
   size): the model is told what came back, and the transcript does not carry
