@@ -466,6 +466,53 @@ def test_the_prompt_trigger_makes_the_last_call_that_fits_the_wrap_up(most: int,
         assert result.state.turns == turns or log[-1] + 20 > most  # never earlier than needed
 
 
+@pytest.mark.parametrize("budget, log", [(130, [30, 50]), (149, [30, 50]), (150, [30, 50, 70])])
+def test_the_money_trigger_counts_the_growth_of_the_prompt(budget: int, log: list[int]):
+    """
+    One unit a prompt token, prompts 30, 50, 70: after 30 spent, a normal second call (50) and a wrap-up after it
+    (70) need 150, so under 130 or 149 the second call is the wrap-up (twice 50 fitting must not let a normal call
+    spend the last word's money); under 150 both fit and the third call is the wrap-up, not earlier.
+    """
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    chosen = Limits(max_turns=40, max_output_tokens=1, max_cost=Decimal(budget), wrap_up=True, repeated_results=None)
+    price = Price(input=Decimal(1_000_000), output=Decimal(0))
+    model = AnswersOnlyAtTheWrapUp([])
+    result = Agent(model, tools, limits=chosen, prices=Prices(default=price), estimator=_ten_a_message).run("Check.")
+    assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP) and result.state.prompt_token_log == log
+    assert model.offered[-1] == [] and result.usage.cost == sum(log)
+    assert_run_invariants(result, limits=chosen)
+
+
+@given(
+    budget=st.integers(0, 600),
+    per_input=st.integers(0, 3),
+    per_output=st.integers(0, 3),
+    cap=st.integers(1, 10),
+    turns=st.integers(1, 40),
+)
+def test_a_growing_prompt_never_spends_the_money_the_wrap_up_needed(budget, per_input, per_output, cap, turns):
+    """
+    Prompts growing 20 a turn (30, 50, ...) under a money budget: once the growth is known (after the first call)
+    a run never ends cost_limit after a normal call, though the wrap-up in its place (as large) would have fitted.
+    """
+    tools = {"balance": ToolSpec("Read a balance in cents.", {"account": str}, lambda account: 1)}
+    chosen = Limits(
+        max_turns=turns, max_output_tokens=cap, max_cost=Decimal(budget), wrap_up=True, repeated_results=None
+    )
+    price = Price(input=Decimal(per_input * 1_000_000), output=Decimal(per_output * 1_000_000))
+    agent = Agent(
+        AnswersOnlyAtTheWrapUp([]), tools, limits=chosen, prices=Prices(default=price), estimator=_ten_a_message
+    )
+    result = agent.run("Check.")
+    assert_run_invariants(result, limits=chosen)
+    log = result.state.prompt_token_log
+    assert result.usage.cost <= budget
+    if result.stop is Stop.COST_LIMIT:  # no call fitted, or the first did with no growth known yet
+        assert len(log) <= 1, f"cost_limit after the normal prompts {log}"
+    else:
+        assert (result.stop, result.code) == (Stop.ANSWERED, WRAP_UP) and log[-1] == 30 + 20 * (len(log) - 1)
+
+
 @given(
     budget=st.integers(1, 200),
     pace=st.integers(1, 10),

@@ -126,8 +126,9 @@ class Limits:
     wrap-up: no tools are offered and the model is told the budget is spent;
     its answer ends the run ``answered`` with the code ``wrap_up``, and a
     call it still proposes ends the run ``step_limit`` as without it. Under
-    ``max_cost`` the call is a wrap-up as soon as the money left covers its
-    worst case once but not twice (a call proposed there ends ``cost_limit``),
+    ``max_cost`` the call is a wrap-up as soon as the money left would not
+    cover a normal call's worst case and, after it, the wrap-up's grown by
+    the prompt's average growth (a call proposed there ends ``cost_limit``),
     and under ``max_seconds`` once less time is left than two turns at the
     run's pace so far (a call proposed there ends ``time_limit``).
     """

@@ -213,16 +213,17 @@ def wrap_up_cause(run: RunContext) -> str | None:
     """
     The budget that admits exactly one more model call, as the code of the stop it would end with (``None``: none).
 
-    Turns: one is left. Money: what is left covers the wrap-up call's worst case once but not twice. Time: less
-    is left than two turns at the run's pace so far (seconds spent per model call made), so the turn after the
-    next would likely not be admitted. Prompt tokens (unless the agent compacts, which keeps the prompt within
-    its budget itself): the next prompt does not fit ``max_prompt_tokens``, or it does but, grown by the average
-    growth per turn so far, the one after it would not.
+    Turns: one is left. Money: what is left does not cover both the next normal call's worst case and, after it,
+    the wrap-up's, its prompt grown by the average growth per turn so far. Time: less is left than two turns at
+    the run's pace so far (seconds spent per model call made), so the turn after the next would likely not be
+    admitted. Prompt tokens (unless the agent compacts, which keeps the prompt within its budget itself): the
+    next prompt does not fit ``max_prompt_tokens``, or it does but, grown by the average growth, the one after
+    it would not.
     """
     state, limits = run.state, run.limits
     if state.turns + 1 == limits.max_turns:
         return "step_limit"
-    if limits.max_cost is not None and not _admits_twice(run, _wrap_up_prompt(run)):
+    if limits.max_cost is not None and not _leaves_the_wrap_up(run):
         return "cost_limit"
     left = run.remaining_seconds()
     if left is not None and state.turns and left < 2 * run.elapsed() / state.turns:
@@ -234,8 +235,27 @@ def wrap_up_cause(run: RunContext) -> str | None:
 
 def _prompt_outgrows(run: RunContext) -> bool:
     """The next prompt passes ``max_prompt_tokens``, or the one after it will at the average growth per turn."""
-    log, most, upcoming = run.state.prompt_token_log, run.limits.max_prompt_tokens, run.next_prompt_tokens()
-    return upcoming > most or (bool(log) and upcoming + (upcoming - log[0]) / len(log) > most)
+    upcoming, most = run.next_prompt_tokens(), run.limits.max_prompt_tokens
+    return upcoming > most or upcoming + _growth(run, upcoming) > most
+
+
+def _leaves_the_wrap_up(run: RunContext) -> bool:
+    """The next normal call at its worst leaves the wrap-up's worst case one turn of average growth later."""
+    price, cap, limit = price_of(run, model_name(run.model)), run.limits.max_output_tokens, run.limits.max_cost
+    assert price is not None and cap is not None and limit is not None, "under max_cost only (see admits)"
+    upcoming, later = run.next_prompt_tokens(), _wrap_up_prompt(run)
+    later += _growth(run, upcoming)
+    return run.state.usage.cost + price.worst_case(upcoming, cap) + price.worst_case(later, cap) <= limit
+
+
+def _growth(run: RunContext, upcoming: int) -> int:
+    """
+    The prompt's average growth per model call so far, rounded up (0 before the first call, or when it shrank).
+
+    ``upcoming`` is the next prompt's size; rounding up keeps ``n + growth > most`` exact for whole ``n``, ``most``.
+    """
+    log = run.state.prompt_token_log
+    return max(0, -((log[0] - upcoming) // len(log))) if log else 0
 
 
 def last_turn_due(run: RunContext) -> bool:
@@ -262,12 +282,6 @@ def wrapped_for_time(run: RunContext) -> bool:
 def wrapped_for_tokens(run: RunContext) -> bool:
     """The wrap-up the prompt's growth called proposed a call all the same."""
     return bool(run.state.pending) and run.wrapping == "token_limit"
-
-
-def _admits_twice(run: RunContext, prompt_tokens: int) -> bool:
-    price, cap, limit = price_of(run, model_name(run.model)), run.limits.max_output_tokens, run.limits.max_cost
-    assert price is not None and cap is not None and limit is not None, "under max_cost only (see admits)"
-    return run.state.usage.cost + 2 * price.worst_case(prompt_tokens, cap) <= limit
 
 
 # --- progress: a run that keeps proposing what was refused, or asking what it was told (O(1) per call) ---
