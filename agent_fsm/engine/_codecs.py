@@ -710,9 +710,14 @@ def _quick_usage(value: Any, data: dict[str, Any]) -> Usage:
         or min(inputs, outputs, cached) < 0
     ):
         raise Decline
+    if cost == "0":  # a run with no prices: one shared zero (a Decimal is immutable)
+        return Usage(inputs, outputs, cached, _NO_COST)
     if type(cost) is not str or _DECIMAL.fullmatch(cost) is None:
         raise Decline
     return Usage(inputs, outputs, cached, Decimal(cost))
+
+
+_NO_COST = Decimal(0)
 
 
 # --- writers ---
