@@ -293,3 +293,28 @@ def test_the_arguments_parser_is_json_loads(text):
     except ValueError as exc:
         got = type(exc)
     assert got == expected or (got != got and expected != expected)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["set attribute by attribute", "built by its class"])
+def test_a_form_over_any_record_reads_what_it_writes_and_declines_what_a_validator_refuses(frozen):
+    """The compiled reader builds a record as its ``__init__`` would, validators and all, either way it builds one."""
+    from agent_fsm.engine._codecs import COUNT, MAYBE_TEXT, codec
+    from agent_fsm.engine._saved import SavedForm
+
+    # RunState's settings (no hooks on assignment) let a record be set attribute by attribute; frozen does not.
+    settings: dict[str, Any] = {"frozen": True} if frozen else {"on_setattr": attrs.setters.NO_OP}
+
+    @attrs.define(**settings)
+    class Record:
+        count: int = attrs.field(default=0, metadata=codec(COUNT))
+        name: str | None = attrs.field(
+            default=None, validator=attrs.validators.optional(attrs.validators.max_len(3)), metadata=codec(MAYBE_TEXT)
+        )
+        later: int = attrs.field(default=7, metadata=codec(COUNT, added=True))
+
+    form = SavedForm(Record, lambda record: None, Record)
+    assert form.quick(json.loads(form.dump(Record(2, "abc", 1), None))) == Record(2, "abc", 1)
+    assert form.quick({"format": 2, "count": 1, "name": None}) == Record(1, None, 7)  # saved before `later`
+    assert form.quick({"format": 2, "count": 1, "name": "abcd"}) is None  # the validator's refusal: declined
+    assert form.quick({"format": 2, "count": 1, "name": None, "other": 1}) is None  # an unknown field
+    assert form.quick({"format": 2, "count": -1, "name": None}) is None
