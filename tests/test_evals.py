@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.engine import Limits, Price, Prices, ScriptedModel, Stop, answer_message, tool_call_message
+from agent_fsm.engine import (
+    Limits,
+    ModelReply,
+    Price,
+    Prices,
+    ScriptedModel,
+    Stop,
+    answer_message,
+    tool_call_message,
+)
 from agent_fsm.evals import (
     Budgets,
     Case,
@@ -476,6 +485,25 @@ def test_a_judge_call_the_budget_cannot_cover_is_not_made():
     run = one(scripted(LOOKUP, REFUND, DONE, evaluators=[judge]), budget=EvalBudget(max_turns=3))
     assert model.calls == 0
     assert run.scores == (Score("judge", None, False, "budget spent"),)
+
+
+def _judge_cost(prompt_tokens: int | None) -> Decimal:
+    """What the eval charged for one judge call whose reply reports ``prompt_tokens`` (and 7 tokens out)."""
+    prices = Prices(default=Price(input=Decimal("1.00"), output=Decimal("2.00")))
+    reply = ModelReply(_judge_reply(True, 1.0, "fine"), prompt_tokens=prompt_tokens, output_tokens=7)
+    judge = Judge(_CountingModel(reply), "Be fair.", prices=prices, max_output_tokens=50)
+    limits = Limits(max_turns=5, max_prompt_tokens=100_000, max_output_tokens=100)
+    case = scripted(LOOKUP, DONE, evaluators=[judge], limits=limits, prices=prices)
+    report = run_eval(Dataset("t", [case]), environment, budget=EvalBudget(max_cost=Decimal("1000"), max_turns=10))
+    assert report.runs[0].scores[0].value == 1.0
+    return report.judge_cost
+
+
+def test_a_judge_reply_reporting_an_absurd_count_is_charged_the_estimate():
+    """A judge's reported figure is taken by the engine's rule: past 10**12 tokens it is no figure, so the estimate."""
+    estimated = _judge_cost(None)
+    assert _judge_cost(10**13) == estimated
+    assert _judge_cost(10**12) > estimated  # the largest figure taken is taken
 
 
 def test_a_judge_call_is_priced_and_charged_to_the_eval():

@@ -224,7 +224,7 @@ def test_a_loaded_state_holds_one_string_per_name_not_copies():
     assert all(a is b for a, b in zip(state.path, again.path, strict=True))
 
 
-def test_a_record_class_that_changed_turns_the_fast_path_off(monkeypatch):
+def test_a_record_class_that_changed_turns_the_fast_path_off():
     """A field or validator the fast path does not repeat would be skipped by it: then it is not used at all."""
 
     @attrs.frozen
@@ -232,15 +232,14 @@ def test_a_record_class_that_changed_turns_the_fast_path_off(monkeypatch):
         kind: str = attrs.field(validator=attrs.validators.in_(("a", "b")))
         reason: str
 
+    plain, maker = state_fast_reader._plain, state_fast_reader._maker
     same = attrs.validators.in_(("a", "b"))
-    monkeypatch.setitem(state_fast_reader._RECORDS, Shape, (("kind", "reason"), {"kind": same}))
-    assert state_fast_reader._plain(Shape)  # exactly the rule it repeats
-    monkeypatch.setitem(state_fast_reader._RECORDS, Shape, (("kind", "reason"), {"kind": attrs.validators.in_(("a",))}))
-    assert not state_fast_reader._plain(Shape)  # a rule other than the one it repeats
-    monkeypatch.setitem(state_fast_reader._RECORDS, Shape, (("kind", "reason"), {}))
-    assert not state_fast_reader._plain(Shape)  # a validator it does not repeat
-    monkeypatch.setitem(state_fast_reader._RECORDS, Shape, (("kind",), {"kind": same}))
-    assert not state_fast_reader._plain(Shape)  # a field it does not know
+    assert plain(Shape, ("kind", "reason"), {"kind": same})  # exactly the rule it repeats
+    assert maker(Shape, ("kind", "reason"), {"kind": same})("a", "r") == Shape("a", "r")  # built slot by slot
+    assert not plain(Shape, ("kind", "reason"), {"kind": attrs.validators.in_(("a",))})  # another rule
+    assert not plain(Shape, ("kind", "reason"), {})  # a validator it does not repeat
+    assert maker(Shape, ("kind", "reason"), {}) is Shape  # then built by its class, validators and all
+    assert not plain(Shape, ("kind",), {"kind": same})  # a field it does not know
     with pytest.raises(AssertionError):  # a field the class lost: importing still works, using it would not
         state_fast_reader._setter(Shape, "lost")(Shape("a", "r"), 1)
 
@@ -293,3 +292,28 @@ def test_the_arguments_parser_is_json_loads(text):
     except ValueError as exc:
         got = type(exc)
     assert got == expected or (got != got and expected != expected)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["set attribute by attribute", "built by its class"])
+def test_a_form_over_any_record_reads_what_it_writes_and_declines_what_a_validator_refuses(frozen):
+    """The compiled reader builds a record as its ``__init__`` would, validators and all, either way it builds one."""
+    from agent_fsm.engine._codecs import COUNT, MAYBE_TEXT, codec
+    from agent_fsm.engine._saved import SavedForm
+
+    # RunState's settings (no hooks on assignment) let a record be set attribute by attribute; frozen does not.
+    settings: dict[str, Any] = {"frozen": True} if frozen else {"on_setattr": attrs.setters.NO_OP}
+
+    @attrs.define(**settings)
+    class Record:
+        count: int = attrs.field(default=0, metadata=codec(COUNT))
+        name: str | None = attrs.field(
+            default=None, validator=attrs.validators.optional(attrs.validators.max_len(3)), metadata=codec(MAYBE_TEXT)
+        )
+        later: int = attrs.field(default=7, metadata=codec(COUNT, added=True))
+
+    form = SavedForm(Record, lambda record: None, Record)
+    assert form.quick(json.loads(form.dump(Record(2, "abc", 1), None))) == Record(2, "abc", 1)
+    assert form.quick({"format": 2, "count": 1, "name": None}) == Record(1, None, 7)  # saved before `later`
+    assert form.quick({"format": 2, "count": 1, "name": "abcd"}) is None  # the validator's refusal: declined
+    assert form.quick({"format": 2, "count": 1, "name": None, "other": 1}) is None  # an unknown field
+    assert form.quick({"format": 2, "count": -1, "name": None}) is None

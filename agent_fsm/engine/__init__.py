@@ -196,6 +196,7 @@ from agent_fsm.engine._models import (
 from agent_fsm.engine._options import RUN_OPTIONS, RunOption
 from agent_fsm.engine._run import AnswerCheck, RunContext
 from agent_fsm.engine._schema import OUTPUT_INVALID, OutputSpec, checked_formats, compile_pattern, output_spec
+from agent_fsm.engine._spending import call_spent
 from agent_fsm.engine._state import (
     GROWING,
     Judgement,
@@ -464,6 +465,7 @@ __all__ = [
     "Nested",
     "Subrun",
     "blocked_call",
+    "call_spent",
     "new_nonce",
     "bounded_limits",
     "check_composition",

@@ -500,9 +500,8 @@ _RECORDS: dict[type, tuple[tuple[str, ...], dict[str, Any]]] = {
 }
 
 
-def _plain(cls: type) -> bool:
-    """Whether ``cls`` is exactly the record written out below: slots, these fields, these validators only."""
-    names, checked = _RECORDS[cls]
+def _plain(cls: type, names: tuple[str, ...], checked: dict[str, Any]) -> bool:
+    """Whether ``cls`` is exactly the record a fast rule builds: slots, these fields, these validators only."""
     fields = attrs.fields(cls)
     if tuple(f.name for f in fields) != names or hasattr(cls, "__attrs_post_init__"):
         return False
@@ -516,7 +515,7 @@ def _plain(cls: type) -> bool:
     return True
 
 
-ENABLED = all(_plain(cls) for cls in _RECORDS)
+ENABLED = all(_plain(cls, *_RECORDS[cls]) for cls in _RECORDS)
 """Whether the fast path is on (the record classes are as this module expects); else the fast reader declines."""
 
 
@@ -661,7 +660,23 @@ def _quick_output(output: Any, data: dict[str, Any]) -> Any:
     return output
 
 
+def _maker(cls: type, names: tuple[str, ...], checked: dict[str, Any]) -> Callable[..., Any]:
+    """
+    A maker of ``cls`` records from their fields in order: slot by slot, written out, when ``cls`` is plain (the
+    fast rule has checked what its validators would); else its class.
+    """
+    if not _plain(cls, names, checked):
+        return cls
+    scope: dict[str, Any] = {"new": _new, "cls": cls, **{f"s{i}": _setter(cls, n) for i, n in enumerate(names)}}
+    values = ", ".join(f"v{i}" for i in range(len(names)))
+    puts = "".join(f"    s{i}(r, v{i})\n" for i in range(len(names)))
+    exec(f"def make({values}):\n    r = new(cls)\n{puts}    return r\n", scope)  # made from the names alone
+    return scope["make"]  # type: ignore[no-any-return]
+
+
 def _quick_pause(cls: type) -> Quick:
+    make = _maker(cls, ("pause_id", "fingerprint", "reason"), {})
+
     def read(found: Any, data: dict[str, Any]) -> Any:
         if found is None:
             return None
@@ -672,12 +687,14 @@ def _quick_pause(cls: type) -> Quick:
             raise Decline
         if given_id == data["pause_id"]:
             given_id = data["pause_id"]  # one string for the state's and the pause's id, as a run holds it
-        return cls(given_id, fingerprint, reason)
+        return make(given_id, fingerprint, reason)
 
     return read
 
 
 def _quick_judgement(cls: type) -> Quick:
+    make = _maker(cls, ("kind", "reason"), {"kind": attrs.validators.in_(_JUDGEMENTS)})
+
     def read(found: Any, data: dict[str, Any]) -> Any:
         if found is None:
             return None
@@ -689,7 +706,7 @@ def _quick_judgement(cls: type) -> Quick:
         pause = data["pause"]
         if type(pause) is dict and reason == pause.get("reason"):
             reason = pause["reason"]  # the gate's reason, held once (the pause is built from the same string)
-        return cls(kind, reason)
+        return make(kind, reason)
 
     return read
 
@@ -721,9 +738,14 @@ def _quick_usage(value: Any, data: dict[str, Any]) -> Usage:
         or min(inputs, outputs, cached) < 0
     ):
         raise Decline
+    if cost == "0":  # a run with no prices: one shared zero (a Decimal is immutable)
+        return Usage(inputs, outputs, cached, _NO_COST)
     if type(cost) is not str or _DECIMAL.fullmatch(cost) is None:
         raise Decline
     return Usage(inputs, outputs, cached, Decimal(cost))
+
+
+_NO_COST = Decimal(0)
 
 
 # --- writers ---

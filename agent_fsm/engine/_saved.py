@@ -8,8 +8,9 @@ time through ``attrs.fields(cls)``: this module sits below the record in the ker
 it. The record's module builds one form over its class at import and its ``to_json`` / ``from_json`` delegate
 to it, an import downwards (the layering allows no import from here back up, not even inside a function). No
 list of field names is written twice: the writer, both readers and the writer of a state committed again and
-again each derive from the one declaration per field. Sections: the form, the writer of a state committed
-again and again, signature.
+again each derive from the one declaration per field; the fast reader and the writer are compiled at import
+into one function each (see the banner of their section). Sections: the form, the fast reader and the writer,
+compiled, the writer of a state committed again and again, signature.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from agent_fsm.engine._codecs import (
     BadField,
     Codec,
     Decline,
-    Quick,
     expect,
     json_kind,
     nesting_problem,
@@ -53,7 +53,6 @@ def _no_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _ENCODER = json.JSONEncoder(allow_nan=False)
-_SCALARS = ("count", "whole", "flag", "text", "maybe")
 
 
 class SavedForm:
@@ -77,45 +76,21 @@ class SavedForm:
         self.fields: tuple[str, ...] = tuple(codecs)
         self.added = frozenset(name for name, c in codecs.items() if c.added)
         self._top = shape(("format", *self.fields))
-        self._keys = frozenset(self._top[0])
-        self._absent = tuple((i, f.name, _default_of(f)) for i, f in enumerate(fields) if f.name in self.added)
         # Fields saved by leaving them out while they hold the value of a state saved before them.
         self._legacy = tuple((name, c.legacy) for name, c in codecs.items() if c.legacy is not NO_LEGACY)
         self._rules = tuple((name, self._nested_read if c.nested else c.read) for name, c in codecs.items())
-        self._get = operator.itemgetter(*self.fields)
-        groups: dict[str, list[int]] = {kind: [] for kind in _SCALARS}
-        compound: list[tuple[int, Quick, type]] = []
-        for i, c in enumerate(codecs.values()):
-            if c.nested:
-                compound.append((i, self._nested_quick, dict))
-            elif isinstance(c.quick, str):
-                groups[c.quick].append(i)  # an unknown kind: KeyError at import
-            else:
-                compound.append((i, c.quick, c.empty or _Nothing))
-        self._counts, self._wholes, self._flags, self._texts, self._maybes = (tuple(groups[k]) for k in _SCALARS)
-        self._compound = tuple(compound)
-        self._values = operator.attrgetter(*self.fields)
         self._converted: tuple[tuple[int, Callable[[Any], Any]], ...] = tuple(
             (i + 1, self._nested_data if c.nested or c.write is None else c.write)
             for i, c in enumerate(codecs.values())
             if c.nested or c.write is not None
         )
+        self.data: Callable[[Any], dict[str, Any]] = _compiled_writer(self, fields)
+        self.quick: Callable[[dict[str, Any]], Any] = _compiled_reader(self, fields) if ENABLED else _declined
         self.immutable = frozenset(
             {int, str, float, bool, type(None), Compaction, *(t for c in codecs.values() for t in c.builds)}
         )
 
     # -- writing --
-
-    def data(self, state: Any) -> dict[str, Any]:
-        """``state`` as the plain JSON data :meth:`dump` writes."""
-        values = [FORMAT, *self._values(state)]
-        for index, write in self._converted:
-            values[index] = write(values[index])
-        data = dict(zip(self._top[0], values, strict=True))
-        for name, legacy in self._legacy:
-            if data[name] == legacy:
-                del data[name]
-        return data
 
     def _nested_data(self, children: dict[str, Any]) -> dict[str, Any]:
         return {key: self.data(child) for key, child in children.items()}
@@ -176,56 +151,6 @@ class SavedForm:
             values.setdefault(name, legacy)
         return self.cls(**values)
 
-    def quick(self, data: dict[str, Any]) -> Any:
-        """
-        ``data`` (a freshly parsed saved state) as a state if it is plainly valid, else ``None``.
-
-        "Plainly valid" is exactly what :meth:`read` accepts, and the state built is equal to the one it
-        builds. The parsed data is owned by the state afterwards (its messages are kept, not copied), so the
-        caller must have parsed it for this call alone.
-        """
-        if not ENABLED:
-            return None
-        keys = data.keys()
-        compound = self._compound
-        try:
-            if keys == self._keys:  # every field there: read them in one C call
-                values = list(self._get(data))
-            else:  # a state saved before the fields added later: those absent take their defaults
-                if not keys <= self._keys or "format" not in keys or not self._keys - keys <= self.added:
-                    return None
-                values = list(map(data.get, self.fields))
-                absent = set()
-                for index, name, make in self._absent:
-                    if name not in data:
-                        values[index] = make()
-                        absent.add(index)
-                compound = tuple(item for item in compound if item[0] not in absent)
-            for i in self._counts:
-                value = values[i]
-                if type(value) is not int or value < 0:
-                    return None
-            for i in self._wholes:
-                if type(values[i]) is not int:
-                    return None
-            for i in self._flags:
-                if type(values[i]) is not bool:
-                    return None
-            for i in self._texts:
-                if type(values[i]) is not str:
-                    return None
-            for i in self._maybes:
-                value = values[i]
-                if value is not None and type(value) is not str:
-                    return None
-            for i, read, empty in compound:  # an empty value of its field's type stands as it is: no call
-                value = values[i]
-                if value or type(value) is not empty:
-                    values[i] = read(value, data)
-            return self.cls(*values)
-        except (KeyError, TypeError, Decline):  # a record field missing, a name not even hashable, declined
-            return None
-
     def _nested(self, value: Any, path: str, quick: bool) -> dict[str, Any]:
         if type(value) is not dict:
             raise expect(path, "an object of nested runs by call id", value)
@@ -263,23 +188,160 @@ class SavedForm:
         return bool(self.quick(data) == sample)
 
 
-class _Nothing:
-    """The type of no parsed value: a field with no empty value calls its fast rule on every value."""
+# --- the fast reader and the writer, compiled ---
+
+# Each is written out at import as one Python function over the form's fields (as attrs writes a class's
+# __init__ from its fields): a loop over the fields, with a call or a lookup per field, costs more than the
+# checks themselves. The source holds the fields' names and their kinds' checks; every rule it calls is bound
+# by name. A scalar kind is checked in the function's body; a compound value is handed to its kind's rule,
+# unless it is an empty value of its field's type (taken as it stands, or written as it stands).
+
+# The fast reader's check of each scalar kind: the condition under which it declines the value ``{v}``.
+_DECLINED = {
+    "count": "type({v}) is not int or {v} < 0",
+    "whole": "type({v}) is not int",
+    "flag": "type({v}) is not bool",
+    "text": "type({v}) is not str",
+    "maybe": "{v} is not None and type({v}) is not str",
+}
+_ABSENT: Any = object()  # a field missing from a state saved before it was added
 
 
-def _default_of(field: Any) -> Callable[[], Any]:
-    """What a state saved before ``field`` holds: its legacy value, its factory's, or its (immutable) default."""
+def _declined(data: dict[str, Any]) -> None:
+    """The fast reader while it is off (its record classes are not the ones it was written for): always declines."""
+    return None
+
+
+def _not_empty(c: Codec, v: str, i: int, names: dict[str, Any]) -> str:
+    """The condition under which ``v`` is not an empty value of its field's type (which stands as it is)."""
+    empty = dict if c.nested else c.empty
+    if empty is None:
+        return "True"
+    if empty is type(None):
+        return f"{v} is not None"
+    names[f"e{i}"] = empty
+    return f"{v} or type({v}) is not e{i}"
+
+
+def _compiled(source: list[str], names: dict[str, Any], name: str) -> Any:
+    exec(compile("\n".join(source), f"<saved form: {name}>", "exec"), names)  # source made from the declarations
+    return names[name]
+
+
+def _compiled_reader(form: SavedForm, fields: Any) -> Callable[[dict[str, Any]], Any]:
+    """
+    The form's fast reader: ``data`` (a freshly parsed saved state) as a state if it is plainly valid, else ``None``.
+
+    "Plainly valid" is exactly what :meth:`SavedForm.read` accepts, and the state built is equal to the one it
+    builds. The parsed data is owned by the state afterwards (its messages are kept, not copied), so the caller
+    must have parsed it for this call alone.
+    """
+    names: dict[str, Any] = {"Decline": Decline, "ABSENT": _ABSENT, "new": form.cls}
+    present = ["    data['format']"]  # its value is the caller's to check, but it must be there
+    added = ["    get, absent = data.get, 0"]
+    declined = [f"len(data) + absent != {len(fields) + 1}"]  # every field found or absent, none unknown
+    rules = []
+    for i, f in enumerate(fields):
+        c: Codec = f.metadata["saved"]
+        v = f"v{i}"
+        if c.added:
+            added.append(f"    {v} = get({f.name!r}, ABSENT)")
+            added.append(f"    if {v} is ABSENT:")
+            names[f"d{i}"], made = _default_of(f)
+            added.append(f"        {v}, absent = d{i}{'()' if made else ''}, absent + 1")
+        else:
+            present.append(f"    {v} = data[{f.name!r}]")
+        if isinstance(c.quick, str) and not c.nested:
+            declined.append(_DECLINED[c.quick].format(v=v))  # an unknown kind: KeyError at import
+            continue
+        names[f"q{i}"] = form._nested_quick if c.nested else c.quick
+        read = f"{v} = q{i}({v}, data)"
+        if c.added:  # an absent field holds its default, not parsed data: no rule reads it
+            added.append(f"    elif {_not_empty(c, v, i, names)}:")
+            added.append(f"        {read}")
+        else:
+            rules.append(f"    if {_not_empty(c, v, i, names)}:")
+            rules.append(f"        {read}")
+    if _settable(form.cls, fields):  # built as its __init__ builds it, validators and all, without the call
+        names["new"], built = object.__new__, ["    state = new(cls)"]
+        names["cls"] = form.cls
+        for i, f in enumerate(fields):
+            built.append(f"    state.{f.name} = v{i}")
+            if f.validator is not None:
+                names[f"a{i}"], names[f"c{i}"] = f, f.validator
+                built.append(f"    c{i}(state, a{i}, v{i})")
+        built.append("    return state")
+    else:
+        built = ["    return new(" + ", ".join(f"v{i}" for i in range(len(fields))) + ")"]
+    source = [
+        "def quick(data):",
+        "  try:",
+        *present,
+        *added,
+        "    if " + " or ".join(f"({d})" for d in declined) + ":",
+        "        return None",
+        *rules,
+        *built,
+        # A record field missing, a name not even hashable, declined; refused by a validator: the strict reader's.
+        "  except (KeyError, TypeError, ValueError, Decline):",
+        "    return None",
+    ]
+    quick: Callable[[dict[str, Any]], Any] = _compiled(source, names, "quick")
+    quick.__doc__ = _compiled_reader.__doc__
+    return quick
+
+
+def _compiled_writer(form: SavedForm, fields: Any) -> Callable[[Any], dict[str, Any]]:
+    """The form's writer: a state as the plain JSON data :meth:`SavedForm.dump` writes."""
+    names: dict[str, Any] = {"FORMAT": FORMAT}
+    read, items, legacy = [], ["'format': FORMAT"], []
+    for i, f in enumerate(fields):
+        c: Codec = f.metadata["saved"]
+        v = f"v{i}"
+        read.append(f"    {v} = state.{f.name}")
+        write = form._nested_data if c.nested else c.write
+        if write is None:
+            items.append(f"{f.name!r}: {v}")
+        else:
+            names[f"w{i}"] = write
+            items.append(f"{f.name!r}: w{i}({v}) if {_not_empty(c, v, i, names)} else {v}")
+            empty = names.get(f"e{i}", type(None) if c.empty is type(None) else None)
+            if empty is not None and _encoded(write(empty())) != _encoded(empty()):
+                raise RuntimeError(f"{f.name}: its writer changes an empty value, so it cannot stand as it is")
+        if c.legacy is not NO_LEGACY:  # saved by leaving it out while it holds the value of a state saved before it
+            names[f"l{i}"] = c.legacy
+            legacy.append(f"    if {v} == l{i}:")
+            legacy.append(f"        del data[{f.name!r}]")
+    source = ["def data(state):", *read, "    data = {" + ", ".join(items) + "}", *legacy, "    return data"]
+    data: Callable[[Any], dict[str, Any]] = _compiled(source, names, "data")
+    data.__doc__ = _compiled_writer.__doc__
+    return data
+
+
+def _settable(cls: type, fields: Any) -> bool:
+    """Whether setting the attributes of a bare record of ``cls`` is all its ``__init__`` does (validators aside)."""
+    plain = cls.__setattr__ is object.__setattr__ and not hasattr(cls, "_attrs_cached_hash")  # type: ignore[comparison-overlap]
+    hooks = hasattr(cls, "__attrs_pre_init__") or hasattr(cls, "__attrs_post_init__")
+    return (
+        plain
+        and not hooks
+        and not attrs.validators.get_disabled()
+        and all(f.init and f.converter is None for f in fields)
+    )
+
+
+def _default_of(field: Any) -> tuple[Any, bool]:
+    """
+    What a state saved before ``field`` holds, and whether that is a factory to call: its legacy value, its
+    factory, or its (immutable) default.
+    """
     legacy = field.metadata["saved"].legacy
     if legacy is not NO_LEGACY:
-        return functools.partial(_same, legacy)
+        return legacy, False
     default = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        return default.factory  # type: ignore[no-any-return]
-    return functools.partial(_same, default)
-
-
-def _same(value: Any) -> Any:
-    return value
+        return default.factory, True
+    return default, False
 
 
 # --- the writer of a state committed again and again ---

@@ -32,6 +32,7 @@ __all__ = [
     "WRAP_UP",
     "WRAP_UP_NOTE",
     "admits",
+    "call_spent",
     "cap_refusal",
     "charge",
     "charge_nested",
@@ -116,28 +117,37 @@ def fall_back(run: RunContext) -> None:
 _ZERO = Decimal(0)
 
 
+def call_spent(
+    reply: ModelReply | None, estimate: int, measured: int, cap: int | None, name: str | None
+) -> tuple[str | None, int, int, int]:
+    """
+    What one model call spent, ``(model, prompt, output, cached)`` in tokens: the reply's figures, else the estimates.
+
+    A figure is taken when the provider reported a count (:func:`is_count`: a whole number up to
+    ``MAX_REPORTED``); else the prompt is ``estimate`` and the output the reply's ``measured`` size, at most the
+    output ``cap`` (a capped model cannot have written more). Cached tokens are at most the prompt. The price is
+    that of the model the reply names, else of ``name`` (the model asked). A pure function: a run's charge and
+    an eval's judge take a call's figures by the same rule.
+    """
+    output = measured if cap is None or measured <= cap else cap
+    if reply is None:
+        return name, estimate, output, 0
+    given = reply.prompt_tokens if is_count(reply.prompt_tokens) else estimate
+    if is_count(reply.output_tokens):
+        output = reply.output_tokens  # type: ignore[assignment]
+    cached = min(reply.cached_tokens, given) if is_count(reply.cached_tokens) else 0  # type: ignore[type-var]
+    return (reply.model if isinstance(reply.model, str) else name), given, output, cached  # type: ignore[return-value]
+
+
 def charge(run: RunContext, reply: ModelReply | None, estimate: int, measured: int, model: Any = None) -> None:
     """
-    Add the call just made to the run's usage: the provider's figures where reported, else the estimates.
+    Add the call just made to the run's usage (see :func:`call_spent`).
 
-    An unreported output is the reply's ``measured`` size, at most the output
-    cap (a capped model cannot have written more). ``model``: the model
-    called, when it is not the run's (a summarizer's call).
+    ``model``: the model called, when it is not the run's (a summarizer's call).
     """
     state = run.state
     name = model_name(run.model if model is None else model)
-    given, output, cached, reported = estimate, measured, 0, False
-    if reply is not None:
-        name = reply.model if isinstance(reply.model, str) else name
-        given = reply.prompt_tokens if is_count(reply.prompt_tokens) else estimate  # type: ignore[assignment]
-        reported = is_count(reply.output_tokens)
-        if reported:
-            output = reply.output_tokens  # type: ignore[assignment]
-        if is_count(reply.cached_tokens):
-            cached = min(reply.cached_tokens, given)  # type: ignore[type-var,assignment]
-    cap = run.limits.max_output_tokens
-    if cap is not None and output > cap and not reported:
-        output = cap
+    name, given, output, cached = call_spent(reply, estimate, measured, run.limits.max_output_tokens, name)
     price = price_of(run, name)
     usage = state.usage
     usage.input_tokens += given

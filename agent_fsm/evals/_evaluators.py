@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 import jsonschema
@@ -27,6 +27,7 @@ from agent_fsm.engine import (
     TokenEstimator,
     ToolCall,
     Usage,
+    call_spent,
     estimate_tokens,
     parse_tool_calls,
     to_json_data,
@@ -406,15 +407,6 @@ class JudgeError(ValueError):
     """The judge model's reply was not the verdict asked for (JSON with ``passed``, ``score`` and ``reason``)."""
 
 
-@overload
-def _figure(value: Any, default: int) -> int: ...
-@overload
-def _figure(value: Any, default: None) -> int | None: ...
-def _figure(value: Any, default: int | None) -> int | None:
-    """A usage figure the provider reported (a whole number >= 0), else ``default``."""
-    return value if type(value) is int and value >= 0 else default
-
-
 def _model_name(model: Any) -> str | None:
     name = getattr(model, "model", None)
     return name if isinstance(name, str) else None
@@ -483,17 +475,12 @@ class Judge:
         return prompt + cap, price.worst_case(prompt, cap)
 
     def _spent(self, reply: Any, message: Any, prompt: int) -> Usage:
-        """What the call spent: the provider's figures where reported, else the estimates (the reply capped)."""
-        name, output, cached = _model_name(self.model), None, 0
-        if isinstance(reply, ModelReply):
-            name = reply.model if isinstance(reply.model, str) else name
-            prompt = _figure(reply.prompt_tokens, prompt)
-            output = _figure(reply.output_tokens, None)
-            cached = min(_figure(reply.cached_tokens, 0), prompt)
-        if output is None:
-            output = self.estimator(message) if isinstance(message, Mapping) else 0
-            if self.max_output_tokens is not None:
-                output = min(output, self.max_output_tokens)
+        """What the call spent: the provider's figures where reported, else the estimates (as a run's call)."""
+        measured = self.estimator(message) if isinstance(message, Mapping) else 0
+        reported = reply if isinstance(reply, ModelReply) else None
+        name, prompt, output, cached = call_spent(
+            reported, prompt, measured, self.max_output_tokens, _model_name(self.model)
+        )
         price = None if self.prices is None else self.prices.of(name)
         cost = Decimal(0) if price is None else price.cost(prompt, output, cached)
         return Usage(input_tokens=prompt, output_tokens=output, cached_tokens=cached, cost=cost)
