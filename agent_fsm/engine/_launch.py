@@ -734,6 +734,7 @@ def _reply_decisions(
         raise DecisionRefused(
             f"a reply is decided whole, each of {ids} once; " + "; ".join(said), "PartialDecision", state=state
         )
+    _refuse_asking_midway(agent, state, ids[len(inner_calls) :])
     decisions: dict[str, Decision] = {}
     for index, call in enumerate(wanted[len(inner_calls) :]):
         given = reply[call.call_id]
@@ -750,6 +751,30 @@ def _reply_decisions(
     inner = {call.call_id: reply[ids[k]] for k, call in enumerate(inner_calls)}
     _reply_decisions(*below, inner)
     return inner, decisions
+
+
+def _refuse_asking_midway(agent: Agent, state: RunState, decided: list[str]) -> None:
+    """
+    Refuse a review whose later decisions a call before them could strand: one whose server may ask mid-call.
+
+    Such a call (MCP elicitation) pauses the run on itself, where the rest of the review cannot reach (it is
+    held only by this step); the head already asking has its answer in the review, so it goes on.
+    """
+    calls = state.pending
+    last = max((i for i, call in enumerate(calls) if call.call_id in decided), default=0)
+    for index, call in enumerate(calls[:last]):
+        spec = agent.tools.get(call.name)
+        if not getattr(spec.handler if spec else None, "asks_mid_call", False):
+            continue
+        if index == 0 and open_question(spec, state.run_id, state, call) is not None:
+            continue
+        later = [c.call_id for c in calls[index + 1 : last + 1] if c.call_id in decided]
+        raise DecisionRefused(
+            f"the reply cannot be decided whole: {call.name} ({call.call_id}) may ask a person mid-call (MCP"
+            f" elicitation), which would pause the run before {later} are reached; decide the calls one at a time",
+            "MayAskMidCall",
+            state=state,
+        )
 
 
 def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
