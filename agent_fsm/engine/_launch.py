@@ -734,7 +734,9 @@ def _reply_decisions(
         raise DecisionRefused(
             f"a reply is decided whole, each of {ids} once; " + "; ".join(said), "PartialDecision", state=state
         )
-    _refuse_asking_midway(agent, state, ids[len(inner_calls) :])
+    stranded = _asks_midway(agent, state, ids[len(inner_calls) :])
+    if stranded is not None:
+        raise DecisionRefused(stranded, "MayAskMidCall", state=state)
     decisions: dict[str, Decision] = {}
     for index, call in enumerate(wanted[len(inner_calls) :]):
         given = reply[call.call_id]
@@ -753,9 +755,17 @@ def _reply_decisions(
     return inner, decisions
 
 
-def _refuse_asking_midway(agent: Agent, state: RunState, decided: list[str]) -> None:
+def reply_strands(agent: Agent, state: RunState) -> str | None:
+    """Why the paused reply cannot be reviewed whole, at any level (``None``: it can): see :func:`_asks_midway`."""
+    below = _paused_below(agent, state)
+    inner = reply_strands(*below) if below is not None else None
+    own = [call.call_id for call in _own_review(agent, state, below is not None)]
+    return inner or _asks_midway(agent, state, own)
+
+
+def _asks_midway(agent: Agent, state: RunState, decided: list[str]) -> str | None:
     """
-    Refuse a review whose later decisions a call before them could strand: one whose server may ask mid-call.
+    Why a review whose later decisions a call before them could strand is refused: one whose server may ask.
 
     Such a call (MCP elicitation) pauses the run on itself, where the rest of the review cannot reach (it is
     held only by this step); the head already asking has its answer in the review, so it goes on.
@@ -769,12 +779,11 @@ def _refuse_asking_midway(agent: Agent, state: RunState, decided: list[str]) -> 
         if index == 0 and open_question(spec, state.run_id, state, call) is not None:
             continue
         later = [c.call_id for c in calls[index + 1 : last + 1] if c.call_id in decided]
-        raise DecisionRefused(
+        return (
             f"the reply cannot be decided whole: {call.name} ({call.call_id}) may ask a person mid-call (MCP"
-            f" elicitation), which would pause the run before {later} are reached; decide the calls one at a time",
-            "MayAskMidCall",
-            state=state,
+            f" elicitation), which would pause the run before {later} are reached; decide the calls one at a time"
         )
+    return None
 
 
 def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:
