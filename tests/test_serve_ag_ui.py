@@ -172,7 +172,7 @@ def test_a_question_is_an_interrupt_carrying_its_schema_and_the_resume_answers_i
     asks = interrupt["metadata"]["agent_fsm"]
     assert interrupt["reason"] == "input" and asks["question"] == {"question": "Size?"}
     assert asks["result_schema"] == SIZE and asks["decisions"] == ["answer", "reject", "cancel"]
-    assert "answer" in interrupt["responseSchema"]["properties"]
+    assert interrupt["responseSchema"]["properties"]["answer"] == SIZE
     assert second["result"]["stop"] == "answered" and '"size": "L"' in second["result"]["answer"]
 
 
@@ -224,6 +224,9 @@ def test_an_mcp_servers_question_is_an_interrupt_and_the_resume_answers_or_decli
             assert "Please provide inputs" in interrupt["message"]
             assert asks["result_schema"]["required"] == ["name"] and len(asks["result_schema"]["properties"]) == 13
             assert asks["decisions"] == ["answer", "reject", "cancel"]
+            response = interrupt["responseSchema"]  # the protocol's own field: what a resume payload may hold
+            assert response["properties"]["answer"] == asks["result_schema"]
+            assert response["properties"]["decision"] == {"enum": asks["decisions"]}
             assert second["interrupts"] == [] and second["result"]["stop"] == "answered"
             with open_store(url) as store:
                 heard.append(_said(store.load(asks["run_id"])))
