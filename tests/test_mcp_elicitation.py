@@ -467,3 +467,97 @@ def test_decisions_drawn_against_the_servers_schema(everything: MCPServer, data:
         done, heard = agent.resume(paused.state, approve=kind == "cancel", reason="drawn"), {"action": kind}
     assert _said(done) == heard and done.stop is Stop.ANSWERED
     assert_run_invariants(done, tools=agent.tools, gate=allow_all)
+
+
+def _reply_agent(server: MCPServer, calls: list[tuple[str, str]], *, ask_form: bool = False) -> Agent:
+    """One reply of ``calls`` (id, tool): the server's form and a local write the gate asks a person about."""
+    from agent_fsm import ToolSpec
+
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": "{}" if n == ELICIT else '{"n": 1}'}}
+            for i, n in calls
+        ],
+    }
+    tools = {
+        **server.tools(allow=[ELICIT]),
+        "write": ToolSpec("Write n.", {"n": int}, lambda n: f"wrote {n}", effectful=True),
+    }
+
+    def gate(call: Any) -> Verdict:
+        asks = call.name == "write" or (ask_form and call.name == ELICIT)
+        return Verdict("ask", "a person decides") if asks else Verdict("allow", "ok")
+
+    return Agent(ScriptedModel([message, answer_message("done")]), tools, gate=gate, name="reply")
+
+
+def test_a_reply_whose_open_question_is_its_first_call_is_decided_whole(everything: MCPServer) -> None:
+    """The server's question heads the reply: one review answers it and approves the write after it."""
+    from agent_fsm import CallDecision
+    from agent_fsm.engine import reply_strands
+    from agent_fsm.serve.core import asks
+
+    agent = _reply_agent(everything, [("e1", ELICIT), ("w1", "write")])
+    paused = agent.run("form, then write")
+    assert ASKED in paused.reason and [c.call_id for c in agent.reply_review(paused.state)] == ["e1", "w1"]
+    assert reply_strands(agent, paused.state) is None and "reply" in asks(agent, paused.state)["decisions"]
+    done = agent.resume(
+        paused.state, reply={"e1": CallDecision.answered({"name": "Ana"}), "w1": CallDecision.approved()}
+    )
+    assert done.stop is Stop.ANSWERED and _said(done) == {"action": "accept", "content": {"name": "Ana"}}
+    assert [(o.call_id, o.kind) for o in done.state.observations] == [("e1", "result"), ("w1", "result")]
+
+
+@pytest.mark.parametrize(
+    ("calls", "ask_form"),
+    [([("w1", "write"), ("e1", ELICIT), ("w2", "write")], False), ([("e1", ELICIT), ("w1", "write")], True)],
+    ids=["form-between-reviewed-calls", "form-reviewed-before-it-asks"],
+)
+def test_a_reply_with_a_call_that_may_ask_before_a_later_decided_call_is_refused(
+    everything: MCPServer, calls: list[tuple[str, str]], ask_form: bool
+) -> None:
+    """A call whose server may ask mid-call would pause the run before later decisions apply: refused, typed."""
+    from agent_fsm import CallDecision
+    from agent_fsm.engine import DecisionRefused, reply_strands
+    from agent_fsm.serve.core import asks
+
+    agent = _reply_agent(everything, calls, ask_form=ask_form)
+    paused = agent.run("write, form, write")
+    review = [c.call_id for c in agent.reply_review(paused.state)]
+    assert len(review) == 2 and ASKED not in paused.reason
+    with pytest.raises(DecisionRefused, match="may ask a person mid-call") as refused:
+        agent.resume(paused.state, reply={i: CallDecision.rejected("no") for i in review})
+    assert refused.value.kind == "MayAskMidCall" and "one at a time" in str(refused.value)
+    assert not paused.state.consumed
+    asked_of = asks(agent, paused.state)  # what every served protocol offers: no whole review, and why
+    assert "reply" not in asked_of["decisions"] and "reply" not in asked_of
+    assert asked_of["reply_refused"] == reply_strands(agent, paused.state) == str(refused.value)
+    asked = agent.resume(paused.state, approve=True)  # one at a time: the form asks, then the last write waits
+    asked = asked if ASKED in asked.reason else agent.resume(asked.state, approve=True)
+    assert ASKED in asked.reason
+    last = agent.resume(asked.state, answer={"name": "Ana"})
+    assert last.stop is Stop.AWAITING_APPROVAL and last.blocked_on is not None and last.blocked_on.name == "write"
+    assert agent.resume(last.state, approve=False, reason="no").stop is Stop.ANSWERED
+
+
+def test_the_inbox_offers_a_whole_review_only_where_it_would_be_taken(everything: MCPServer, tmp_path: Path) -> None:
+    """Over real HTTP: the run page lists the review when the question heads the reply, not when a call may ask."""
+    from agent_fsm.store import open_store
+    from agent_fsm.web import Reviewers, inbox_app
+    from tests.test_web_inbox import _signed_in
+    from tests.web_server import serving
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    heads = _reply_agent(everything, [("e1", ELICIT), ("w1", "write")])
+    strands = _reply_agent(everything, [("w1", "write"), ("e1", ELICIT), ("w2", "write")])
+    with SqliteStore(tmp_path / "runs.db") as store:
+        asked = heads.run("form, then write", store=store, run_id="heads")
+        strands.run("write, form, write", store=store, run_id="strands")
+    reviewers = Reviewers.parse("ana:ana-token-0123456789")
+    for agent, run_id, offered in ((heads, "heads", True), (strands, "strands", False)):
+        with serving(inbox_app(lambda: open_store(url), agent, reviewers=reviewers, wait=10)) as base:
+            page = _signed_in(base, token="ana-token-0123456789").get(f"/runs/{run_id}").text
+        assert ('id="review"' in page) is offered, run_id
+    assert heads.resume(asked.state, answer={"name": "Ana"}).stop is Stop.AWAITING_APPROVAL  # the question closed

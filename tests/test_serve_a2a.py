@@ -297,3 +297,48 @@ def test_a_running_task_is_not_cancelable(tmp_path: Path) -> None:
         )
         task_id = started.json()["run_id"]
         assert asyncio.run(cancel(base, task_id)) == "TaskNotCancelableError"
+
+
+def test_an_mcp_servers_question_is_input_required_and_the_next_message_answers_or_declines_it(
+    tmp_path: Path,
+) -> None:
+    """
+    A served agent whose MCP tool asks mid-call (the npm server-everything, in this process): input-required
+    carries the server's message and schema; the next message's answer, or its rejection (a decline), reaches
+    the server, and the task completes with the server's result.
+    """
+    pytest.importorskip("mcp", reason="the MCP SDK is in the test extra: pip install -e '.[test]'")
+    from agent_fsm.engine import ASKED
+    from tests.test_mcp_elicitation import _agent, _said, _server
+
+    answer = {"decision": "answer", "answer": {"name": "Ana", "check": True}}
+    decline = {"decision": "reject", "reason": "not mine to give"}
+    heard = []
+    with _server() as everything:
+        for n, (streaming, decision) in enumerate([(True, answer), (False, decline)]):
+            url = f"sqlite:///{tmp_path / f'runs-{n}.db'}"
+            app = serve_app(_agent(everything), lambda url=url: open_store(url), clients=CLIENTS, workers=2)
+            with serving(app) as base:
+                first, second = asyncio.run(
+                    _talk(
+                        base,
+                        UI,
+                        streaming,
+                        _message("fill the form"),
+                        lambda t, d=decision: _message(task_id=t, data=d),
+                    )
+                )
+            assert _states(first)[-1] == "TASK_STATE_INPUT_REQUIRED"
+            status = (first[-1].get("task") or first[-1]["statusUpdate"])["status"]
+            said, data = status["message"]["parts"][0]["text"], status["message"]["parts"][1]["data"]
+            assert ASKED in said and "Please provide inputs" in said
+            assert data["result_schema"]["required"] == ["name"] and len(data["result_schema"]["properties"]) == 13
+            assert (
+                data["decisions"] == ["answer", "reject", "cancel"]
+                and data["call"]["name"] == "trigger-elicitation-request"
+            )
+            assert _states(second)[-1] == "TASK_STATE_COMPLETED", second
+            task = first[-1]["task"]["id"] if "task" in first[-1] else first[-1]["statusUpdate"]["taskId"]
+            with open_store(url) as store:  # the task is the run
+                heard.append(_said(store.load(task)))
+    assert heard == [{"action": "accept", "content": {"name": "Ana", "check": True}}, {"action": "decline"}]

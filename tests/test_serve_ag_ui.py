@@ -172,7 +172,7 @@ def test_a_question_is_an_interrupt_carrying_its_schema_and_the_resume_answers_i
     asks = interrupt["metadata"]["agent_fsm"]
     assert interrupt["reason"] == "input" and asks["question"] == {"question": "Size?"}
     assert asks["result_schema"] == SIZE and asks["decisions"] == ["answer", "reject", "cancel"]
-    assert "answer" in interrupt["responseSchema"]["properties"]
+    assert interrupt["responseSchema"]["properties"]["answer"] == SIZE
     assert second["result"]["stop"] == "answered" and '"size": "L"' in second["result"]["answer"]
 
 
@@ -192,3 +192,42 @@ def test_a_whole_reply_through_resume_decides_every_call(shop: str, tmp_path: Pa
     assert [c["call_id"] for c in review] == ["w1", "q1"] and review[1]["result_schema"] == SIZE
     assert report["runs"][1]["result"]["stop"] == "answered"
     assert (tmp_path / "written.txt").read_text() == "1\n"
+
+
+def test_an_mcp_servers_question_is_an_interrupt_and_the_resume_answers_or_declines_it(tmp_path: Path) -> None:
+    """
+    A served agent whose MCP tool asks mid-call (the npm server-everything, in this process): the interrupt
+    carries the server's message and schema; the resume's answer, or its rejection (a decline), reaches the
+    server, and the call completes with the server's result.
+    """
+    pytest.importorskip("mcp", reason="the MCP SDK is in the test extra: pip install -e '.[test]'")
+    from agent_fsm.engine import ASKED
+    from tests.test_mcp_elicitation import _agent, _said, _server
+
+    heard = []
+    with _server() as everything:
+        for n, decision in enumerate(
+            (
+                {"decision": "answer", "answer": {"name": "Ana", "integer": 7}},
+                {"decision": "reject", "reason": "not mine to give"},
+            )
+        ):
+            url = f"sqlite:///{tmp_path / f'runs-{n}.db'}"  # a store each: one AG-UI thread, one conversation
+            app = serve_app(_agent(everything), lambda url=url: open_store(url), clients=CLIENTS, workers=2)
+            with serving(app) as base:
+                report = drive(base, "fill the form", json.dumps(decision))
+            assert "error" not in report, report.get("error")
+            first, second = report["runs"]
+            [interrupt] = first["interrupts"]
+            asks = interrupt["metadata"]["agent_fsm"]
+            assert interrupt["reason"] == "input" and ASKED in interrupt["message"]
+            assert "Please provide inputs" in interrupt["message"]
+            assert asks["result_schema"]["required"] == ["name"] and len(asks["result_schema"]["properties"]) == 13
+            assert asks["decisions"] == ["answer", "reject", "cancel"]
+            response = interrupt["responseSchema"]  # the protocol's own field: what a resume payload may hold
+            assert response["properties"]["answer"] == asks["result_schema"]
+            assert response["properties"]["decision"] == {"enum": asks["decisions"]}
+            assert second["interrupts"] == [] and second["result"]["stop"] == "answered"
+            with open_store(url) as store:
+                heard.append(_said(store.load(asks["run_id"])))
+    assert heard == [{"action": "accept", "content": {"name": "Ana", "integer": 7}}, {"action": "decline"}]

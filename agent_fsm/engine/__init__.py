@@ -156,6 +156,7 @@ from agent_fsm.engine._launch import (
     refuse_ungated,
     reply_data,
     reply_of,
+    reply_strands,
     settle_intent,
     start_state,
 )
@@ -291,6 +292,7 @@ __all__ = [
     "check_reply",
     "reply_data",
     "reply_of",
+    "reply_strands",
     "Charged",
     "FALLBACK_KINDS",
     "FallbackModel",

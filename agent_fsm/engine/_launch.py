@@ -734,6 +734,9 @@ def _reply_decisions(
         raise DecisionRefused(
             f"a reply is decided whole, each of {ids} once; " + "; ".join(said), "PartialDecision", state=state
         )
+    stranded = _asks_midway(agent, state, ids[len(inner_calls) :])
+    if stranded is not None:
+        raise DecisionRefused(stranded, "MayAskMidCall", state=state)
     decisions: dict[str, Decision] = {}
     for index, call in enumerate(wanted[len(inner_calls) :]):
         given = reply[call.call_id]
@@ -750,6 +753,37 @@ def _reply_decisions(
     inner = {call.call_id: reply[ids[k]] for k, call in enumerate(inner_calls)}
     _reply_decisions(*below, inner)
     return inner, decisions
+
+
+def reply_strands(agent: Agent, state: RunState) -> str | None:
+    """Why the paused reply cannot be reviewed whole, at any level (``None``: it can): see :func:`_asks_midway`."""
+    below = _paused_below(agent, state)
+    inner = reply_strands(*below) if below is not None else None
+    own = [call.call_id for call in _own_review(agent, state, below is not None)]
+    return inner or _asks_midway(agent, state, own)
+
+
+def _asks_midway(agent: Agent, state: RunState, decided: list[str]) -> str | None:
+    """
+    Why a review whose later decisions a call before them could strand is refused: one whose server may ask.
+
+    Such a call (MCP elicitation) pauses the run on itself, where the rest of the review cannot reach (it is
+    held only by this step); the head already asking has its answer in the review, so it goes on.
+    """
+    calls = state.pending
+    last = max((i for i, call in enumerate(calls) if call.call_id in decided), default=0)
+    for index, call in enumerate(calls[:last]):
+        spec = agent.tools.get(call.name)
+        if not getattr(spec.handler if spec else None, "asks_mid_call", False):
+            continue
+        if index == 0 and open_question(spec, state.run_id, state, call) is not None:
+            continue
+        later = [c.call_id for c in calls[index + 1 : last + 1] if c.call_id in decided]
+        return (
+            f"the reply cannot be decided whole: {call.name} ({call.call_id}) may ask a person mid-call (MCP"
+            f" elicitation), which would pause the run before {later} are reached; decide the calls one at a time"
+        )
+    return None
 
 
 def answered_by(tools: Registry, state: RunState) -> tuple[ToolCall, PersonAnswers | None]:

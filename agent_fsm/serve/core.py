@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from agent_fsm import Agent
-from agent_fsm.engine import PersonAnswers, RunState, answered_by
+from agent_fsm.engine import PersonAnswers, RunState, answered_by, reply_strands
 from agent_fsm.serve.clients import Client, Clients
 from agent_fsm.serve.workers import Workers
 from agent_fsm.store import RunExists, RunNotFound, SessionBusy
@@ -118,7 +118,8 @@ def asks(agent: Agent, state: RunState) -> dict[str, Any]:
     """
     What a pause of ``agent`` asks, as every protocol says it: the decisions it takes and the blocked call;
     for a call a person answers, its ``question`` (the arguments) and the ``result_schema`` an answer must
-    meet; for a reply of several calls that need a person, each of them (``reply``, decided whole).
+    meet; for a reply of several calls that need a person, each of them (``reply``, decided whole), or why
+    it cannot be decided whole (``reply_refused``).
 
     Read from the serving agent's own tools, never from the stored state, as a decision is judged.
     """
@@ -131,7 +132,10 @@ def asks(agent: Agent, state: RunState) -> dict[str, Any]:
         found["question"] = call.arguments
         found["result_schema"] = person.result
     review = agent.reply_review(state) if state.pending else []
-    if len(review) > 1:
+    stranded = reply_strands(agent, state) if len(review) > 1 else None
+    if stranded is not None:  # a call whose server may ask comes first: decided one at a time
+        found["reply_refused"] = stranded
+    elif len(review) > 1:
         found["decisions"].append("reply")
         found["reply"] = []
         for one in review:

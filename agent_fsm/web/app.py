@@ -32,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_fsm import Agent
-from agent_fsm.engine import answered_by, blocked_call
+from agent_fsm.engine import answered_by, blocked_call, reply_strands
 from agent_fsm.store import AlreadyDecided, BadCursor, ClaimTaken, DamagedRun, RunNotFound, StoreError
 from agent_fsm.store.protocol import RunStore
 from agent_fsm.web.auth import Reviewers, Session, Sessions
@@ -366,9 +366,12 @@ def inbox_app(
         )
 
     def _reply_review(state: Any) -> list[Any]:
-        """The calls of the paused reply a person decides together (none when the gate cannot say now)."""
+        """
+        The calls of the paused reply a person decides together (none when the gate cannot say now, or when a
+        call whose server may ask comes before a later one: see :func:`agent_fsm.engine.reply_strands`).
+        """
         try:
-            return agent.reply_review(state)
+            return [] if reply_strands(agent, state) is not None else agent.reply_review(state)
         except Exception:  # an async gate, or one that fails: the calls are decided one by one
             return []
 

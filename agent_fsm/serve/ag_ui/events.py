@@ -129,7 +129,7 @@ class Translator:
                 "reason": "input" if "question" in asked else "approval",
                 "message": result.reason,
                 "toolCallId": asked["call"]["call_id"],
-                "responseSchema": _DECISION_SCHEMA,
+                "responseSchema": _response_schema(asked),
                 "metadata": {"agent_fsm": {"run_id": self.served, "pause_id": result.state.pause_id, **asked}},
             }
             return {"type": "RUN_FINISHED", **ids, "outcome": {"type": "interrupt", "interrupts": [interrupt]}}
@@ -162,7 +162,7 @@ class Translator:
         return closed
 
 
-_DECISION_SCHEMA = {
+_DECISION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "decision": {"enum": ["approve", "edit", "reject", "answer", "reply", "cancel"]},
@@ -174,3 +174,11 @@ _DECISION_SCHEMA = {
     "required": ["decision"],
 }
 """What a resume's ``payload`` holds: the same decision the plain API takes (the interrupt's metadata says which)."""
+
+
+def _response_schema(asked: dict[str, Any]) -> dict[str, Any]:
+    """This pause's resume payload: the decisions it takes, and an answer held to the schema the pause asks."""
+    properties: dict[str, Any] = {**_DECISION_SCHEMA["properties"], "decision": {"enum": asked["decisions"]}}
+    if "result_schema" in asked:
+        properties["answer"] = asked["result_schema"]
+    return {**_DECISION_SCHEMA, "properties": properties}
