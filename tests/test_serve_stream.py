@@ -159,3 +159,37 @@ def test_a_run_a_bug_stopped_ends_its_stream_with_the_stored_error(tmp_path: Pat
     assert [k.data["type"] for k in live] == ["model_replied", "proposed", "failed"]
     assert [k.id for k in live] == [(1, 0), (1, 1), (2, 0)]
     assert stored == live[-1:] and stored[0].data["error"].startswith("GateError: ")
+
+
+def test_a_run_let_go_here_ends_its_numbered_stream_instead_of_hanging(tmp_path: Path) -> None:
+    """
+    A model's bug the store does not record as failed (the run stays ``running``, left to a takeover): the
+    numbered log AG-UI and A2A follow ends with an ``interrupted`` record, not keep-alives forever.
+    """
+    from agent_fsm import ScriptedModel
+
+    agent = Agent(ScriptedModel([]), {}, name="empty")
+    store = SqliteStore(tmp_path / "runs.db")
+
+    async def follow() -> list[dict[str, Any]]:
+        hub = Hub(asyncio.get_running_loop())
+        workers = Workers(store, hub, size=1)
+        run_id = await asyncio.to_thread(workers.start, agent, "Go.", client="ui")
+        log = hub.open(run_id)
+
+        async def records() -> list[dict[str, Any]]:
+            return [record.data async for record in log.follow(0, keepalive=0.2) if record is not None]
+
+        try:
+            return await asyncio.wait_for(records(), 10)
+        finally:
+            await asyncio.to_thread(workers.close)
+
+    try:
+        said = asyncio.run(follow())
+        (summary,) = store.runs()
+    finally:
+        store.close()
+    assert summary.status == "running"  # left for a process to take over, as before
+    assert said[-1]["type"] == "failed" and said[-1]["code"] == "interrupted"
+    assert "ScriptExhausted" in said[-1]["error"]

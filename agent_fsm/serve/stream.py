@@ -112,9 +112,21 @@ class RunLog:
         with self._lock:
             self._kept.append(kept)
 
-    def let_go(self) -> None:
-        """This process drives the run no more (it failed here but is still running in the store): read the store."""
+    def let_go(self, run_id: str, error: str) -> None:
+        """
+        This process drives the run no more (it failed here but is still running in the store): the kept
+        stream reads the store; the numbered one ends with an ``interrupted`` record, since what comes next,
+        if anything, is told by the process that takes the run over.
+        """
+        said = f"{error}; the run is left running for the process that takes it over"
         with self._lock:
+            self._records.append(
+                Record(
+                    len(self._records) + 1,
+                    None,
+                    {"type": "failed", "run_id": run_id, "error": said, "code": "interrupted"},
+                )
+            )
             self._tracker = None
             self.driving = False
         self._wake()
@@ -147,7 +159,9 @@ class RunLog:
         tracker = self._tracker
         with self._lock:
             self._records.append(
-                Record(len(self._records) + 1, None, {"type": "failed", "run_id": run_id, "error": error})
+                Record(
+                    len(self._records) + 1, None, {"type": "failed", "run_id": run_id, "error": error, "code": "failed"}
+                )
             )
             self._tracker = None
             self.driving = False

@@ -184,7 +184,7 @@ class Workers:
                 if summary is not None and summary.status == "failed":
                     log.fail(run_id, f"{type(error).__name__}: {error}", summary.reason)
                 else:  # not recorded as failed: the run is left to whichever process takes it over
-                    log.let_go()
+                    log.let_go(run_id, f"{type(error).__name__}: {error}")
 
         with self._busy_lock:
             self._busy += 1

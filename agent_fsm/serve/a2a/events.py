@@ -106,7 +106,8 @@ class Tasks:
         task_id = str(record.data.get("run_id"))
         event = record.event
         if event is None:
-            failed = agent_message(str(record.data.get("error")), task_id, self.context_id, {"code": "failed"})
+            code = {"code": str(record.data.get("code", "failed"))}  # failed, or interrupted: left for a takeover
+            failed = agent_message(str(record.data.get("error")), task_id, self.context_id, code)
             return [self._update(task_id, "TASK_STATE_FAILED", failed)]
         if isinstance(event, ModelReplied) and event.text:
             said = agent_message(event.text, task_id, self.context_id)

@@ -77,8 +77,9 @@ class Translator:
     def translate(self, record: Record) -> list[dict[str, Any]]:
         """The AG-UI events one record of the run becomes (none for what AG-UI has no word for)."""
         event = record.event
-        if event is None:  # a bug stopped the run: the store has it as failed
-            return [*self._close(), self.error(str(record.data.get("error", "the run failed")), "failed")]
+        if event is None:  # a bug stopped the run: failed in the store, or interrupted (left for a takeover)
+            said = str(record.data.get("error", "the run failed"))
+            return [*self._close(), self.error(said, str(record.data.get("code", "failed")))]
         if isinstance(event, StateEntered):
             opened = {"type": "STEP_STARTED", "stepName": event.state}
             closed = self._close()
