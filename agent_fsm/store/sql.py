@@ -153,13 +153,18 @@ def _written(state: RunState) -> _Written:
     last, continues them: checked in constant time, not item by item (a
     commit's cost must not grow with the run's length).
     """
-    return tuple((len(items), items[-1] if items else None) for items in _lists(state))
+    marks = []
+    for items in _lists(state):  # one loop, not a generator: a commit pays for no frame per list
+        marks.append((len(items), items[-1] if items else None))
+    return tuple(marks)
 
 
-def _continues(items: list[Any], mark: tuple[int, Any]) -> bool:
-    """Whether ``items`` holds at least the ``mark``'s count of items, the last of those the object marked."""
-    count, last = mark
-    return len(items) >= count and (count == 0 or items[count - 1] is last)
+def _continues(state: RunState, marks: _Written) -> bool:
+    """Whether each of ``state``'s lists holds at least its mark's count of items, the last of them the one marked."""
+    for items, (count, last) in zip(_lists(state), marks, strict=True):
+        if len(items) < count or (count and items[count - 1] is not last):
+            return False
+    return True
 
 
 class SqlStore:
@@ -332,8 +337,7 @@ class SqlStore:
         writes the state whole, and the commits after it add to that.
         """
         if held is not None and held.written is not None:  # the state object committed last: does it go on from it?
-            same = all(map(_continues, _lists(state), held.written))
-            return held.kept if same else None
+            return held.kept if _continues(state, held.written) else None
         found = self._checked(tx, run_id)
         if not found or type(found[0][5]) is not int:
             return None

@@ -46,6 +46,8 @@ GROWN = GROWING[2:]
 if TRANSCRIPT != ("messages", "observations"):  # pragma: no cover - the columns of migration 4 are these two
     raise RuntimeError(f"the store keeps the transcript's lists in their own columns, not {TRANSCRIPT}")
 
+_GROWN_KEYS = tuple(f'"{name}": [' for name in GROWN)  # each field's key in a ``grown`` column, and its pair opened
+_NOTHING_ADDED = ("",) * len(GROWN)
 _ENCODER = json.JSONEncoder(allow_nan=False)  # the saved state's own encoding: strict JSON, ASCII escapes
 _DECODER = json.JSONDecoder()
 _scan: Any = _DECODER.scan_once  # type: ignore[attr-defined]  # one JSON value at an index: (value, end)
@@ -172,14 +174,12 @@ def grown(counts: Sequence[int], added: Sequence[str] | None = None) -> str:
     A field still empty is left out; ``added`` ``None``: nothing added (the
     run's row at a checkpoint). JSON: ``{"path": [12, ["Ready", ...]], ...}``.
     """
-    items = added or ("",) * len(GROWN)
-    return (
-        "{"
-        + ", ".join(
-            f'"{name}": [{count}, [{piece}]]' for name, count, piece in zip(GROWN, counts, items, strict=True) if count
-        )
-        + "}"
-    )
+    pieces = [
+        f"{key}{count}, [{piece}]]"
+        for key, count, piece in zip(_GROWN_KEYS, counts, added or _NOTHING_ADDED, strict=True)
+        if count
+    ]
+    return "{" + ", ".join(pieces) + "}" if pieces else "{}"
 
 
 def grown_counts(text: Any) -> tuple[int, ...] | None:
