@@ -110,26 +110,31 @@ _WHOLE: _Columns = (None, None, None, None, None)
 _NOTHING = (0,) * len(GROWING)  # what a checkpoint before the first holds of each list
 
 
-def _what(state: RunState, since: tuple[int, ...] | None, writer: StateWriter) -> tuple[str, tuple[int, ...], _Columns]:
+def _what(
+    state: RunState, since: tuple[int, ...] | None, writer: StateWriter
+) -> tuple[str, tuple[int, ...], _Columns, _Columns]:
     """
     What a commit writes of ``state`` whose latest checkpoint holds the first ``since`` items of each growing list.
 
     The state's text without its growing lists (``writer`` encodes only the
-    fields changed since it last wrote the run), their lengths, and the
-    columns holding the items added since that checkpoint; or, when ``since``
-    is ``None`` (what is stored is not the start of ``state``'s lists), the
-    whole state's text and no pieces: a whole row, which later commits continue.
+    fields changed since it last wrote the run), their lengths, the columns
+    holding the items added since that checkpoint, and the run's row's
+    columns if this commit is a checkpoint (the lengths, nothing added since
+    it); or, when ``since`` is ``None`` (what is stored is not the start of
+    ``state``'s lists), the whole state's text and no pieces: a whole row,
+    which later commits continue.
     """
     lengths = tuple(map(len, _lists(state)))
     if since is None:
-        return state.to_json(), lengths, _WHOLE
+        return state.to_json(), lengths, _WHOLE, _WHOLE
     added = writer.added(state, *since)
-    return writer.bare(state), lengths, (lengths[0], lengths[1], added[0], added[1], grown(lengths[2:], added[2:]))
-
-
-def _at_rest(lengths: tuple[int, ...], columns: _Columns) -> _Columns:
-    """The columns of the run's row at a checkpoint: the lengths, nothing added since (or whole, as the checkpoint)."""
-    return columns if columns[0] is None else (lengths[0], lengths[1], "", "", grown(lengths[2:]))
+    kept, rest = grown(lengths[2:], added[2:])
+    return (
+        writer.bare(state),
+        lengths,
+        (lengths[0], lengths[1], added[0], added[1], kept),
+        (lengths[0], lengths[1], "", "", rest),
+    )
 
 
 # A run's row at a checkpoint holds this instead of its state: the state is the latest checkpoint's, kept in
@@ -258,7 +263,7 @@ class SqlStore:
         status, stop = status_of(state)
         now = time.time()
         writer = StateWriter()
-        text, lengths, columns = _what(state, _NOTHING, writer)
+        text, lengths, columns, at_rest = _what(state, _NOTHING, writer)
         try:
             with self._transaction() as tx:
                 tx.run(
@@ -267,7 +272,7 @@ class SqlStore:
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         *(run_id, status, stop, state.machine_state, _row_text(text, columns)),
-                        *(*_at_rest(lengths, columns), self.owner, now, now),  # nothing added since checkpoint 0
+                        *(*at_rest, self.owner, now, now),  # nothing added since checkpoint 0
                     ),
                 )
                 tx.run(KEEP, (run_id, state.machine_state, stop, text, *columns, now, run_id))
@@ -429,10 +434,10 @@ class SqlStore:
                 held.version if held is not None else continuable(run_id, self._checked(tx, run_id), self.owner, state)
             )
             since = self._since(tx, run_id, state, held)
-            text, lengths, columns = _what(state, since, writer)
+            text, lengths, columns, at_rest = _what(state, since, writer)
             # A checkpoint's row keeps what was added since the one before; the run's row, while an effect
             # is in flight, what was added since its latest checkpoint (see .transcript).
-            rest = columns if intent is not None else _at_rest(lengths, columns)
+            rest = columns if intent is not None else at_rest
             # A run held here is stored running at the version held: while it stays running, its status is
             # not written again (a status written is an index entry rewritten, a page more per commit).
             still = held is not None and status == "running"
@@ -685,7 +690,7 @@ class SqlStore:
                         " fork an earlier checkpoint"
                     )
                 paused = status == "paused"
-                text, lengths, columns = _what(state, _NOTHING, StateWriter())
+                text, _, columns, at_rest = _what(state, _NOTHING, StateWriter())
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
                     " new_messages, new_observations, grown, pause_id, reason, blocked, tool, agent, owner,"
@@ -697,7 +702,7 @@ class SqlStore:
                         stop,
                         state.machine_state,
                         text,
-                        *_at_rest(lengths, columns),
+                        *at_rest,
                         state.pause_id if paused else None,
                         *pause_columns(state),
                         *inbox_columns(state),
