@@ -473,19 +473,21 @@ class FieldWriter:
             ValueError: the state holds something strict JSON cannot (as ``RunState.to_json``).
         """
         seen, texts, bare = self._seen, self._texts, self._bare
-        values = bare.values(state)
+        values, immutable = bare.values(state), bare.immutable
         try:
             # The fields whose value is not the very object last written (found in C), then those of them changed.
             for i in itertools.compress(bare.indices, map(operator.is_not, values, seen)):
                 value, kept = values[i], seen[i]
-                if type(kept) is _Copy and kept.holds(value):
+                if type(kept) is _Copy and (
+                    (kept.kind is type(value) and not kept.items and not value) or kept.holds(value)
+                ):  # the same values (an empty list or mapping, the most common, told without a call)
                     continue
                 convert, legacy = bare.convert[i], bare.legacy[i]
                 if legacy is not NO_LEGACY and value == legacy:
                     texts[bare.slots[i]] = ""  # saved by leaving it out, as dump does
                 else:
                     texts[bare.slots[i]] = bare.keys[i] + _encoded(value if convert is None else convert(value))
-                seen[i] = bare.kept(value)
+                seen[i] = value if type(value) in immutable else bare.kept(value)  # most values: no call
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
         return f"{bare.head}{''.join(texts)}}}"

@@ -387,7 +387,9 @@ class SqlStore:
             self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
             exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
-        if status == "running":
+        if status == "running" and bound and held is not None and held.state is not None:  # the same object goes on
+            held.version, held.written, held.kept = version + 1, written, kept or _NOTHING
+        elif status == "running":
             self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept or _NOTHING, writer)
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
