@@ -380,6 +380,8 @@ class _Copy:
         items = self.items
         if type(value) is not kind:
             return False
+        if not items:  # an empty list or mapping (most of them, at most commits): still empty?
+            return not value
         if kind is Usage:
             return all(map(operator.is_, _usage_values(value), items))
         if kind is dict:
@@ -406,7 +408,11 @@ class _Bare:
         self.empty = tuple(f", {_ENCODER.encode(name)}: []" if name in grows else "" for name in form.fields)
         self.legacy = tuple(form.codecs[name].legacy for name in self.fields)
         self.head = _ENCODER.encode({"format": FORMAT})[:-1]
-        self.grows = tuple((name, form.codecs[name].write) for name in grows)
+        self.writes = tuple(form.codecs[name].write for name in grows)
+        # The growing lists of a state, as a tuple whatever their number (one attrgetter call for several).
+        self.lists: Callable[[Any], tuple[list[Any], ...]] = (
+            operator.attrgetter(*grows) if len(grows) > 1 else lambda state: tuple(getattr(state, n) for n in grows)
+        )
         self.immutable = form.immutable
         self.fresh: tuple[tuple[Any, ...], tuple[str, ...]] | None = None
 
@@ -467,19 +473,21 @@ class FieldWriter:
             ValueError: the state holds something strict JSON cannot (as ``RunState.to_json``).
         """
         seen, texts, bare = self._seen, self._texts, self._bare
-        values = bare.values(state)
+        values, immutable = bare.values(state), bare.immutable
         try:
             # The fields whose value is not the very object last written (found in C), then those of them changed.
             for i in itertools.compress(bare.indices, map(operator.is_not, values, seen)):
                 value, kept = values[i], seen[i]
-                if type(kept) is _Copy and kept.holds(value):
+                if type(kept) is _Copy and (
+                    (kept.kind is type(value) and not kept.items and not value) or kept.holds(value)
+                ):  # the same values (an empty list or mapping, the most common, told without a call)
                     continue
                 convert, legacy = bare.convert[i], bare.legacy[i]
                 if legacy is not NO_LEGACY and value == legacy:
                     texts[bare.slots[i]] = ""  # saved by leaving it out, as dump does
                 else:
                     texts[bare.slots[i]] = bare.keys[i] + _encoded(value if convert is None else convert(value))
-                seen[i] = bare.kept(value)
+                seen[i] = value if type(value) in immutable else bare.kept(value)  # most values: no call
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
         return f"{bare.head}{''.join(texts)}}}"
@@ -494,14 +502,18 @@ class FieldWriter:
         Raises:
             ValueError: an item is not strict JSON (as ``RunState.to_json``).
         """
+        bare = self._bare
         try:
+            # A list that added nothing is neither sliced nor encoded (most lists, at most commits).
             found = []
-            for (name, write), start in zip(self._bare.grows, since, strict=True):
-                items = getattr(state, name)[start:]
-                found.append(_encoded(items if write is None else write(items))[1:-1] if items else "")
+            for items, start, write in zip(bare.lists(state), since, bare.writes, strict=True):
+                if len(items) <= start:
+                    found.append("")
+                else:
+                    found.append(_encoded(items[start:] if write is None else write(items[start:]))[1:-1])
+            return tuple(found)
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the run state cannot be saved as strict JSON: {exc}") from exc
-        return tuple(found)
 
 
 @functools.cache

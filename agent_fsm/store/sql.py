@@ -110,26 +110,31 @@ _WHOLE: _Columns = (None, None, None, None, None)
 _NOTHING = (0,) * len(GROWING)  # what a checkpoint before the first holds of each list
 
 
-def _what(state: RunState, since: tuple[int, ...] | None, writer: StateWriter) -> tuple[str, tuple[int, ...], _Columns]:
+def _what(
+    state: RunState, since: tuple[int, ...] | None, writer: StateWriter
+) -> tuple[str, tuple[int, ...], _Columns, _Columns]:
     """
     What a commit writes of ``state`` whose latest checkpoint holds the first ``since`` items of each growing list.
 
     The state's text without its growing lists (``writer`` encodes only the
-    fields changed since it last wrote the run), their lengths, and the
-    columns holding the items added since that checkpoint; or, when ``since``
-    is ``None`` (what is stored is not the start of ``state``'s lists), the
-    whole state's text and no pieces: a whole row, which later commits continue.
+    fields changed since it last wrote the run), their lengths, the columns
+    holding the items added since that checkpoint, and the run's row's
+    columns if this commit is a checkpoint (the lengths, nothing added since
+    it); or, when ``since`` is ``None`` (what is stored is not the start of
+    ``state``'s lists), the whole state's text and no pieces: a whole row,
+    which later commits continue.
     """
     lengths = tuple(map(len, _lists(state)))
     if since is None:
-        return state.to_json(), lengths, _WHOLE
+        return state.to_json(), lengths, _WHOLE, _WHOLE
     added = writer.added(state, *since)
-    return writer.bare(state), lengths, (lengths[0], lengths[1], added[0], added[1], grown(lengths[2:], added[2:]))
-
-
-def _at_rest(lengths: tuple[int, ...], columns: _Columns) -> _Columns:
-    """The columns of the run's row at a checkpoint: the lengths, nothing added since (or whole, as the checkpoint)."""
-    return columns if columns[0] is None else (lengths[0], lengths[1], "", "", grown(lengths[2:]))
+    kept, rest = grown(lengths[2:], added[2:])
+    return (
+        writer.bare(state),
+        lengths,
+        (lengths[0], lengths[1], added[0], added[1], kept),
+        (lengths[0], lengths[1], "", "", rest),
+    )
 
 
 # A run's row at a checkpoint holds this instead of its state: the state is the latest checkpoint's, kept in
@@ -153,13 +158,18 @@ def _written(state: RunState) -> _Written:
     last, continues them: checked in constant time, not item by item (a
     commit's cost must not grow with the run's length).
     """
-    return tuple((len(items), items[-1] if items else None) for items in _lists(state))
+    marks = []
+    for items in _lists(state):  # one loop, not a generator: a commit pays for no frame per list
+        marks.append((len(items), items[-1] if items else None))
+    return tuple(marks)
 
 
-def _continues(items: list[Any], mark: tuple[int, Any]) -> bool:
-    """Whether ``items`` holds at least the ``mark``'s count of items, the last of those the object marked."""
-    count, last = mark
-    return len(items) >= count and (count == 0 or items[count - 1] is last)
+def _continues(state: RunState, marks: _Written) -> bool:
+    """Whether each of ``state``'s lists holds at least its mark's count of items, the last of them the one marked."""
+    for items, (count, last) in zip(_lists(state), marks, strict=True):
+        if len(items) < count or (count and items[count - 1] is not last):
+            return False
+    return True
 
 
 class SqlStore:
@@ -253,7 +263,7 @@ class SqlStore:
         status, stop = status_of(state)
         now = time.time()
         writer = StateWriter()
-        text, lengths, columns = _what(state, _NOTHING, writer)
+        text, lengths, columns, at_rest = _what(state, _NOTHING, writer)
         try:
             with self._transaction() as tx:
                 tx.run(
@@ -262,7 +272,7 @@ class SqlStore:
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (
                         *(run_id, status, stop, state.machine_state, _row_text(text, columns)),
-                        *(*_at_rest(lengths, columns), self.owner, now, now),  # nothing added since checkpoint 0
+                        *(*at_rest, self.owner, now, now),  # nothing added since checkpoint 0
                     ),
                 )
                 tx.run(KEEP, (run_id, state.machine_state, stop, text, *columns, now, run_id))
@@ -332,8 +342,7 @@ class SqlStore:
         writes the state whole, and the commits after it add to that.
         """
         if held is not None and held.written is not None:  # the state object committed last: does it go on from it?
-            same = all(map(_continues, _lists(state), held.written))
-            return held.kept if same else None
+            return held.kept if _continues(state, held.written) else None
         found = self._checked(tx, run_id)
         if not found or type(found[0][5]) is not int:
             return None
@@ -378,7 +387,9 @@ class SqlStore:
             self._held.pop(run_id, None)  # refused: whatever this store held of the run is not to be trusted
             exc.state = exc.state or state  # nothing is lost: the caller holds what was not committed
             raise
-        if status == "running":
+        if status == "running" and bound and held is not None and held.state is not None:  # the same object goes on
+            held.version, held.written, held.kept = version + 1, written, kept or _NOTHING
+        elif status == "running":
             self._held[run_id] = _Held(version + 1, weakref.ref(state), written, kept or _NOTHING, writer)
         else:  # at rest: whatever continues it next is a new state object, checked against the stored one
             self._held.pop(run_id, None)
@@ -425,10 +436,10 @@ class SqlStore:
                 held.version if held is not None else continuable(run_id, self._checked(tx, run_id), self.owner, state)
             )
             since = self._since(tx, run_id, state, held)
-            text, lengths, columns = _what(state, since, writer)
+            text, lengths, columns, at_rest = _what(state, since, writer)
             # A checkpoint's row keeps what was added since the one before; the run's row, while an effect
             # is in flight, what was added since its latest checkpoint (see .transcript).
-            rest = columns if intent is not None else _at_rest(lengths, columns)
+            rest = columns if intent is not None else at_rest
             # A run held here is stored running at the version held: while it stays running, its status is
             # not written again (a status written is an index entry rewritten, a page more per commit).
             still = held is not None and status == "running"
@@ -681,7 +692,7 @@ class SqlStore:
                         " fork an earlier checkpoint"
                     )
                 paused = status == "paused"
-                text, lengths, columns = _what(state, _NOTHING, StateWriter())
+                text, _, columns, at_rest = _what(state, _NOTHING, StateWriter())
                 tx.run(
                     "INSERT INTO agent_fsm_runs (run_id, status, stop, machine_state, state, messages, observations,"
                     " new_messages, new_observations, grown, pause_id, reason, blocked, tool, agent, owner,"
@@ -693,7 +704,7 @@ class SqlStore:
                         stop,
                         state.machine_state,
                         text,
-                        *_at_rest(lengths, columns),
+                        *at_rest,
                         state.pause_id if paused else None,
                         *pause_columns(state),
                         *inbox_columns(state),

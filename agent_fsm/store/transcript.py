@@ -46,6 +46,7 @@ GROWN = GROWING[2:]
 if TRANSCRIPT != ("messages", "observations"):  # pragma: no cover - the columns of migration 4 are these two
     raise RuntimeError(f"the store keeps the transcript's lists in their own columns, not {TRANSCRIPT}")
 
+_GROWN_KEYS = tuple(f'"{name}": [' for name in GROWN)  # each field's key in a ``grown`` column, and its pair opened
 _ENCODER = json.JSONEncoder(allow_nan=False)  # the saved state's own encoding: strict JSON, ASCII escapes
 _DECODER = json.JSONDecoder()
 _scan: Any = _DECODER.scan_once  # type: ignore[attr-defined]  # one JSON value at an index: (value, end)
@@ -165,21 +166,21 @@ def _inner(text: str, span: tuple[int, int] | None) -> str:
     return value[1:-1].strip()
 
 
-def grown(counts: Sequence[int], added: Sequence[str] | None = None) -> str:
+def grown(counts: Sequence[int], added: Sequence[str]) -> tuple[str, str]:
     """
-    The ``grown`` column of a row: per growing field kept there (:data:`GROWN`), its length and the items added.
+    A row's ``grown`` column, and the run's row's at that checkpoint: per growing field, its length and items added.
 
-    A field still empty is left out; ``added`` ``None``: nothing added (the
-    run's row at a checkpoint). JSON: ``{"path": [12, ["Ready", ...]], ...}``.
+    Per field of :data:`GROWN` still not empty (one left out is); the
+    second holds no items (the run's row at a checkpoint: nothing added
+    since it). Both made in one pass, as a checkpoint's commit writes both.
+    JSON: ``{"path": [12, ["Ready", ...]], ...}``.
     """
-    items = added or ("",) * len(GROWN)
-    return (
-        "{"
-        + ", ".join(
-            f'"{name}": [{count}, [{piece}]]' for name, count, piece in zip(GROWN, counts, items, strict=True) if count
-        )
-        + "}"
-    )
+    pieces, rest = [], []
+    for key, count, piece in zip(_GROWN_KEYS, counts, added, strict=True):
+        if count:
+            pieces.append(f"{key}{count}, [{piece}]]")
+            rest.append(f"{key}{count}, []]")
+    return "{" + ", ".join(pieces) + "}", "{" + ", ".join(rest) + "}"
 
 
 def grown_counts(text: Any) -> tuple[int, ...] | None:
