@@ -315,7 +315,7 @@ def test_mermaid_parses_with_the_real_parser(mermaid_parse) -> None:
             kind_class = {"paused": ["paused"], "absorbing": ["absorbing"]}.get(state.kind, [])
             assert parsed[state.name]["classes"] == kind_class, state.name
             if state.kind == "paused":
-                assert parsed[state.name]["note"].startswith("paused: resumes on")
+                assert parsed[state.name]["note"].startswith("paused: decided by")
 
 
 def test_mermaid_parser_rejects_broken_text(mermaid_parse) -> None:

@@ -32,7 +32,7 @@ def taken_label(count: int) -> str:
 
 def paused_note(machine: MachineSpec, state: StateSpec) -> str:
     events = sorted({e.event for e in machine.edges if e.source == state.name})
-    return "paused: resumes on " + " or ".join(events) if events else "paused"
+    return "paused: decided by " + " or ".join(events) if events else "paused"
 
 
 def title_of(machine: MachineSpec, path: RunPath | None, title: str | None = None) -> str:
