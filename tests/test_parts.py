@@ -287,6 +287,22 @@ def test_an_image_a_tool_returns_reaches_the_model_whole_and_everything_else_rea
     assert image.part["data"] not in render_view(state)
 
 
+def test_a_results_media_together_stay_within_the_cap_and_the_rest_is_said_not_sent():
+    """
+    A handler's images and files are capped together, as an MCP server's are: three of 8 MiB each, the first
+    two are sent; the third stays its placeholder, saying it was not sent, so the transcript cannot grow past
+    one part's cap per result.
+    """
+    big = 8 * 1024 * 1024
+    shots = [Image(data=bytes([k]) * big, media_type="image/png") for k in range(3)]
+    tools, script = _snapping(shots)
+    observation = Agent(script, tools, gate=allow_all).run("Snap.").state.observations[0]
+    assert observation.media == (shots[0].part, shots[1].part)
+    assert observation.content[:2] == [str(shots[0]), str(shots[1])]
+    assert observation.content[2].startswith(str(shots[2])) and "not sent" in observation.content[2]
+    assert sum(len(base64.b64decode(p["data"])) for p in observation.media) <= MAX_PART_BYTES
+
+
 def test_a_tools_image_is_priced_by_the_providers_rule_in_the_prompt_budget():
     """The tool message holding a 2048x2048 PNG costs its text plus the image by the model's rule, never its base64."""
     image = Image(data=png(2048, 2048), media_type="image/png")

@@ -545,6 +545,7 @@ def tool_message(observation: Observation) -> Message:
 
 
 _MEDIA_DEPTH = 8
+_NOT_SENT = f" (not sent: a result's images and files together are capped at {MAX_PART_BYTES} bytes)"
 """How deep in a result images and files are looked for (deeper ones, or a cycle, stay as their text form)."""
 
 
@@ -555,13 +556,22 @@ def split_media(value: Any) -> tuple[Any, tuple[dict[str, Any], ...]]:
     Looked for at the top and in lists, tuples and a dict's values (down to
     :data:`_MEDIA_DEPTH` levels): what a gate, a screen, an event or a summary
     reads is the placeholder, while the tool message carries the parts
-    themselves (see :func:`tool_message`). A result without any is returned as is.
+    themselves (see :func:`tool_message`). Their bytes together stay within
+    :data:`MAX_PART_BYTES`: one past it stays its placeholder, saying it was
+    not sent. A result without any is returned as is.
     """
     media: list[dict[str, Any]] = []
     inside: set[int] = set()  # the containers being walked: one met again is a cycle, left to its text form
+    room = MAX_PART_BYTES  # a result's parts together, as an MCP server's are: the transcript grows by one cap
 
     def walk(item: Any, depth: int) -> Any:
+        nonlocal room
         if isinstance(item, Image | File):
+            data = item.part.get("data")
+            size = _encoded_size(data) if isinstance(data, str) else 0
+            if size > room:
+                return placeholder(item.part) + _NOT_SENT
+            room -= size
             media.append(dict(item.part))
             return placeholder(item.part)
         if depth >= _MEDIA_DEPTH or id(item) in inside or type(item) not in (list, tuple, dict):
