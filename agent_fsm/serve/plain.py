@@ -54,23 +54,24 @@ def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Requ
     return answer
 
 
+_KEEPALIVE = b": keep-alive\n\n"
+
+
+def _frame(event_id: str | int, data: dict[str, Any]) -> str:
+    """One SSE frame: the event's id, its type as the event name, its data as compact JSON."""
+    return f"id: {event_id}\nevent: {data['type']}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
 def _sse_told(record: Record | None) -> bytes:
     """One event a workflow told, numbered by the workflow (runs on Temporal)."""
-    if record is None:
-        return b": keep-alive\n\n"
-    data = json.dumps(record.data, separators=(",", ":"))
-    return f"id: {record.seq}\nevent: {record.data['type']}\ndata: {data}\n\n".encode()
+    return _KEEPALIVE if record is None else _frame(record.seq, record.data).encode()
 
 
 def _sse(batch: list[Kept] | None) -> bytes:
     """Kept events as SSE frames, one write for all of them (``None``: a keep-alive)."""
     if batch is None:
-        return b": keep-alive\n\n"
-    frames = []
-    for kept in batch:
-        data = json.dumps(kept.data, separators=(",", ":"))
-        frames.append(f"id: {kept.text_id}\nevent: {kept.data['type']}\ndata: {data}\n\n")
-    return "".join(frames).encode()
+        return _KEEPALIVE
+    return "".join(_frame(kept.text_id, kept.data) for kept in batch).encode()
 
 
 async def kept_stream(api: Api, run_id: str, after: EventId) -> AsyncIterator[list[Kept] | None]:

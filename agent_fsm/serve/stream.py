@@ -119,17 +119,19 @@ class RunLog:
         if anything, is told by the process that takes the run over.
         """
         said = f"{error}; the run is left running for the process that takes it over"
-        with self._lock:
-            self._records.append(
-                Record(
-                    len(self._records) + 1,
-                    None,
-                    {"type": "failed", "run_id": run_id, "error": said, "code": "interrupted"},
-                )
-            )
-            self._tracker = None
-            self.driving = False
+        self._stopped({"type": "failed", "run_id": run_id, "error": said, "code": "interrupted"})
         self._wake()
+
+    def _stopped(self, data: dict[str, Any]) -> Tracker | None:
+        """
+        End the numbered stream with ``data`` (a bug stopped the run here) and drive no more; the tracker this
+        process had (the caller wakes the subscribers once whatever it adds is in).
+        """
+        with self._lock:
+            self._records.append(Record(len(self._records) + 1, None, data))
+            tracker, self._tracker = self._tracker, None
+            self.driving = False
+        return tracker
 
     @property
     def resting(self) -> bool:
@@ -156,15 +158,7 @@ class RunLog:
 
     def fail(self, run_id: str, error: str, recorded: str | None = None) -> None:
         """Close the stream of a run a bug stopped, saying what stopped it (``recorded``: as the store has it)."""
-        tracker = self._tracker
-        with self._lock:
-            self._records.append(
-                Record(
-                    len(self._records) + 1, None, {"type": "failed", "run_id": run_id, "error": error, "code": "failed"}
-                )
-            )
-            self._tracker = None
-            self.driving = False
+        tracker = self._stopped({"type": "failed", "run_id": run_id, "error": error, "code": "failed"})
         if tracker is not None:
             tracker.failed(recorded)
         self._wake()
