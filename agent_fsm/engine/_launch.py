@@ -494,13 +494,20 @@ def deciding(
         refuse_ungated(agent, state)  # before anything is decided: an approval the default gate would refuse
     if asked is not None and not isinstance(head, Mapping):  # the call is open and waits: the decision goes to it
         head = _replying(asked, head, state)
+    context = _deciding_context(agent, state, store, run_id, listening)
+    return context, _decided(context, state, head, seen, agent.endings, rest)
+
+
+def _deciding_context(
+    agent: Agent, state: RunState, store: Checkpointer | None, run_id: str | None, listening: bool
+) -> RunContext:
+    """The context a decision on ``state``'s pause runs in: a copy of the state, the pause taken off it."""
     chosen = _trusted_limits(state, agent.limits)
     work = copy.deepcopy(state)
     work.pause = None
     work.pause_id = None  # this pause is being decided; a later one gets its own id
     work.limits = chosen
-    context = _context(agent, work, chosen, store, run_id, listening)
-    return context, _decided(context, state, head, seen, agent.endings, rest)
+    return _context(agent, work, chosen, store, run_id, listening)
 
 
 def cancelling(
@@ -520,10 +527,7 @@ def cancelling(
         raise TypeError(f"'reason' must be a str (got {reason!r} that is a {type(reason).__name__}).")
     _still_paused(state)
     _check(state, agent.tools)
-    chosen = _trusted_limits(state, agent.limits)
-    work = copy.deepcopy(state)
-    work.pause, work.pause_id, work.limits = None, None, chosen
-    context = _context(agent, work, chosen, store, run_id, listening)
+    context = _deciding_context(agent, state, store, run_id, listening)
     return context, _cancelled(context, state, by, reason, seen, agent.endings)
 
 
